@@ -1,0 +1,286 @@
+// _core.json: JSON text <-> Lua values, without an intermediate DOM.
+//   decode: nlohmann's SAX parser pushes straight onto the Lua stack.
+//   encode: a direct walk of the Lua value into a string.
+// Arrays decode with the rl.json array metatable so `[]` round-trips; JSON null
+// is the rl.json.null sentinel (a NULL lightuserdata).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bindings/core_module.hpp"
+#include "bindings/trampoline.hpp"
+
+namespace rl::lua {
+namespace {
+
+const char kArrayMtKey = 0;  // registry key of the array metatable
+constexpr int kMaxDepth = 200;
+
+void push_array_mt(lua_State* L) {
+  lua_pushlightuserdata(L, (void*)&kArrayMtKey);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+// ---- decode ------------------------------------------------------------------------
+class LuaSax {
+ public:
+  explicit LuaSax(lua_State* L) : L_(L) {}
+  std::string error;
+
+  bool null() { lua_pushlightuserdata(L_, nullptr); return add(); }
+  bool boolean(bool v) { lua_pushboolean(L_, v); return add(); }
+  bool number_integer(int64_t v) { lua_pushnumber(L_, static_cast<lua_Number>(v)); return add(); }
+  bool number_unsigned(uint64_t v) { lua_pushnumber(L_, static_cast<lua_Number>(v)); return add(); }
+  bool number_float(double v, const std::string&) { lua_pushnumber(L_, v); return add(); }
+  bool string(std::string& s) { lua_pushlstring(L_, s.data(), s.size()); return add(); }
+  bool binary(nlohmann::json::binary_t&) { error = "binary values are not supported"; return false; }
+  bool start_object(size_t) { return open(false); }
+  bool key(std::string& k) { lua_pushlstring(L_, k.data(), k.size()); return true; }
+  bool end_object() { frames_.pop_back(); return add(); }
+  bool start_array(size_t) { return open(true); }
+  bool end_array() { frames_.pop_back(); return add(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    error = ex.what();
+    if (auto p = error.find("] "); error.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      error = error.substr(p + 2);
+    return false;
+  }
+
+ private:
+  struct Frame { bool array; int index; };
+  bool open(bool array) {
+    if (frames_.size() >= kMaxDepth) { error = "nested deeper than 200 levels"; return false; }
+    if (!lua_checkstack(L_, 4)) { error = "out of Lua stack"; return false; }
+    lua_newtable(L_);
+    if (array) { push_array_mt(L_); lua_setmetatable(L_, -2); }
+    frames_.push_back({array, 0});
+    return true;
+  }
+  // Stores the value on top into its parent (if any).
+  bool add() {
+    if (frames_.empty()) return true;
+    Frame& f = frames_.back();
+    if (f.array) lua_rawseti(L_, -2, ++f.index);
+    else lua_rawset(L_, -3);  // parent, key, value
+    return true;
+  }
+  lua_State* L_;
+  std::vector<Frame> frames_;
+};
+
+// decode(text) -> value | nil, err
+int l_decode(lua_State* L) {
+  const auto text = arg::string(L, 1, "text");
+  const int top = lua_gettop(L);
+  std::string err;
+  {
+    LuaSax sax(L);
+    const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
+    if (ok) return 1;
+    err = sax.error.empty() ? "invalid JSON" : sax.error;
+  }
+  lua_settop(L, top);
+  return fail(L, "rl.json.decode: " + err);
+}
+
+// ---- encode ------------------------------------------------------------------------
+struct Encoder {
+  lua_State* L = nullptr;
+  std::string out;
+  int indent = -1;
+  bool sort_keys = false;
+  std::vector<std::string> path;
+
+  [[noreturn]] void bad(const std::string& what) {
+    std::string p = "$";
+    for (auto& s : path) p += s;
+    throw ArgError(1, "value", what + " at " + p);
+  }
+
+  void newline(int depth) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<size_t>(depth * indent), ' ');
+  }
+
+  void string(const char* s, size_t n) {
+    out += '"';
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+          } else if (c < 0x80) {
+            out += static_cast<char>(c);
+          } else {
+            size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+            if (len == 0 || i + len > n) bad("invalid UTF-8 in string");
+            for (size_t k = 1; k < len; ++k)
+              if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) bad("invalid UTF-8 in string");
+            out.append(s + i, len);
+            i += len - 1;
+          }
+      }
+    }
+    out += '"';
+  }
+
+  void number(double v) {
+    if (!std::isfinite(v)) bad("cannot encode " + std::string(std::isnan(v) ? "NaN" : "infinity"));
+    char buf[32];
+    if (std::floor(v) == v && std::fabs(v) < 1e15)
+      std::snprintf(buf, sizeof buf, "%.0f", v);
+    else
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+    out += buf;
+  }
+
+  // Array when the array metatable is set, or keys are exactly 1..n (n > 0).
+  bool is_array(int idx, size_t& n) {
+    if (lua_getmetatable(L, idx)) {
+      push_array_mt(L);
+      const bool arr = lua_rawequal(L, -1, -2);
+      lua_pop(L, 2);
+      if (arr) { n = lua_objlen(L, idx); return true; }
+    }
+    n = lua_objlen(L, idx);
+    if (n == 0) return false;
+    size_t count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+      lua_pop(L, 1);
+      if (lua_type(L, -1) != LUA_TNUMBER) { lua_pop(L, 1); return false; }
+      ++count;
+    }
+    return count == n;
+  }
+
+  void value(int idx, int depth) {
+    if (depth > kMaxDepth) bad("nested deeper than 200 levels (a cycle?)");
+    switch (lua_type(L, idx)) {
+      case LUA_TNIL: out += "null"; return;
+      case LUA_TBOOLEAN: out += lua_toboolean(L, idx) ? "true" : "false"; return;
+      case LUA_TNUMBER: number(lua_tonumber(L, idx)); return;
+      case LUA_TSTRING: {
+        size_t n;
+        const char* s = lua_tolstring(L, idx, &n);
+        string(s, n);
+        return;
+      }
+      case LUA_TLIGHTUSERDATA:
+        if (lua_touserdata(L, idx) == nullptr) { out += "null"; return; }
+        break;
+      case LUA_TTABLE: table(idx, depth); return;
+      default: break;
+    }
+    bad(std::string("cannot encode a ") + lua_typename(L, lua_type(L, idx)));
+  }
+
+  void table(int idx, int depth) {
+    if (!lua_checkstack(L, 6)) bad("out of Lua stack");
+    size_t n = 0;
+    if (is_array(idx, n)) {
+      out += '[';
+      for (size_t i = 1; i <= n; ++i) {
+        if (i > 1) out += ',';
+        newline(depth + 1);
+        lua_rawgeti(L, idx, static_cast<int>(i));
+        path.push_back("[" + std::to_string(i) + "]");
+        value(lua_gettop(L), depth + 1);
+        path.pop_back();
+        lua_pop(L, 1);
+      }
+      if (n) newline(depth);
+      out += ']';
+      return;
+    }
+    // Object: collect string keys (numbers become their decimal text).
+    std::vector<std::pair<std::string, int>> keys;  // key text, registry-free: re-fetch by key
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+      lua_pop(L, 1);
+      const int kt = lua_type(L, -1);
+      if (kt == LUA_TSTRING) {
+        size_t kn;
+        const char* k = lua_tolstring(L, -1, &kn);
+        keys.emplace_back(std::string(k, kn), 0);
+      } else if (kt == LUA_TNUMBER) {
+        lua_pushvalue(L, -1);
+        keys.emplace_back(lua_tostring(L, -1), 1);
+        lua_pop(L, 1);
+      } else {
+        lua_pop(L, 1);
+        bad(std::string("table key of type ") + lua_typename(L, kt) + " (keys must be strings)");
+      }
+    }
+    if (sort_keys) std::sort(keys.begin(), keys.end());
+    out += '{';
+    bool first = true;
+    for (auto& [k, numeric] : keys) {
+      if (!first) out += ',';
+      first = false;
+      newline(depth + 1);
+      string(k.data(), k.size());
+      out += indent >= 0 ? ": " : ":";
+      if (numeric) lua_pushnumber(L, std::stod(k)); else lua_pushlstring(L, k.data(), k.size());
+      lua_rawget(L, idx);
+      path.push_back("." + k);
+      value(lua_gettop(L), depth + 1);
+      path.pop_back();
+      lua_pop(L, 1);
+    }
+    if (!keys.empty()) newline(depth);
+    out += '}';
+  }
+};
+
+// encode(value [, {indent=n, sort_keys=bool}]) -> text
+int l_encode(lua_State* L) {
+  Encoder enc;
+  enc.L = L;
+  if (!lua_isnoneornil(L, 2)) {
+    arg::table(L, 2, "opts");
+    enc.indent = static_cast<int>(arg::field_integer(L, 2, "indent", "opts").value_or(-1));
+    enc.sort_keys = arg::field_boolean(L, 2, "sort_keys", "opts").value_or(false);
+  }
+  lua_settop(L, 1);
+  enc.value(1, 0);
+  lua_pushlstring(L, enc.out.data(), enc.out.size());
+  return 1;
+}
+
+}  // namespace
+
+void open_json(lua_State* L, int t) {
+  static const Reg regs[] = {
+      {"encode", entry<l_encode>},
+      {"decode", entry<l_decode>},
+  };
+  register_functions(L, t, "rl.json.", regs);
+  // the array metatable, shared by decode and rl.json.array()
+  lua_newtable(L);
+  lua_pushstring(L, "array");
+  lua_setfield(L, -2, "__jsontype");
+  lua_pushlightuserdata(L, (void*)&kArrayMtKey);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_setfield(L, t, "array_mt");
+  lua_pushlightuserdata(L, nullptr);
+  lua_setfield(L, t, "null");
+}
+
+}  // namespace rl::lua

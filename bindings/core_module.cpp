@@ -1,0 +1,31 @@
+#include "bindings/core_module.hpp"
+
+#include "bindings/trampoline.hpp"
+
+namespace rl::lua {
+
+namespace {
+using OpenFn = void (*)(lua_State*, int);
+void add_area(lua_State* L, int core, const char* name, OpenFn open) {
+  lua_newtable(L);
+  open(L, lua_gettop(L));
+  lua_setfield(L, core, name);
+}
+}  // namespace
+
+void open_core(lua_State* L) {
+  lua_newtable(L);
+  const int core = lua_gettop(L);
+  add_area(L, core, "loop", open_loop);
+  add_area(L, core, "log", open_log);
+  add_area(L, core, "json", open_json);
+  lua_pushstring(L, RLHOST_VERSION);
+  lua_setfield(L, core, "version");
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_pushvalue(L, core);
+  lua_setfield(L, -2, "rl._core");
+  lua_settop(L, core - 1);
+}
+
+}  // namespace rl::lua

@@ -1,0 +1,21 @@
+// The private `rl._core` table: one sub-table per runtime area, each filled by
+// an open_* function in its own bindings/core_<area>.cpp. Lua modules under
+// lua/rl/ wrap these into the public API.
+#pragma once
+
+#include <lua.hpp>
+
+namespace rl::lua {
+
+// Builds rl._core (package.loaded["rl._core"]) with every area below.
+void open_core(lua_State* L);
+
+// Each pushes nothing and fills the table at `t` (an absolute index).
+void open_loop(lua_State* L, int t);     // core_loop.cpp:    _core.loop
+void open_log(lua_State* L, int t);      // core_log.cpp:     _core.log
+void open_json(lua_State* L, int t);     // core_json.cpp:    _core.json
+void open_http(lua_State* L, int t);     // core_http.cpp:    _core.http
+void open_control(lua_State* L, int t);  // core_control.cpp: _core.control
+void open_modules(lua_State* L, int t);  // core_modules.cpp: _core.modules (native module loading)
+
+}  // namespace rl::lua

@@ -1,0 +1,94 @@
+#include "bindings/host_context.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "bindings/trampoline.hpp"
+
+namespace rl::lua {
+
+static const char kRegistryKey = 0;  // address used as a unique registry key
+
+HostContext::HostContext(lua_State* L, EventLoop& loop) : L_(L), loop_(loop) {
+  lua_pushlightuserdata(L, (void*)&kRegistryKey);
+  lua_pushlightuserdata(L, this);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+HostContext::~HostContext() {
+  // Runs after lua_close: must not touch the Lua state.
+  cancel_all();
+}
+
+void HostContext::cancel_all() {
+  auto ops = std::move(ops_);
+  ops_.clear();
+  for (auto& [id, cancel] : ops)
+    if (cancel) cancel();
+}
+
+HostContext& HostContext::get(lua_State* L) {
+  lua_pushlightuserdata(L, (void*)&kRegistryKey);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  auto* ctx = static_cast<HostContext*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  if (!ctx) throw std::logic_error("no host context in this Lua state (internal error)");
+  return *ctx;
+}
+
+uint64_t HostContext::new_op(std::function<void()> cancel) {
+  const uint64_t id = next_op_++;
+  ops_.emplace(id, std::move(cancel));
+  return id;
+}
+
+void HostContext::set_cancel(uint64_t id, std::function<void()> cancel) {
+  auto it = ops_.find(id);
+  if (it != ops_.end()) it->second = std::move(cancel);
+}
+
+bool HostContext::cancel(uint64_t id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return false;
+  auto fn = std::move(it->second);
+  ops_.erase(it);
+  if (fn) fn();
+  return true;
+}
+
+void HostContext::deliver(uint64_t id, const Push& push, bool final) {
+  if (!ops_.count(id)) return;  // cancelled meanwhile
+  if (final) ops_.erase(id);
+  call_dispatcher(id, push ? &push : nullptr);
+}
+
+void HostContext::request_tick() {
+  if (tick_pending_) return;
+  tick_pending_ = true;
+  loop_.post([this] {
+    tick_pending_ = false;
+    call_dispatcher(0, nullptr);
+  });
+}
+
+void HostContext::set_dispatcher(int ref) {
+  if (dispatcher_ref_ != LUA_NOREF) luaL_unref(L_, LUA_REGISTRYINDEX, dispatcher_ref_);
+  dispatcher_ref_ = ref;
+}
+
+void HostContext::call_dispatcher(uint64_t id, const Push* push) {
+  if (dispatcher_ref_ == LUA_NOREF) return;
+  lua_State* L = L_;
+  const int top = lua_gettop(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, dispatcher_ref_);
+  lua_pushnumber(L, static_cast<lua_Number>(id));
+  int n = 1;
+  if (push) n += (*push)(L);
+  std::string err;
+  if (!call_protected(L, n, 0, &err)) {
+    ++dispatcher_errors_;
+    spdlog::error("internal error in the task dispatcher: {}", err);
+  }
+  lua_settop(L, top);
+}
+
+}  // namespace rl::lua

@@ -1,0 +1,35 @@
+# RLHOST_CUDA=ON|OFF|AUTO. AUTO turns CUDA on when the CUDA toolkit (nvcc) is
+# found and the LibTorch we use was built with CUDA. With it on, rlhost::torch
+# also links libtorch_cuda/libc10_cuda, NCCL is linked, and RLHOST_WITH_CUDA is
+# defined for the files that have CUDA paths.
+set(RLHOST_CUDA "AUTO" CACHE STRING "Build the CUDA/NCCL paths: ON, OFF or AUTO")
+set_property(CACHE RLHOST_CUDA PROPERTY STRINGS ON OFF AUTO)
+
+set(RLHOST_WITH_CUDA OFF)
+if(NOT RLHOST_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND RLHOST_TORCH_HAS_CUDA)
+    set(RLHOST_WITH_CUDA ON)
+  elseif(RLHOST_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "rlhost: -DRLHOST_CUDA=ON but CUDA toolkit found=${CUDAToolkit_FOUND}, "
+      "LibTorch has CUDA libraries=${RLHOST_TORCH_HAS_CUDA}. "
+      "Hint: install the CUDA toolkit and a CUDA build of torch, or use -DRLHOST_CUDA=OFF")
+  endif()
+endif()
+
+if(RLHOST_WITH_CUDA)
+  find_library(RLHOST_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "${RLHOST_TORCH_ROOT}/../nvidia/nccl/lib")
+  find_path(RLHOST_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} "${RLHOST_TORCH_ROOT}/../nvidia/nccl/include")
+  if(NOT RLHOST_NCCL_LIBRARY OR NOT RLHOST_NCCL_INCLUDE_DIR)
+    message(FATAL_ERROR "rlhost: CUDA is on but NCCL was not found. Hint: install libnccl-dev or the nvidia-nccl wheel, or -DRLHOST_CUDA=OFF")
+  endif()
+  target_link_libraries(rlhost::torch INTERFACE
+    "${RLHOST_TORCH_LIB_DIR}/libtorch_cuda.so" "${RLHOST_TORCH_LIB_DIR}/libc10_cuda.so"
+    CUDA::cudart "${RLHOST_NCCL_LIBRARY}")
+  target_include_directories(rlhost::torch SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS} "${RLHOST_NCCL_INCLUDE_DIR}")
+  target_compile_definitions(rlhost::torch INTERFACE RLHOST_WITH_CUDA=1 USE_C10D_NCCL=1)
+  # Force libtorch_cuda to load even though no symbol of it is referenced directly,
+  # so torch::cuda::is_available() sees the CUDA backend.
+  target_link_options(rlhost::torch INTERFACE "LINKER:--no-as-needed")
+endif()
+message(STATUS "rlhost: CUDA/NCCL paths: ${RLHOST_WITH_CUDA} (RLHOST_CUDA=${RLHOST_CUDA})")

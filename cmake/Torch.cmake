@@ -1,0 +1,93 @@
+# LibTorch, from -DCMAKE_PREFIX_PATH / -DTorch_DIR, or from the `torch` Python wheel.
+#
+# We do not call find_package(Torch) for the CPU build: the PyPI wheels are CUDA
+# builds whose TorchConfig.cmake insists on a matching CUDA toolkit. Instead we
+# import the two libraries a CPU build needs (libtorch_cpu, libc10) directly;
+# with RLHOST_CUDA on we add libtorch_cuda and libc10_cuda.
+#
+# Defines the imported target rlhost::torch and sets RLHOST_TORCH_LIB_DIR,
+# RLHOST_TORCH_VERSION and RLHOST_TORCH_HAS_CUDA.
+
+set(_torch_roots "")
+if(Torch_DIR)
+  get_filename_component(_r "${Torch_DIR}/../../.." ABSOLUTE)  # share/cmake/Torch -> root
+  list(APPEND _torch_roots "${_r}")
+endif()
+foreach(_p IN LISTS CMAKE_PREFIX_PATH)
+  list(APPEND _torch_roots "${_p}" "${_p}/../..")  # a root, or its share/cmake
+endforeach()
+
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c "import os, torch; print(os.path.dirname(torch.__file__))"
+    OUTPUT_VARIABLE _wheel_root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
+    RESULT_VARIABLE _py_rc)
+  if(_py_rc EQUAL 0 AND _wheel_root)
+    list(APPEND _torch_roots "${_wheel_root}")
+  endif()
+endif()
+
+set(RLHOST_TORCH_ROOT "")
+foreach(_r IN LISTS _torch_roots)
+  get_filename_component(_r "${_r}" ABSOLUTE)
+  if(EXISTS "${_r}/include/ATen/ATen.h" AND EXISTS "${_r}/lib/libtorch_cpu.so")
+    set(RLHOST_TORCH_ROOT "${_r}")
+    break()
+  endif()
+endforeach()
+if(NOT RLHOST_TORCH_ROOT)
+  message(FATAL_ERROR
+    "rlhost: LibTorch not found (looked in: ${_torch_roots}).\n"
+    "Hint: pip install torch (scripts/bootstrap.sh does it), or pass -DCMAKE_PREFIX_PATH=/path/to/libtorch")
+endif()
+
+set(RLHOST_TORCH_LIB_DIR "${RLHOST_TORCH_ROOT}/lib")
+# torch/version.h moved to torch/headeronly/version.h in newer releases.
+set(RLHOST_TORCH_VERSION "")
+foreach(_vh "${RLHOST_TORCH_ROOT}/include/torch/headeronly/version.h"
+            "${RLHOST_TORCH_ROOT}/include/torch/csrc/api/include/torch/version.h")
+  if(EXISTS "${_vh}" AND NOT RLHOST_TORCH_VERSION)
+    file(STRINGS "${_vh}" _vl REGEX "#define TORCH_VERSION_(MAJOR|MINOR|PATCH) [0-9]+")
+    set(_parts "")
+    foreach(_k MAJOR MINOR PATCH)
+      foreach(_l IN LISTS _vl)
+        if(_l MATCHES "TORCH_VERSION_${_k} ([0-9]+)")
+          list(APPEND _parts "${CMAKE_MATCH_1}")
+        endif()
+      endforeach()
+    endforeach()
+    list(LENGTH _parts _n)
+    if(_n EQUAL 3)
+      list(JOIN _parts "." RLHOST_TORCH_VERSION)
+    endif()
+  endif()
+endforeach()
+if(RLHOST_TORCH_VERSION VERSION_LESS 2.4)
+  message(FATAL_ERROR "rlhost: LibTorch ${RLHOST_TORCH_VERSION} at ${RLHOST_TORCH_ROOT} is too old; need >= 2.4")
+endif()
+if(EXISTS "${RLHOST_TORCH_LIB_DIR}/libtorch_cuda.so")
+  set(RLHOST_TORCH_HAS_CUDA ON)
+else()
+  set(RLHOST_TORCH_HAS_CUDA OFF)
+endif()
+message(STATUS "rlhost: LibTorch ${RLHOST_TORCH_VERSION} at ${RLHOST_TORCH_ROOT} (CUDA libraries: ${RLHOST_TORCH_HAS_CUDA})")
+
+add_library(rlhost::torch INTERFACE IMPORTED GLOBAL)
+target_include_directories(rlhost::torch SYSTEM INTERFACE
+  "${RLHOST_TORCH_ROOT}/include" "${RLHOST_TORCH_ROOT}/include/torch/csrc/api/include")
+# Wheels since 2.x use the C++11 ABI, as does everything else we link.
+target_compile_definitions(rlhost::torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+target_link_libraries(rlhost::torch INTERFACE
+  "${RLHOST_TORCH_LIB_DIR}/libtorch_cpu.so" "${RLHOST_TORCH_LIB_DIR}/libc10.so")
+# libtorch_cpu of a CUDA wheel needs libcudart from the nvidia wheels; its own
+# RPATH finds them at run time, and -rpath-link lets the linker find them too.
+target_link_options(rlhost::torch INTERFACE
+  "LINKER:-rpath,${RLHOST_TORCH_LIB_DIR}"
+  "LINKER:-rpath-link,${RLHOST_TORCH_LIB_DIR}")
+foreach(_d cu13/lib cu12/lib cuda_runtime/lib cuda_cupti/lib nccl/lib cudnn/lib)
+  if(EXISTS "${RLHOST_TORCH_ROOT}/../nvidia/${_d}")
+    get_filename_component(_abs "${RLHOST_TORCH_ROOT}/../nvidia/${_d}" ABSOLUTE)
+    target_link_options(rlhost::torch INTERFACE "LINKER:-rpath-link,${_abs}")
+  endif()
+endforeach()

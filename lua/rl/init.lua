@@ -1,0 +1,54 @@
+--- rl: the rlhost standard library. `rl` is also a global in every recipe.
+--
+-- Submodules load on first use (rl.http, rl.json, rl.args, rl.torch, ...), so a
+-- recipe that never touches LibTorch never pays for loading it.
+local core = require "rl._core"
+local task = require "rl.task"
+
+local rl = {
+  version = core.version,
+  -- tasks and time
+  spawn = task.spawn,
+  wait_all = task.wait_all,
+  sleep = task.sleep,
+  after = task.after,
+  every = task.every,
+  now = core.loop.now,     -- monotonic seconds
+  time = core.loop.time,   -- wall-clock seconds since the epoch
+  argv = {},               -- the recipe's command-line arguments (set by the host)
+  script = nil,            -- the recipe's path (set by the host)
+}
+
+--- Loop and boundary counters: {iterations, timers, fds, ops, live_objects}.
+rl._core_stats = core.loop.stats
+
+--- The task running now (nil outside tasks).
+function rl.current_task() return task.current() end
+
+local Exit = {}
+Exit.__tostring = function(e) return "rl.exit(" .. tostring(e.code) .. ")" end
+
+--- Ends the process with `code` (default 0) once the current task unwinds.
+function rl.exit(code)
+  code = code or 0
+  if type(code) ~= "number" or code ~= math.floor(code) or code < 0 or code > 255 then
+    error("rl.exit: bad argument #1 'code' (integer 0-255 expected, got " .. tostring(code) .. ")", 2)
+  end
+  error(setmetatable({ code = code }, Exit), 0)
+end
+rl._Exit = Exit
+
+local lazy = {
+  log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
+  inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", control = "rl.control",
+}
+
+return setmetatable(rl, {
+  __index = function(t, k)
+    local name = lazy[k]
+    if not name then return nil end
+    local m = require(name)
+    rawset(t, k, m)
+    return m
+  end,
+})

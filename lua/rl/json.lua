@@ -1,0 +1,22 @@
+--- rl.json: JSON encode/decode.
+--
+--   local s = rl.json.encode({a = 1, b = rl.json.array{}}, {indent = 2, sort_keys = true})
+--   local v, err = rl.json.decode(s)      -- nil, "rl.json.decode: ... at line 1, column 5" on bad input
+--
+-- JSON null is `rl.json.null`; decoded arrays carry a metatable so `[]` stays an
+-- array when encoded again (mark your own with rl.json.array(t)).
+local core = require "rl._core"
+
+local M = {
+  encode = core.json.encode,
+  decode = core.json.decode,
+  null = core.json.null,
+}
+
+--- Marks `t` (or a new table) as a JSON array.
+function M.array(t) return setmetatable(t or {}, core.json.array_mt) end
+
+--- True when `t` was decoded from, or marked as, a JSON array.
+function M.is_array(t) return type(t) == "table" and getmetatable(t) == core.json.array_mt end
+
+return M

@@ -1,0 +1,276 @@
+--- rl.task: tasks (coroutines) scheduled on the host's one event loop.
+--
+-- Every asynchronous runtime operation (timer, HTTP request, attach chunk, ...)
+-- is an "op" with a numeric id. The C++ side delivers the op's events to
+-- `dispatch` below (through the host's one protected call); the task waiting on
+-- that op is resumed with the event's values. Lua never runs on another thread.
+local core = require "rl._core"
+local loop = core.loop
+
+local M = {}
+
+local unpack, pack = unpack, function(...) return { n = select("#", ...), ... } end
+local co_create, co_resume, co_yield, co_status, co_running =
+  coroutine.create, coroutine.resume, coroutine.yield, coroutine.status, coroutine.running
+
+---@class rl.Cancelled
+local Cancelled = {}
+Cancelled.__index = Cancelled
+Cancelled.__tostring = function(c) return c.reason end
+M.Cancelled = Cancelled
+
+--- True when `err` is the error a cancelled task unwinds with.
+function M.is_cancelled(err) return getmetatable(err) == Cancelled end
+
+local Task = {}
+Task.__index = Task
+M.Task = Task
+
+local ops = {}          -- op id -> { task = Task|nil, queue = {events...}, waiting = bool }
+local ready = {}        -- FIFO of { task, values } to resume at the next tick
+local ready_head, ready_tail = 1, 0
+local current = nil     -- the task running now
+local next_id = 1
+local unobserved = {}   -- failed tasks nobody has waited for (reported at exit)
+local on_task_done = {} -- task -> callback(task), for the host
+
+local function resume_later(t, vals)
+  ready_tail = ready_tail + 1
+  ready[ready_tail] = { t, vals }
+  loop.tick()
+end
+
+local function finish(t, ok, res)
+  if ok then
+    t.status = "done"
+    t.values = { n = res.n - 1, unpack(res, 2, res.n) }
+  else
+    local err = res[2]
+    t.error = err
+    if M.is_cancelled(err) then
+      t.status = "cancelled"
+    else
+      t.status = "failed"
+      t.traceback = debug.traceback(t.co, tostring(err))
+      if #t.waiters == 0 and not t.quiet then
+        unobserved[t] = true
+        core.log.write("debug", nil, 0, ("task %d (%s) failed: %s"):format(t.id, t.name, t.traceback))
+      end
+    end
+  end
+  for _, w in ipairs(t.waiters) do resume_later(w, { n = 0 }) end
+  t.waiters = {}
+  local cb = on_task_done[t]
+  if cb then
+    on_task_done[t] = nil
+    cb(t)
+  end
+end
+
+local function step(t, vals)
+  if t.status ~= "pending" and t.status ~= "running" then return end
+  t.status = "running"
+  t.started = true
+  local prev = current
+  current = t
+  local res = pack(co_resume(t.co, unpack(vals, 1, vals.n)))
+  current = prev
+  if co_status(t.co) == "dead" then finish(t, res[1], res) end
+end
+
+local function drain_ready()
+  while ready_head <= ready_tail do
+    local item = ready[ready_head]
+    ready[ready_head] = nil
+    ready_head = ready_head + 1
+    step(item[1], item[2])
+  end
+  ready_head, ready_tail = 1, 0
+end
+
+-- Receives every op event from C++; op 0 is a bare tick.
+local function dispatch(op, ...)
+  if op ~= 0 then
+    local e = ops[op]
+    if e then
+      e.queue[#e.queue + 1] = pack(...)
+      if e.waiting then
+        e.waiting = false
+        step(e.task, { n = 0 })
+      end
+    end
+  end
+  drain_ready()
+end
+loop.set_dispatcher(dispatch)
+
+local function need_task(fname)
+  local t = current
+  if not t then
+    error(fname .. ": not inside a task (run it in rl.spawn(fn), a recipe, or the REPL)", 3)
+  end
+  if co_running() ~= t.co then
+    error(fname .. ": called from a plain coroutine, not an rl task; rl.spawn it instead", 3)
+  end
+  return t
+end
+
+-- Yields until resumed by the scheduler; raises if the task was cancelled meanwhile.
+local function suspend(t)
+  co_yield()
+  if t.cancel_reason then
+    local c = setmetatable({ reason = t.cancel_reason }, Cancelled)
+    t.cancel_reason = nil
+    error(c, 0)
+  end
+end
+
+--- Registers interest in op `op` for the current task (call before op_next).
+function M.op_open(op)
+  ops[op] = { task = current, queue = {}, waiting = false }
+end
+
+--- Next event of `op` as its values; yields the current task until one arrives.
+function M.op_next(op, fname)
+  local t = need_task(fname or "rl.task.op_next")
+  local e = ops[op]
+  if not e then error("op " .. tostring(op) .. " is not open", 2) end
+  while #e.queue == 0 do
+    e.waiting = true
+    t.waiting_op = op
+    local ok, err = pcall(suspend, t)
+    t.waiting_op = nil
+    e.waiting = false
+    if not ok then
+      M.op_close(op)
+      error(err, 0)
+    end
+  end
+  local ev = table.remove(e.queue, 1)
+  return unpack(ev, 1, ev.n)
+end
+
+--- Forgets `op`, cancelling its C++ side if it is still running.
+function M.op_close(op)
+  if ops[op] then
+    ops[op] = nil
+    loop.cancel(op)
+  end
+end
+
+--- Runs an op to its single event: op_open, op_next, op_close.
+function M.await_op(op, fname)
+  M.op_open(op)
+  return (function(...) M.op_close(op); return ... end)(M.op_next(op, fname))
+end
+
+---@return rl.Task|nil the task running now
+function M.current() return current end
+
+--- Starts `fn(...)` as a new task at the next loop iteration.
+---@return rl.Task
+function M.spawn(fn, ...)
+  if type(fn) ~= "function" then
+    error("rl.spawn: bad argument #1 'fn' (function expected, got " .. type(fn) .. ")", 2)
+  end
+  local t = setmetatable({
+    id = next_id, name = "task", status = "pending", waiters = {},
+    co = co_create(fn),
+  }, Task)
+  next_id = next_id + 1
+  resume_later(t, pack(...))
+  return t
+end
+
+--- Same as spawn, with a name shown in logs and errors.
+function M.spawn_named(name, fn, ...)
+  local t = M.spawn(fn, ...)
+  t.name = tostring(name)
+  return t
+end
+
+function Task:__tostring() return ("rl.Task(%d, %s, %s)"):format(self.id, self.name, self.status) end
+
+function Task:done() return self.status == "done" or self.status == "failed" or self.status == "cancelled" end
+
+--- Waits for the task; returns its values, or raises its error.
+function Task:wait()
+  if not self:done() then
+    local me = need_task("rl.Task:wait")
+    if me == self then error("rl.Task:wait: a task cannot wait for itself", 2) end
+    self.waiters[#self.waiters + 1] = me
+    while not self:done() do suspend(me) end
+  end
+  unobserved[self] = nil
+  if self.status == "done" then return unpack(self.values, 1, self.values.n) end
+  error(self.error, 0)
+end
+
+--- Cancels the task: it unwinds with a Cancelled error at its current wait.
+function Task:cancel(reason)
+  if self:done() then return false end
+  reason = reason or "cancelled"
+  local c = setmetatable({ reason = reason }, Cancelled)
+  if self == current then error(c, 2) end
+  if not self.started then  -- never ran: it just ends
+    finish(self, false, { n = 2, false, c })
+    return true
+  end
+  self.cancel_reason = reason
+  resume_later(self, { n = 0 })
+  return true
+end
+
+--- Waits for every task; returns their first values in order. If some failed,
+--- raises the first failure after all have finished.
+function M.wait_all(tasks)
+  if type(tasks) ~= "table" then
+    error("rl.wait_all: bad argument #1 'tasks' (table expected, got " .. type(tasks) .. ")", 2)
+  end
+  local results, first_err = {}, nil
+  for i, t in ipairs(tasks) do
+    local ok, v = pcall(t.wait, t)
+    if ok then results[i] = v elseif first_err == nil then first_err = v end
+  end
+  if first_err ~= nil then error(first_err, 0) end
+  return results
+end
+
+--- Suspends the current task for `s` seconds.
+function M.sleep(s)
+  if type(s) ~= "number" or not (s >= 0) then
+    error("rl.sleep: bad argument #1 'seconds' (non-negative number expected, got " .. tostring(s) .. ")", 2)
+  end
+  M.await_op(loop.timer(s), "rl.sleep")
+end
+
+--- Lets other ready tasks run, then continues.
+function M.yield() M.sleep(0) end
+
+--- Runs fn(...) once after `s` seconds, as a task (cancel it to stop it).
+function M.after(s, fn, ...)
+  local args = pack(...)
+  return M.spawn_named("after", function() M.sleep(s); return fn(unpack(args, 1, args.n)) end)
+end
+
+--- Runs fn() every `s` seconds until it returns false or the task is cancelled.
+function M.every(s, fn)
+  return M.spawn_named("every", function()
+    while true do
+      M.sleep(s)
+      if fn() == false then return end
+    end
+  end)
+end
+
+-- Host hooks (used by lua/rl/_host.lua) -------------------------------------
+
+function M._on_done(t, cb) on_task_done[t] = cb end
+function M._unobserved()
+  local list = {}
+  for t in pairs(unobserved) do list[#list + 1] = t end
+  table.sort(list, function(a, b) return a.id < b.id end)
+  return list
+end
+
+return M

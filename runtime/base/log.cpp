@@ -1,0 +1,65 @@
+#include "base/log.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace rl::log {
+
+std::optional<spdlog::level::level_enum> parse_level(std::string_view name) {
+  std::string s(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s == "trace") return spdlog::level::trace;
+  if (s == "debug") return spdlog::level::debug;
+  if (s == "info") return spdlog::level::info;
+  if (s == "warn" || s == "warning") return spdlog::level::warn;
+  if (s == "error") return spdlog::level::err;
+  if (s == "critical") return spdlog::level::critical;
+  if (s == "off") return spdlog::level::off;
+  return std::nullopt;
+}
+
+void init(std::optional<std::string> level) {
+  std::string source = "--log-level";
+  if (!level) {
+    if (const char* env = std::getenv("RLHOST_LOG_LEVEL"); env && *env) {
+      level = env;
+      source = "RLHOST_LOG_LEVEL";
+    }
+  }
+  auto lvl = spdlog::level::info;
+  if (level) {
+    auto parsed = parse_level(*level);
+    if (!parsed)
+      throw std::invalid_argument(source + ": unknown log level '" + *level +
+                                  "'; expected one of trace, debug, info, warn, error, critical, off");
+    lvl = *parsed;
+  }
+  auto logger = spdlog::get("rlhost");
+  if (!logger) {
+    logger = spdlog::stderr_color_mt("rlhost");
+    // time, level, source (file:line when known), message
+    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+    spdlog::set_default_logger(logger);
+  }
+  logger->set_level(lvl);
+  logger->flush_on(spdlog::level::warn);
+}
+
+void set_level(spdlog::level::level_enum level) { spdlog::default_logger()->set_level(level); }
+
+spdlog::level::level_enum level() { return spdlog::default_logger()->level(); }
+
+void write(spdlog::level::level_enum level, const char* file, int line, std::string_view msg) {
+  auto logger = spdlog::default_logger_raw();
+  if (!logger->should_log(level)) return;
+  if (file && *file)
+    logger->log(level, "[{}:{}] {}", file, line, msg);
+  else
+    logger->log(level, "{}", msg);
+}
+
+}  // namespace rl::log

@@ -1,0 +1,37 @@
+#include "tensor/torch_env.hpp"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+namespace rl::tensor {
+
+TorchInfo torch_info() {
+  TorchInfo info;
+  info.version = TORCH_VERSION;
+#ifdef RLHOST_WITH_CUDA
+  info.cuda_built = true;
+#endif
+  info.cuda_available = torch::cuda::is_available();
+  info.cuda_devices = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
+  info.num_threads = at::get_num_threads();
+  info.num_interop_threads = at::get_num_interop_threads();
+  return info;
+}
+
+void set_num_threads(int n) { at::set_num_threads(n); }
+
+void manual_seed(uint64_t seed) { torch::manual_seed(seed); }
+
+bool describe_c10_error(std::exception_ptr e, std::string& message) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& err) {
+    message = err.what_without_backtrace();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace rl::tensor

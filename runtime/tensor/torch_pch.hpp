@@ -1,0 +1,3 @@
+// Precompiled header for every file that needs LibTorch (CMake: rlhost_torch_rt).
+#pragma once
+#include <torch/torch.h>

@@ -1,0 +1,126 @@
+-- A small spec runner, run by rlhost itself:
+--   rlhost tests/lua/spec.lua tests/lua/task_spec.lua [more_spec.lua...] [--filter PATTERN]
+--
+-- Spec files use the globals below. Every `it` runs in its own task, so tests
+-- may sleep, make HTTP requests and spawn tasks; a test that takes longer than
+-- its timeout (default 60 s, `it(name, fn, {timeout = s})`) fails.
+--
+--   describe("rl.json", function()
+--     it("round-trips", function()
+--       eq(rl.json.decode("[1]"), {1})
+--       raises(function() rl.json.encode(print) end, "cannot encode a function")
+--     end)
+--   end)
+local rl = require "rl"
+
+local tests, prefix, filter = {}, {}, nil
+local before = {}
+
+local function deep_eq(a, b, seen)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  seen = seen or {}
+  if seen[a] == b then return true end
+  seen[a] = b
+  for k, v in pairs(a) do if not deep_eq(v, b[k], seen) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+local function show(v)
+  local ok, inspect = pcall(require, "rl.inspect")
+  if ok and type(inspect) == "table" and inspect.format then return inspect.format(v) end
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+function describe(name, fn)
+  prefix[#prefix + 1] = name
+  local saved = #before
+  fn()
+  for i = #before, saved + 1, -1 do before[i] = nil end
+  prefix[#prefix] = nil
+end
+
+function before_each(fn) before[#before + 1] = fn end
+
+function it(name, fn, opts)
+  local full = table.concat(prefix, " ") .. (#prefix > 0 and " " or "") .. name
+  local hooks = { unpack(before) }
+  tests[#tests + 1] = { name = full, fn = fn, hooks = hooks, timeout = opts and opts.timeout or 60 }
+end
+
+function eq(actual, expected, msg)
+  if not deep_eq(actual, expected) then
+    error((msg and msg .. ": " or "") .. "expected " .. show(expected) .. ", got " .. show(actual), 2)
+  end
+end
+
+function ok(v, msg)
+  if not v then error(msg or "expected a true value, got " .. show(v), 2) end
+  return v
+end
+
+function near(actual, expected, tol, msg)
+  tol = tol or 1e-6
+  if type(actual) ~= "number" or math.abs(actual - expected) > tol then
+    error((msg and msg .. ": " or "") .. ("expected %s ± %g, got %s"):format(tostring(expected), tol, show(actual)), 2)
+  end
+end
+
+-- raises(fn, pattern): fn must raise an error whose text contains `pattern` (plain).
+function raises(fn, pattern)
+  local okk, err = pcall(fn)
+  if okk then error("expected an error" .. (pattern and (" matching '" .. pattern .. "'") or ""), 2) end
+  local text = tostring(err)
+  if pattern and not text:find(pattern, 1, true) then
+    error("error '" .. text .. "' does not contain '" .. pattern .. "'", 2)
+  end
+  return err
+end
+
+-- ---- run -----------------------------------------------------------------------------
+local files = {}
+local i = 1
+while i <= #rl.argv do
+  local a = rl.argv[i]
+  if a == "--filter" then filter = rl.argv[i + 1]; i = i + 1 else files[#files + 1] = a end
+  i = i + 1
+end
+if #files == 0 then
+  io.stderr:write("usage: rlhost tests/lua/spec.lua FILE_spec.lua... [--filter PATTERN]\n")
+  rl.exit(2)
+end
+for _, f in ipairs(files) do
+  local chunk, err = loadfile(f)
+  if not chunk then error(err, 0) end
+  chunk()
+end
+
+local passed, failed, failures = 0, 0, {}
+for _, t in ipairs(tests) do
+  if not filter or t.name:find(filter, 1, true) then
+    local started = rl.now()
+    local task = rl.spawn(function()
+      for _, h in ipairs(t.hooks) do h() end
+      t.fn()
+    end)
+    local timer = rl.after(t.timeout, function() task:cancel("timed out after " .. t.timeout .. " s") end)
+    local okk, err = pcall(task.wait, task)
+    timer:cancel()
+    local ms = (rl.now() - started) * 1000
+    if okk then
+      passed = passed + 1
+      io.write(("ok    %s (%.0f ms)\n"):format(t.name, ms))
+    else
+      failed = failed + 1
+      local msg = task.traceback or tostring(err)
+      failures[#failures + 1] = t.name .. "\n    " .. msg:gsub("\n", "\n    ")
+      io.write(("FAIL  %s (%.0f ms)\n"):format(t.name, ms))
+    end
+    io.flush()
+  end
+end
+for _, f in ipairs(failures) do io.write("\n--- ", f, "\n") end
+io.write(("%d passed, %d failed\n"):format(passed, failed))
+if failed > 0 then rl.exit(1) end
