@@ -77,6 +77,7 @@ end)
 describe("cancellation", function()
   it("cancels a sleeping task at its wait point", function()
     local reached = false
+    rl.sleep(0.001)  -- let the runner's own timeout timer start first
     local ops_before = rl._core_stats().ops
     local t = rl.spawn(function() rl.sleep(10); reached = true end)
     rl.sleep(0.01)
