@@ -198,9 +198,25 @@ static int traceback_handler(lua_State* L) {
   return 1;
 }
 
+// The handler closure is created once per state and kept in the registry:
+// lua_pushcfunction would allocate a new closure on every call.
+static const char kTracebackKey = 0;
+
+static void push_traceback_handler(lua_State* L) {
+  lua_pushlightuserdata(L, (void*)&kTracebackKey);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushcfunction(L, traceback_handler);
+    lua_pushlightuserdata(L, (void*)&kTracebackKey);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+}
+
 bool call_protected(lua_State* L, int nargs, int nresults, std::string* error) {
   const int base = lua_gettop(L) - nargs;  // the function's index
-  lua_pushcfunction(L, traceback_handler);
+  push_traceback_handler(L);
   lua_insert(L, base);
   const int rc = lua_pcall(L, nargs, nresults, base);
   if (rc != 0) {

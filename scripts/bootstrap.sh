@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what rlhost needs on a fresh Debian machine, idempotently:
+# Debian packages (compiler, CMake, LuaJIT, spdlog, Catch2, libcurl, nlohmann-json,
+# cpp-httplib, readline, ccache) and the `torch` wheel from PyPI for LibTorch.
+# Already-installed pieces are left as they are; a second run does nothing.
+set -euo pipefail
+
+APT_PACKAGES=(
+  g++ cmake ninja-build pkg-config ccache git
+  luajit libluajit-5.1-dev
+  libspdlog-dev catch2 libcurl4-openssl-dev nlohmann-json3-dev libcpp-httplib-dev libreadline-dev
+  python3 python3-pip
+)
+TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; this is the tested one
+PY="${PYTHON:-python3}"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    # python3/pip may come from elsewhere (pyenv): only install when absent from PATH
+    case "$p" in
+      python3) command -v python3 >/dev/null && continue ;;
+      python3-pip) "$PY" -m pip --version >/dev/null 2>&1 && continue ;;
+    esac
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages: all present"
+fi
+
+if "$PY" - <<'PY' 2>/dev/null
+import importlib.util, sys
+spec = importlib.util.find_spec("torch")
+if spec is None: sys.exit(1)
+import os
+root = os.path.dirname(spec.origin)
+sys.exit(0 if os.path.exists(os.path.join(root, "lib", "libtorch_cpu.so")) else 1)
+PY
+then
+  log "torch wheel: present"
+else
+  log "installing the torch wheel ($TORCH_SPEC) from PyPI for LibTorch"
+  pip_flags=()
+  # Debian's own python refuses system-wide pip installs without this flag.
+  if "$PY" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    if [ -f "$("$PY" -c 'import sysconfig;print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+      pip_flags+=(--break-system-packages)
+    fi
+  fi
+  "$PY" -m pip install -q "${pip_flags[@]}" "$TORCH_SPEC"
+fi

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures and builds rlhost out of tree (default: ./build, CPU-only).
+#   RLHOST_BUILD_DIR=dir  RLHOST_CUDA=ON|OFF|AUTO  RLHOST_BUILD_TYPE=RelWithDebInfo
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${RLHOST_BUILD_DIR:-$root/build}"
+jobs="${RLHOST_JOBS:-$(nproc)}"
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$root" -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${RLHOST_BUILD_TYPE:-RelWithDebInfo}" \
+    -DRLHOST_CUDA="${RLHOST_CUDA:-OFF}" "$@"
+fi
+cmake --build "$build" -j "$jobs"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite: sets up this machine (idempotent), builds (CPU-only) and
+# runs every test under ctest; then the boundary tests again under ASan/UBSan, and,
+# where the CUDA toolkit is installed, a compile of the CUDA/NCCL paths.
+#   RLHOST_TEST_ASAN=0       skip the sanitizer stage
+#   RLHOST_TEST_CUDA_BUILD=0 skip the CUDA compile stage
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${RLHOST_BUILD_DIR:-$root/build}"
+stage() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
+
+stage "bootstrap"
+"$root/scripts/bootstrap.sh"
+stage "build"
+RLHOST_BUILD_DIR="$build" "$root/scripts/build.sh"
+stage "ctest"
+ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}"
+
+if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
+  stage "boundary tests under ASan/UBSan"
+  asan="$build-asan"
+  [ -f "$asan/build.ninja" ] || cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+      -DRLHOST_SANITIZE=ON -DRLHOST_TORCH=OFF -DRLHOST_BENCH=OFF >/dev/null
+  cmake --build "$asan" -j "$(nproc)" --target rlhost rlhost_cpp_tests
+  export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  "$asan/tests/rlhost_cpp_tests"
+  for spec in task json; do
+    [ -f "$root/tests/lua/${spec}_spec.lua" ] && \
+      "$asan/rlhost" --no-control "$root/tests/lua/spec.lua" "$root/tests/lua/${spec}_spec.lua"
+  done
+fi
+
+if [ "${RLHOST_TEST_CUDA_BUILD:-1}" != 0 ] && command -v nvcc >/dev/null; then
+  stage "compile the CUDA/NCCL paths (-DRLHOST_CUDA=ON)"
+  cuda="$build-cuda"
+  [ -f "$cuda/build.ninja" ] || cmake -S "$root" -B "$cuda" -G Ninja -DRLHOST_CUDA=ON \
+      -DRLHOST_TESTS=ON -DRLHOST_BENCH=OFF >/dev/null
+  cmake --build "$cuda" -j "$(nproc)" --target rlhost_torch rlhost_torch_tests
+fi
+stage "done"
