@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -88,12 +89,31 @@ int l_decode(lua_State* L) {
 }
 
 // ---- encode ------------------------------------------------------------------------
+
+// Length of the well-formed UTF-8 sequence at s (Unicode Table 3-7: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one.
+size_t utf8_sequence_length(const char* s, size_t avail) {
+  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(0);
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+  else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+  else return 0;
+  if (len > avail || b(1) < lo || b(1) > hi) return 0;
+  for (size_t k = 2; k < len; ++k)
+    if ((b(k) & 0xC0) != 0x80) return 0;
+  return len;
+}
+
 struct Encoder {
   lua_State* L = nullptr;
   std::string out;
   int indent = -1;
   bool sort_keys = false;
   std::vector<std::string> path;
+  std::vector<const void*> open_tables;  // tables being encoded now, outermost first
 
   [[noreturn]] void bad(const std::string& what) {
     std::string p = "$";
@@ -127,10 +147,8 @@ struct Encoder {
           } else if (c < 0x80) {
             out += static_cast<char>(c);
           } else {
-            size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-            if (len == 0 || i + len > n) bad("invalid UTF-8 in string");
-            for (size_t k = 1; k < len; ++k)
-              if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) bad("invalid UTF-8 in string");
+            const size_t len = utf8_sequence_length(s + i, n - i);
+            if (len == 0) bad("invalid UTF-8 in string");
             out.append(s + i, len);
             i += len - 1;
           }
@@ -142,10 +160,15 @@ struct Encoder {
   void number(double v) {
     if (!std::isfinite(v)) bad("cannot encode " + std::string(std::isnan(v) ? "NaN" : "infinity"));
     char buf[32];
-    if (std::floor(v) == v && std::fabs(v) < 1e15)
+    if (std::floor(v) == v && std::fabs(v) < 1e15) {
       std::snprintf(buf, sizeof buf, "%.0f", v);
-    else
-      std::snprintf(buf, sizeof buf, "%.17g", v);
+    } else {
+      // the shortest form that reads back as the same double (0.1, not 0.10000000000000001)
+      for (int prec = 15; prec <= 17; ++prec) {
+        std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (std::strtod(buf, nullptr) == v) break;
+      }
+    }
     out += buf;
   }
 
@@ -192,6 +215,15 @@ struct Encoder {
 
   void table(int idx, int depth) {
     if (!lua_checkstack(L, 6)) bad("out of Lua stack");
+    const void* self = lua_topointer(L, idx);
+    if (std::find(open_tables.begin(), open_tables.end(), self) != open_tables.end())
+      bad("cycle: a table contains itself");
+    open_tables.push_back(self);
+    table_body(idx, depth);
+    open_tables.pop_back();
+  }
+
+  void table_body(int idx, int depth) {
     size_t n = 0;
     if (is_array(idx, n)) {
       out += '[';

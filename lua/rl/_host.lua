@@ -8,6 +8,16 @@ local M = {}
 
 local main          -- the main task
 local foreground    -- the task Ctrl-C cancels (main, or a REPL chunk)
+local exit_code     -- set by rl.exit(code) in a task nobody waits for
+
+-- rl.exit(code) in a task that nobody waits for (not main: its error reaches no
+-- one) still ends the process: remember the code and stop the loop.
+task._on_unwaited_failure = function(_, err)
+  if getmetatable(err) ~= rl._Exit then return false end
+  if exit_code == nil then exit_code = err.code end
+  core.loop.stop()
+  return true
+end
 
 --- Runs each function of `fns` in order inside one task (the -e chunks, then
 --- the recipe with `...` = its arguments). Stops the loop when it ends.
@@ -35,6 +45,7 @@ function M.outcome(t)
 end
 
 function M.main_outcome()
+  if exit_code ~= nil then return exit_code, nil end
   if not main then return 0, nil end
   if not main:done() then return 1, "main task did not finish" end
   return M.outcome(main)

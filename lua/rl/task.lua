@@ -52,7 +52,7 @@ local function finish(t, ok, res)
     else
       t.status = "failed"
       t.traceback = debug.traceback(t.co, tostring(err))
-      if #t.waiters == 0 and not t.quiet then
+      if #t.waiters == 0 and not t.quiet and not (M._on_unwaited_failure and M._on_unwaited_failure(t, err)) then
         unobserved[t] = true
         core.log.write("debug", nil, 0, ("task %d (%s) failed: %s"):format(t.id, t.name, t.traceback))
       end
@@ -264,6 +264,10 @@ function M.every(s, fn)
 end
 
 -- Host hooks (used by lua/rl/_host.lua) -------------------------------------
+
+-- M._on_unwaited_failure(task, err) -> bool: set by the host; called when a task
+-- nobody waits for fails; returning true marks the failure as handled (rl.exit).
+M._on_unwaited_failure = nil
 
 function M._on_done(t, cb) on_task_done[t] = cb end
 function M._unobserved()

@@ -1,0 +1,211 @@
+---@meta
+-- LuaLS type stubs for the public `rl` API (never loaded at run time).
+-- Point your editor at lua/ (workspace.library) to get completion and checks.
+-- rl.http and the REPL live in _meta/http.lua and _meta/repl.lua.
+
+---@class rl
+---@field version string the rlhost version, e.g. "0.1.0"
+---@field argv string[] the recipe's command-line arguments (those after the recipe file)
+---@field script string|nil the recipe's path as given on the command line (nil for -e and the REPL)
+---@field log rl.log
+---@field json rl.json
+---@field args rl.args
+rl = {}
+
+-- ---- tasks and time --------------------------------------------------------------------
+
+--- Starts `fn(...)` as a new task (a coroutine on the host's event loop). It starts
+--- at the next loop iteration; tasks run in the order they were spawned.
+---@param fn fun(...): ...
+---@param ... any arguments passed to fn
+---@return rl.Task
+function rl.spawn(fn, ...) end
+
+--- Waits for every task; returns their first values in order. When some fail, the
+--- others still run to the end, then the first failure is raised.
+---@param tasks rl.Task[]
+---@return any[]
+function rl.wait_all(tasks) end
+
+--- Suspends the current task for `seconds` (other tasks keep running).
+--- Must be called inside a task (a recipe's main chunk is one).
+---@param seconds number non-negative
+function rl.sleep(seconds) end
+
+--- Runs `fn(...)` once after `seconds`, as a task; cancel the task to stop it.
+---@param seconds number
+---@param fn fun(...): ...
+---@param ... any
+---@return rl.Task
+function rl.after(seconds, fn, ...) end
+
+--- Runs `fn()` every `seconds` until it returns false or the task is cancelled.
+---@param seconds number
+---@param fn fun(): boolean|nil
+---@return rl.Task
+function rl.every(seconds, fn) end
+
+--- Monotonic time in seconds (for durations).
+---@return number
+function rl.now() end
+
+--- Wall-clock time in seconds since the Unix epoch (for timestamps).
+---@return number
+function rl.time() end
+
+--- Ends the process with `code` (default 0) once the current task unwinds.
+---@param code? integer 0-255
+function rl.exit(code) end
+
+--- The task running now, or nil outside tasks.
+---@return rl.Task|nil
+function rl.current_task() end
+
+-- ---- rl.Task ---------------------------------------------------------------------------
+
+---@alias rl.TaskStatus "pending"|"running"|"done"|"failed"|"cancelled"
+
+---@class rl.Task
+---@field id integer unique, increasing
+---@field name string "task", "main", "after", "every", or a name given by the host
+---@field status rl.TaskStatus
+---@field error any the error value when status is "failed" or "cancelled"
+---@field traceback string|nil the traceback when status is "failed"
+local Task = {}
+
+--- Waits for the task and returns its values, or raises its error.
+---@return ...
+function Task:wait() end
+
+--- Cancels the task: it unwinds with a cancellation error at its current wait.
+--- Returns false when it had already finished.
+---@param reason? string default "cancelled"
+---@return boolean
+function Task:cancel(reason) end
+
+--- True once the task finished (done, failed or cancelled).
+---@return boolean
+function Task:done() end
+
+-- ---- rl.log ----------------------------------------------------------------------------
+
+---@alias rl.LogLevel "trace"|"debug"|"info"|"warn"|"warning"|"error"|"critical"|"off"
+
+--- Log records with the caller's file:line. Arguments after `fmt` go through
+--- string.format; a bad format never raises (the record says what went wrong).
+---@class rl.log
+rl.log = {}
+
+---@param fmt any
+---@param ... any
+function rl.log.trace(fmt, ...) end
+---@param fmt any
+---@param ... any
+function rl.log.debug(fmt, ...) end
+---@param fmt any
+---@param ... any
+function rl.log.info(fmt, ...) end
+---@param fmt any
+---@param ... any
+function rl.log.warn(fmt, ...) end
+---@param fmt any
+---@param ... any
+function rl.log.error(fmt, ...) end
+
+--- Returns the current level name; sets it first when `new_level` is given.
+--- An unknown name raises.
+---@param new_level? rl.LogLevel
+---@return string
+function rl.log.level(new_level) end
+
+-- ---- rl.json ---------------------------------------------------------------------------
+
+---@class rl.json.EncodeOptions
+---@field indent? integer spaces per level (pretty-prints; default compact)
+---@field sort_keys? boolean sort object keys (default false)
+
+---@class rl.json
+---@field null lightuserdata JSON null (decode gives it; encode writes it as null)
+rl.json = {}
+
+--- Encodes a value. Tables with keys 1..n (or marked with rl.json.array) are
+--- arrays; other tables are objects with string keys. Raises, naming the path
+--- (`$.a[2]`), on functions, NaN/infinity, invalid UTF-8, cycles and bad keys.
+---@param value any
+---@param opts? rl.json.EncodeOptions
+---@return string
+function rl.json.encode(value, opts) end
+
+--- Decodes JSON text. Returns nil and a message with line and column on bad input.
+--- Arrays come back marked (rl.json.is_array) so `[]` encodes as `[]` again.
+---@param text string
+---@return any|nil value
+---@return string|nil err
+function rl.json.decode(text) end
+
+--- Marks `t` (or a new table) as a JSON array and returns it.
+---@generic T: table
+---@param t? T
+---@return T
+function rl.json.array(t) end
+
+--- True when `t` was decoded from, or marked as, a JSON array.
+---@param t any
+---@return boolean
+function rl.json.is_array(t) end
+
+-- ---- rl.args ---------------------------------------------------------------------------
+
+---@alias rl.args.Type "string"|"int"|"integer"|"number"|"float"|"bool"|"boolean"|"list"
+
+---@class rl.args.Option
+---@field name string snake_case; users write it as --kebab-case
+---@field type? rl.args.Type default: inferred from `default`, else "string"
+---@field of? "string"|"int"|"number" item type of a list (default "string")
+---@field default? any
+---@field help? string
+---@field choices? any[] allowed values (of a list: allowed items)
+---@field required? boolean
+---@field positional? boolean a positional argument instead of a flag
+---@field metavar? string placeholder shown in the help
+
+---@class rl.args.Spec
+---@field description? string shown under the usage line
+---@field prog? string name shown in usage (default rl.script)
+---@field epilog? string shown at the end of the help
+---@field [integer] rl.args.Option
+
+---@class rl.args.UsageError
+---@field usage true
+---@field message string
+
+--- Command-line options. Call it: `local opt = rl.args{ {name = "lr", type = "number", default = 1e-6} }`.
+--- A bad command line exits with status 2 and a message; --help prints the usage and exits 0.
+---@class rl.args
+---@overload fun(spec: rl.args.Spec, argv?: string[]): table<string, any>
+rl.args = {}
+
+--- Like calling rl.args, but returns nil, message, kind ("usage" or "help") instead
+--- of exiting. A bad declaration still raises.
+---@param spec rl.args.Spec
+---@param argv? string[] default rl.argv
+---@return table<string, any>|nil options
+---@return string|nil message
+---@return "usage"|"help"|nil kind
+function rl.args.parse(spec, argv) end
+
+--- The help text --help prints.
+---@param spec rl.args.Spec
+---@return string
+function rl.args.help(spec) end
+
+--- Raises a usage error (exit status 2) for a recipe's own checks of its options.
+---@param message string
+function rl.args.usage_error(message) end
+
+--- True when `err` is a usage error raised by rl.args.
+---@param err any
+---@return boolean
+function rl.args.is_usage_error(err) end
+
+return rl
