@@ -19,6 +19,8 @@ void open_core(lua_State* L) {
   add_area(L, core, "loop", open_loop);
   add_area(L, core, "log", open_log);
   add_area(L, core, "json", open_json);
+  add_area(L, core, "http", open_http);
+  add_area(L, core, "control", open_control);
   lua_pushstring(L, RLHOST_VERSION);
   lua_setfield(L, core, "version");
   lua_getglobal(L, "package");

@@ -7,7 +7,17 @@
 #include <cstdio>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
+#include "bindings/core_control.hpp"
+#include "bindings/host_context.hpp"
 #include "bindings/trampoline.hpp"
+#include "host/control_server.hpp"
+#include "host/repl.hpp"
+
+#ifndef RLHOST_VERSION
+#define RLHOST_VERSION "0.0.0"
+#endif
 
 namespace rl::lua {
 
@@ -18,6 +28,10 @@ namespace {
 // next instruction count) and wakes the loop. The loop then cancels the
 // foreground task; a third ^C before that happens exits at once.
 std::atomic<int> g_sigint{0};
+// True while the REPL waits at its prompt: ^C then only clears the line, so
+// the Lua hook is not armed (it would cancel whatever background task happens
+// to be running Lua at that instant).
+std::atomic<bool> g_repl_idle{false};
 EventLoop* g_loop = nullptr;
 lua_State* g_L = nullptr;
 const char kCancelledKey = 0;
@@ -36,7 +50,7 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
 
 void on_sigint(int) {
   if (g_sigint.fetch_add(1) >= 2) _exit(130);
-  if (g_L) lua_sethook(g_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  if (g_L && !g_repl_idle.load()) lua_sethook(g_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
   if (g_loop) g_loop->wakeup();
 }
 
@@ -54,6 +68,7 @@ HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
 }
 
 HostSession::~HostSession() {
+  hub_.reset();  // closes the control socket while the Lua state is still open
   signal(SIGINT, SIG_DFL);
   loop_.set_on_iteration(nullptr);
   lua_sethook(L_, nullptr, 0, 0);
@@ -63,9 +78,11 @@ HostSession::~HostSession() {
 }
 
 void HostSession::on_iteration() {
+  if (repl_ && !repl_->busy()) g_repl_idle = true;
   if (g_sigint.load() == 0) return;
   lua_sethook(L_, nullptr, 0, 0);  // the loop handles it: disarm the hook
   g_sigint = 0;
+  if (repl_ && repl_->interrupt()) return;  // idle at the prompt: just a fresh line
   call_host("interrupt", 0, 0);
 }
 
@@ -151,7 +168,7 @@ void HostSession::print_outcome(int code, const char* msg) {
   std::fprintf(stderr, "rlhost: %s\n", msg);
 }
 
-int HostSession::run_main(const std::vector<int>& refs) {
+int HostSession::run_main(const std::vector<int>& refs, bool& exited) {
   lua_createtable(L_, static_cast<int>(refs.size()), 0);
   for (size_t i = 0; i < refs.size(); ++i) {
     lua_rawgeti(L_, LUA_REGISTRYINDEX, refs[i]);
@@ -163,20 +180,120 @@ int HostSession::run_main(const std::vector<int>& refs) {
   lua_remove(L_, -2);
   if (!call_host("run_main", 2, 0)) return 1;
   loop_.run();
-  if (!call_host("main_outcome", 0, 2)) return 1;
-  const int code = static_cast<int>(lua_tointeger(L_, -2));
-  print_outcome(code, lua_tostring(L_, -1));
-  lua_pop(L_, 2);
+  if (!call_host("main_outcome", 0, 3)) return 1;
+  const int code = static_cast<int>(lua_tointeger(L_, -3));
+  print_outcome(code, lua_tostring(L_, -2));
+  exited = lua_toboolean(L_, -1) != 0;
+  lua_pop(L_, 3);
   return code;
 }
 
 int HostSession::run() {
   std::vector<int> refs;
   if (int rc = compile(refs)) return rc;
+  if (int rc = start_control()) return rc;
   int code = 0;
-  if (!refs.empty()) code = run_main(refs);
+  bool exited = false;  // rl.exit: no REPL even with -i
+  if (!refs.empty()) code = run_main(refs, exited);
+  if (opts_.interactive && !exited) {
+    // After -i the status stays the recipe's: 0 unless it failed.
+    run_repl();
+    if (auto requested = exit_requested()) code = *requested;
+  }
   call_host("report_unobserved", 0, 0);
   return code;
+}
+
+// ---- control socket and REPL ------------------------------------------------------
+
+int HostSession::start_control() {
+  if (!opts_.control && !opts_.interactive) return 0;
+  hub_ = std::make_unique<ControlHub>(L_, HostContext::get(L_));
+  if (!call_host("start_control", 0, 0)) return 1;
+  if (!opts_.control) return 0;
+  ControlServer::Options o;
+  o.socket_path = opts_.control_path;
+  o.tcp_port = opts_.control_tcp_port;
+  o.script = opts_.script.value_or("");
+  o.argv = opts_.argv0;
+  try {
+    hub_->listen(std::move(o));
+  } catch (const std::exception& e) {
+    // Asked for explicitly: a usage error. The default socket is a convenience:
+    // a run must not fail because /run/user is read-only.
+    if (!opts_.control_path.empty() || opts_.control_tcp_port) {
+      std::fprintf(stderr, "rlhost: %s\n", e.what());
+      return 2;
+    }
+    spdlog::warn("no control socket (rlhost attach will not reach this process): {}", e.what());
+  }
+  return 0;
+}
+
+std::optional<int> HostSession::exit_requested() {
+  if (!call_host("exit_requested", 0, 1)) return std::nullopt;
+  std::optional<int> code;
+  if (lua_isnumber(L_, -1)) code = static_cast<int>(lua_tointeger(L_, -1));
+  lua_pop(L_, 1);
+  return code;
+}
+
+bool HostSession::repl_incomplete(const std::string& chunk) {
+  lua_pushlstring(L_, chunk.data(), chunk.size());
+  if (!call_host("repl_incomplete", 1, 1)) return false;
+  const bool incomplete = lua_toboolean(L_, -1) != 0;
+  lua_pop(L_, 1);
+  return incomplete;
+}
+
+namespace {
+// Values on one line separated by tabs (like print), errors on stderr.
+void print_reply(const ControlReply& r) {
+  if (!r.output.empty()) std::fwrite(r.output.data(), 1, r.output.size(), stdout);
+  for (size_t i = 0; i < r.values.size(); ++i) {
+    if (i) std::fputc('\t', stdout);
+    std::fwrite(r.values[i].data(), 1, r.values[i].size(), stdout);
+  }
+  if (!r.values.empty()) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!r.ok) {
+    std::fprintf(stderr, "%s\n", r.error.c_str());
+    std::fflush(stderr);
+  }
+}
+}  // namespace
+
+void HostSession::run_repl() {
+  Repl::Options ro;
+  ro.history_path = Repl::default_history_path();
+  ro.banner = std::string("rlhost ") + RLHOST_VERSION + " (" + LUAJIT_VERSION +
+              "). Ctrl-C interrupts a chunk, Ctrl-D exits.\n";
+  Repl::Callbacks cb;
+  cb.incomplete = [this](const std::string& chunk) { return repl_incomplete(chunk); };
+  cb.eval = [this](const std::string& chunk, Repl::Done done) {
+    g_repl_idle = false;  // before the chunk can run: ^C must reach it
+    const bool tty = repl_ && repl_->uses_readline();
+    hub_->submit_local("eval", chunk, [done, tty](const ControlReply& r) {
+      if (tty && !r.ok && r.error == "interrupted") std::fputc('\n', stderr);  // after the echoed ^C
+      print_reply(r);
+      done();
+    });
+  };
+  cb.on_eof = [this] { loop_.stop(); };
+  Repl repl(loop_, ro, cb);
+  repl_ = &repl;
+  g_repl_idle = true;
+  try {
+    repl.start();
+    loop_.run();  // until end of input, or rl.exit
+  } catch (...) {
+    g_repl_idle = false;
+    repl_ = nullptr;
+    throw;
+  }
+  g_repl_idle = false;
+  repl_ = nullptr;
+  repl.stop();
 }
 
 }  // namespace rl::lua

@@ -36,7 +36,7 @@ end
 function M.outcome(t)
   if t.status == "done" then return 0, nil end
   local err = t.error
-  if getmetatable(err) == rl._Exit then return err.code, nil end
+  if getmetatable(err) == rl._Exit then return err.code, nil, true end
   if type(err) == "table" and err.usage then return 2, tostring(err.message) end
   if task.is_cancelled(err) then
     return err.reason == "interrupted" and 130 or 1, tostring(err.reason)
@@ -44,8 +44,9 @@ function M.outcome(t)
   return 1, t.traceback or tostring(err)
 end
 
+-- Third result: true when the process should end now (rl.exit), even with -i.
 function M.main_outcome()
-  if exit_code ~= nil then return exit_code, nil end
+  if exit_code ~= nil then return exit_code, nil, true end
   if not main then return 0, nil end
   if not main:done() then return 1, "main task did not finish" end
   return M.outcome(main)
@@ -61,6 +62,94 @@ function M.interrupt()
   end
   return false
 end
+
+--- The code passed to rl.exit by a task nobody waited for (or a REPL chunk), or nil.
+function M.exit_requested() return exit_code end
+
+-- REPL and attach ------------------------------------------------------------
+-- Chunks typed at the local REPL (client 0) and sent by `rlhost attach`
+-- (clients 1, 2, ...) arrive as events of one op (bindings/core_control.cpp).
+-- The "control" task reads them and runs each chunk as a task of its own, so
+-- attached code only ever runs between the steps of other tasks.
+
+local repl          -- rl.repl, loaded with the control task
+local control       -- the control task
+local chunks = {}   -- client -> { [task] = true }: chunks still running
+
+local function respond(request, reply)
+  if request ~= 0 then core.control.respond(request, reply) end
+end
+
+local function cancel_chunks(client, reason)
+  local n = 0
+  for t in pairs(chunks[client] or {}) do
+    if t:cancel(reason) then n = n + 1 end
+  end
+  return n
+end
+
+local function run_chunk(request, client, code)
+  local local_repl = client == 0
+  local t, cap, incomplete = repl.spawn(code, {
+    chunkname = local_repl and "=stdin" or "=attach",
+    capture = not local_repl,  -- attached output goes back over the socket
+  })
+  if not t then return respond(request, { ok = false, error = cap, incomplete = incomplete }) end
+  chunks[client] = chunks[client] or {}
+  chunks[client][t] = true
+  if local_repl then foreground = t end
+  task._on_done(t, function()
+    if chunks[client] then chunks[client][t] = nil end
+    if foreground == t then foreground = nil end
+    local reply, code_ = repl.result(t, cap)
+    respond(request, reply)
+    if code_ ~= nil then  -- rl.exit(code) typed at a prompt ends the process
+      if exit_code == nil then exit_code = code_ end
+      core.loop.stop()
+    end
+  end)
+end
+
+local function handle(request, client, op, code)
+  if op == "eval" then
+    run_chunk(request, client, code)
+  elseif op == "complete?" then
+    respond(request, { ok = true, incomplete = repl.is_incomplete(code) })
+  elseif op == "interrupt" then
+    local n = cancel_chunks(client, "interrupted")
+    respond(request, { ok = true, values = { tostring(n) } })
+  elseif op == "disconnect" then
+    -- The client is gone: what it left running stops (like a hung-up shell);
+    -- tasks its chunks rl.spawn'ed keep running.
+    cancel_chunks(client, "client disconnected")
+    chunks[client] = nil
+  else
+    respond(request, { ok = false, error = "unknown op " .. tostring(op) })
+  end
+end
+
+--- Starts the control task that runs REPL and attach chunks.
+function M.start_control()
+  if control then return end
+  repl = require "rl.repl"
+  local op = core.control.open()
+  control = task.spawn_named("control", function()
+    task.op_open(op)
+    core.control.ready()
+    while true do
+      local request, client, kind, code = task.op_next(op, "control")
+      local ok, err = xpcall(handle, debug.traceback, request, client, kind, code)
+      if not ok then
+        core.log.write("error", nil, 0, "control: " .. tostring(err))
+        pcall(respond, request, { ok = false, error = "internal error: " .. tostring(err) })
+      end
+    end
+  end)
+  control.quiet = true
+end
+
+--- True when `code` is the beginning of a chunk (the REPL asks for more lines).
+function M.repl_incomplete(code) return require("rl.repl").is_incomplete(code) end
 
 --- Logs tasks that failed and were never waited for.
 function M.report_unobserved()
