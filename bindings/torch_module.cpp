@@ -19,6 +19,10 @@ int l_info(lua_State* L) {
   lua_setfield(L, -2, "cuda_available");
   lua_pushinteger(L, info.cuda_devices);
   lua_setfield(L, -2, "cuda_devices");
+  lua_pushinteger(L, info.cuda_runtime_version);
+  lua_setfield(L, -2, "cuda_runtime_version");
+  lua_pushinteger(L, info.nccl_version);
+  lua_setfield(L, -2, "nccl_version");
   lua_pushinteger(L, info.num_threads);
   lua_setfield(L, -2, "num_threads");
   lua_pushinteger(L, info.num_interop_threads);

@@ -40,7 +40,7 @@ rl._Exit = Exit
 
 local lazy = {
   log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
-  inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", control = "rl.control",
+  inspect = "rl.inspect", task = "rl.task", torch = "rl.torch",
 }
 
 return setmetatable(rl, {

@@ -4,6 +4,11 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#ifdef RLHOST_WITH_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
 namespace rl::tensor {
 
 TorchInfo torch_info() {
@@ -11,6 +16,9 @@ TorchInfo torch_info() {
   info.version = TORCH_VERSION;
 #ifdef RLHOST_WITH_CUDA
   info.cuda_built = true;
+  // Versions of the libraries we linked (answer without a GPU present).
+  if (cudaRuntimeGetVersion(&info.cuda_runtime_version) != cudaSuccess) info.cuda_runtime_version = 0;
+  if (ncclGetVersion(&info.nccl_version) != ncclSuccess) info.nccl_version = 0;
 #endif
   info.cuda_available = torch::cuda::is_available();
   info.cuda_devices = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;

@@ -12,6 +12,8 @@ struct TorchInfo {
   bool cuda_built = false;     // this build has the CUDA paths compiled in
   bool cuda_available = false; // a CUDA device is usable now
   int cuda_devices = 0;
+  int cuda_runtime_version = 0;  // cudaRuntimeGetVersion(), e.g. 13000 (CUDA builds only)
+  int nccl_version = 0;          // ncclGetVersion(), e.g. 22807 (CUDA builds only)
   int num_threads = 0;         // intra-op threads
   int num_interop_threads = 0;
 };

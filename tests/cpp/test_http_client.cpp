@@ -17,23 +17,43 @@
 #include "base/event_loop.hpp"
 #include "net/http_client.hpp"
 #include "net/http_server.hpp"
+#include "test_support.hpp"
 
 using namespace rl;
 using namespace rl::net;
+using rl::test::run_until;
 
 namespace {
-
-template <class Pred>
-bool run_until(EventLoop& loop, Pred pred, double max_s = 20) {
-  const double until = EventLoop::now() + max_s;
-  while (!pred() && EventLoop::now() < until) loop.run_once(0.01);
-  return pred();
-}
 
 std::string header(const HeaderList& h, const std::string& name) {
   for (auto& [k, v] : h)
     if (k == name) return v;
   return "";
+}
+
+std::string loopback_url(int port, const std::string& path) {
+  return "http://127.0.0.1:" + std::to_string(port) + path;
+}
+
+HttpRequest get_request(std::string url) {
+  HttpRequest rq;
+  rq.url = std::move(url);
+  return rq;
+}
+
+HttpClient::Options per_host_limit(int max_per_host) {
+  HttpClient::Options o;
+  o.max_per_host = max_per_host;
+  return o;
+}
+
+// Submits `rq` and turns the client's loop until its callback has run: the
+// result, or nothing after `max_s` (the request is then cancelled).
+std::optional<HttpResult> fetch(HttpClient& client, const HttpRequest& rq, double max_s = 20) {
+  std::optional<HttpResult> res;
+  const auto id = client.submit(rq, [&](HttpResult&& r) { res = std::move(r); });
+  if (!run_until(client.loop(), [&] { return res.has_value(); }, max_s)) client.cancel(id);
+  return res;
 }
 
 // A listening socket that never accepts: connects succeed (backlog), answers never come.
@@ -52,6 +72,7 @@ struct SilentListener {
     port = ntohs(a.sin_port);
   }
   ~SilentListener() { close(fd); }
+  std::string url(const std::string& path) const { return loopback_url(port, path); }
 };
 
 int closed_port() {
@@ -122,22 +143,19 @@ TEST_CASE("http client: GET and POST round trips", "[http_client]") {
   EventLoop loop;
   HttpClient client(loop);
   std::vector<HttpResult> results;
-  HttpRequest get;
-  get.url = ts.url("/echo/42");
-  client.submit(get, [&](HttpResult&& r) { results.push_back(std::move(r)); });
-  HttpRequest post;
+  const auto collect = [&](HttpResult&& r) { results.push_back(std::move(r)); };
+  client.submit(get_request(ts.url("/echo/42")), collect);
+  HttpRequest post = get_request(ts.url("/echo"));
   post.method = "POST";
-  post.url = ts.url("/echo");
   post.body = std::string("payload\0with nul", 16);
   post.headers = {{"X-Custom", "yes"}, {"Content-Type", "application/octet-stream"}};
-  client.submit(post, [&](HttpResult&& r) { results.push_back(std::move(r)); });
+  client.submit(post, collect);
   HttpRequest put = post;
   put.method = "PUT";
-  client.submit(put, [&](HttpResult&& r) { results.push_back(std::move(r)); });
-  HttpRequest del;
+  client.submit(put, collect);
+  HttpRequest del = get_request(ts.url("/echo"));
   del.method = "DELETE";
-  del.url = ts.url("/echo");
-  client.submit(del, [&](HttpResult&& r) { results.push_back(std::move(r)); });
+  client.submit(del, collect);
   REQUIRE(run_until(loop, [&] { return results.size() == 4; }));
   auto find = [&](auto pred) -> HttpResult& {
     for (auto& r : results)
@@ -162,11 +180,8 @@ TEST_CASE("http client: 4xx/5xx are responses, not errors", "[http_client]") {
   TestServer ts;
   EventLoop loop;
   HttpClient client(loop);
-  std::optional<HttpResult> res;
-  HttpRequest rq;
-  rq.url = ts.url("/status/503");
-  client.submit(rq, [&](HttpResult&& r) { res = std::move(r); });
-  REQUIRE(run_until(loop, [&] { return res.has_value(); }));
+  const auto res = fetch(client, get_request(ts.url("/status/503")));
+  REQUIRE(res.has_value());
   CHECK(res->ok);
   CHECK(res->response.status == 503);
   CHECK(res->response.body == "status body");
@@ -178,9 +193,7 @@ TEST_CASE("http client: keep-alive reuses connections", "[http_client]") {
   HttpClient client(loop);
   int done = 0;
   std::function<void()> next = [&] {  // sequential: each submitted from the previous completion
-    HttpRequest rq;
-    rq.url = ts.url("/echo/" + std::to_string(done));
-    client.submit(rq, [&](HttpResult&& r) {
+    client.submit(get_request(ts.url("/echo/" + std::to_string(done))), [&](HttpResult&& r) {
       REQUIRE(r.ok);
       if (++done < 200) next();
     });
@@ -194,14 +207,10 @@ TEST_CASE("http client: keep-alive reuses connections", "[http_client]") {
 TEST_CASE("http client: the per-host limit holds, FIFO, client and per-request", "[http_client]") {
   TestServer ts;
   EventLoop loop;
-  HttpClient::Options o;
-  o.max_per_host = 4;
-  HttpClient client(loop, o);
+  HttpClient client(loop, per_host_limit(4));
   int done = 0;
   for (int i = 0; i < 40; ++i) {
-    HttpRequest rq;
-    rq.url = ts.url("/slow");
-    client.submit(rq, [&](HttpResult&& r) {
+    client.submit(get_request(ts.url("/slow")), [&](HttpResult&& r) {
       REQUIRE(r.ok);
       ++done;
     });
@@ -216,8 +225,7 @@ TEST_CASE("http client: the per-host limit holds, FIFO, client and per-request",
   ts.max_seen = 0;
   done = 0;
   for (int i = 0; i < 20; ++i) {
-    HttpRequest rq;
-    rq.url = ts.url("/slow");
+    HttpRequest rq = get_request(ts.url("/slow"));
     rq.max_per_host = 2;
     client.submit(rq, [&](HttpResult&&) { ++done; });
   }
@@ -229,12 +237,9 @@ TEST_CASE("http client: the per-host limit holds, FIFO, client and per-request",
 TEST_CASE("http client: connection refused is a quick error naming method and URL", "[http_client]") {
   EventLoop loop;
   HttpClient client(loop);
-  const std::string url = "http://127.0.0.1:" + std::to_string(closed_port()) + "/";
-  std::optional<HttpResult> res;
-  HttpRequest rq;
-  rq.url = url;
-  client.submit(rq, [&](HttpResult&& r) { res = std::move(r); });
-  REQUIRE(run_until(loop, [&] { return res.has_value(); }, 5));
+  const std::string url = loopback_url(closed_port(), "/");
+  const auto res = fetch(client, get_request(url), 5);
+  REQUIRE(res.has_value());
   CHECK_FALSE(res->ok);
   CHECK_FALSE(res->timed_out);
   CHECK(res->error.rfind("GET " + url + ": Couldn't connect to server", 0) == 0);
@@ -244,13 +249,11 @@ TEST_CASE("http client: total timeout against a server that never answers", "[ht
   SilentListener silent;
   EventLoop loop;
   HttpClient client(loop);
-  std::optional<HttpResult> res;
-  HttpRequest rq;
-  rq.url = "http://127.0.0.1:" + std::to_string(silent.port) + "/x";
+  HttpRequest rq = get_request(silent.url("/x"));
   rq.timeout_s = 0.2;
   const double t0 = EventLoop::now();
-  client.submit(rq, [&](HttpResult&& r) { res = std::move(r); });
-  REQUIRE(run_until(loop, [&] { return res.has_value(); }, 5));
+  const auto res = fetch(client, rq, 5);
+  REQUIRE(res.has_value());
   CHECK(EventLoop::now() - t0 >= 0.19);
   CHECK(res->timed_out);
   CHECK(res->error.rfind("GET " + rq.url + ": timed out after 0.2 s", 0) == 0);
@@ -259,13 +262,9 @@ TEST_CASE("http client: total timeout against a server that never answers", "[ht
 TEST_CASE("http client: time in the queue counts against the timeout", "[http_client]") {
   SilentListener silent;
   EventLoop loop;
-  HttpClient::Options o;
-  o.max_per_host = 1;
-  HttpClient client(loop, o);
-  const std::string url = "http://127.0.0.1:" + std::to_string(silent.port) + "/";
+  HttpClient client(loop, per_host_limit(1));
   std::optional<HttpResult> first, second;
-  HttpRequest a;
-  a.url = url;
+  HttpRequest a = get_request(silent.url("/"));
   a.timeout_s = 1.0;
   client.submit(a, [&](HttpResult&& r) { first = std::move(r); });
   HttpRequest b = a;
@@ -284,12 +283,9 @@ TEST_CASE("http client: time in the queue counts against the timeout", "[http_cl
 TEST_CASE("http client: cancel frees queued and active requests without callbacks", "[http_client]") {
   SilentListener silent;
   EventLoop loop;
-  HttpClient::Options o;
-  o.max_per_host = 1;
-  HttpClient client(loop, o);
+  HttpClient client(loop, per_host_limit(1));
   int called = 0;
-  HttpRequest rq;
-  rq.url = "http://127.0.0.1:" + std::to_string(silent.port) + "/";
+  const HttpRequest rq = get_request(silent.url("/"));
   const auto active = client.submit(rq, [&](HttpResult&&) { ++called; });
   const auto queued = client.submit(rq, [&](HttpResult&&) { ++called; });
   loop.run_once(0.05);
@@ -311,9 +307,7 @@ TEST_CASE("http client: streaming hands chunks over as they arrive", "[http_clie
   std::string streamed;
   int chunks = 0;
   std::optional<HttpResult> res;
-  HttpRequest rq;
-  rq.url = ts.url("/stream");
-  client.submit(rq, [&](HttpResult&& r) { res = std::move(r); },
+  client.submit(get_request(ts.url("/stream")), [&](HttpResult&& r) { res = std::move(r); },
                 [&](std::string_view bytes) {
                   CHECK_FALSE(res.has_value());  // chunks precede completion
                   streamed.append(bytes);
@@ -330,9 +324,7 @@ TEST_CASE("http client: bad URLs fail through the callback, never inside submit"
   EventLoop loop;
   HttpClient client(loop);
   std::optional<HttpResult> res;
-  HttpRequest rq;
-  rq.url = "http://exa mple.com/";
-  client.submit(rq, [&](HttpResult&& r) { res = std::move(r); });
+  client.submit(get_request("http://exa mple.com/"), [&](HttpResult&& r) { res = std::move(r); });
   CHECK_FALSE(res.has_value());
   REQUIRE(run_until(loop, [&] { return res.has_value(); }, 5));
   CHECK(res->error.rfind("GET http://exa mple.com/: bad URL", 0) == 0);
@@ -346,9 +338,7 @@ TEST_CASE("http client: 10,000 requests submitted at once", "[http_client]") {
   std::vector<int> got(n, -1);
   int done = 0, failed = 0;
   for (int i = 0; i < n; ++i) {
-    HttpRequest rq;
-    rq.url = ts.url("/echo/" + std::to_string(i));
-    client.submit(rq, [&, i](HttpResult&& r) {
+    client.submit(get_request(ts.url("/echo/" + std::to_string(i))), [&, i](HttpResult&& r) {
       ++done;
       if (!r.ok) {
         ++failed;

@@ -14,19 +14,14 @@
 #include "base/event_loop.hpp"
 #include "base/live_objects.hpp"
 #include "net/http_server.hpp"
+#include "test_support.hpp"
 
 using namespace rl;
 using namespace rl::net;
+using rl::test::run_until;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <class Pred>
-bool run_until(EventLoop& loop, Pred pred, double max_s = 10) {
-  const double until = EventLoop::now() + max_s;
-  while (!pred() && EventLoop::now() < until) loop.run_once(0.01);
-  return pred();
-}
 
 fs::path temp_dir(const std::string& name) {
   auto p = fs::temp_directory_path() / ("rlhost_test_" + name + "_" + std::to_string(::getpid()));

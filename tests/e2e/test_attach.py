@@ -19,24 +19,11 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
-BIN = os.path.abspath(os.environ.get("RLHOST_BIN", ""))
-SOURCE_DIR = os.environ.get("RLHOST_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-COUNTER = os.path.join(SOURCE_DIR, "recipes", "counter.lua")
-TIMEOUT = 30
-
-
-def wait_for(pred, timeout=10, what="condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, TIMEOUT, RlhostTestCase, wait_for  # noqa: E402
 
 
 def free_port():
@@ -57,47 +44,10 @@ def dead_pid():
         pid += 1
 
 
-class AttachTest(unittest.TestCase):
-    def setUp(self):
-        if not BIN or not os.access(BIN, os.X_OK):
-            self.fail("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
-        self._tmp = tempfile.TemporaryDirectory(prefix="rlhost-attach-")
-        self.dir = self._tmp.name
-        # A private runtime directory: `attach --list` and `attach` without a
-        # target only see the processes of this test.
-        self.env = dict(os.environ, XDG_RUNTIME_DIR=os.path.join(self.dir, "xdg"), RLHOST_HISTORY="")
-        for k in ("RLHOST_LOG_LEVEL", "RLHOST_CONTROL_TOKEN"):
-            self.env.pop(k, None)
-        self.procs = []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            try:
-                p.communicate(timeout=10)
-            except Exception:
-                pass
-        self._tmp.cleanup()
+class AttachTest(RlhostTestCase):
+    tmp_prefix = "rlhost-attach-"
 
     # ---- helpers ------------------------------------------------------------------
-    def start_counter(self, host_args=None, interval="0.02", env=None):
-        """Starts recipes/counter.lua; host_args None means --control DIR/counter.sock."""
-        sock = os.path.join(self.dir, "counter.sock")
-        args = [BIN, *host_args] if host_args is not None else [BIN, "--control", sock]
-        p = subprocess.Popen([*args, COUNTER, "--interval", interval], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env or self.env, cwd=self.dir)
-        self.procs.append(p)
-        return p, sock
-
-    def wait_socket(self, proc, path):
-        def ready():
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError("rlhost exited early (%s)\n%s\n%s" % (proc.returncode, out, err))
-            return os.path.exists(path)
-        wait_for(ready, what="control socket " + path)
-
     def attach(self, *args, timeout=TIMEOUT, env=None):
         return subprocess.run([BIN, "attach", *args], capture_output=True, text=True,
                               env=env or self.env, timeout=timeout, errors="replace")

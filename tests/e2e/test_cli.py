@@ -11,22 +11,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import textwrap
 import unittest
 
-BIN = os.environ.get("RLHOST_BIN", "")
-SOURCE_DIR = os.environ.get("RLHOST_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, SOURCE_DIR, RlhostTestCase, clean_env  # noqa: E402
+
 TIMEOUT = 60
-
-
-def clean_env(**extra):
-    """The caller's environment without the rlhost knobs a test did not ask for."""
-    env = dict(os.environ)
-    for k in ("RLHOST_LOG_LEVEL",):
-        env.pop(k, None)
-    env.update(extra)
-    return env
 
 
 def rlhost(*args, env=None, cwd=None, binary=None, timeout=TIMEOUT):
@@ -41,22 +31,8 @@ def rlhost(*args, env=None, cwd=None, binary=None, timeout=TIMEOUT):
     )
 
 
-class CliTest(unittest.TestCase):
-    def setUp(self):
-        if not BIN or not os.access(BIN, os.X_OK):
-            self.fail("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
-        self._tmp = tempfile.TemporaryDirectory(prefix="rlhost-cli-")
-        self.dir = self._tmp.name
-
-    def tearDown(self):
-        self._tmp.cleanup()
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(textwrap.dedent(text))
-        return path
+class CliTest(RlhostTestCase):
+    tmp_prefix = "rlhost-cli-"
 
     def assertExit(self, proc, code):
         self.assertEqual(

@@ -16,16 +16,15 @@ import select
 import signal
 import struct
 import subprocess
-import tempfile
+import sys
 import termios
 import textwrap
 import time
 import unittest
 
-BIN = os.path.abspath(os.environ.get("RLHOST_BIN", ""))
-SOURCE_DIR = os.environ.get("RLHOST_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-COUNTER = os.path.join(SOURCE_DIR, "recipes", "counter.lua")
-TIMEOUT = 30
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, TIMEOUT, RlhostTestCase  # noqa: E402
+
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")  # readline's terminal control sequences
 
 
@@ -112,41 +111,24 @@ class Pty:
             pass
 
 
-class ReplTest(unittest.TestCase):
+class ReplTest(RlhostTestCase):
+    tmp_prefix = "rlhost-repl-"
+
     def setUp(self):
-        if not BIN or not os.access(BIN, os.X_OK):
-            self.fail("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
-        self._tmp = tempfile.TemporaryDirectory(prefix="rlhost-repl-")
-        self.dir = self._tmp.name
+        super().setUp()
         self.history = os.path.join(self.dir, "history")
-        self.env = dict(os.environ, TERM="xterm", RLHOST_HISTORY=self.history,
-                        XDG_RUNTIME_DIR=os.path.join(self.dir, "xdg"))
-        for k in ("RLHOST_LOG_LEVEL", "RLHOST_CONTROL_TOKEN"):
-            self.env.pop(k, None)
-        self.ptys, self.procs = [], []
+        self.env.update(TERM="xterm", RLHOST_HISTORY=self.history)
+        self.ptys = []
 
     def tearDown(self):
         for p in self.ptys:
             p.kill()
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            try:
-                p.communicate(timeout=10)
-            except Exception:
-                pass
-        self._tmp.cleanup()
+        super().tearDown()
 
     def pty(self, *args):
         p = Pty(list(args), self.env)
         self.ptys.append(p)
         return p
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(textwrap.dedent(text))
-        return path
 
     # ---- a terminal ----------------------------------------------------------------
     def test_values_multiline_tables_and_errors(self):
@@ -244,15 +226,8 @@ class ReplTest(unittest.TestCase):
 
     # ---- interactive attach -----------------------------------------------------------------
     def test_interactive_attach(self):
-        sock = os.path.join(self.dir, "c.sock")
-        host = subprocess.Popen([BIN, "--control", sock, COUNTER, "--interval", "0.02"], env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.procs.append(host)
-        end = time.time() + 10
-        while not os.path.exists(sock):
-            self.assertIsNone(host.poll(), "the recipe exited early")
-            self.assertLess(time.time(), end, "no control socket")
-            time.sleep(0.02)
+        host, sock = self.start_counter()
+        self.wait_socket(host, sock)  # fails if the recipe exits early
         r = self.pty("attach", sock)
         r.expect(r"attached to rlhost pid %d.*?rlhost:%d> " % (host.pid, host.pid))
         r.line("counter > 0")

@@ -1,0 +1,98 @@
+"""Scaffolding shared by the end-to-end tests (tests/e2e/test_*.py).
+
+Not a test module itself (CMake runs tests/e2e/test_*.py): the test files put
+their own folder on sys.path and `import support`.
+
+    RLHOST_BIN         the rlhost binary (made absolute here, so a test may run
+                       it from any working directory)
+    RLHOST_SOURCE_DIR  the source tree (default: two levels above this file)
+
+Python standard library only.
+"""
+import os
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+_bin = os.environ.get("RLHOST_BIN", "")
+BIN = os.path.abspath(_bin) if _bin else ""
+SOURCE_DIR = os.path.abspath(
+    os.environ.get("RLHOST_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")))
+COUNTER = os.path.join(SOURCE_DIR, "recipes", "counter.lua")
+TIMEOUT = 30
+
+
+def clean_env(**extra):
+    """The caller's environment without the rlhost knobs a test did not ask for."""
+    env = dict(os.environ)
+    for k in ("RLHOST_LOG_LEVEL", "RLHOST_CONTROL_TOKEN"):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def wait_for(pred, timeout=10, what="condition"):
+    """Polls pred() until it returns something true, and returns that."""
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+
+
+class RlhostTestCase(unittest.TestCase):
+    """A private temporary directory (self.dir) and environment (self.env:
+    clean_env() with its own XDG_RUNTIME_DIR, so `attach --list` and `attach`
+    without a target only see this test's processes, and no REPL history);
+    processes added to self.procs are killed in tearDown."""
+
+    tmp_prefix = "rlhost-test-"
+
+    def setUp(self):
+        if not BIN or not os.access(BIN, os.X_OK):
+            self.fail("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
+        self._tmp = tempfile.TemporaryDirectory(prefix=self.tmp_prefix)
+        self.dir = self._tmp.name
+        self.env = clean_env(XDG_RUNTIME_DIR=os.path.join(self.dir, "xdg"), RLHOST_HISTORY="")
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.communicate(timeout=10)
+            except Exception:
+                pass
+        self._tmp.cleanup()
+
+    def write(self, name, text):
+        """Writes dedented `text` to DIR/name (creating folders); returns the path."""
+        path = os.path.join(self.dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(text))
+        return path
+
+    def start_counter(self, host_args=None, interval="0.02", env=None):
+        """Starts recipes/counter.lua in DIR; host_args None means --control DIR/counter.sock.
+        Returns (process, that socket path)."""
+        sock = os.path.join(self.dir, "counter.sock")
+        args = [BIN, *host_args] if host_args is not None else [BIN, "--control", sock]
+        p = subprocess.Popen([*args, COUNTER, "--interval", interval], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env or self.env, cwd=self.dir)
+        self.procs.append(p)
+        return p, sock
+
+    def wait_socket(self, proc, path):
+        """Waits for `path` to exist; fails at once if `proc` exits first."""
+        def ready():
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                raise AssertionError("rlhost exited early (%s)\n%s\n%s" % (proc.returncode, out, err))
+            return os.path.exists(path)
+        wait_for(ready, what="control socket " + path)
