@@ -89,38 +89,25 @@ using BoxPtr = std::shared_ptr<ServerBox>;
 struct RequestToken : LiveObject {};
 
 // ---- helpers -----------------------------------------------------------------------
-// The trampoline formats an ArgError without an index as "'opts.x' (...)"; for
-// option tables we want "bad argument 'opts.x' (...)", so rethrow as a message.
-template <class F>
-auto opt(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const ArgError& e) {
-    throw std::invalid_argument("bad argument '" + e.name + "' (" + e.what() + ")");
-  }
-}
-
-[[noreturn]] void bad_field(const std::string& name, const std::string& what) {
-  throw std::invalid_argument("bad argument '" + name + "' (" + what + ")");
-}
+[[noreturn]] void bad_field(const std::string& name, const std::string& what) { throw ArgError(0, name, what); }
 
 // opts.<key> as seconds > 0, if present.
 std::optional<double> opt_seconds(lua_State* L, int t, const char* key) {
-  auto v = opt([&] { return arg::field_number(L, t, key, "opts"); });
+  auto v = arg::field_number(L, t, key, "opts");
   if (v && !(*v > 0)) bad_field(std::string("opts.") + key, "seconds > 0 expected");
   return v;
 }
 
 // opts.<key> as an integer in [lo, hi], if present.
 std::optional<int64_t> opt_int(lua_State* L, int t, const char* key, int64_t lo, int64_t hi) {
-  auto v = opt([&] { return arg::field_integer(L, t, key, "opts"); });
+  auto v = arg::field_integer(L, t, key, "opts");
   if (v && (*v < lo || *v > hi))
     bad_field(std::string("opts.") + key, "integer " + std::to_string(lo) + "-" + std::to_string(hi) + " expected");
   return v;
 }
 
 std::optional<std::string> opt_str(lua_State* L, int t, const char* key) {
-  auto v = opt([&] { return arg::field_string(L, t, key, "opts"); });
+  auto v = arg::field_string(L, t, key, "opts");
   return v ? std::optional<std::string>(std::string(*v)) : std::nullopt;
 }
 
@@ -236,7 +223,7 @@ int push_response(lua_State* L, const net::HttpResponse& r) {
 }
 
 std::string decode_method(lua_State* L, int t) {
-  auto m = opt([&] { return arg::field_string(L, t, "method", "opts"); });
+  auto m = arg::field_string(L, t, "method", "opts");
   std::string method = m ? std::string(*m) : "GET";
   if (method.empty()) bad_field("opts.method", "non-empty string expected");
   for (char c : method)
@@ -251,7 +238,7 @@ int l_request(lua_State* L) {
   arg::table(L, 1, "opts");
   net::HttpRequest req;
   req.method = decode_method(L, 1);
-  auto url = opt([&] { return arg::field_string(L, 1, "url", "opts"); });
+  auto url = arg::field_string(L, 1, "url", "opts");
   if (!url) bad_field("opts.url", "string expected, got nil");
   req.url = std::string(*url);
   if (req.url.rfind("http://", 0) != 0 && req.url.rfind("https://", 0) != 0)
@@ -261,7 +248,7 @@ int l_request(lua_State* L) {
   req.timeout_s = opt_seconds(L, 1, "timeout").value_or(0);
   req.connect_timeout_s = opt_seconds(L, 1, "connect_timeout").value_or(0);
   req.max_per_host = static_cast<int>(opt_int(L, 1, "max_per_host", 1, 1000000).value_or(0));
-  if (auto v = opt([&] { return arg::field_boolean(L, 1, "follow_redirects", "opts"); })) req.follow_redirects = *v;
+  if (auto v = arg::field_boolean(L, 1, "follow_redirects", "opts")) req.follow_redirects = *v;
   bool stream = false;
   for (const char* cb : {"on_chunk", "on_event"}) {
     lua_getfield(L, 1, cb);
@@ -341,7 +328,7 @@ int l_configure(lua_State* L) {
   o.max_connections = static_cast<long>(opt_int(L, 1, "max_connections", 1, 1000000).value_or(o.max_connections));
   o.timeout_s = opt_seconds(L, 1, "timeout").value_or(o.timeout_s);
   o.connect_timeout_s = opt_seconds(L, 1, "connect_timeout").value_or(o.connect_timeout_s);
-  if (auto v = opt([&] { return arg::field_boolean(L, 1, "use_env_proxy", "opts"); })) o.use_env_proxy = *v;
+  if (auto v = arg::field_boolean(L, 1, "use_env_proxy", "opts")) o.use_env_proxy = *v;
   state->client_opts = o;
   if (state->client) state->client->set_options(o);
   return 0;
@@ -393,7 +380,7 @@ int l_serve(lua_State* L) {
   so.host = opt_str(L, 1, "host").value_or(so.host);
   so.port = static_cast<int>(opt_int(L, 1, "port", 0, 65535).value_or(0));  // 0: any free port
   so.threads = static_cast<int>(opt_int(L, 1, "threads", 1, 4096).value_or(so.threads));
-  if (auto v = opt([&] { return arg::field_boolean(L, 1, "allow_remote", "opts"); })) so.allow_remote = *v;
+  if (auto v = arg::field_boolean(L, 1, "allow_remote", "opts")) so.allow_remote = *v;
   so.async_timeout_s = opt_seconds(L, 1, "timeout").value_or(so.async_timeout_s);
   so.max_body_bytes = static_cast<size_t>(opt_int(L, 1, "max_body", 0, int64_t{1} << 40).value_or(so.max_body_bytes));
   auto static_dir = opt_str(L, 1, "static_dir");

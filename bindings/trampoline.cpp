@@ -62,7 +62,8 @@ void format_error(lua_State* L, std::string_view message, const ArgError* arg, c
   std::string out = function_name(L);
   out += ": ";
   if (arg) {
-    if (arg->index > 0) out += "bad argument #" + std::to_string(arg->index) + " ";
+    out += "bad argument ";
+    if (arg->index > 0) out += "#" + std::to_string(arg->index) + " ";
     if (!arg->name.empty()) out += "'" + arg->name + "' ";
     out += "(";
     out += message;

@@ -18,18 +18,30 @@ if(NOT RLHOST_CUDA STREQUAL "OFF")
 endif()
 
 if(RLHOST_WITH_CUDA)
-  find_library(RLHOST_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "${RLHOST_TORCH_ROOT}/../nvidia/nccl/lib")
-  find_path(RLHOST_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} "${RLHOST_TORCH_ROOT}/../nvidia/nccl/include")
+  # NCCL and the CUDA runtime must be the ones LibTorch was built against: a pip
+  # wheel ships them under site-packages/nvidia/, and an older system NCCL lacks
+  # symbols libtorch_cuda needs. Prefer the wheel's, then the toolkit's.
+  get_filename_component(_wheel_nvidia "${RLHOST_TORCH_ROOT}/../nvidia" ABSOLUTE)
+  find_library(RLHOST_NCCL_LIBRARY NAMES nccl libnccl.so.2
+               PATHS "${_wheel_nvidia}/nccl/lib" NO_DEFAULT_PATH)
+  find_library(RLHOST_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
+  find_path(RLHOST_NCCL_INCLUDE_DIR nccl.h PATHS "${_wheel_nvidia}/nccl/include" NO_DEFAULT_PATH)
+  find_path(RLHOST_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(RLHOST_CUDART_LIBRARY NAMES libcudart.so.13 libcudart.so.12
+               PATHS "${_wheel_nvidia}/cu13/lib" "${_wheel_nvidia}/cuda_runtime/lib" NO_DEFAULT_PATH)
+  if(NOT RLHOST_CUDART_LIBRARY)
+    set(RLHOST_CUDART_LIBRARY CUDA::cudart)
+  endif()
   if(NOT RLHOST_NCCL_LIBRARY OR NOT RLHOST_NCCL_INCLUDE_DIR)
     message(FATAL_ERROR "rlhost: CUDA is on but NCCL was not found. Hint: install libnccl-dev or the nvidia-nccl wheel, or -DRLHOST_CUDA=OFF")
   endif()
   target_link_libraries(rlhost::torch INTERFACE
     "${RLHOST_TORCH_LIB_DIR}/libtorch_cuda.so" "${RLHOST_TORCH_LIB_DIR}/libc10_cuda.so"
-    CUDA::cudart "${RLHOST_NCCL_LIBRARY}")
+    "${RLHOST_CUDART_LIBRARY}" "${RLHOST_NCCL_LIBRARY}")
   target_include_directories(rlhost::torch SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS} "${RLHOST_NCCL_INCLUDE_DIR}")
   target_compile_definitions(rlhost::torch INTERFACE RLHOST_WITH_CUDA=1 USE_C10D_NCCL=1)
   # Force libtorch_cuda to load even though no symbol of it is referenced directly,
   # so torch::cuda::is_available() sees the CUDA backend.
   target_link_options(rlhost::torch INTERFACE "LINKER:--no-as-needed")
 endif()
-message(STATUS "rlhost: CUDA/NCCL paths: ${RLHOST_WITH_CUDA} (RLHOST_CUDA=${RLHOST_CUDA})")
+message(STATUS "rlhost: CUDA/NCCL paths: ${RLHOST_WITH_CUDA} (RLHOST_CUDA=${RLHOST_CUDA}) ${RLHOST_NCCL_LIBRARY}")

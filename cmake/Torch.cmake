@@ -85,9 +85,8 @@ target_link_libraries(rlhost::torch INTERFACE
 target_link_options(rlhost::torch INTERFACE
   "LINKER:-rpath,${RLHOST_TORCH_LIB_DIR}"
   "LINKER:-rpath-link,${RLHOST_TORCH_LIB_DIR}")
-foreach(_d cu13/lib cu12/lib cuda_runtime/lib cuda_cupti/lib nccl/lib cudnn/lib)
-  if(EXISTS "${RLHOST_TORCH_ROOT}/../nvidia/${_d}")
-    get_filename_component(_abs "${RLHOST_TORCH_ROOT}/../nvidia/${_d}" ABSOLUTE)
-    target_link_options(rlhost::torch INTERFACE "LINKER:-rpath-link,${_abs}")
-  endif()
+file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${RLHOST_TORCH_ROOT}/../nvidia/*/lib")
+foreach(_d IN LISTS _nvidia_lib_dirs)
+  get_filename_component(_abs "${_d}" ABSOLUTE)
+  target_link_options(rlhost::torch INTERFACE "LINKER:-rpath-link,${_abs}")
 endforeach()

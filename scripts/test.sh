@@ -36,5 +36,6 @@ if [ "${RLHOST_TEST_CUDA_BUILD:-1}" != 0 ] && command -v nvcc >/dev/null; then
   [ -f "$cuda/build.ninja" ] || cmake -S "$root" -B "$cuda" -G Ninja -DRLHOST_CUDA=ON \
       -DRLHOST_TESTS=ON -DRLHOST_BENCH=OFF >/dev/null
   cmake --build "$cuda" -j "$(nproc)" --target rlhost_torch rlhost_torch_tests
+  "$cuda/tests/rlhost_torch_tests"   # the CUDA build loads and runs on a machine without a GPU
 fi
 stage "done"

@@ -128,7 +128,7 @@ TEST_CASE("bad arguments name the function, the position and the name") {
         std::string::npos);
   CHECK(s.run("test.add(1, 2.5)").find("test.add: bad argument #2 'b' (integer expected") != std::string::npos);
   CHECK(s.run("test.add(1)").find("bad argument #2 'b' (number expected, got no value)") != std::string::npos);
-  CHECK(s.run("test.opts({url = 5})").find("test.opts: 'opts.url' (string expected, got number)") !=
+  CHECK(s.run("test.opts({url = 5})").find("test.opts: bad argument 'opts.url' (string expected, got number)") !=
         std::string::npos);
   CHECK(s.run("local u, t = test.opts({url='http://x', timeout=2}); assert(u == 'http://x' and t == 2)") == "");
 }
