@@ -7,10 +7,11 @@
 --
 -- State lives in globals on purpose: attached chunks read and write globals,
 -- so `counter`, `step` and `stop` are the knobs a live session can turn.
-local interval = 0.05
-for i = 1, #rl.argv do
-  if rl.argv[i] == "--interval" then interval = tonumber(rl.argv[i + 1]) or interval end
-end
+local opt = rl.args {
+  description = "Counts forever (until `stop = true`), sleeping between steps; a target for rlhost attach.",
+  { name = "interval", type = "number", default = 0.05, help = "seconds between steps" },
+}
+local interval = opt.interval
 
 counter = 0
 step = 1
