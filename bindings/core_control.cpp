@@ -175,20 +175,10 @@ int l_info(lua_State* L) {
   }
   const ControlServer& s = *hub->server();
   lua_createtable(L, 0, 4);
-  if (!s.socket_path().empty()) {
-    lua_pushstring(L, s.socket_path().c_str());
-    lua_setfield(L, -2, "socket");
-  }
-  if (s.tcp_port() > 0) {
-    lua_pushnumber(L, s.tcp_port());
-    lua_setfield(L, -2, "tcp_port");
-  }
-  if (!s.token_path().empty()) {
-    lua_pushstring(L, s.token_path().c_str());
-    lua_setfield(L, -2, "token_file");
-  }
-  lua_pushnumber(L, static_cast<lua_Number>(s.client_count()));
-  lua_setfield(L, -2, "clients");
+  if (!s.socket_path().empty()) set_string(L, "socket", s.socket_path());
+  if (s.tcp_port() > 0) set_number(L, "tcp_port", s.tcp_port());
+  if (!s.token_path().empty()) set_string(L, "token_file", s.token_path());
+  set_number(L, "clients", static_cast<double>(s.client_count()));
   return 1;
 }
 

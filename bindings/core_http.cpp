@@ -182,16 +182,6 @@ void push_headers(lua_State* L, const net::HeaderList& headers) {
   }
 }
 
-void set_number(lua_State* L, const char* k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
-void set_string(lua_State* L, const char* k, const std::string& v) {
-  lua_pushlstring(L, v.data(), v.size());
-  lua_setfield(L, -2, k);
-}
-
 // The userdata at idx if its metatable is the one registered under `key`.
 void* check_udata(lua_State* L, int idx, const char* key, const char* name, const char* what) {
   void* p = lua_touserdata(L, idx);

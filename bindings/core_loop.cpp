@@ -61,16 +61,11 @@ int l_time(lua_State* L) {
 int l_stats(lua_State* L) {
   auto& ctx = HostContext::get(L);
   lua_createtable(L, 0, 5);
-  lua_pushnumber(L, static_cast<lua_Number>(ctx.loop().iterations()));
-  lua_setfield(L, -2, "iterations");
-  lua_pushnumber(L, static_cast<lua_Number>(ctx.loop().pending_timers()));
-  lua_setfield(L, -2, "timers");
-  lua_pushnumber(L, static_cast<lua_Number>(ctx.loop().watched_fds()));
-  lua_setfield(L, -2, "fds");
-  lua_pushnumber(L, static_cast<lua_Number>(ctx.live_ops()));
-  lua_setfield(L, -2, "ops");
-  lua_pushnumber(L, static_cast<lua_Number>(rl::live_objects()));
-  lua_setfield(L, -2, "live_objects");
+  set_number(L, "iterations", static_cast<double>(ctx.loop().iterations()));
+  set_number(L, "timers", static_cast<double>(ctx.loop().pending_timers()));
+  set_number(L, "fds", static_cast<double>(ctx.loop().watched_fds()));
+  set_number(L, "ops", static_cast<double>(ctx.live_ops()));
+  set_number(L, "live_objects", static_cast<double>(rl::live_objects()));
   return 1;
 }
 

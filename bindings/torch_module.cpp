@@ -10,23 +10,15 @@ namespace {
 
 int l_info(lua_State* L) {
   const auto info = rl::tensor::torch_info();
-  lua_createtable(L, 0, 6);
-  lua_pushstring(L, info.version.c_str());
-  lua_setfield(L, -2, "version");
-  lua_pushboolean(L, info.cuda_built);
-  lua_setfield(L, -2, "cuda_built");
-  lua_pushboolean(L, info.cuda_available);
-  lua_setfield(L, -2, "cuda_available");
-  lua_pushinteger(L, info.cuda_devices);
-  lua_setfield(L, -2, "cuda_devices");
-  lua_pushinteger(L, info.cuda_runtime_version);
-  lua_setfield(L, -2, "cuda_runtime_version");
-  lua_pushinteger(L, info.nccl_version);
-  lua_setfield(L, -2, "nccl_version");
-  lua_pushinteger(L, info.num_threads);
-  lua_setfield(L, -2, "num_threads");
-  lua_pushinteger(L, info.num_interop_threads);
-  lua_setfield(L, -2, "num_interop_threads");
+  lua_createtable(L, 0, 8);
+  set_string(L, "version", info.version);
+  set_bool(L, "cuda_built", info.cuda_built);
+  set_bool(L, "cuda_available", info.cuda_available);
+  set_number(L, "cuda_devices", static_cast<double>(info.cuda_devices));
+  set_number(L, "cuda_runtime_version", static_cast<double>(info.cuda_runtime_version));
+  set_number(L, "nccl_version", static_cast<double>(info.nccl_version));
+  set_number(L, "num_threads", static_cast<double>(info.num_threads));
+  set_number(L, "num_interop_threads", static_cast<double>(info.num_interop_threads));
   return 1;
 }
 

@@ -94,6 +94,14 @@ void register_functions(lua_State* L, int table_idx, std::string_view prefix, co
   register_functions(L, table_idx, prefix, regs, N);
 }
 
+// t[key] = value for the table on top of the stack (results built in C++).
+inline void set_number(lua_State* L, const char* key, double v) { lua_pushnumber(L, v); lua_setfield(L, -2, key); }
+inline void set_bool(lua_State* L, const char* key, bool v) { lua_pushboolean(L, v); lua_setfield(L, -2, key); }
+inline void set_string(lua_State* L, const char* key, std::string_view v) {
+  lua_pushlstring(L, v.data(), v.size());
+  lua_setfield(L, -2, key);
+}
+
 // `nil, message` for runtime failures.
 int fail(lua_State* L, std::string_view message);
 
