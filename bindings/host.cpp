@@ -55,8 +55,8 @@ void set_search_paths(lua_State* L, const std::optional<std::string>& script) {
   const std::string lib = lua_library_dir();
   std::string path = lib + "/?.lua;" + lib + "/?/init.lua;";
   if (script) {
-    auto dir = fs::path(*script).parent_path().string();
-    if (dir.empty()) dir = ".";
+    fs::path parent = fs::path(*script).parent_path();
+    const std::string dir = parent.empty() ? std::string(1, '.') : parent.string();
     path += dir + "/?.lua;" + dir + "/?/init.lua;";
   }
   lua_getglobal(L, "package");

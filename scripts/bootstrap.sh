@@ -52,7 +52,8 @@ else
   log "installing the torch wheel ($TORCH_SPEC) from PyPI for LibTorch"
   pip_flags=()
   # Debian's own python refuses system-wide pip installs without this flag.
-  if "$PY" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+  pip_help="$("$PY" -m pip install --help 2>/dev/null || true)"  # no pipe: pipefail + grep -q could misfire
+  if [[ "$pip_help" == *--break-system-packages* ]]; then
     if [ -f "$("$PY" -c 'import sysconfig;print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
       pip_flags+=(--break-system-packages)
     fi
