@@ -21,9 +21,8 @@ const char kHubKey = 0;  // registry key: lightuserdata -> ControlHub*
 
 ControlHub::ControlHub(lua_State* L, HostContext& ctx)
     : L_(L), ctx_(ctx), self_(std::make_shared<ControlHub*>(this)) {
-  lua_pushlightuserdata(L, (void*)&kHubKey);
   lua_pushlightuserdata(L, this);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  registry_set(L, &kHubKey);
 }
 
 ControlHub::~ControlHub() {
@@ -33,17 +32,12 @@ ControlHub::~ControlHub() {
     ctx_.set_cancel(inbox_op_, {});
     ctx_.cancel(inbox_op_);
   }
-  lua_pushlightuserdata(L_, (void*)&kHubKey);
   lua_pushnil(L_);
-  lua_rawset(L_, LUA_REGISTRYINDEX);
+  registry_set(L_, &kHubKey);
 }
 
 ControlHub* ControlHub::find(lua_State* L) {
-  lua_pushlightuserdata(L, (void*)&kHubKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  auto* hub = static_cast<ControlHub*>(lua_touserdata(L, -1));
-  lua_pop(L, 1);
-  return hub;
+  return registry_pointer<ControlHub>(L, &kHubKey);
 }
 
 void ControlHub::listen(ControlServer::Options opts) {

@@ -112,10 +112,7 @@ std::optional<std::string> opt_str(lua_State* L, int t, const char* key) {
 }
 
 StatePtr& get_state(lua_State* L) {
-  lua_pushlightuserdata(L, (void*)&kStateKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  auto* p = static_cast<StatePtr*>(lua_touserdata(L, -1));
-  lua_pop(L, 1);
+  auto* p = registry_pointer<StatePtr>(L, &kStateKey);
   if (!p) throw std::logic_error("rl._core.http is not initialised (internal error)");
   return *p;
 }
@@ -186,8 +183,7 @@ void push_headers(lua_State* L, const net::HeaderList& headers) {
 void* check_udata(lua_State* L, int idx, const char* key, const char* name, const char* what) {
   void* p = lua_touserdata(L, idx);
   if (p && lua_getmetatable(L, idx)) {
-    lua_pushlightuserdata(L, (void*)key);
-    lua_rawget(L, LUA_REGISTRYINDEX);
+    registry_get(L, key);
     const bool same = lua_rawequal(L, -1, -2);
     lua_pop(L, 2);
     if (same) return p;
@@ -419,8 +415,7 @@ int l_serve(lua_State* L) {
   });
   void* mem = lua_newuserdata(L, sizeof(BoxPtr));
   new (mem) BoxPtr(std::move(box));
-  lua_pushlightuserdata(L, (void*)&kServerMt);
-  lua_rawget(L, LUA_REGISTRYINDEX);
+  registry_get(L, &kServerMt);
   lua_setmetatable(L, -2);
   return 1;
 }
@@ -504,8 +499,7 @@ ParserBox& check_parser(lua_State* L, int idx) {
 int l_sse_parser(lua_State* L) {
   void* mem = lua_newuserdata(L, sizeof(ParserBox));
   new (mem) ParserBox();
-  lua_pushlightuserdata(L, (void*)&kParserMt);
-  lua_rawget(L, LUA_REGISTRYINDEX);
+  registry_get(L, &kParserMt);
   lua_setmetatable(L, -2);
   return 1;
 }
@@ -547,7 +541,6 @@ int l_state_gc(lua_State* L) {
 
 void make_metatable(lua_State* L, const char* key, const char* prefix, const Reg* methods, size_t n,
                     lua_CFunction gc) {
-  lua_pushlightuserdata(L, (void*)key);
   lua_newtable(L);
   lua_newtable(L);
   register_functions(L, lua_gettop(L), prefix, methods, n);
@@ -555,14 +548,13 @@ void make_metatable(lua_State* L, const char* key, const char* prefix, const Reg
   lua_pushfstring(L, "%s__gc", prefix);
   lua_pushcclosure(L, gc, 1);
   lua_setfield(L, -2, "__gc");
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  registry_set(L, key);
 }
 
 }  // namespace
 
 void open_http(lua_State* L, int t) {
   // The per-state HttpState, alive until lua_close.
-  lua_pushlightuserdata(L, (void*)&kStateKey);
   void* mem = lua_newuserdata(L, sizeof(StatePtr));
   new (mem) StatePtr(std::make_shared<HttpState>());
   lua_newtable(L);
@@ -570,7 +562,7 @@ void open_http(lua_State* L, int t) {
   lua_pushcclosure(L, entry<l_state_gc>, 1);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  registry_set(L, &kStateKey);
 
   static const Reg server_methods[] = {
       {"start", entry<l_server_start>}, {"op", entry<l_server_op>},   {"port", entry<l_server_port>},

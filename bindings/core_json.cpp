@@ -22,8 +22,7 @@ const char kArrayMtKey = 0;  // registry key of the array metatable
 constexpr int kMaxDepth = 200;
 
 void push_array_mt(lua_State* L) {
-  lua_pushlightuserdata(L, (void*)&kArrayMtKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
+  registry_get(L, &kArrayMtKey);
 }
 
 // ---- decode ------------------------------------------------------------------------
@@ -307,9 +306,8 @@ void open_json(lua_State* L, int t) {
   lua_newtable(L);
   lua_pushstring(L, "array");
   lua_setfield(L, -2, "__jsontype");
-  lua_pushlightuserdata(L, (void*)&kArrayMtKey);
-  lua_pushvalue(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, -1);
+  registry_set(L, &kArrayMtKey);
   lua_setfield(L, t, "array_mt");
   lua_pushlightuserdata(L, nullptr);
   lua_setfield(L, t, "null");

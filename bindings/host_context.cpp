@@ -9,9 +9,8 @@ namespace rl::lua {
 static const char kRegistryKey = 0;  // address used as a unique registry key
 
 HostContext::HostContext(lua_State* L, EventLoop& loop) : L_(L), loop_(loop) {
-  lua_pushlightuserdata(L, (void*)&kRegistryKey);
   lua_pushlightuserdata(L, this);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  registry_set(L, &kRegistryKey);
 }
 
 HostContext::~HostContext() {
@@ -27,10 +26,7 @@ void HostContext::cancel_all() {
 }
 
 HostContext& HostContext::get(lua_State* L) {
-  lua_pushlightuserdata(L, (void*)&kRegistryKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  auto* ctx = static_cast<HostContext*>(lua_touserdata(L, -1));
-  lua_pop(L, 1);
+  auto* ctx = registry_pointer<HostContext>(L, &kRegistryKey);
   if (!ctx) throw std::logic_error("no host context in this Lua state (internal error)");
   return *ctx;
 }

@@ -42,8 +42,7 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
   lua_newtable(L);
   lua_pushstring(L, "interrupted");
   lua_setfield(L, -2, "reason");
-  lua_pushlightuserdata(L, (void*)&kCancelledKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
+  registry_get(L, &kCancelledKey);
   lua_setmetatable(L, -2);
   lua_error(L);
 }
@@ -114,9 +113,8 @@ int HostSession::compile(std::vector<int>& refs) {
   lua_getglobal(L_, "require");
   lua_pushstring(L_, "rl.task");
   call_protected(L_, 1, 1, nullptr);
-  lua_pushlightuserdata(L_, (void*)&kCancelledKey);
-  lua_getfield(L_, -2, "Cancelled");
-  lua_rawset(L_, LUA_REGISTRYINDEX);
+  lua_getfield(L_, -1, "Cancelled");
+  registry_set(L_, &kCancelledKey);
   lua_pop(L_, 1);
 
   lua_getglobal(L_, "require");

@@ -204,14 +204,12 @@ static int traceback_handler(lua_State* L) {
 static const char kTracebackKey = 0;
 
 static void push_traceback_handler(lua_State* L) {
-  lua_pushlightuserdata(L, (void*)&kTracebackKey);
-  lua_rawget(L, LUA_REGISTRYINDEX);
+  registry_get(L, &kTracebackKey);
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     lua_pushcfunction(L, traceback_handler);
-    lua_pushlightuserdata(L, (void*)&kTracebackKey);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, -1);
+    registry_set(L, &kTracebackKey);
   }
 }
 

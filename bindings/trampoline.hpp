@@ -94,6 +94,26 @@ void register_functions(lua_State* L, int table_idx, std::string_view prefix, co
   register_functions(L, table_idx, prefix, regs, N);
 }
 
+// Per-state slots in the Lua registry, keyed by the address of a static object
+// (`static const char kKey = 0; registry_get(L, &kKey)`).
+inline void registry_get(lua_State* L, const void* key) {  // pushes registry[key]
+  lua_pushlightuserdata(L, const_cast<void*>(key));
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+inline void registry_set(lua_State* L, const void* key) {  // registry[key] = value on top (popped)
+  lua_pushlightuserdata(L, const_cast<void*>(key));
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+// The userdata pointer stored at registry[key], or nullptr.
+template <class T>
+T* registry_pointer(lua_State* L, const void* key) {
+  registry_get(L, key);
+  auto* p = static_cast<T*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  return p;
+}
+
 // t[key] = value for the table on top of the stack (results built in C++).
 inline void set_number(lua_State* L, const char* key, double v) { lua_pushnumber(L, v); lua_setfield(L, -2, key); }
 inline void set_bool(lua_State* L, const char* key, bool v) { lua_pushboolean(L, v); lua_setfield(L, -2, key); }

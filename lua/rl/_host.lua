@@ -10,12 +10,17 @@ local main          -- the main task
 local foreground    -- the task Ctrl-C cancels (main, or a REPL chunk)
 local exit_code     -- set by rl.exit(code) in a task nobody waits for
 
+-- Ends the run with `code` (the first request wins) by stopping the loop.
+local function request_exit(code)
+  if exit_code == nil then exit_code = code end
+  core.loop.stop()
+end
+
 -- rl.exit(code) in a task that nobody waits for (not main: its error reaches no
--- one) still ends the process: remember the code and stop the loop.
+-- one) still ends the process.
 task._on_unwaited_failure = function(_, err)
   if getmetatable(err) ~= rl._Exit then return false end
-  if exit_code == nil then exit_code = err.code end
-  core.loop.stop()
+  request_exit(err.code)
   return true
 end
 
@@ -103,10 +108,7 @@ local function run_chunk(request, client, code)
     if foreground == t then foreground = nil end
     local reply, code_ = repl.result(t, cap)
     respond(request, reply)
-    if code_ ~= nil then  -- rl.exit(code) typed at a prompt ends the process
-      if exit_code == nil then exit_code = code_ end
-      core.loop.stop()
-    end
+    if code_ ~= nil then request_exit(code_) end  -- rl.exit(code) typed at a prompt
   end)
 end
 

@@ -18,13 +18,6 @@ local json = require "rl.json"
 local chttp = core.http
 local M = {}
 
-local function need_task(fname)
-  local t = task.current()
-  if not t or coroutine.running() ~= t.co then
-    error(fname .. ": not inside a task (run it in rl.spawn(fn), a recipe, or the REPL)", 3)
-  end
-end
-
 local function check_table(v, fname, name)
   if type(v) ~= "table" then
     error(("%s: bad argument #1 '%s' (table expected, got %s)"):format(fname, name, type(v)), 3)
@@ -55,7 +48,7 @@ end
 ---@return rl.http.Response|nil resp, string|nil err
 function M.request(opts)
   check_table(opts, "rl.http.request", "opts")
-  need_task("rl.http.request")
+  task.need_task("rl.http.request")
   local op = chttp.request(opts)  -- validates every option, naming the bad one
   task.op_open(op)
   local on_event = opts.on_event

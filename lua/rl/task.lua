@@ -104,6 +104,8 @@ local function dispatch(op, ...)
 end
 loop.set_dispatcher(dispatch)
 
+--- The current task; raises (naming `fname`, at the caller's caller) outside a
+--- task or inside a plain coroutine. For modules whose functions must yield.
 local function need_task(fname)
   local t = current
   if not t then
@@ -124,6 +126,8 @@ local function suspend(t)
     error(c, 0)
   end
 end
+
+M.need_task = need_task
 
 --- Registers interest in op `op` for the current task (call before op_next).
 function M.op_open(op)
