@@ -179,18 +179,6 @@ void push_headers(lua_State* L, const net::HeaderList& headers) {
   }
 }
 
-// The userdata at idx if its metatable is the one registered under `key`.
-void* check_udata(lua_State* L, int idx, const char* key, const char* name, const char* what) {
-  void* p = lua_touserdata(L, idx);
-  if (p && lua_getmetatable(L, idx)) {
-    registry_get(L, key);
-    const bool same = lua_rawequal(L, -1, -2);
-    lua_pop(L, 2);
-    if (same) return p;
-  }
-  throw ArgError(idx, name, std::string(what) + " expected, got " + arg::type_name(L, idx));
-}
-
 int push_response(lua_State* L, const net::HttpResponse& r) {
   lua_pushliteral(L, "done");
   lua_createtable(L, 0, 5);
@@ -537,18 +525,6 @@ int l_parser_gc(lua_State* L) {
 int l_state_gc(lua_State* L) {
   if (auto* p = static_cast<StatePtr*>(lua_touserdata(L, 1))) p->~StatePtr();
   return 0;
-}
-
-void make_metatable(lua_State* L, const char* key, const char* prefix, const Reg* methods, size_t n,
-                    lua_CFunction gc) {
-  lua_newtable(L);
-  lua_newtable(L);
-  register_functions(L, lua_gettop(L), prefix, methods, n);
-  lua_setfield(L, -2, "__index");
-  lua_pushfstring(L, "%s__gc", prefix);
-  lua_pushcclosure(L, gc, 1);
-  lua_setfield(L, -2, "__gc");
-  registry_set(L, key);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // logging) resolve to the rlhost binary's own copies.
 #include "tensor/torch_env.hpp"
 
+#include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 
 namespace rl::lua {
@@ -46,5 +47,8 @@ extern "C" __attribute__((visibility("default"))) int luaopen_rlhost_torch(lua_S
   };
   lua_newtable(L);
   register_functions(L, -1, "rl.torch.", regs);
+  lua_newtable(L);  // private: wrapped by lua/rl/model.lua
+  open_model(L, lua_gettop(L));
+  lua_setfield(L, -2, "_model");
   return 1;
 }

@@ -236,4 +236,26 @@ void call_or_throw(lua_State* L, int nargs, int nresults) {
   if (!call_protected(L, nargs, nresults, &err)) throw LuaCallError(err);
 }
 
+void make_metatable(lua_State* L, const void* key, const char* prefix, const Reg* methods, size_t n, lua_CFunction gc) {
+  lua_newtable(L);
+  lua_newtable(L);
+  register_functions(L, lua_gettop(L), prefix, methods, n);
+  lua_setfield(L, -2, "__index");
+  lua_pushfstring(L, "%s__gc", prefix);
+  lua_pushcclosure(L, gc, 1);
+  lua_setfield(L, -2, "__gc");
+  registry_set(L, key);
+}
+
+void* check_udata(lua_State* L, int idx, const void* key, const char* name, const char* what) {
+  void* p = lua_touserdata(L, idx);
+  if (p && lua_getmetatable(L, idx)) {
+    registry_get(L, key);
+    const bool same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (same) return p;
+  }
+  throw ArgError(idx, name, std::string(what) + " expected, got " + arg::type_name(L, idx));
+}
+
 }  // namespace rl::lua

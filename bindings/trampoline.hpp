@@ -94,6 +94,13 @@ void register_functions(lua_State* L, int table_idx, std::string_view prefix, co
   register_functions(L, table_idx, prefix, regs, N);
 }
 
+// Userdata types: a metatable registered under `key` with `methods` as __index
+// (public names `prefix` + name, e.g. "rl.http.Server:") and `gc` as __gc.
+void make_metatable(lua_State* L, const void* key, const char* prefix, const Reg* methods, size_t n, lua_CFunction gc);
+// The userdata at idx if its metatable is the one registered under `key`; else an
+// ArgError naming argument `name` and saying `what` was expected.
+void* check_udata(lua_State* L, int idx, const void* key, const char* name, const char* what);
+
 // Per-state slots in the Lua registry, keyed by the address of a static object
 // (`static const char kKey = 0; registry_get(L, &kKey)`).
 inline void registry_get(lua_State* L, const void* key) {  // pushes registry[key]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what rlhost needs on a fresh Debian machine, idempotently:
 # Debian packages (compiler, CMake, LuaJIT, spdlog, Catch2, libcurl, nlohmann-json,
-# cpp-httplib, readline, ccache) and the `torch` wheel from PyPI for LibTorch.
+# cpp-httplib, readline, ccache) and the `torch` wheel from PyPI for LibTorch;
+# with --test-deps also the Python peers of the parity tests and benchmarks.
 # Already-installed pieces are left as they are; a second run does nothing.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ APT_PACKAGES=(
 )
 TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; this is the tested one
 PY="${PYTHON:-python3}"
+TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors)  # the tested versions
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -38,6 +40,19 @@ else
   log "Debian packages: all present"
 fi
 
+pip_install() {
+  local pip_flags=()
+  # Debian's own python refuses system-wide pip installs without this flag.
+  local pip_help
+  pip_help="$("$PY" -m pip install --help 2>/dev/null || true)"  # no pipe: pipefail + grep -q could misfire
+  if [[ "$pip_help" == *--break-system-packages* ]]; then
+    if [ -f "$("$PY" -c 'import sysconfig;print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+      pip_flags+=(--break-system-packages)
+    fi
+  fi
+  "$PY" -m pip install -q "${pip_flags[@]}" "$@"
+}
+
 if "$PY" - <<'PY' 2>/dev/null
 import importlib.util, sys
 spec = importlib.util.find_spec("torch")
@@ -50,13 +65,17 @@ then
   log "torch wheel: present"
 else
   log "installing the torch wheel ($TORCH_SPEC) from PyPI for LibTorch"
-  pip_flags=()
-  # Debian's own python refuses system-wide pip installs without this flag.
-  pip_help="$("$PY" -m pip install --help 2>/dev/null || true)"  # no pipe: pipefail + grep -q could misfire
-  if [[ "$pip_help" == *--break-system-packages* ]]; then
-    if [ -f "$("$PY" -c 'import sysconfig;print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
-      pip_flags+=(--break-system-packages)
-    fi
+  pip_install "$TORCH_SPEC"
+fi
+
+# --test-deps: the Python peers the test suite and benchmarks compare against
+# (transformers for model parity, tokenizers for tokenizer benchmarks). A failed
+# install is not fatal: those tests then skip with a visible message.
+if [ "${1:-}" = "--test-deps" ]; then
+  if "$PY" -c "import transformers, tokenizers, safetensors" 2>/dev/null; then
+    log "test dependencies (transformers, tokenizers): present"
+  else
+    log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
+    pip_install "${TEST_SPECS[@]}" || log "WARNING: could not install ${TEST_SPECS[*]}; parity tests will be skipped"
   fi
-  "$PY" -m pip install -q "${pip_flags[@]}" "$TORCH_SPEC"
 fi

@@ -9,8 +9,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RLHOST_BUILD_DIR:-$root/build}"
 stage() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
 
-stage "bootstrap"
-"$root/scripts/bootstrap.sh"
+stage "bootstrap (with the Python peers of the parity tests)"
+"$root/scripts/bootstrap.sh" --test-deps
 stage "build"
 RLHOST_BUILD_DIR="$build" "$root/scripts/build.sh"
 stage "ctest"

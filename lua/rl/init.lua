@@ -40,7 +40,8 @@ rl._Exit = Exit
 
 local lazy = {
   log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
-  inspect = "rl.inspect", task = "rl.task", torch = "rl.torch",
+  inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
+  tokenizer = "rl.tokenizer",
 }
 
 return setmetatable(rl, {

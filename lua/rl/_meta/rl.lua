@@ -10,6 +10,7 @@
 ---@field log rl.log
 ---@field json rl.json
 ---@field args rl.args
+---@field tokenizer rl.tokenizer
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------

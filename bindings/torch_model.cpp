@@ -1,0 +1,245 @@
+// rl.model's native half (in librlhost_torch.so): load, init and use a transformer.
+// Bad files and paths are runtime failures (nil, err); bad arguments raise.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/live_objects.hpp"
+#include "bindings/torch_module.hpp"
+#include "bindings/trampoline.hpp"
+#include "nn/greedy.hpp"
+#include "nn/transformer.hpp"
+#include "nn/weights.hpp"
+
+namespace rl::lua {
+namespace {
+
+const char kModelMt = 0;
+
+struct ModelBox : LiveObject {
+  std::shared_ptr<nn::Transformer> model;
+};
+
+nn::Transformer& check_model(lua_State* L, int idx) {
+  auto* box = static_cast<ModelBox*>(check_udata(L, idx, &kModelMt, "model", "rl.model handle"));
+  if (!box->model) throw ArgError(idx, "model", "the model was released");
+  return *box->model;
+}
+
+std::vector<int64_t> ids_arg(lua_State* L, int idx, const char* name) {
+  arg::table(L, idx, name);
+  const size_t n = lua_objlen(L, idx);
+  std::vector<int64_t> ids(n);
+  for (size_t i = 0; i < n; ++i) {
+    lua_rawgeti(L, idx, static_cast<int>(i + 1));
+    if (!lua_isnumber(L, -1)) {
+      lua_pop(L, 1);
+      throw ArgError(idx, name, "array of token ids expected, element " + std::to_string(i + 1) + " is not a number");
+    }
+    ids[i] = static_cast<int64_t>(lua_tointeger(L, -1));
+    lua_pop(L, 1);
+  }
+  return ids;
+}
+
+nn::ModelOptions options_arg(lua_State* L, int idx, const char* table) {
+  nn::ModelOptions o;
+  if (lua_isnoneornil(L, idx)) return o;
+  arg::table(L, idx, table);
+  if (auto d = arg::field_string(L, idx, "dtype", table)) o.dtype = nn::parse_dtype(std::string(*d));
+  if (auto d = arg::field_string(L, idx, "device", table)) o.device = torch::Device(std::string(*d));
+  return o;
+}
+
+void push_numbers(lua_State* L, const torch::Tensor& t) {
+  auto c = t.to(torch::kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  lua_createtable(L, static_cast<int>(c.numel()), 0);
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    lua_pushnumber(L, p[i]);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+}
+
+torch::Tensor batch_of(const nn::Transformer& m, const std::vector<int64_t>& ids) {
+  const int64_t vocab = m.config().vocab_size;
+  for (auto id : ids)
+    if (id < 0 || id >= vocab)
+      throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+  return torch::tensor(ids, torch::kInt64).unsqueeze(0).to(m.options().device);
+}
+
+void push_model(lua_State* L, std::shared_ptr<nn::Transformer> model) {
+  void* mem = lua_newuserdata(L, sizeof(ModelBox));
+  auto* box = new (mem) ModelBox();
+  box->model = std::move(model);
+  registry_get(L, &kModelMt);
+  lua_setmetatable(L, -2);
+}
+
+// model_load(path, {dtype=, device=}) -> handle | nil, err
+int l_load(lua_State* L) {
+  const std::string path(arg::string(L, 1, "path"));
+  const auto opts = options_arg(L, 2, "opts");
+  std::shared_ptr<nn::Transformer> model;
+  try {
+    model = nn::Transformer::from_pretrained(path, opts);
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+  push_model(L, std::move(model));
+  return 1;
+}
+
+// model_init(config_json, dir, {seed=, dtype=}) -> true | nil, err
+int l_init(lua_State* L) {
+  const std::string config_json(arg::string(L, 1, "config"));
+  const std::string dir(arg::string(L, 2, "dir"));
+  arg::table(L, 3, "opts");
+  const uint64_t seed = static_cast<uint64_t>(arg::field_integer(L, 3, "seed", "opts").value_or(0));
+  const auto dtype = nn::parse_dtype(std::string(arg::field_string(L, 3, "dtype", "opts").value_or("float32")));
+  try {
+    auto config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), "rl.model.init config");
+    nn::Transformer m(std::move(config));
+    m.init_random(seed);
+    nn::save_model_dir(dir, m.config(), m.named_parameters(), dtype, size_t(5) << 30);
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int l_config_json(lua_State* L) {
+  const std::string text = check_model(L, 1).config().to_json().dump();
+  lua_pushlstring(L, text.data(), text.size());
+  return 1;
+}
+
+int l_num_parameters(lua_State* L) {
+  int64_t n = 0;
+  for (const auto& [name, t] : check_model(L, 1).named_parameters()) n += t.numel();
+  lua_pushnumber(L, static_cast<double>(n));
+  return 1;
+}
+
+// parameters() -> {{name=, shape={...}, dtype=}, ...}
+int l_parameters(lua_State* L) {
+  const auto& params = check_model(L, 1).named_parameters();
+  lua_createtable(L, static_cast<int>(params.size()), 0);
+  int i = 0;
+  for (const auto& [name, t] : params) {
+    lua_createtable(L, 0, 3);
+    set_string(L, "name", name);
+    set_string(L, "dtype", c10::toString(t.scalar_type()));
+    lua_createtable(L, static_cast<int>(t.dim()), 0);
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      lua_pushnumber(L, static_cast<double>(t.size(d)));
+      lua_rawseti(L, -2, static_cast<int>(d + 1));
+    }
+    lua_setfield(L, -2, "shape");
+    lua_rawseti(L, -2, ++i);
+  }
+  return 1;
+}
+
+// logprobs(ids, {temperature=1}) -> {lp_2, ..., lp_n}: log p(ids[i] | ids[1..i-1])
+int l_logprobs(lua_State* L) {
+  auto& m = check_model(L, 1);
+  const auto ids = ids_arg(L, 2, "ids");
+  double temperature = 1.0;
+  if (!lua_isnoneornil(L, 3)) {
+    arg::table(L, 3, "opts");
+    temperature = arg::field_number(L, 3, "temperature", "opts").value_or(1.0);
+  }
+  if (ids.size() < 2) throw ArgError(2, "ids", "at least 2 token ids expected");
+  torch::NoGradGuard no_grad;
+  push_numbers(L, m.sequence_logprobs(batch_of(m, ids), temperature).logprobs[0]);
+  return 1;
+}
+
+// logits(ids) -> {{v_1..v_V} per position}: for tests and small models.
+int l_logits(lua_State* L) {
+  auto& m = check_model(L, 1);
+  const auto ids = ids_arg(L, 2, "ids");
+  if (ids.empty()) throw ArgError(2, "ids", "at least 1 token id expected");
+  torch::NoGradGuard no_grad;
+  auto logits = m.logits(m.forward(batch_of(m, ids)))[0];
+  lua_createtable(L, static_cast<int>(ids.size()), 0);
+  for (int64_t t = 0; t < logits.size(0); ++t) {
+    push_numbers(L, logits[t]);
+    lua_rawseti(L, -2, static_cast<int>(t + 1));
+  }
+  return 1;
+}
+
+// generate(ids, {max_new_tokens=16, stop_token_ids={...}}) -> new ids (greedy, KV cache)
+int l_generate(lua_State* L) {
+  auto& m = check_model(L, 1);
+  const auto ids = ids_arg(L, 2, "ids");
+  int64_t max_new = 16;
+  std::vector<int64_t> stops = m.config().eos_token_ids;
+  if (!lua_isnoneornil(L, 3)) {
+    arg::table(L, 3, "opts");
+    max_new = arg::field_integer(L, 3, "max_new_tokens", "opts").value_or(16);
+    lua_getfield(L, 3, "stop_token_ids");
+    if (!lua_isnil(L, -1)) stops = ids_arg(L, lua_gettop(L), "opts.stop_token_ids");
+    lua_pop(L, 1);
+  }
+  if (ids.empty()) throw ArgError(2, "ids", "at least 1 token id expected");
+  if (max_new < 0) throw ArgError(3, "opts.max_new_tokens", "non-negative integer expected");
+  batch_of(m, ids);  // range check
+  const auto out = nn::greedy_generate(m, ids, max_new, stops);
+  lua_createtable(L, static_cast<int>(out.size()), 0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    lua_pushnumber(L, static_cast<double>(out[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+// save(dir, {dtype=, max_shard_bytes=}) -> true | nil, err
+int l_save(lua_State* L) {
+  auto& m = check_model(L, 1);
+  const std::string dir(arg::string(L, 2, "dir"));
+  auto dtype = m.options().dtype;
+  size_t shard = size_t(5) << 30;
+  if (!lua_isnoneornil(L, 3)) {
+    arg::table(L, 3, "opts");
+    if (auto d = arg::field_string(L, 3, "dtype", "opts")) dtype = nn::parse_dtype(std::string(*d));
+    if (auto s = arg::field_integer(L, 3, "max_shard_bytes", "opts")) shard = static_cast<size_t>(*s);
+  }
+  try {
+    nn::save_model_dir(dir, m.config(), m.named_parameters(), dtype, shard);
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int l_gc(lua_State* L) {
+  if (auto* p = static_cast<ModelBox*>(lua_touserdata(L, 1))) p->~ModelBox();
+  return 0;
+}
+
+}  // namespace
+
+void open_model(lua_State* L, int t) {
+  static const Reg methods[] = {
+      {"config_json", entry<l_config_json>}, {"num_parameters", entry<l_num_parameters>},
+      {"parameters", entry<l_parameters>},   {"logprobs", entry<l_logprobs>},
+      {"logits", entry<l_logits>},           {"generate", entry<l_generate>},
+      {"save", entry<l_save>},
+  };
+  make_metatable(L, &kModelMt, "rl.model.Model:", methods, std::size(methods), entry<l_gc>);
+  static const Reg regs[] = {
+      {"model_load", entry<l_load>},
+      {"model_init", entry<l_init>},
+  };
+  register_functions(L, t, "rl.model.", regs);
+}
+
+}  // namespace rl::lua

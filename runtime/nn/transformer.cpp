@@ -1,0 +1,238 @@
+#include "nn/transformer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "nn/weights.hpp"
+
+namespace rl::nn {
+namespace {
+
+void check_ids(const torch::Tensor& ids, int64_t vocab) {
+  if (ids.numel() == 0) return;
+  const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab)
+    throw std::out_of_range("token id " + std::to_string(lo < 0 ? lo : hi) + " outside the vocabulary [0, " +
+                            std::to_string(vocab) + ")");
+}
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+}
+
+}  // namespace
+
+Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
+    : config_(std::move(config)), opts_(opts), rope_(config_) {
+  auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
+  for (const auto& spec : config_.expected_tensors()) params_.emplace_back(spec.name, torch::empty(spec.shape, options));
+  auto get = [&](const std::string& name) -> torch::Tensor {
+    for (auto& [n, t] : params_)
+      if (n == name) return t;
+    return {};
+  };
+  embed_ = get("model.embed_tokens.weight");
+  final_norm_ = get("model.norm.weight");
+  lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer l;
+    l.input_norm = get(p + "input_layernorm.weight");
+    l.post_norm = get(p + "post_attention_layernorm.weight");
+    l.q_w = get(p + "self_attn.q_proj.weight"), l.q_b = get(p + "self_attn.q_proj.bias");
+    l.k_w = get(p + "self_attn.k_proj.weight"), l.k_b = get(p + "self_attn.k_proj.bias");
+    l.v_w = get(p + "self_attn.v_proj.weight"), l.v_b = get(p + "self_attn.v_proj.bias");
+    l.o_w = get(p + "self_attn.o_proj.weight"), l.o_b = get(p + "self_attn.o_proj.bias");
+    l.q_norm = get(p + "self_attn.q_norm.weight"), l.k_norm = get(p + "self_attn.k_norm.weight");
+    l.gate_w = get(p + "mlp.gate_proj.weight"), l.gate_b = get(p + "mlp.gate_proj.bias");
+    l.up_w = get(p + "mlp.up_proj.weight"), l.up_b = get(p + "mlp.up_proj.bias");
+    l.down_w = get(p + "mlp.down_proj.weight"), l.down_b = get(p + "mlp.down_proj.bias");
+    layers_.push_back(std::move(l));
+  }
+  if (!embed_.defined() || !final_norm_.defined() || !lm_head_.defined())
+    throw std::logic_error("Transformer: config.expected_tensors() lacks the embedding, final norm or lm_head");
+}
+
+std::unique_ptr<Transformer> Transformer::from_pretrained(const std::filesystem::path& path, ModelOptions opts) {
+  if (path.extension() == ".gguf") {
+    auto gguf = model::read_gguf(path);
+    auto m = std::make_unique<Transformer>(gguf.config, opts);
+    m->load(gguf.tensors);
+    return m;
+  }
+  auto config = model::ModelConfig::load(path);
+  auto tensors = model::read_safetensors_dir(std::filesystem::is_directory(path) ? path : path.parent_path());
+  auto m = std::make_unique<Transformer>(std::move(config), opts);
+  m->load(tensors);
+  return m;
+}
+
+void Transformer::load(const model::TensorSet& tensors) {
+  model::validate_tensors(tensors, config_);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, param] : params_) param.copy_(tensor_from_view(*tensors.find(name)));
+}
+
+void Transformer::init_random(uint64_t seed) {
+  const double std = config_.raw.value("initializer_range", 0.02);
+  init_parameters(params_, seed, std);
+}
+
+torch::Tensor Transformer::parameter(const std::string& name) const {
+  for (const auto& [n, t] : params_)
+    if (n == name) return t;
+  throw std::out_of_range("model has no parameter '" + name + "' (" + config_.architecture + ", " +
+                          std::to_string(params_.size()) + " parameters)");
+}
+
+void Transformer::set_requires_grad(bool on) {
+  for (auto& [name, t] : params_) t.requires_grad_(on);
+}
+
+torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor& w) const {
+  // As transformers: normalise in float32, cast back, then scale.
+  auto xf = x.to(torch::kFloat32);
+  xf = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + config_.rms_norm_eps);
+  return w * xf.to(x.scalar_type());
+}
+
+torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
+  return linear(torch::silu(linear(x, l.gate_w, l.gate_b)) * linear(x, l.up_w, l.up_b), l.down_w, l.down_b);
+}
+
+// q, k, v for `x` [..., hidden] as [..., heads, head_dim], with q/k norm and RoPE applied.
+torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor& x, const torch::Tensor& cos,
+                                            const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v) const {
+  auto lead = x.sizes().vec();
+  lead.pop_back();
+  auto heads_shape = [&](int64_t heads) {
+    auto s = lead;
+    s.push_back(heads);
+    s.push_back(config_.head_dim);
+    return s;
+  };
+  auto q = linear(x, l.q_w, l.q_b).view(heads_shape(config_.num_attention_heads));
+  k = linear(x, l.k_w, l.k_b).view(heads_shape(config_.num_key_value_heads));
+  v = linear(x, l.v_w, l.v_b).view(heads_shape(config_.num_key_value_heads));
+  if (config_.qk_norm) {
+    q = rms_norm(q, l.q_norm);
+    k = rms_norm(k, l.k_norm);
+  }
+  k = apply_rope(k, cos, sin);
+  return apply_rope(q, cos, sin);
+}
+
+template <class Attend>
+torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend) {
+  auto [cos, sin] = rope_.lookup(positions, opts_.dtype);
+  for (const auto& l : layers_) {
+    torch::Tensor k, v;
+    auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v);
+    x = x + linear(attend(q, k, v, &l - layers_.data()), l.o_w, l.o_b);
+    x = x + mlp(l, rms_norm(x, l.post_norm));
+  }
+  return rms_norm(x, final_norm_);
+}
+
+torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& positions) {
+  if (input_ids.dim() != 2) throw std::invalid_argument("forward: input_ids must be [batch, seq]");
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  auto pos = positions.defined() ? positions
+                                 : torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device()))
+                                       .unsqueeze(0)
+                                       .expand({B, T});
+  check_ids(input_ids, config_.vocab_size);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
+  auto x = torch::embedding(embed_, input_ids);
+  return run_layers(x, pos, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t) {
+    auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
+                                              /*is_causal=*/true, scale, gqa);
+    return o.transpose(1, 2).reshape({B, T, -1});
+  });
+}
+
+torch::Tensor Transformer::logits(const torch::Tensor& hidden) const { return torch::linear(hidden, lm_head_); }
+
+TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, double temperature, bool with_entropy) {
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  if (T < 2) throw std::invalid_argument("sequence_logprobs: need at least 2 tokens per sequence");
+  auto hidden = forward(input_ids).narrow(1, 0, T - 1).reshape({-1, config_.hidden_size});
+  auto targets = input_ids.narrow(1, 1, T - 1).reshape({-1});
+  auto out = token_logprobs(hidden, lm_head_, targets, temperature, with_entropy);
+  out.logprobs = out.logprobs.view({B, T - 1});
+  if (out.entropy.defined()) out.entropy = out.entropy.view({B, T - 1});
+  return out;
+}
+
+KVCache Transformer::new_kv_cache(int64_t num_blocks, int64_t block_size) const {
+  KVCache c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    c.k.push_back(torch::zeros({num_blocks * block_size, config_.num_key_value_heads, config_.head_dim}, options));
+    c.v.push_back(torch::zeros({num_blocks * block_size, config_.num_key_value_heads, config_.head_dim}, options));
+  }
+  return c;
+}
+
+torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) {
+  torch::NoGradGuard no_grad;
+  const int64_t S = static_cast<int64_t>(b.query_lens.size());
+  const int64_t N = b.input_ids.size(0);
+  if (S == 0 || b.context_lens.size() != b.query_lens.size() || b.context_slots.size(0) != S)
+    throw std::invalid_argument("forward_cached: query_lens, context_lens and context_slots disagree on the batch size");
+  if (static_cast<int64_t>(cache.k.size()) != config_.num_hidden_layers)
+    throw std::invalid_argument("forward_cached: the KV cache was made for another model");
+  int64_t max_q = 0, total = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (b.query_lens[s] < 1 || b.query_lens[s] > b.context_lens[s])
+      throw std::invalid_argument("forward_cached: sequence " + std::to_string(s) + " has query_len " +
+                                  std::to_string(b.query_lens[s]) + " and context_len " +
+                                  std::to_string(b.context_lens[s]));
+    max_q = std::max(max_q, b.query_lens[s]);
+    total += b.query_lens[s];
+  }
+  if (total != N) throw std::invalid_argument("forward_cached: query_lens sum to " + std::to_string(total) +
+                                              " but input_ids has " + std::to_string(N) + " tokens");
+  const int64_t max_ctx = b.context_slots.size(1);
+  auto dev = b.input_ids.device();
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  // Where each new token sits in the padded [S, max_q] query grid.
+  std::vector<int64_t> qidx;
+  qidx.reserve(N);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(s * max_q + i);
+  auto query_index = torch::tensor(qidx, i64).to(dev);
+  // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
+  auto ctx = torch::tensor(b.context_lens, i64).to(dev).view({S, 1, 1});
+  auto qlen = torch::tensor(b.query_lens, i64).to(dev).view({S, 1, 1});
+  auto qi = torch::arange(max_q, i64.device(dev)).view({1, max_q, 1});
+  auto kj = torch::arange(max_ctx, i64.device(dev)).view({1, 1, max_ctx});
+  auto mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [S, 1, max_q, max_ctx]
+  auto ctx_slots = b.context_slots.reshape({-1});
+  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const bool gqa = H != KV;
+
+  check_ids(b.input_ids, config_.vocab_size);
+  auto x = torch::embedding(embed_, b.input_ids);
+  return run_layers(x, b.positions, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         int64_t layer) {
+    cache.k[layer].index_copy_(0, b.slot_mapping, k);
+    cache.v[layer].index_copy_(0, b.slot_mapping, v);
+    auto kc = cache.k[layer].index_select(0, ctx_slots).view({S, max_ctx, KV, D}).transpose(1, 2);
+    auto vc = cache.v[layer].index_select(0, ctx_slots).view({S, max_ctx, KV, D}).transpose(1, 2);
+    auto qp = torch::zeros({S * max_q, H, D}, q.options()).index_copy_(0, query_index, q);
+    auto o = at::scaled_dot_product_attention(qp.view({S, max_q, H, D}).transpose(1, 2), kc, vc, mask, 0.0, false,
+                                              scale, gqa);
+    return o.transpose(1, 2).reshape({S * max_q, H * D}).index_select(0, query_index);
+  });
+}
+
+void Transformer::save(const std::filesystem::path& dir, size_t max_shard_bytes) const {
+  save_model_dir(dir, config_, params_, opts_.dtype, max_shard_bytes);
+}
+
+}  // namespace rl::nn

@@ -1,0 +1,91 @@
+// The decoder-only transformer of the Llama / Qwen2 / Qwen3 families in LibTorch:
+// embeddings, RMSNorm, rotate_half RoPE, grouped-query attention (optional q/k/v/o
+// bias, optional per-head q/k RMSNorm), SwiGLU MLP, tied or separate lm_head.
+// One set of weights, two paths: full-sequence forward for training, and cached
+// incremental forward over a paged KV cache for the engine.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/checkpoint.hpp"
+#include "model/config.hpp"
+#include "nn/kv_cache.hpp"
+#include "nn/logprobs.hpp"
+#include "nn/rope.hpp"
+
+namespace rl::nn {
+
+struct ModelOptions {
+  torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 (fp16 on CUDA)
+  torch::Device device = torch::kCPU;
+};
+
+class Transformer {
+ public:
+  // Weights are allocated (uninitialised); fill them with load() or init_random().
+  Transformer(model::ModelConfig config, ModelOptions opts = {});
+
+  // A model directory (config.json + safetensors) or a .gguf file.
+  static std::unique_ptr<Transformer> from_pretrained(const std::filesystem::path& path, ModelOptions opts = {});
+
+  // Validates the set against the config, then copies (converting dtype).
+  void load(const model::TensorSet& tensors);
+  // Hugging Face's initialisation: normal(0, initializer_range) for matrices, ones
+  // for norms, zeros for biases. Deterministic for a seed.
+  void init_random(uint64_t seed);
+
+  const model::ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return opts_; }
+  // Parameters under their Hugging Face names, in checkpoint order; lm_head is
+  // absent when tied. Updating weights in place (copy_) keeps the model's views.
+  const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const { return params_; }
+  torch::Tensor parameter(const std::string& name) const;  // throws naming unknown names
+  void set_requires_grad(bool on);
+  const torch::Tensor& lm_head_weight() const { return lm_head_; }
+
+  // Training path. input_ids [B, T] (right-padded), positions default arange(T).
+  // Returns final-norm hidden states [B, T, H].
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions = {});
+  torch::Tensor logits(const torch::Tensor& hidden) const;  // [..., V] in the model dtype
+  // log p(input_ids[b, t+1] | input_ids[b, :t+1]) for t < T-1 → [B, T-1] (float32),
+  // chunked over the vocabulary (see token_logprobs).
+  TokenLogprobs sequence_logprobs(const torch::Tensor& input_ids, double temperature = 1.0,
+                                  bool with_entropy = false);
+
+  // Engine path: writes the new tokens' keys/values into `cache` at batch.slot_mapping
+  // and attends over each sequence's context. Returns final-norm hidden states [N, H]
+  // for the N new tokens, in batch order.
+  torch::Tensor forward_cached(const CachedBatch& batch, KVCache& cache);
+  KVCache new_kv_cache(int64_t num_blocks, int64_t block_size) const;
+
+  // Writes config.json and safetensors (sharded past max_shard_bytes) into `dir`.
+  void save(const std::filesystem::path& dir, size_t max_shard_bytes = size_t(5) << 30) const;
+
+ private:
+  struct Layer {
+    torch::Tensor input_norm, post_norm;
+    torch::Tensor q_w, k_w, v_w, o_w, q_b, k_b, v_b, o_b;
+    torch::Tensor q_norm, k_norm;
+    torch::Tensor gate_w, up_w, down_w, gate_b, up_b, down_b;
+  };
+  template <class Attend>
+  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend);
+  torch::Tensor attention_inputs(const Layer& l, const torch::Tensor& x, const torch::Tensor& cos,
+                                 const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v) const;
+  torch::Tensor mlp(const Layer& l, const torch::Tensor& x) const;
+  torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w) const;
+
+  model::ModelConfig config_;
+  ModelOptions opts_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  torch::Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  RopeTable rope_;
+};
+
+}  // namespace rl::nn

@@ -1,0 +1,124 @@
+#include "nn/weights.hpp"
+
+#include <fstream>
+#include <stdexcept>
+#include <unistd.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace rl::nn {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_norm(const std::string& name) {
+  return ends_with(name, "layernorm.weight") || ends_with(name, "_norm.weight") || name == "model.norm.weight";
+}
+
+void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot open for writing");
+    out << text;
+    if (!out.flush()) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+torch::ScalarType scalar_type(model::DType d) {
+  switch (d) {
+    case model::DType::F32: return torch::kFloat32;
+    case model::DType::F16: return torch::kFloat16;
+    case model::DType::BF16: return torch::kBFloat16;
+    case model::DType::F64: return torch::kFloat64;
+    case model::DType::I64: return torch::kInt64;
+    case model::DType::I32: return torch::kInt32;
+    case model::DType::I16: return torch::kInt16;
+    case model::DType::I8: return torch::kInt8;
+    case model::DType::U8: return torch::kUInt8;
+    case model::DType::BOOL: return torch::kBool;
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+model::DType dtype_of(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return model::DType::F32;
+    case torch::kFloat16: return model::DType::F16;
+    case torch::kBFloat16: return model::DType::BF16;
+    case torch::kFloat64: return model::DType::F64;
+    case torch::kInt64: return model::DType::I64;
+    case torch::kInt32: return model::DType::I32;
+    case torch::kInt16: return model::DType::I16;
+    case torch::kInt8: return model::DType::I8;
+    case torch::kUInt8: return model::DType::U8;
+    case torch::kBool: return model::DType::BOOL;
+    default: throw std::invalid_argument(std::string("dtype ") + c10::toString(t) + " cannot be stored in safetensors");
+  }
+}
+
+torch::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "float") return torch::kFloat32;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16" || name == "half") return torch::kFloat16;
+  throw std::invalid_argument("unknown dtype '" + name + "'; expected float32, bfloat16 or float16");
+}
+
+const char* dtype_config_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return "float32";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kFloat16: return "float16";
+    default: throw std::invalid_argument(std::string("dtype ") + c10::toString(t) + " is not a model dtype");
+  }
+}
+
+torch::Tensor tensor_from_view(const model::TensorView& view) {
+  auto t = torch::empty(view.shape, torch::TensorOptions().dtype(scalar_type(view.dtype)));
+  if (static_cast<size_t>(t.nbytes()) != view.nbytes)
+    throw std::runtime_error(view.file + ": tensor '" + view.name + "' holds " + std::to_string(view.nbytes) +
+                             " bytes, its shape needs " + std::to_string(t.nbytes()));
+  std::memcpy(t.data_ptr(), view.data, view.nbytes);  // copy: the mapping may be unaligned or go away
+  return t;
+}
+
+void init_parameters(NamedTensors& params, uint64_t seed, double std) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (auto& [name, p] : params) {
+    if (is_norm(name)) {
+      p.fill_(1.0);
+    } else if (ends_with(name, ".bias")) {
+      p.zero_();
+    } else {
+      auto values = torch::empty(p.sizes(), torch::kFloat32);
+      values.normal_(0.0, std, gen);
+      p.copy_(values);
+    }
+  }
+}
+
+void save_model_dir(const std::filesystem::path& dir, const model::ModelConfig& config, const NamedTensors& params,
+                    torch::ScalarType dtype, size_t max_shard_bytes) {
+  std::filesystem::create_directories(dir);
+  std::vector<torch::Tensor> keep;  // contiguous CPU copies, alive until written
+  std::vector<model::TensorToWrite> out;
+  keep.reserve(params.size());
+  for (const auto& [name, p] : params) {
+    keep.push_back(p.detach().to(torch::kCPU, dtype).contiguous());
+    const auto& t = keep.back();
+    out.push_back({name, dtype_of(dtype), t.sizes().vec(), t.data_ptr(), static_cast<size_t>(t.nbytes())});
+  }
+  model::write_safetensors_dir(dir, out, max_shard_bytes);
+  auto j = config.to_json();
+  j["torch_dtype"] = dtype_config_name(dtype);
+  write_file_atomic(dir / "config.json", j.dump(2) + "\n");
+}
+
+}  // namespace rl::nn

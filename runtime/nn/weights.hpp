@@ -1,0 +1,35 @@
+// Between checkpoint bytes (runtime/model) and torch tensors: conversion on load,
+// Hugging Face-style random initialisation, and saving a model directory.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/checkpoint.hpp"
+#include "model/config.hpp"
+
+namespace rl::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+torch::ScalarType scalar_type(model::DType d);  // throws for dtypes torch lacks
+model::DType dtype_of(torch::ScalarType t);     // throws for dtypes safetensors lacks
+torch::ScalarType parse_dtype(const std::string& name);  // "float32"|"fp32"|"bfloat16"|"bf16"|"float16"|"fp16"
+const char* dtype_config_name(torch::ScalarType t);      // config.json spelling: "float32", "bfloat16", ...
+
+// A CPU tensor holding a copy of the view's bytes.
+torch::Tensor tensor_from_view(const model::TensorView& view);
+
+// normal(0, std) for weight matrices and embeddings, ones for norms, zeros for
+// biases; values drawn in float32 on the CPU from one generator seeded with `seed`,
+// in parameter order, so the result does not depend on dtype or device.
+void init_parameters(NamedTensors& params, uint64_t seed, double std);
+
+// config.json (torch_dtype set to `dtype`) and safetensors in `dir` (created if needed).
+void save_model_dir(const std::filesystem::path& dir, const model::ModelConfig& config, const NamedTensors& params,
+                    torch::ScalarType dtype, size_t max_shard_bytes);
+
+}  // namespace rl::nn

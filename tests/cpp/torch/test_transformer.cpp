@@ -1,0 +1,214 @@
+// The transformer against golden data (stories260K), the cached path against the
+// full forward, and checkpoint round trips. Parity with Hugging Face transformers
+// is tests/e2e/test_model_parity.py.
+#include <torch/torch.h>
+
+#define CATCH_CONFIG_PREFIX_ALL
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "model_fixtures.hpp"
+#include "nn/greedy.hpp"
+#include "nn/transformer.hpp"
+
+using rl::nn::CachedBatch;
+using rl::nn::Transformer;
+
+namespace {
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+torch::Tensor ids_tensor(const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kInt64).unsqueeze(0); }
+
+Transformer& stories() {
+  static auto m = Transformer::from_pretrained(rl::test::stories_dir());
+  return *m;
+}
+
+std::unique_ptr<Transformer> tiny(const std::string& family, uint64_t seed = 7) {
+  auto m = std::make_unique<Transformer>(rl::test::tiny_config(family));
+  m->init_random(seed);
+  return m;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("stories260K logits match the float64 reference to 1e-4", "[model]") {
+  auto ref = read_json(rl::test::stories_dir() / "reference_outputs.json")["logits"];
+  auto ids = ref["input_ids"].get<std::vector<int64_t>>();
+  torch::NoGradGuard no_grad;
+  auto logits = stories().logits(stories().forward(ids_tensor(ids)))[0];
+  std::vector<std::vector<float>> values = ref["values"];
+  auto expected = torch::empty({static_cast<int64_t>(values.size()), 512});
+  for (size_t i = 0; i < values.size(); ++i) expected[i] = torch::tensor(values[i]);
+  const double max_diff = (logits - expected).abs().max().item<double>();
+  CATCH_INFO("max |logit - reference| = " << max_diff);
+  CATCH_CHECK(max_diff < 1e-4);
+  auto argmax = logits.argmax(-1);
+  auto lse = torch::logsumexp(logits, -1);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    CATCH_CHECK(argmax[t].item<int64_t>() == ref["argmax"][t].get<int64_t>());
+    CATCH_CHECK(std::abs(lse[t].item<double>() - ref["logsumexp"][t].get<double>()) < 1e-4);
+  }
+}
+
+CATCH_TEST_CASE("stories260K greedy decoding through the KV cache reproduces the reference ids", "[model]") {
+  auto ref = read_json(rl::test::stories_dir() / "reference_outputs.json")["greedy"];
+  auto prompt = ref["prompt_ids"].get<std::vector<int64_t>>();
+  auto expected = ref["ids"].get<std::vector<int64_t>>();
+  auto got = rl::nn::greedy_generate(stories(), prompt, ref["max_new_tokens"].get<int64_t>());
+  got.insert(got.begin(), prompt.begin(), prompt.end());
+  CATCH_CHECK(got == expected);
+}
+
+CATCH_TEST_CASE("the GGUF and the safetensors of stories260K give the same logits", "[model]") {
+  auto gguf = Transformer::from_pretrained(rl::test::stories_dir() / "stories260K.gguf");
+  CATCH_CHECK(gguf->config().num_hidden_layers == 5);
+  CATCH_CHECK(gguf->config().tie_word_embeddings);
+  torch::NoGradGuard no_grad;
+  auto ids = ids_tensor({1, 365, 191, 260, 3, 17, 99, 400});
+  auto a = stories().logits(stories().forward(ids));
+  auto b = gguf->logits(gguf->forward(ids));
+  CATCH_CHECK(torch::equal(a, b));
+}
+
+CATCH_TEST_CASE("cached incremental forward equals the full forward", "[model]") {
+  for (std::string family : {"qwen3", "qwen2", "llama"}) {
+    CATCH_SECTION(family) {
+      auto m = tiny(family);
+      torch::NoGradGuard no_grad;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+      auto a = torch::randint(0, 97, {1, 23}, gen, torch::kInt64);
+      auto b = torch::randint(0, 97, {1, 17}, gen, torch::kInt64);
+      auto full_a = m->forward(a)[0];
+      auto full_b = m->forward(b)[0];
+
+      // Two sequences in one paged cache, blocks interleaved and out of order.
+      const int64_t bs = 4;
+      auto cache = m->new_kv_cache(16, bs);
+      std::vector<int64_t> table_a = {9, 2, 14, 5, 0, 11}, table_b = {3, 15, 7, 1, 12};
+      auto slots = [&](const std::vector<int64_t>& table, int64_t from, int64_t to) {
+        std::vector<int64_t> s;
+        for (int64_t p = from; p < to; ++p) s.push_back(table[p / bs] * bs + p % bs);
+        return s;
+      };
+      // Step 1: prefill 10 tokens of a and 6 of b together. Then: a decodes one token
+      // at a time while b prefills the rest in chunks of 5.
+      int64_t done_a = 0, done_b = 0;
+      auto step = [&](int64_t na, int64_t nb) {
+        struct Part { const torch::Tensor* ids; const std::vector<int64_t>* table; int64_t* done; int64_t n;
+                      const torch::Tensor* full; };
+        std::vector<Part> parts;
+        if (na > 0) parts.push_back({&a, &table_a, &done_a, na, &full_a});
+        if (nb > 0) parts.push_back({&b, &table_b, &done_b, nb, &full_b});
+        CachedBatch batch;
+        std::vector<int64_t> ids, pos, slot;
+        std::vector<std::vector<int64_t>> tables;
+        for (auto& p : parts) {
+          for (int64_t i = *p.done; i < *p.done + p.n; ++i) ids.push_back((*p.ids)[0][i].item<int64_t>()), pos.push_back(i);
+          auto s = slots(*p.table, *p.done, *p.done + p.n);
+          slot.insert(slot.end(), s.begin(), s.end());
+          batch.query_lens.push_back(p.n);
+          batch.context_lens.push_back(*p.done + p.n);
+          tables.push_back(*p.table);
+        }
+        batch.input_ids = torch::tensor(ids, torch::kInt64);
+        batch.positions = torch::tensor(pos, torch::kInt64);
+        batch.slot_mapping = torch::tensor(slot, torch::kInt64);
+        batch.context_slots = CachedBatch::slots_from_blocks(tables, batch.context_lens, bs);
+        auto h = m->forward_cached(batch, cache);
+        int64_t off = 0;
+        for (auto& p : parts) {
+          auto diff = (h.narrow(0, off, p.n) - p.full->narrow(0, *p.done, p.n)).abs().max().item<double>();
+          CATCH_CHECK(diff < 1e-5);
+          off += p.n;
+          *p.done += p.n;
+        }
+      };
+      step(10, 6);
+      while (done_a < 23 || done_b < 17) step(done_a < 23 ? 1 : 0, std::min<int64_t>(5, 17 - done_b));
+    }
+  }
+}
+
+CATCH_TEST_CASE("chunked token log-probs and their gradients match the direct formula", "[model]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto hidden = torch::randn({13, 8}, gen, torch::kFloat64).to(torch::kFloat32).requires_grad_(true);
+  auto weight = torch::randn({29, 8}, gen, torch::kFloat64).to(torch::kFloat32).requires_grad_(true);
+  auto targets = torch::randint(0, 29, {13}, gen, torch::kInt64);
+  auto g_lp = torch::randn({13}, gen, torch::kFloat64).to(torch::kFloat32);
+  auto g_ent = torch::randn({13}, gen, torch::kFloat64).to(torch::kFloat32);
+  for (auto [temperature, chunk] : {std::pair{1.0, 4}, std::pair{0.7, 4}, std::pair{0.7, 0}}) {
+    CATCH_INFO("temperature " << temperature << ", chunk " << chunk << " (0: one chunk, kept for backward)");
+    auto got = rl::nn::token_logprobs(hidden, weight, targets, temperature, true, chunk);
+    auto logp = torch::log_softmax(torch::matmul(hidden, weight.t()) / temperature, -1);
+    auto want_lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+    auto want_ent = -(logp.exp() * logp).sum(-1);
+    CATCH_CHECK(torch::allclose(got.logprobs, want_lp, 1e-5, 1e-5));
+    CATCH_CHECK(torch::allclose(got.entropy, want_ent, 1e-5, 1e-5));
+    auto g1 = torch::autograd::grad({(got.logprobs * g_lp).sum() + (got.entropy * g_ent).sum()}, {hidden, weight});
+    auto g2 = torch::autograd::grad({(want_lp * g_lp).sum() + (want_ent * g_ent).sum()}, {hidden, weight});
+    CATCH_CHECK(torch::allclose(g1[0], g2[0], 1e-5, 1e-5));
+    CATCH_CHECK(torch::allclose(g1[1], g2[1], 1e-5, 1e-5));
+  }
+  CATCH_CHECK_THROWS_WITH(rl::nn::token_logprobs(hidden, weight, torch::full({13}, 29, torch::kInt64)),
+                          Catch::Contains("target id 29 outside the vocabulary [0, 29)"));
+}
+
+CATCH_TEST_CASE("sequence log-probs agree with log_softmax of the logits", "[model]") {
+  auto m = tiny("qwen3");
+  auto ids = torch::randint(0, 97, {2, 9}, at::make_generator<at::CPUGeneratorImpl>(5), torch::kInt64);
+  torch::NoGradGuard no_grad;
+  auto lp = m->sequence_logprobs(ids).logprobs;
+  auto logits = m->logits(m->forward(ids)).narrow(1, 0, 8);
+  auto want = torch::log_softmax(logits, -1).gather(2, ids.narrow(1, 1, 8).unsqueeze(2)).squeeze(2);
+  CATCH_CHECK(lp.sizes() == want.sizes());
+  CATCH_CHECK(torch::allclose(lp, want, 1e-5, 1e-5));
+}
+
+CATCH_TEST_CASE("save and load round-trip bit for bit, sharded or not", "[model]") {
+  auto m = tiny("qwen3", 42);
+  auto dir = std::filesystem::temp_directory_path() / ("rlhost_model_rt_" + std::to_string(::getpid()));
+  for (size_t shard : {size_t(5) << 30, size_t(20000)}) {
+    std::filesystem::remove_all(dir);
+    m->save(dir, shard);
+    CATCH_CHECK(std::filesystem::exists(dir / (shard < 100000 ? "model.safetensors.index.json" : "model.safetensors")));
+    auto back = Transformer::from_pretrained(dir);
+    for (const auto& [name, t] : m->named_parameters()) CATCH_CHECK(torch::equal(t, back->parameter(name)));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+CATCH_TEST_CASE("random initialisation is deterministic per seed and follows HF's scheme", "[model]") {
+  auto a = tiny("qwen2", 1), b = tiny("qwen2", 1), c = tiny("qwen2", 2);
+  auto q = a->parameter("model.layers.0.self_attn.q_proj.weight");
+  CATCH_CHECK(torch::equal(q, b->parameter("model.layers.0.self_attn.q_proj.weight")));
+  CATCH_CHECK(!torch::equal(q, c->parameter("model.layers.0.self_attn.q_proj.weight")));
+  CATCH_CHECK(std::abs(q.std().item<double>() - 0.02) < 0.005);
+  CATCH_CHECK(torch::equal(a->parameter("model.layers.1.input_layernorm.weight"), torch::ones({32})));
+  CATCH_CHECK(torch::equal(a->parameter("model.layers.1.self_attn.k_proj.bias"), torch::zeros({16})));
+}
+
+CATCH_TEST_CASE("bfloat16 weights run and stay close to float32", "[model]") {
+  auto f32 = tiny("qwen3", 9);
+  auto dir = std::filesystem::temp_directory_path() / ("rlhost_model_bf16_" + std::to_string(::getpid()));
+  f32->save(dir);
+  auto bf16 = Transformer::from_pretrained(dir, {torch::kBFloat16, torch::kCPU});
+  CATCH_CHECK(bf16->parameter("model.norm.weight").scalar_type() == torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  auto ids = torch::randint(0, 97, {1, 12}, at::make_generator<at::CPUGeneratorImpl>(4), torch::kInt64);
+  auto a = f32->logits(f32->forward(ids)).to(torch::kFloat32);
+  auto b = bf16->logits(bf16->forward(ids)).to(torch::kFloat32);
+  CATCH_CHECK((a - b).abs().max().item<double>() < 0.05);
+  std::filesystem::remove_all(dir);
+}
+
+CATCH_TEST_CASE("token ids outside the vocabulary are a clear error", "[model]") {
+  auto m = tiny("qwen3");
+  CATCH_CHECK_THROWS_WITH(m->forward(torch::tensor({{1, 97}}, torch::kInt64)),
+                          Catch::Contains("token id 97 outside the vocabulary [0, 97)"));
+}
