@@ -229,4 +229,10 @@ void AtomicFile::commit() {
 }
 
 }  // namespace detail
+void write_file_atomic(const std::filesystem::path& file, std::string_view bytes) {
+  detail::AtomicFile out(file);
+  out.write(bytes.data(), bytes.size());
+  out.commit();
+}
+
 }  // namespace rl::model

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.hpp"
@@ -75,6 +76,9 @@ struct TensorToWrite {
   const void* data = nullptr;
   size_t nbytes = 0;
 };
+// Writes `bytes` to `file` through a temp file, fsync and rename (never a torn file).
+void write_file_atomic(const std::filesystem::path& file, std::string_view bytes);
+
 void write_safetensors(const std::filesystem::path& file, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 // Writes model.safetensors, or, past `max_shard_bytes`, model-0000i-of-0000n.safetensors

@@ -1,8 +1,6 @@
 #include "nn/weights.hpp"
 
-#include <fstream>
 #include <stdexcept>
-#include <unistd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -15,18 +13,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 bool is_norm(const std::string& name) {
   return ends_with(name, "layernorm.weight") || ends_with(name, "_norm.weight") || name == "model.norm.weight";
-}
-
-void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot open for writing");
-    out << text;
-    if (!out.flush()) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace
@@ -118,7 +104,7 @@ void save_model_dir(const std::filesystem::path& dir, const model::ModelConfig& 
   model::write_safetensors_dir(dir, out, max_shard_bytes);
   auto j = config.to_json();
   j["torch_dtype"] = dtype_config_name(dtype);
-  write_file_atomic(dir / "config.json", j.dump(2) + "\n");
+  model::write_file_atomic(dir / "config.json", j.dump(2) + "\n");
 }
 
 }  // namespace rl::nn

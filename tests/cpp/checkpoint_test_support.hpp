@@ -12,15 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
+
 namespace rl::test {
-
-// ../shared/data: $RLHOST_SHARED_DATA (ctest sets it), else next to the source tree.
-inline std::filesystem::path shared_data() {
-  if (const char* env = std::getenv("RLHOST_SHARED_DATA"); env && *env) return env;
-  return std::filesystem::path(RLHOST_TEST_LUA_DIR).parent_path().parent_path() / "shared" / "data";
-}
-
-inline std::filesystem::path stories_dir() { return shared_data() / "models" / "stories260K"; }
 
 // A fresh directory under $TMPDIR, removed with everything in it.
 class TempDir {

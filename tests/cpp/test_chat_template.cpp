@@ -22,21 +22,16 @@
 #include "model/jinja_ast.hpp"
 #include "model/jinja_eval.hpp"
 
+#include "test_support.hpp"
+
 namespace fs = std::filesystem;
 using rl::model::ChatTemplate;
 using ojson = nlohmann::ordered_json;
 
 namespace {
 
-fs::path source_dir() {
-  if (const char* s = std::getenv("RLHOST_SOURCE_DIR")) return s;
-  return fs::path(RLHOST_TEST_LUA_DIR).parent_path();
-}
-
-fs::path shared_data() {
-  if (const char* s = std::getenv("RLHOST_SHARED_DATA")) return s;
-  return source_dir().parent_path() / "shared" / "data";
-}
+fs::path source_dir() { return RLHOST_TEST_SOURCE_DIR; }
+using rl::test::shared_data;
 
 std::vector<ojson> read_jsonl(const fs::path& path) {
   std::ifstream in(path);

@@ -18,16 +18,15 @@
 #include "model/tokenizer.hpp"
 #include "model/unicode.hpp"
 
+#include "test_support.hpp"
+
 namespace rl::test::tok {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using rl::model::Tokenizer;
 
-inline fs::path data_dir() {
-  if (const char* env = std::getenv("RLHOST_SHARED_DATA"); env && *env) return env;
-  return fs::path(RLHOST_TEST_LUA_DIR).parent_path().parent_path() / "shared" / "data";
-}
+inline fs::path data_dir() { return rl::test::shared_data(); }
 
 inline const Tokenizer& qwen3() {
   static const Tokenizer t = Tokenizer::load(data_dir() / "tokenizers" / "qwen");

@@ -1,21 +1,13 @@
-// Shared fixtures for the model tests: data paths and tiny random configs.
+// Shared fixtures for the model tests: tiny random configs (data paths: test_support.hpp).
 #pragma once
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "../test_support.hpp"
 #include "model/config.hpp"
 
 namespace rl::test {
-
-inline std::filesystem::path shared_data() {
-  if (const char* p = std::getenv("RLHOST_SHARED_DATA")) return p;
-  return std::filesystem::path(RLHOST_TEST_SOURCE_DIR) / ".." / "shared" / "data";
-}
-
-inline std::filesystem::path stories_dir() { return shared_data() / "models" / "stories260K"; }
 
 // A tiny Qwen3-shaped config (q/k norm, GQA, separate lm_head) or Qwen2-shaped
 // (q/k/v bias, tied embeddings), small enough for exhaustive checks.
