@@ -77,7 +77,9 @@ void set_search_paths(lua_State* L, const std::optional<std::string>& script) {
 
 }  // namespace
 
-int run_host(const HostOptions& opts) {
+int run_host(const HostOptions& given) {
+  HostOptions opts = given;
+  if (opts.command) opts.script = lua_library_dir() + "/rl/cmd/" + *opts.command + ".lua";
   try {
     rl::log::init(opts.log_level);
   } catch (const std::exception& e) {

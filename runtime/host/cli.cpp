@@ -14,6 +14,7 @@ std::string version_text() { return std::string("rlhost ") + RLHOST_VERSION + "\
 std::string usage_text() {
   return R"(usage: rlhost [options] [FILE.lua [recipe args...]]
        rlhost attach [PID|PATH|tcp://127.0.0.1:PORT] [--token T] [-e CODE] | attach --list
+       rlhost engine|router [options]   (rlhost engine --help for its options)
 
 Runs a Lua recipe on the rlhost runtime (engines, router, trainer, traces, metrics).
 
@@ -24,6 +25,8 @@ Runs a Lua recipe on the rlhost runtime (engines, router, trainer, traces, metri
   (nothing)             open a REPL
   attach [TARGET]       open a REPL inside a live rlhost process (see --list)
   attach --list         list live rlhost processes
+  engine --model DIR    serve a model over SGLang's HTTP API (rlhost engine --help)
+  router --worker URL   route requests over engines (rlhost router --help)
 
 options (before FILE.lua):
   --log-level LEVEL     trace|debug|info|warn|error|critical|off (env RLHOST_LOG_LEVEL)
@@ -39,6 +42,9 @@ exit status: 0 success, 1 Lua error, 2 usage error
 }
 
 namespace {
+
+// Built-in commands: each is lua/rl/cmd/<name>.lua, run like a recipe.
+constexpr const char* kCommands[] = {"engine", "router"};
 
 CliResult usage_error(const std::string& msg) {
   CliResult r;
@@ -93,6 +99,13 @@ CliResult parse_cli(int argc, char** argv) {
   CliResult r;
   for (int k = 0; k < argc; ++k) r.host.argv0.emplace_back(argv[k]);
   if (argc >= 2 && std::strcmp(argv[1], "attach") == 0) return parse_attach(argc, argv, 2);
+  for (const char* cmd : kCommands) {
+    if (argc >= 2 && std::strcmp(argv[1], cmd) == 0) {
+      r.host.command = cmd;
+      for (int i = 2; i < argc; ++i) r.host.script_args.emplace_back(argv[i]);
+      return r;
+    }
+  }
 
   int i = 1;
   for (; i < argc; ++i) {

@@ -7,6 +7,8 @@
 //   rlhost [options]                             a REPL
 //   rlhost attach [PID|PATH] [--token T] [-e CODE]   REPL into a live process
 //   rlhost attach --list                         list live processes
+//   rlhost engine|router [args...]               a built-in command (a Lua script
+//                                                in lua/rl/cmd/, args are its own)
 #pragma once
 
 #include <optional>
@@ -17,6 +19,7 @@ namespace rl {
 
 struct HostOptions {
   std::optional<std::string> script;      // recipe file
+  std::optional<std::string> command;     // `rlhost engine ...`: runs lua/rl/cmd/<command>.lua
   std::vector<std::string> script_args;   // what follows it
   std::vector<std::string> eval_chunks;   // -e CODE, in order
   bool interactive = false;               // -i, or nothing to run
