@@ -1,4 +1,5 @@
 #include "base/log.hpp"
+#include "base/log_text.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -61,5 +62,24 @@ void write(spdlog::level::level_enum level, const char* file, int line, std::str
   else
     logger->log(level, "{}", msg);
 }
+
+}  // namespace rl::log
+
+namespace rl::log {
+namespace {
+spdlog::level::level_enum to_spdlog(Level l) {
+  switch (l) {
+    case Level::trace: return spdlog::level::trace;
+    case Level::debug: return spdlog::level::debug;
+    case Level::info: return spdlog::level::info;
+    case Level::warn: return spdlog::level::warn;
+    case Level::error: return spdlog::level::err;
+  }
+  return spdlog::level::info;
+}
+}  // namespace
+
+void text(Level level, std::string_view msg) { write(to_spdlog(level), nullptr, 0, msg); }
+bool enabled(Level level) { return spdlog::default_logger_raw()->should_log(to_spdlog(level)); }
 
 }  // namespace rl::log
