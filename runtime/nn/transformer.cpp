@@ -1,4 +1,5 @@
 #include "nn/transformer.hpp"
+#include "nn/paged_attention.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -185,36 +186,77 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
     throw std::invalid_argument("forward_cached: query_lens, context_lens and context_slots disagree on the batch size");
   if (static_cast<int64_t>(cache.k.size()) != config_.num_hidden_layers)
     throw std::invalid_argument("forward_cached: the KV cache was made for another model");
-  int64_t max_q = 0, total = 0;
+  int64_t total = 0;
   for (int64_t s = 0; s < S; ++s) {
     if (b.query_lens[s] < 1 || b.query_lens[s] > b.context_lens[s])
       throw std::invalid_argument("forward_cached: sequence " + std::to_string(s) + " has query_len " +
                                   std::to_string(b.query_lens[s]) + " and context_len " +
                                   std::to_string(b.context_lens[s]));
-    max_q = std::max(max_q, b.query_lens[s]);
+    if (b.context_lens[s] > b.context_slots.size(1))
+      throw std::invalid_argument("forward_cached: sequence " + std::to_string(s) + " has context_len " +
+                                  std::to_string(b.context_lens[s]) + " but context_slots has " +
+                                  std::to_string(b.context_slots.size(1)) + " columns");
     total += b.query_lens[s];
   }
   if (total != N) throw std::invalid_argument("forward_cached: query_lens sum to " + std::to_string(total) +
                                               " but input_ids has " + std::to_string(N) + " tokens");
-  const int64_t max_ctx = b.context_slots.size(1);
   auto dev = b.input_ids.device();
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  // Where each new token sits in the padded [S, max_q] query grid.
-  std::vector<int64_t> qidx;
-  qidx.reserve(N);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(s * max_q + i);
-  auto query_index = torch::tensor(qidx, i64).to(dev);
-  // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
-  auto ctx = torch::tensor(b.context_lens, i64).to(dev).view({S, 1, 1});
-  auto qlen = torch::tensor(b.query_lens, i64).to(dev).view({S, 1, 1});
-  auto qi = torch::arange(max_q, i64.device(dev)).view({1, max_q, 1});
-  auto kj = torch::arange(max_ctx, i64.device(dev)).view({1, 1, max_ctx});
-  auto mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [S, 1, max_q, max_ctx]
-  auto ctx_slots = b.context_slots.reshape({-1});
   const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool gqa = H != KV;
+
+  // Decoding sequences (one new token) attend straight from the cache where the
+  // kernel supports the device and dtype; the rest (prefills) go through a
+  // padded gather of their context and SDPA.
+  const bool fast = paged_decode_supported(embed_, cache.k[0]);
+  std::vector<int64_t> dec_tok, dec_seq, dec_len, pre_tok, pre_seq;
+  {
+    int64_t off = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      if (fast && b.query_lens[s] == 1) {
+        dec_tok.push_back(off);
+        dec_seq.push_back(s);
+        dec_len.push_back(b.context_lens[s]);
+      } else {
+        pre_seq.push_back(s);
+        for (int64_t i = 0; i < b.query_lens[s]; ++i) pre_tok.push_back(off + i);
+      }
+      off += b.query_lens[s];
+    }
+  }
+  torch::Tensor dec_tok_t, dec_slots, pre_tok_t, pre_slots, query_index, mask;
+  int64_t SP = static_cast<int64_t>(pre_seq.size()), max_q = 0, max_ctx = 0;
+  if (!dec_seq.empty()) {
+    dec_tok_t = torch::tensor(dec_tok, i64).to(dev);
+    dec_slots = dec_seq.size() == static_cast<size_t>(S) ? b.context_slots
+                                                          : b.context_slots.index_select(0, torch::tensor(dec_seq, i64).to(dev));
+  }
+  if (SP > 0) {
+    for (int64_t s : pre_seq) {
+      max_q = std::max(max_q, b.query_lens[s]);
+      max_ctx = std::max(max_ctx, b.context_lens[s]);
+    }
+    pre_tok_t = torch::tensor(pre_tok, i64).to(dev);
+    pre_slots = (SP == S ? b.context_slots : b.context_slots.index_select(0, torch::tensor(pre_seq, i64).to(dev)))
+                    .narrow(1, 0, max_ctx)
+                    .reshape({-1});
+    // Where each new token sits in the padded [SP, max_q] query grid.
+    std::vector<int64_t> qidx, ctx_lens, q_lens;
+    for (int64_t p = 0; p < SP; ++p) {
+      const int64_t s = pre_seq[p];
+      for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(p * max_q + i);
+      ctx_lens.push_back(b.context_lens[s]);
+      q_lens.push_back(b.query_lens[s]);
+    }
+    query_index = torch::tensor(qidx, i64).to(dev);
+    // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
+    auto ctx = torch::tensor(ctx_lens, i64).to(dev).view({SP, 1, 1});
+    auto qlen = torch::tensor(q_lens, i64).to(dev).view({SP, 1, 1});
+    auto qi = torch::arange(max_q, i64.device(dev)).view({1, max_q, 1});
+    auto kj = torch::arange(max_ctx, i64.device(dev)).view({1, 1, max_ctx});
+    mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [SP, 1, max_q, max_ctx]
+  }
 
   check_ids(b.input_ids, config_.vocab_size);
   auto x = torch::embedding(embed_, b.input_ids);
@@ -222,12 +264,25 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
                                          int64_t layer) {
     cache.k[layer].index_copy_(0, b.slot_mapping, k);
     cache.v[layer].index_copy_(0, b.slot_mapping, v);
-    auto kc = cache.k[layer].index_select(0, ctx_slots).view({S, max_ctx, KV, D}).transpose(1, 2);
-    auto vc = cache.v[layer].index_select(0, ctx_slots).view({S, max_ctx, KV, D}).transpose(1, 2);
-    auto qp = torch::zeros({S * max_q, H, D}, q.options()).index_copy_(0, query_index, q);
-    auto o = at::scaled_dot_product_attention(qp.view({S, max_q, H, D}).transpose(1, 2), kc, vc, mask, 0.0, false,
+    torch::Tensor o_dec, o_pre;
+    if (dec_tok_t.defined()) {
+      auto qd = SP == 0 ? q : q.index_select(0, dec_tok_t);
+      o_dec = paged_decode_attention(qd, cache.k[layer], cache.v[layer], dec_slots, dec_len, scale)
+                  .reshape({-1, H * D});
+      if (SP == 0) return o_dec;
+    }
+    auto qs = dec_seq.empty() ? q : q.index_select(0, pre_tok_t);
+    auto kc = cache.k[layer].index_select(0, pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
+    auto vc = cache.v[layer].index_select(0, pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
+    auto qp = torch::zeros({SP * max_q, H, D}, q.options()).index_copy_(0, query_index, qs);
+    auto o = at::scaled_dot_product_attention(qp.view({SP, max_q, H, D}).transpose(1, 2), kc, vc, mask, 0.0, false,
                                               scale, gqa);
-    return o.transpose(1, 2).reshape({S * max_q, H * D}).index_select(0, query_index);
+    o_pre = o.transpose(1, 2).reshape({SP * max_q, H * D}).index_select(0, query_index);
+    if (dec_seq.empty()) return o_pre;
+    auto out = torch::empty({N, H * D}, q.options());
+    out.index_copy_(0, dec_tok_t, o_dec);
+    out.index_copy_(0, pre_tok_t, o_pre);
+    return out;
   });
 }
 
