@@ -26,7 +26,15 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
-  for (const auto& spec : config_.expected_tensors()) params_.emplace_back(spec.name, torch::empty(spec.shape, options));
+  const bool transposed = opts_.inference_layout && opts_.device.is_cpu();
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const auto& spec : config_.expected_tensors()) {
+    const bool proj = spec.shape.size() == 2 && (ends_with(spec.name, "_proj.weight") || spec.name == "lm_head.weight");
+    params_.emplace_back(spec.name, transposed && proj ? torch::empty({spec.shape[1], spec.shape[0]}, options).t()
+                                                       : torch::empty(spec.shape, options));
+  }
   auto get = [&](const std::string& name) -> torch::Tensor {
     for (auto& [n, t] : params_)
       if (n == name) return t;
@@ -35,6 +43,8 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   embed_ = get("model.embed_tokens.weight");
   final_norm_ = get("model.norm.weight");
   lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  if (transposed && config_.tie_word_embeddings)
+    lm_head_ = torch::empty({embed_.size(1), embed_.size(0)}, options).t();  // filled by weights_changed()
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
@@ -72,11 +82,18 @@ void Transformer::load(const model::TensorSet& tensors) {
   model::validate_tensors(tensors, config_);
   torch::NoGradGuard no_grad;
   for (auto& [name, param] : params_) param.copy_(tensor_from_view(*tensors.find(name)));
+  weights_changed();
+}
+
+void Transformer::weights_changed() {
+  torch::NoGradGuard no_grad;
+  if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) lm_head_.copy_(embed_);
 }
 
 void Transformer::init_random(uint64_t seed) {
   const double std = config_.raw.value("initializer_range", 0.02);
   init_parameters(params_, seed, std);
+  weights_changed();
 }
 
 torch::Tensor Transformer::parameter(const std::string& name) const {
