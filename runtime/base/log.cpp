@@ -1,4 +1,5 @@
 #include "base/log.hpp"
+#include "base/log_text.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -60,6 +61,13 @@ void write(spdlog::level::level_enum level, const char* file, int line, std::str
     logger->log(level, "[{}:{}] {}", file, line, msg);
   else
     logger->log(level, "{}", msg);
+}
+
+// base/log_text.hpp: for code built against LibTorch's fmt (no spdlog there).
+void text(Level level, std::string_view msg) {
+  static constexpr spdlog::level::level_enum kMap[] = {spdlog::level::trace, spdlog::level::debug,
+                                                       spdlog::level::info, spdlog::level::warn, spdlog::level::err};
+  spdlog::default_logger_raw()->log(kMap[static_cast<int>(level)], "{}", msg);
 }
 
 }  // namespace rl::log
