@@ -63,11 +63,23 @@ void write(spdlog::level::level_enum level, const char* file, int line, std::str
     logger->log(level, "{}", msg);
 }
 
-// base/log_text.hpp: for code built against LibTorch's fmt (no spdlog there).
-void text(Level level, std::string_view msg) {
-  static constexpr spdlog::level::level_enum kMap[] = {spdlog::level::trace, spdlog::level::debug,
-                                                       spdlog::level::info, spdlog::level::warn, spdlog::level::err};
-  spdlog::default_logger_raw()->log(kMap[static_cast<int>(level)], "{}", msg);
+}  // namespace rl::log
+
+namespace rl::log {
+namespace {
+spdlog::level::level_enum to_spdlog(Level l) {
+  switch (l) {
+    case Level::trace: return spdlog::level::trace;
+    case Level::debug: return spdlog::level::debug;
+    case Level::info: return spdlog::level::info;
+    case Level::warn: return spdlog::level::warn;
+    case Level::error: return spdlog::level::err;
+  }
+  return spdlog::level::info;
 }
+}  // namespace
+
+void text(Level level, std::string_view msg) { write(to_spdlog(level), nullptr, 0, msg); }
+bool enabled(Level level) { return spdlog::default_logger_raw()->should_log(to_spdlog(level)); }
 
 }  // namespace rl::log

@@ -1,0 +1,137 @@
+// The engine's internals (LibTorch side): ModelRunner runs one batched forward
+// over the paged KV cache; EngineImpl drives the scheduler thread. Included by
+// engine*.cpp and by code that hands the engine tensors (engine_weights.hpp).
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "engine/block_manager.hpp"
+#include "engine/engine.hpp"
+#include "engine/scheduler.hpp"
+#include "model/config.hpp"
+#include "nn/kv_cache.hpp"
+#include "nn/transformer.hpp"
+
+namespace rl::engine {
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(const EngineOptions& opts);
+  const model::ModelConfig& config() const { return config_; }
+  int64_t kv_bytes_per_token() const;
+  std::string dtype_name() const;
+  std::string device_name() const;
+
+  void allocate_cache(int64_t num_blocks, int64_t block_size);
+  void free_cache();
+  bool has_weights() const { return model_ != nullptr; }
+  void free_weights();
+  void restore_weights();  // from the last directory loaded
+  void load_weights_from(const std::filesystem::path& dir);
+  void copy_weights(const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+  nn::Transformer& model() { return *model_; }
+
+  // One step: computes every sequence's uncomputed tokens, writes their K/V and
+  // returns the logits of each sequence's last token, [S, V] float32.
+  torch::Tensor forward(const std::vector<Sequence*>& batch);
+
+ private:
+  EngineOptions opts_;
+  model::ModelConfig config_;
+  torch::ScalarType dtype_;
+  torch::Device device_;
+  std::unique_ptr<nn::Transformer> model_;
+  nn::KVCache cache_;
+  std::filesystem::path weights_dir_;  // last update_weights_from_disk directory (empty: the model)
+};
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(const EngineOptions& opts);
+  ~EngineImpl() override;
+
+  std::string submit(GenerateRequest req, UpdateFn on_update) override;
+  bool abort(const std::string& rid) override;
+  int64_t abort_all() override;
+  bool flush_cache() override;
+  void update_weights_from_disk(const std::filesystem::path& dir,
+                                const std::optional<std::string>& weight_version = {}) override;
+  void update_weights_in_memory(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                                const std::optional<std::string>& weight_version);
+  void release_memory(const std::vector<std::string>& tags) override;
+  void resume_memory(const std::vector<std::string>& tags) override;
+  void run_between_steps(const std::function<void()>& fn) override;
+  void set_step_hook(std::function<void()> hook) override;
+  EngineStats stats() const override;
+  const EngineOptions& options() const override { return opts_; }
+  const model::ModelConfig& config() const override;
+  const model::Tokenizer* tokenizer() const override { return tokenizer_.get(); }
+  std::vector<int32_t> eos_token_ids() const override { return eos_; }
+  int64_t context_length() const override { return context_length_; }
+  std::string weight_version() const override;
+  bool idle() const override;
+  void stop() override;
+
+  ModelRunner& runner() { return *runner_; }  // scheduler thread only (run_between_steps)
+
+ private:
+  SequencePtr make_sequence(GenerateRequest req, UpdateFn on_update);
+  void loop();
+  bool can_step() const;
+  void step();
+  void mark_abort(const std::string& rid, const std::string& why);
+  void finish_aborted_and_empty();
+  void finish(Sequence* s);
+  void notify_finished();
+  void fill_output(Sequence& s, double now);
+  void publish_stats();
+
+  EngineOptions opts_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::vector<int32_t> eos_;
+  int64_t context_length_ = 0;
+  int64_t num_blocks_ = 0;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+
+  // Shared with other threads, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SequencePtr> inbox_;
+  std::vector<std::string> aborts_;
+  std::vector<std::function<void()>> commands_;
+  std::unordered_set<std::string> known_rids_;  // submitted and not finished
+  bool abort_everything_ = false;
+  bool stopping_ = false;
+  std::mt19937_64 rid_rng_;
+
+  // Scheduler thread only.
+  std::unordered_map<std::string, Sequence*> index_;
+  std::vector<SequencePtr> finished_;  // to notify after the stats are published
+  bool kv_released_ = false;
+  std::string weight_version_;
+  std::function<void()> step_hook_;
+  std::deque<std::pair<double, int64_t>> throughput_window_;
+  int64_t steps_ = 0, requests_total_ = 0, requests_finished_ = 0, requests_aborted_ = 0;
+  int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, cached_tokens_total_ = 0,
+          prefill_tokens_computed_ = 0;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace rl::engine

@@ -1,0 +1,156 @@
+#include <stdexcept>
+
+#include "base/errors.hpp"
+#include "engine/engine_impl.hpp"
+#include "engine/engine_weights.hpp"
+#include "model/checkpoint.hpp"
+#include "nn/weights.hpp"
+
+namespace rl::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+torch::Device parse_device(const std::string& s) {
+  try {
+    return torch::Device(s);
+  } catch (const std::exception&) {
+    throw Error("engine: device '" + s + "' is not a device", "use cpu, cuda or cuda:N");
+  }
+}
+
+torch::ScalarType pick_dtype(const std::string& name, const model::ModelConfig& cfg, const torch::Device& dev) {
+  if (name == "auto") {
+    if (dev.is_cpu()) return torch::kFloat32;  // bf16 matmuls are slow on most CPUs
+    return nn::parse_dtype(cfg.torch_dtype);
+  }
+  try {
+    return nn::parse_dtype(name);
+  } catch (const std::exception&) {
+    throw Error("engine: dtype '" + name + "' is not known", "use auto, float32, bfloat16 or float16");
+  }
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const EngineOptions& opts)
+    : opts_(opts),
+      config_(fs::is_directory(opts.model) ? model::ModelConfig::load(opts.model) : model::ModelConfig{}),
+      dtype_(torch::kFloat32),
+      device_(parse_device(opts.device)) {
+  if (device_.is_cuda() && !torch::cuda::is_available())
+    throw Error("engine: device " + opts.device + " asked for but CUDA is not available",
+                "this LibTorch build or machine has no GPU; use --device cpu");
+  if (fs::is_directory(opts.model)) {
+    dtype_ = pick_dtype(opts.dtype, config_, device_);
+    model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{dtype_, device_});
+  } else {
+    model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{torch::kFloat32, device_});
+    config_ = model_->config();
+    dtype_ = pick_dtype(opts.dtype, config_, device_);
+    if (dtype_ != torch::kFloat32)
+      model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{dtype_, device_});
+  }
+  model_->set_requires_grad(false);
+}
+
+int64_t ModelRunner::kv_bytes_per_token() const {
+  return 2 * config_.num_hidden_layers * config_.num_key_value_heads * config_.head_dim *
+         static_cast<int64_t>(c10::elementSize(dtype_));
+}
+
+std::string ModelRunner::dtype_name() const { return nn::dtype_config_name(dtype_); }
+std::string ModelRunner::device_name() const { return device_.str(); }
+
+void ModelRunner::allocate_cache(int64_t num_blocks, int64_t block_size) {
+  if (!model_) {
+    // The cache only needs the shapes: build it from a throwaway description.
+    cache_ = nn::KVCache{};
+    cache_.num_blocks = num_blocks;
+    cache_.block_size = block_size;
+    auto opts = torch::TensorOptions().dtype(dtype_).device(device_);
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+      cache_.k.push_back(torch::empty({num_blocks * block_size, config_.num_key_value_heads, config_.head_dim}, opts));
+      cache_.v.push_back(torch::empty({num_blocks * block_size, config_.num_key_value_heads, config_.head_dim}, opts));
+    }
+    return;
+  }
+  cache_ = model_->new_kv_cache(num_blocks, block_size);
+}
+
+void ModelRunner::free_cache() {
+  const int64_t nb = cache_.num_blocks, bs = cache_.block_size;
+  cache_ = nn::KVCache{};
+  cache_.num_blocks = nb;
+  cache_.block_size = bs;
+}
+
+void ModelRunner::free_weights() { model_.reset(); }
+
+void ModelRunner::restore_weights() {
+  model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_});
+  if (!weights_dir_.empty()) model_->load(model::read_safetensors_dir(weights_dir_));
+  model_->set_requires_grad(false);
+}
+
+void ModelRunner::load_weights_from(const fs::path& dir) {
+  if (!fs::is_directory(dir))
+    throw Error("update_weights_from_disk: " + dir.string() + " is not a directory",
+                "give a directory with *.safetensors (and model.safetensors.index.json when sharded)");
+  model::TensorSet tensors = model::read_safetensors_dir(dir);
+  model_->load(tensors);  // validates names, shapes and dtypes against the config first
+  weights_dir_ = dir;
+}
+
+void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : tensors) {
+    torch::Tensor dst = model_->parameter(name);  // throws naming unknown names
+    if (dst.sizes() != t.sizes()) {
+      std::ostringstream os;
+      os << "update_weights: " << name << " has shape " << t.sizes() << " but the engine's is " << dst.sizes();
+      throw Error(os.str());
+    }
+    dst.copy_(t);
+  }
+}
+
+torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch) {
+  torch::NoGradGuard no_grad;
+  const int64_t bs = cache_.block_size;
+  std::vector<int64_t> ids, pos, slots, last;
+  nn::CachedBatch b;
+  std::vector<std::vector<int64_t>> tables;
+  int64_t n = 0;
+  for (Sequence* s : batch) {
+    const int64_t L = static_cast<int64_t>(s->tokens.size());
+    for (int64_t j = s->num_computed; j < L; ++j) {
+      ids.push_back(s->tokens[static_cast<size_t>(j)]);
+      pos.push_back(j);
+      slots.push_back(static_cast<int64_t>(s->blocks[static_cast<size_t>(j / bs)]) * bs + j % bs);
+    }
+    n += L - s->num_computed;
+    last.push_back(n - 1);
+    b.query_lens.push_back(L - s->num_computed);
+    b.context_lens.push_back(L);
+    tables.emplace_back(s->blocks.begin(), s->blocks.end());
+  }
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  b.input_ids = torch::tensor(ids, i64).to(device_);
+  b.positions = torch::tensor(pos, i64).to(device_);
+  b.slot_mapping = torch::tensor(slots, i64).to(device_);
+  b.context_slots = nn::CachedBatch::slots_from_blocks(tables, b.context_lens, bs).to(device_);
+  torch::Tensor hidden = model_->forward_cached(b, cache_);
+  torch::Tensor h_last = hidden.index_select(0, torch::tensor(last, i64).to(device_));
+  return model_->logits(h_last).to(torch::kFloat32);
+}
+
+void update_weights(Engine& engine, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                    const std::optional<std::string>& weight_version) {
+  auto* impl = dynamic_cast<EngineImpl*>(&engine);
+  if (!impl) throw std::invalid_argument("update_weights: not an rlhost engine");
+  impl->update_weights_in_memory(tensors, weight_version);
+}
+
+}  // namespace rl::engine

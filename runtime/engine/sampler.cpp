@@ -1,0 +1,140 @@
+#include "engine/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace rl::engine {
+namespace {
+
+// Keeps tokens by top-k, then min-p, then top-p on probs (float, [V], sums to 1),
+// zeroing the rest in place. Returns the kept mass.
+double apply_filters(float* probs, int64_t V, const SamplingParams& p) {
+  const bool use_k = p.top_k > 0 && p.top_k < V;
+  const bool use_p = p.top_p < 1.0;
+  const bool use_min_p = p.min_p > 0.0;
+  if (!use_k && !use_p && !use_min_p) return 1.0;
+  // Candidates in descending probability. Only the head matters for top-k and,
+  // usually, top-p: take the top K and widen to the full sort when top-p needs it.
+  int64_t K = use_k ? p.top_k : std::min<int64_t>(V, 256);
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto by_prob = [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); };
+  for (;;) {
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), by_prob);
+    if (!use_p || K == V || use_k) break;
+    double head = 0;
+    for (int64_t i = 0; i < K; ++i) head += probs[idx[static_cast<size_t>(i)]];
+    if (head >= p.top_p) break;
+    K = std::min<int64_t>(V, K * 8);
+  }
+  int64_t keep = K;
+  if (use_min_p) {
+    const double floor_p = p.min_p * probs[idx[0]];
+    int64_t k = 1;
+    while (k < keep && probs[idx[static_cast<size_t>(k)]] >= floor_p) ++k;
+    keep = k;
+  }
+  if (use_p) {
+    // Smallest prefix whose mass reaches top_p (always at least one token).
+    double cum = 0;
+    int64_t k = 0;
+    while (k < keep) {
+      cum += probs[idx[static_cast<size_t>(k)]];
+      ++k;
+      if (cum >= p.top_p) break;
+    }
+    keep = k;
+  }
+  std::vector<float> kept(static_cast<size_t>(keep));
+  double mass = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    kept[static_cast<size_t>(i)] = probs[idx[static_cast<size_t>(i)]];
+    mass += kept[static_cast<size_t>(i)];
+  }
+  std::fill(probs, probs + V, 0.0f);
+  for (int64_t i = 0; i < keep; ++i) probs[idx[static_cast<size_t>(i)]] = kept[static_cast<size_t>(i)];
+  return mass;
+}
+
+// Inverse-CDF draw from unnormalised probs with total `mass`.
+int32_t draw(const float* probs, int64_t V, double mass, std::mt19937_64& rng) {
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * mass;
+  double cum = 0;
+  int32_t last = -1;
+  for (int64_t i = 0; i < V; ++i) {
+    if (probs[i] <= 0) continue;
+    cum += probs[i];
+    last = static_cast<int32_t>(i);
+    if (u < cum) return last;
+  }
+  return last;  // rounding: the last token with mass
+}
+
+}  // namespace
+
+torch::Tensor filtered_probs(const torch::Tensor& logits_row, const SamplingParams& p) {
+  auto row = logits_row.to(torch::kCPU, torch::kFloat32).contiguous();
+  const double t = p.greedy() ? 1.0 : p.temperature;
+  auto probs = torch::softmax(row / t, -1).contiguous();
+  double mass = apply_filters(probs.data_ptr<float>(), probs.numel(), p);
+  return probs / mass;
+}
+
+SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<SampleRow>& rows) {
+  torch::NoGradGuard no_grad;
+  if (logits_in.dim() != 2 || logits_in.size(0) != static_cast<int64_t>(rows.size()))
+    throw std::invalid_argument("sample_tokens: logits must be [rows, vocab] with one row per request");
+  const int64_t S = logits_in.size(0), V = logits_in.size(1);
+  auto logits = logits_in.to(torch::kCPU, torch::kFloat32).contiguous();
+  // Banned tokens (min_new_tokens) are removed before anything else.
+  for (int64_t s = 0; s < S; ++s) {
+    const auto* banned = rows[static_cast<size_t>(s)].banned;
+    if (!banned) continue;
+    float* row = logits.data_ptr<float>() + s * V;
+    for (int32_t id : *banned)
+      if (id >= 0 && id < V) row[id] = -std::numeric_limits<float>::infinity();
+  }
+  // The trainer's formula exactly (nn/logprobs.cpp): z = logits / T, log p = z - logsumexp(z).
+  auto logp = torch::empty_like(logits);
+  for (int64_t s = 0; s < S; ++s) {
+    const auto& p = *rows[static_cast<size_t>(s)].params;
+    const double t = p.greedy() ? 1.0 : p.temperature;
+    auto z = t == 1.0 ? logits[s] : logits[s] / t;
+    logp[s].copy_(z - torch::logsumexp(z, -1, true));
+  }
+  SampleOutput out;
+  out.tokens.resize(static_cast<size_t>(S));
+  out.logprobs.resize(static_cast<size_t>(S));
+  out.top_logprobs.resize(static_cast<size_t>(S));
+  const float* lp = logp.data_ptr<float>();
+  std::vector<float> probs(static_cast<size_t>(V));
+  for (int64_t s = 0; s < S; ++s) {
+    const SampleRow& r = rows[static_cast<size_t>(s)];
+    const float* row = lp + s * V;
+    int32_t tok;
+    if (r.params->greedy()) {
+      tok = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    } else {
+      for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i]);
+      double mass = apply_filters(probs.data(), V, *r.params);
+      tok = draw(probs.data(), V, mass, *r.rng);
+    }
+    out.tokens[static_cast<size_t>(s)] = tok;
+    out.logprobs[static_cast<size_t>(s)] = row[tok];
+    if (r.top_logprobs_num > 0) {
+      auto top = logp[s].topk(std::min<int64_t>(r.top_logprobs_num, V));
+      auto vals = std::get<0>(top).contiguous();
+      auto ids = std::get<1>(top).contiguous();
+      auto& dst = out.top_logprobs[static_cast<size_t>(s)];
+      for (int64_t k = 0; k < vals.numel(); ++k)
+        dst.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]), vals.data_ptr<float>()[k]);
+    }
+  }
+  return out;
+}
+
+}  // namespace rl::engine

@@ -1,0 +1,40 @@
+// One request inside the engine: its tokens, KV blocks, sampling state, output
+// and timings. Owned by the scheduler thread.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/output_text.hpp"
+
+namespace rl::engine {
+
+struct Sequence {
+  GenerateRequest req;
+  UpdateFn on_update;
+  RequestOutput out;                  // what the client sees
+  std::vector<int32_t> tokens;        // prompt + output so far
+  int64_t prompt_len = 0;
+  int64_t max_new_tokens = 0;         // after clamping to the context
+  std::vector<int32_t> blocks;        // KV blocks, in order
+  int64_t num_computed = 0;           // tokens whose K/V sit in the cache
+  int64_t committed = 0;              // tokens registered for prefix reuse
+  std::unique_ptr<OutputText> text;
+  std::mt19937_64 rng;
+  std::vector<int32_t> stop_ids;      // stop_token_ids, plus EOS unless ignore_eos
+  std::vector<int32_t> banned;        // stop_ids while below min_new_tokens
+  uint64_t admit_order = 0;           // for choosing whom to preempt (the latest)
+  bool scheduled_once = false;
+  bool abort_requested = false;
+  std::string abort_message;
+  // Monotonic seconds (EventLoop::now-like clock).
+  double t_arrival = 0, t_scheduled = -1, t_first = -1, t_last = -1;
+
+  int64_t query_len() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
+};
+using SequencePtr = std::unique_ptr<Sequence>;
+
+}  // namespace rl::engine
