@@ -28,6 +28,7 @@ local OPTION_TYPES = {
   kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
   threads = "number", http_threads = "number", enable_prefix_cache = "boolean", weight_version = "string",
   api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
+  server_args = "string",  -- JSON object text echoed by /get_server_info
 }
 
 local function check_opts(opts)
@@ -60,6 +61,11 @@ end
 -- ---- thread mode -------------------------------------------------------------------
 
 local function native() return require("rl.torch")._engine end
+
+local function handle(self, fname)
+  if not self._h then error(fname .. ": the engine was stopped", 3) end
+  return self._h
+end
 
 local function await(op, fname)
   local kind, payload = task.await_op(op, fname)
@@ -169,7 +175,7 @@ function Engine:generate(req)
     r.stream = nil
     return post(self, "/generate", r)
   end
-  local op, err = self._h:generate(json.encode(req))
+  local op, err = handle(self, "rl.engine.Engine:generate"):generate(json.encode(req))
   if not op then return nil, err end
   return await(op, "rl.engine.Engine:generate")
 end
@@ -184,13 +190,14 @@ function Engine:stats()
     if not info then return nil, derr end
     return info.internal_states and info.internal_states[1]
   end
-  return decode(self._h:stats())
+  return decode(handle(self, "rl.engine.Engine:stats"):stats())
 end
 
 local function control(self, what, path, args)
   task.need_task("rl.engine.Engine:" .. what)
   if self.mode == "process" then return post(self, path, args, true) end
-  return await(self._h:control(what, json.encode(args or {})), "rl.engine.Engine:" .. what)
+  local h = handle(self, "rl.engine.Engine:" .. what)
+  return await(h:control(what, json.encode(args or {})), "rl.engine.Engine:" .. what)
 end
 
 --- Drops the prefix cache; false while requests run.
@@ -224,7 +231,7 @@ function Engine:abort(rid)
     local r = post(self, "/abort_request", { rid = rid }, true)
     return r and r.aborted or 0
   end
-  return self._h:abort(rid)
+  return handle(self, "rl.engine.Engine:abort"):abort(rid)
 end
 
 --- Stops the engine (and its server, or its process). Idempotent.

@@ -188,7 +188,7 @@ void EngineServer::handle(const Req& req, Res& res, bool control, void (EngineSe
     // Type errors from reading the client's JSON (a string where a number goes).
     fail(400, std::string("bad request body: ") + e.what());
   } catch (const std::exception& e) {
-    log::error("engine server: " + req.method + " " + req.path + " failed: " + e.what());
+    log::text(log::Level::error, "engine server: " + req.method + " " + req.path + " failed: " + e.what());
     fail(500, e.what());
   }
   metrics_.count_http(res.status);

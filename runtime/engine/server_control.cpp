@@ -136,7 +136,7 @@ void EngineServer::finish_profile_on_engine_thread() {
     log::info("engine server: profile written to " + path);
   } else {
     prof_error_ = error;
-    log::error("engine server: writing the profile failed: " + error);
+    log::text(log::Level::error, "engine server: writing the profile failed: " + error);
   }
 }
 

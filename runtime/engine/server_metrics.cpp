@@ -155,8 +155,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   hist(queue_, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.");
   hist(prefill_, "sglang:prefill_time_seconds", "Histogram of prefill time (scheduled to first token) in seconds.");
   hist(decode_, "sglang:decode_time_seconds", "Histogram of decode time (first to last token) in seconds.");
-  hist(prompt_len_, "sglang:prompt_tokens_histogram", "Histogram of prompt lengths in tokens.");
-  hist(gen_len_, "sglang:generation_tokens_histogram", "Histogram of generated lengths in tokens.");
+  hist(prompt_len_, "sglang:request_prompt_tokens", "Histogram of prompt lengths in tokens.");
+  hist(gen_len_, "sglang:request_generation_tokens", "Histogram of generated lengths in tokens.");
   return o;
 }
 
