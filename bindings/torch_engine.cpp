@@ -205,7 +205,7 @@ int l_generate(lua_State* L) {
     c->loop().post([c, alive, op, holder, tok] {
       auto run = std::move(*holder);  // breaks the run -> listener -> holder cycle
       if (!alive->load() || !run) return;
-      const std::string body = engine::response_json(run->outputs(), run->call(), tok).dump();
+      const std::string body = engine::dump_json(engine::response_json(run->outputs(), run->call(), tok));
       c->deliver(op, [&](lua_State* S) {
         lua_pushliteral(S, "done");
         lua_pushlstring(S, body.data(), body.size());

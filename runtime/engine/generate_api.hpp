@@ -59,6 +59,12 @@ nlohmann::json output_json(const RequestOutput& out, const GenerateCall& call, s
 nlohmann::json response_json(const std::vector<RequestOutput>& outs, const GenerateCall& call,
                              const model::Tokenizer* tok);
 
+// JSON text for responses; invalid UTF-8 (never expected from the decoder, but
+// a tokenizer's raw piece could hold some) becomes U+FFFD instead of throwing.
+inline std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // One call in flight: submits every request, gathers their cumulative outputs.
 // Engine callbacks (scheduler thread) only copy, notify and call `listener`.
 class GenerateRun {

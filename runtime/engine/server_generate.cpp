@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 
+#include "base/log_text.hpp"
 #include "engine/server.hpp"
 #include "net/http_server.hpp"
 
@@ -47,13 +48,13 @@ void EngineServer::on_generate(const Req& req, Res& res) {
     // (the run owns another; rids are filled in by the outputs themselves).
     auto shared = std::make_shared<GenerateCall>(call);
     respond_stream(std::move(call), res, [shared, tok, with_index](size_t i, const RequestOutput& out) {
-      return std::vector<std::string>{output_json(out, *shared, i, tok, with_index).dump()};
+      return std::vector<std::string>{dump_json(output_json(out, *shared, i, tok, with_index))};
     });
     return;
   }
   const GenerateCall copy = call;  // response_json reads the per-request options
   const auto outs = run_blocking(std::move(call));
-  res.set_content(response_json(outs, copy, tok).dump(), "application/json");
+  res.set_content(dump_json(response_json(outs, copy, tok)), "application/json");
 }
 
 void EngineServer::respond_stream(GenerateCall call, Res& res, ChunkFormatter format,
@@ -72,7 +73,10 @@ void EngineServer::respond_stream(GenerateCall call, Res& res, ChunkFormatter fo
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, q, run, format = std::move(format), trailer = std::move(trailer), finished_stream](
-          size_t, httplib::DataSink& sink) {
+          size_t, httplib::DataSink& sink) -> bool {
+        // httplib does not catch exceptions from content providers: end the
+        // stream (and the run) instead of letting one escape a worker thread.
+        try {
         std::deque<std::pair<size_t, RequestOutput>> batch;
         bool done = false;
         {
@@ -112,6 +116,11 @@ void EngineServer::respond_stream(GenerateCall call, Res& res, ChunkFormatter fo
           return false;
         }
         return true;
+        } catch (const std::exception& e) {
+          log::text(log::Level::error, std::string("engine server: stream failed: ") + e.what());
+          run->abort();
+          return false;
+        }
       },
       [run, finished_stream](bool success) {
         if (!success || !*finished_stream) run->abort();

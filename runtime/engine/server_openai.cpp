@@ -238,15 +238,14 @@ void EngineServer::on_completions(const Req& req, Res& res) {
           if (out.finished) choice["matched_stop"] = matched_stop(out);
           json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
                     {"choices", json::array({choice})}};
-          chunks.push_back(c.dump());
+          chunks.push_back(dump_json(c));
           return chunks;
         },
         [=](const std::vector<RequestOutput>& outs) {
           std::vector<std::string> chunks;
           if (usage)
-            chunks.push_back(json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-                                  {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}
-                                 .dump());
+            chunks.push_back(dump_json(json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+                                  {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
           return chunks;
         });
     return;
@@ -263,7 +262,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   }
   json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
             {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
-  res.set_content(j.dump(), "application/json");
+  res.set_content(dump_json(j), "application/json");
 }
 
 void EngineServer::on_chat_completions(const Req& req, Res& res) {
@@ -325,9 +324,8 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
           auto chunk = [&](json delta, json lp, json finish) {
             json choice = {{"index", i}, {"delta", std::move(delta)}, {"logprobs", std::move(lp)}, {"finish_reason", finish}};
             if (!finish.is_null()) choice["matched_stop"] = matched_stop(out);
-            chunks.push_back(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-                                  {"model", model}, {"choices", json::array({choice})}}
-                                 .dump());
+            chunks.push_back(dump_json(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                                  {"model", model}, {"choices", json::array({choice})}}));
           };
           if (started->insert(i).second) chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
           const std::string d = delta_of(out.text, (*sent)[i]);
@@ -347,9 +345,8 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
         [=](const std::vector<RequestOutput>& outs) {
           std::vector<std::string> chunks;
           if (usage)
-            chunks.push_back(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-                                  {"model", model}, {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}
-                                 .dump());
+            chunks.push_back(dump_json(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                                  {"model", model}, {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
           return chunks;
         });
     return;
@@ -367,7 +364,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
   }
   json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
             {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
-  res.set_content(j.dump(), "application/json");
+  res.set_content(dump_json(j), "application/json");
 }
 
 void EngineServer::on_models(const Req&, Res& res) {
@@ -378,7 +375,7 @@ void EngineServer::on_models(const Req&, Res& res) {
                                        {"owned_by", "rlhost"},
                                        {"root", opts_.model_path},
                                        {"max_model_len", engine_->context_length()}}})}};
-  res.set_content(j.dump(), "application/json");
+  res.set_content(dump_json(j), "application/json");
 }
 
 }  // namespace rl::engine
