@@ -44,13 +44,13 @@ ModelRunner::ModelRunner(const EngineOptions& opts)
                 "this LibTorch build or machine has no GPU; use --device cpu");
   if (fs::is_directory(opts.model)) {
     dtype_ = pick_dtype(opts.dtype, config_, device_);
-    model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{dtype_, device_});
+    model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{dtype_, device_, true});
   } else {
-    model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{torch::kFloat32, device_});
+    model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{torch::kFloat32, device_, true});
     config_ = model_->config();
     dtype_ = pick_dtype(opts.dtype, config_, device_);
     if (dtype_ != torch::kFloat32)
-      model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{dtype_, device_});
+      model_ = nn::Transformer::from_pretrained(opts.model, nn::ModelOptions{dtype_, device_, true});
   }
   model_->set_requires_grad(false);
 }
@@ -89,7 +89,7 @@ void ModelRunner::free_cache() {
 void ModelRunner::free_weights() { model_.reset(); }
 
 void ModelRunner::restore_weights() {
-  model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_});
+  model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_, true});
   if (!weights_dir_.empty()) model_->load(model::read_safetensors_dir(weights_dir_));
   model_->set_requires_grad(false);
 }
@@ -114,6 +114,7 @@ void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::T
     }
     dst.copy_(t);
   }
+  model_->weights_changed();
 }
 
 torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch) {

@@ -91,6 +91,9 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
   const int64_t S = logits_in.size(0), V = logits_in.size(1);
   auto logits = logits_in.to(torch::kCPU, torch::kFloat32).contiguous();
   // Banned tokens (min_new_tokens) are removed before anything else.
+  bool any_banned = false;
+  for (const auto& r : rows) any_banned = any_banned || (r.banned && !r.banned->empty());
+  if (any_banned && logits.is_same(logits_in)) logits = logits.clone();
   for (int64_t s = 0; s < S; ++s) {
     const auto* banned = rows[static_cast<size_t>(s)].banned;
     if (!banned) continue;
@@ -98,40 +101,50 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
     for (int32_t id : *banned)
       if (id >= 0 && id < V) row[id] = -std::numeric_limits<float>::infinity();
   }
-  // The trainer's formula exactly (nn/logprobs.cpp): z = logits / T, log p = z - logsumexp(z).
-  auto logp = torch::empty_like(logits);
+  // The trainer's formula exactly (nn/logprobs.cpp): z = logits / T (a scalar
+  // division, row by row), log p = z - logsumexp(z). Only the sampled token's
+  // log p is read, so the full log-softmax is never materialised.
+  auto z = logits;
+  bool scaled = false;
   for (int64_t s = 0; s < S; ++s) {
     const auto& p = *rows[static_cast<size_t>(s)].params;
     const double t = p.greedy() ? 1.0 : p.temperature;
-    auto z = t == 1.0 ? logits[s] : logits[s] / t;
-    logp[s].copy_(z - torch::logsumexp(z, -1, true));
+    if (t == 1.0) continue;
+    if (!scaled) z = logits.clone(), scaled = true;
+    z[s].copy_(logits[s] / t);
   }
+  auto lse = torch::logsumexp(z, -1).contiguous();
+  auto argmax = torch::argmax(z, -1).contiguous();
+
   SampleOutput out;
   out.tokens.resize(static_cast<size_t>(S));
   out.logprobs.resize(static_cast<size_t>(S));
   out.top_logprobs.resize(static_cast<size_t>(S));
-  const float* lp = logp.data_ptr<float>();
-  std::vector<float> probs(static_cast<size_t>(V));
+  const float* zp = z.data_ptr<float>();
+  const float* lp = lse.data_ptr<float>();
+  const int64_t* am = argmax.data_ptr<int64_t>();
+  std::vector<float> probs;
   for (int64_t s = 0; s < S; ++s) {
     const SampleRow& r = rows[static_cast<size_t>(s)];
-    const float* row = lp + s * V;
+    const float* row = zp + s * V;
     int32_t tok;
     if (r.params->greedy()) {
-      tok = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      tok = static_cast<int32_t>(am[s]);
     } else {
-      for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i]);
+      probs.resize(static_cast<size_t>(V));
+      for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i] - lp[s]);
       double mass = apply_filters(probs.data(), V, *r.params);
       tok = draw(probs.data(), V, mass, *r.rng);
     }
     out.tokens[static_cast<size_t>(s)] = tok;
-    out.logprobs[static_cast<size_t>(s)] = row[tok];
+    out.logprobs[static_cast<size_t>(s)] = row[tok] - lp[s];
     if (r.top_logprobs_num > 0) {
-      auto top = logp[s].topk(std::min<int64_t>(r.top_logprobs_num, V));
+      auto top = z[s].topk(std::min<int64_t>(r.top_logprobs_num, V));
       auto vals = std::get<0>(top).contiguous();
       auto ids = std::get<1>(top).contiguous();
       auto& dst = out.top_logprobs[static_cast<size_t>(s)];
       for (int64_t k = 0; k < vals.numel(); ++k)
-        dst.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]), vals.data_ptr<float>()[k]);
+        dst.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]), vals.data_ptr<float>()[k] - lp[s]);
     }
   }
   return out;

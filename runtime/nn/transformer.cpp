@@ -1,4 +1,5 @@
 #include "nn/transformer.hpp"
+#include "nn/paged_attention.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -25,7 +26,15 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
-  for (const auto& spec : config_.expected_tensors()) params_.emplace_back(spec.name, torch::empty(spec.shape, options));
+  const bool transposed = opts_.inference_layout && opts_.device.is_cpu();
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const auto& spec : config_.expected_tensors()) {
+    const bool proj = spec.shape.size() == 2 && (ends_with(spec.name, "_proj.weight") || spec.name == "lm_head.weight");
+    params_.emplace_back(spec.name, transposed && proj ? torch::empty({spec.shape[1], spec.shape[0]}, options).t()
+                                                       : torch::empty(spec.shape, options));
+  }
   auto get = [&](const std::string& name) -> torch::Tensor {
     for (auto& [n, t] : params_)
       if (n == name) return t;
@@ -34,6 +43,8 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   embed_ = get("model.embed_tokens.weight");
   final_norm_ = get("model.norm.weight");
   lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  if (transposed && config_.tie_word_embeddings)
+    lm_head_ = torch::empty({embed_.size(1), embed_.size(0)}, options).t();  // filled by weights_changed()
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
@@ -71,11 +82,18 @@ void Transformer::load(const model::TensorSet& tensors) {
   model::validate_tensors(tensors, config_);
   torch::NoGradGuard no_grad;
   for (auto& [name, param] : params_) param.copy_(tensor_from_view(*tensors.find(name)));
+  weights_changed();
+}
+
+void Transformer::weights_changed() {
+  torch::NoGradGuard no_grad;
+  if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) lm_head_.copy_(embed_);
 }
 
 void Transformer::init_random(uint64_t seed) {
   const double std = config_.raw.value("initializer_range", 0.02);
   init_parameters(params_, seed, std);
+  weights_changed();
 }
 
 torch::Tensor Transformer::parameter(const std::string& name) const {
@@ -185,36 +203,77 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
     throw std::invalid_argument("forward_cached: query_lens, context_lens and context_slots disagree on the batch size");
   if (static_cast<int64_t>(cache.k.size()) != config_.num_hidden_layers)
     throw std::invalid_argument("forward_cached: the KV cache was made for another model");
-  int64_t max_q = 0, total = 0;
+  int64_t total = 0;
   for (int64_t s = 0; s < S; ++s) {
     if (b.query_lens[s] < 1 || b.query_lens[s] > b.context_lens[s])
       throw std::invalid_argument("forward_cached: sequence " + std::to_string(s) + " has query_len " +
                                   std::to_string(b.query_lens[s]) + " and context_len " +
                                   std::to_string(b.context_lens[s]));
-    max_q = std::max(max_q, b.query_lens[s]);
+    if (b.context_lens[s] > b.context_slots.size(1))
+      throw std::invalid_argument("forward_cached: sequence " + std::to_string(s) + " has context_len " +
+                                  std::to_string(b.context_lens[s]) + " but context_slots has " +
+                                  std::to_string(b.context_slots.size(1)) + " columns");
     total += b.query_lens[s];
   }
   if (total != N) throw std::invalid_argument("forward_cached: query_lens sum to " + std::to_string(total) +
                                               " but input_ids has " + std::to_string(N) + " tokens");
-  const int64_t max_ctx = b.context_slots.size(1);
   auto dev = b.input_ids.device();
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  // Where each new token sits in the padded [S, max_q] query grid.
-  std::vector<int64_t> qidx;
-  qidx.reserve(N);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(s * max_q + i);
-  auto query_index = torch::tensor(qidx, i64).to(dev);
-  // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
-  auto ctx = torch::tensor(b.context_lens, i64).to(dev).view({S, 1, 1});
-  auto qlen = torch::tensor(b.query_lens, i64).to(dev).view({S, 1, 1});
-  auto qi = torch::arange(max_q, i64.device(dev)).view({1, max_q, 1});
-  auto kj = torch::arange(max_ctx, i64.device(dev)).view({1, 1, max_ctx});
-  auto mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [S, 1, max_q, max_ctx]
-  auto ctx_slots = b.context_slots.reshape({-1});
   const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool gqa = H != KV;
+
+  // Decoding sequences (one new token) attend straight from the cache where the
+  // kernel supports the device and dtype; the rest (prefills) go through a
+  // padded gather of their context and SDPA.
+  const bool fast = paged_decode_supported(embed_, cache.k[0]);
+  std::vector<int64_t> dec_tok, dec_seq, dec_len, pre_tok, pre_seq;
+  {
+    int64_t off = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      if (fast && b.query_lens[s] == 1) {
+        dec_tok.push_back(off);
+        dec_seq.push_back(s);
+        dec_len.push_back(b.context_lens[s]);
+      } else {
+        pre_seq.push_back(s);
+        for (int64_t i = 0; i < b.query_lens[s]; ++i) pre_tok.push_back(off + i);
+      }
+      off += b.query_lens[s];
+    }
+  }
+  torch::Tensor dec_tok_t, dec_slots, pre_tok_t, pre_slots, query_index, mask;
+  int64_t SP = static_cast<int64_t>(pre_seq.size()), max_q = 0, max_ctx = 0;
+  if (!dec_seq.empty()) {
+    dec_tok_t = torch::tensor(dec_tok, i64).to(dev);
+    dec_slots = dec_seq.size() == static_cast<size_t>(S) ? b.context_slots
+                                                          : b.context_slots.index_select(0, torch::tensor(dec_seq, i64).to(dev));
+  }
+  if (SP > 0) {
+    for (int64_t s : pre_seq) {
+      max_q = std::max(max_q, b.query_lens[s]);
+      max_ctx = std::max(max_ctx, b.context_lens[s]);
+    }
+    pre_tok_t = torch::tensor(pre_tok, i64).to(dev);
+    pre_slots = (SP == S ? b.context_slots : b.context_slots.index_select(0, torch::tensor(pre_seq, i64).to(dev)))
+                    .narrow(1, 0, max_ctx)
+                    .reshape({-1});
+    // Where each new token sits in the padded [SP, max_q] query grid.
+    std::vector<int64_t> qidx, ctx_lens, q_lens;
+    for (int64_t p = 0; p < SP; ++p) {
+      const int64_t s = pre_seq[p];
+      for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(p * max_q + i);
+      ctx_lens.push_back(b.context_lens[s]);
+      q_lens.push_back(b.query_lens[s]);
+    }
+    query_index = torch::tensor(qidx, i64).to(dev);
+    // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
+    auto ctx = torch::tensor(ctx_lens, i64).to(dev).view({SP, 1, 1});
+    auto qlen = torch::tensor(q_lens, i64).to(dev).view({SP, 1, 1});
+    auto qi = torch::arange(max_q, i64.device(dev)).view({1, max_q, 1});
+    auto kj = torch::arange(max_ctx, i64.device(dev)).view({1, 1, max_ctx});
+    mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [SP, 1, max_q, max_ctx]
+  }
 
   check_ids(b.input_ids, config_.vocab_size);
   auto x = torch::embedding(embed_, b.input_ids);
@@ -222,12 +281,25 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
                                          int64_t layer) {
     cache.k[layer].index_copy_(0, b.slot_mapping, k);
     cache.v[layer].index_copy_(0, b.slot_mapping, v);
-    auto kc = cache.k[layer].index_select(0, ctx_slots).view({S, max_ctx, KV, D}).transpose(1, 2);
-    auto vc = cache.v[layer].index_select(0, ctx_slots).view({S, max_ctx, KV, D}).transpose(1, 2);
-    auto qp = torch::zeros({S * max_q, H, D}, q.options()).index_copy_(0, query_index, q);
-    auto o = at::scaled_dot_product_attention(qp.view({S, max_q, H, D}).transpose(1, 2), kc, vc, mask, 0.0, false,
+    torch::Tensor o_dec, o_pre;
+    if (dec_tok_t.defined()) {
+      auto qd = SP == 0 ? q : q.index_select(0, dec_tok_t);
+      o_dec = paged_decode_attention(qd, cache.k[layer], cache.v[layer], dec_slots, dec_len, scale)
+                  .reshape({-1, H * D});
+      if (SP == 0) return o_dec;
+    }
+    auto qs = dec_seq.empty() ? q : q.index_select(0, pre_tok_t);
+    auto kc = cache.k[layer].index_select(0, pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
+    auto vc = cache.v[layer].index_select(0, pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
+    auto qp = torch::zeros({SP * max_q, H, D}, q.options()).index_copy_(0, query_index, qs);
+    auto o = at::scaled_dot_product_attention(qp.view({SP, max_q, H, D}).transpose(1, 2), kc, vc, mask, 0.0, false,
                                               scale, gqa);
-    return o.transpose(1, 2).reshape({S * max_q, H * D}).index_select(0, query_index);
+    o_pre = o.transpose(1, 2).reshape({SP * max_q, H * D}).index_select(0, query_index);
+    if (dec_seq.empty()) return o_pre;
+    auto out = torch::empty({N, H * D}, q.options());
+    out.index_copy_(0, dec_tok_t, o_dec);
+    out.index_copy_(0, pre_tok_t, o_pre);
+    return out;
   });
 }
 

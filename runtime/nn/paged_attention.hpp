@@ -1,0 +1,23 @@
+// Decode attention straight from the paged KV cache: one query token per
+// sequence attends over its context slots without gathering them into a padded
+// copy first (that copy costs as much memory traffic as the attention itself
+// at long contexts and large batches). CPU, float32; other devices and dtypes
+// take forward_cached's gather + SDPA path.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace rl::nn {
+
+// q [S, H, D] (one query per sequence, position = context_len - 1), k_cache and
+// v_cache [slots, KV, D], context_slots [S, >= max context] int64 (row s valid
+// up to context_lens[s]). Returns [S, H, D]. H must be a multiple of KV.
+torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache,
+                                     const torch::Tensor& v_cache, const torch::Tensor& context_slots,
+                                     const std::vector<int64_t>& context_lens, double scale);
+
+bool paged_decode_supported(const torch::Tensor& q, const torch::Tensor& k_cache);
+
+}  // namespace rl::nn
