@@ -50,5 +50,8 @@ extern "C" __attribute__((visibility("default"))) int luaopen_rlhost_torch(lua_S
   lua_newtable(L);  // private: wrapped by lua/rl/model.lua
   open_model(L, lua_gettop(L));
   lua_setfield(L, -2, "_model");
+  lua_newtable(L);  // private: wrapped by lua/rl/engine.lua
+  open_engine(L, lua_gettop(L));
+  lua_setfield(L, -2, "_engine");
   return 1;
 }

@@ -14,7 +14,7 @@ APT_PACKAGES=(
 )
 TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; this is the tested one
 PY="${PYTHON:-python3}"
-TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors)  # the tested versions
+TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai)  # the tested versions (openai: the engine's OpenAI API tests)
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -72,10 +72,18 @@ fi
 # (transformers for model parity, tokenizers for tokenizer benchmarks). A failed
 # install is not fatal: those tests then skip with a visible message.
 if [ "${1:-}" = "--test-deps" ]; then
-  if "$PY" -c "import transformers, tokenizers, safetensors" 2>/dev/null; then
-    log "test dependencies (transformers, tokenizers): present"
+  if "$PY" -c "import transformers, tokenizers, safetensors, openai" 2>/dev/null; then
+    log "test dependencies (transformers, tokenizers, openai): present"
   else
     log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
     pip_install "${TEST_SPECS[@]}" || log "WARNING: could not install ${TEST_SPECS[*]}; parity tests will be skipped"
+  fi
+  # promtool (Debian package `prometheus`) checks the engine's /metrics text.
+  if command -v promtool >/dev/null 2>&1; then
+    log "promtool: present"
+  else
+    log "installing promtool (Debian package prometheus) for the /metrics check"
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+      || log "WARNING: could not install prometheus; the promtool check will be skipped"
   fi
 fi

@@ -6,6 +6,7 @@ their own folder on sys.path and `import support`.
     RLHOST_BIN         the rlhost binary (made absolute here, so a test may run
                        it from any working directory)
     RLHOST_SOURCE_DIR  the source tree (default: two levels above this file)
+    RLHOST_SHARED_DATA shared test data (default: ../shared/data beside the tree)
 
 Python standard library only.
 """
@@ -21,6 +22,9 @@ BIN = os.path.abspath(_bin) if _bin else ""
 SOURCE_DIR = os.path.abspath(
     os.environ.get("RLHOST_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")))
 COUNTER = os.path.join(SOURCE_DIR, "recipes", "counter.lua")
+# Shared test data (models, tokenizers, GSM8K): RLHOST_SHARED_DATA, else ../shared/data next to the tree.
+SHARED_DATA = os.path.abspath(
+    os.environ.get("RLHOST_SHARED_DATA", os.path.join(SOURCE_DIR, "..", "shared", "data")))
 TIMEOUT = 30
 
 

@@ -1,0 +1,418 @@
+// rl.engine's native half (in librlhost_torch.so): an in-process engine with
+// its HTTP server, and the few process helpers process mode needs.
+//
+//   start(opts) -> handle | nil, err
+//   handle:url()                 "" when started with serve = false
+//   handle:generate(json) -> op  events: ("done", json) | ("error", msg)
+//   handle:control(what, json) -> op   flush_cache | update_weights_from_disk |
+//                                release_memory | resume_memory; ("done", json) | ("error", msg)
+//   handle:abort(rid) / handle:abort_all() / handle:stats() -> json / handle:stop()
+//   spawn(argv, log_path) -> pid | nil, err; kill(pid, sig); wait(pid) -> done, code
+//   exe_path(); forward_sigterm()
+//
+// Engine callbacks run on the scheduler thread: they only post to the loop,
+// and the loop side delivers to Lua (never Lua from another thread). Control
+// calls wait for the scheduler, so they run on a helper thread and complete as
+// ops too; the Lua task yields meanwhile and the loop keeps serving.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/live_objects.hpp"
+#include "bindings/host_context.hpp"
+#include "bindings/torch_module.hpp"
+#include "bindings/trampoline.hpp"
+#include "engine/engine.hpp"
+#include "engine/generate_api.hpp"
+#include "engine/server.hpp"
+
+extern char** environ;
+
+namespace rl::lua {
+namespace {
+
+using nlohmann::json;
+
+const char kEngineMt = 0;
+
+struct EngineBox : LiveObject {
+  std::shared_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::EngineServer> server;
+  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
+  struct Helper {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Helper> helpers;  // control calls in flight; finished ones joined as we go, all by stop()
+
+  void join_finished() {
+    for (auto it = helpers.begin(); it != helpers.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = helpers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void stop() {
+    alive->store(false);  // posted completions become no-ops
+    if (server) server->stop();
+    if (engine) engine->stop();
+    for (auto& h : helpers)
+      if (h.thread.joinable()) h.thread.join();
+    helpers.clear();
+    server.reset();
+    engine.reset();
+  }
+};
+
+EngineBox& check_box(lua_State* L, int idx) {
+  auto* box = static_cast<EngineBox*>(check_udata(L, idx, &kEngineMt, "engine", "rl.engine handle"));
+  if (!box->engine) throw ArgError(idx, "engine", "the engine was stopped");
+  return *box;
+}
+
+std::optional<std::string> opt_str(lua_State* L, int t, const char* key) {
+  auto v = arg::field_string(L, t, key, "opts");
+  return v ? std::optional<std::string>(std::string(*v)) : std::nullopt;
+}
+
+int64_t opt_int(lua_State* L, int t, const char* key, int64_t dflt, int64_t lo) {
+  auto v = arg::field_integer(L, t, key, "opts");
+  if (v && *v < lo) throw ArgError(0, std::string("opts.") + key, "integer >= " + std::to_string(lo) + " expected");
+  return v.value_or(dflt);
+}
+
+// Delivers ("done", text) or ("error", text) for `op` on the loop thread.
+void post_result(HostContext* ctx, const std::shared_ptr<std::atomic<bool>>& alive, uint64_t op, bool ok,
+                 std::string text) {
+  ctx->loop().post([ctx, alive, op, ok, text = std::move(text)] {
+    if (!alive->load()) return;
+    ctx->deliver(op, [&](lua_State* S) {
+      if (ok) lua_pushliteral(S, "done");
+      else lua_pushliteral(S, "error");
+      lua_pushlstring(S, text.data(), text.size());
+      return 2;
+    }, true);
+  });
+}
+
+// start(opts) -> handle | nil, err
+int l_start(lua_State* L) {
+  arg::table(L, 1, "opts");
+  engine::EngineOptions eo;
+  auto model = opt_str(L, 1, "model");
+  if (!model) throw ArgError(0, "opts.model", "a model directory (or .gguf file) expected, got nil");
+  eo.model = *model;
+  if (auto v = opt_str(L, 1, "tokenizer")) eo.tokenizer = *v;
+  if (auto v = opt_str(L, 1, "served_model_name")) eo.served_model_name = *v;
+  if (auto v = opt_str(L, 1, "dtype")) eo.dtype = *v;
+  if (auto v = opt_str(L, 1, "device")) eo.device = *v;
+  if (auto v = opt_str(L, 1, "weight_version")) eo.weight_version = *v;
+  eo.max_running_requests = opt_int(L, 1, "max_running_requests", eo.max_running_requests, 1);
+  eo.kv_cache_tokens = opt_int(L, 1, "kv_cache_tokens", eo.kv_cache_tokens, 0);
+  eo.kv_cache_bytes = opt_int(L, 1, "kv_cache_bytes", eo.kv_cache_bytes, 1);
+  eo.block_size = opt_int(L, 1, "block_size", eo.block_size, 1);
+  eo.max_prefill_tokens = opt_int(L, 1, "max_prefill_tokens", eo.max_prefill_tokens, 1);
+  eo.context_length = opt_int(L, 1, "context_length", eo.context_length, 0);
+  eo.threads = static_cast<int>(opt_int(L, 1, "threads", eo.threads, 0));
+  if (auto v = arg::field_boolean(L, 1, "enable_prefix_cache", "opts")) eo.enable_prefix_cache = *v;
+  const bool serve = arg::field_boolean(L, 1, "serve", "opts").value_or(true);
+  engine::ServerOptions so;
+  if (auto v = opt_str(L, 1, "host")) so.host = *v;
+  so.port = static_cast<int>(opt_int(L, 1, "port", 0, 0));
+  if (so.port > 65535) throw ArgError(0, "opts.port", "integer 0-65535 expected");
+  so.threads = static_cast<int>(opt_int(L, 1, "http_threads", so.threads, 1));
+  if (auto v = opt_str(L, 1, "api_key")) so.api_key = *v;
+  if (auto v = opt_str(L, 1, "server_args")) {
+    try {
+      so.server_args = json::parse(*v);
+    } catch (const std::exception& e) {
+      throw ArgError(0, "opts.server_args", std::string("JSON object text expected: ") + e.what());
+    }
+  }
+
+  std::string error;
+  std::shared_ptr<engine::Engine> eng;
+  std::unique_ptr<engine::EngineServer> srv;
+  try {
+    eng = std::shared_ptr<engine::Engine>(engine::Engine::create(eo));
+    if (serve) srv = std::make_unique<engine::EngineServer>(eng, so);
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (eng) eng->stop();
+  }
+  if (!error.empty()) {
+    srv.reset();
+    eng.reset();
+    return fail(L, error);
+  }
+  void* mem = lua_newuserdata(L, sizeof(EngineBox));
+  auto* box = new (mem) EngineBox();
+  box->engine = std::move(eng);
+  box->server = std::move(srv);
+  registry_get(L, &kEngineMt);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+int l_url(lua_State* L) {
+  EngineBox& box = check_box(L, 1);
+  const std::string u = box.server ? box.server->url() : std::string();
+  lua_pushlstring(L, u.data(), u.size());
+  return 1;
+}
+
+// generate(json) -> op | nil, err (a bad request is the caller's data, not misuse)
+int l_generate(lua_State* L) {
+  EngineBox& box = check_box(L, 1);
+  const std::string text(arg::string(L, 2, "request"));
+  std::string error;
+  engine::GenerateCall call;
+  try {
+    call = engine::parse_generate(json::parse(text), *box.engine);
+  } catch (const json::parse_error& e) {
+    error = std::string("request: malformed JSON (") + e.what() + ")";
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) return fail(L, error);
+
+  HostContext& ctx = HostContext::get(L);
+  const uint64_t op = ctx.new_op();
+  HostContext* c = &ctx;
+  auto alive = box.alive;
+  const model::Tokenizer* tok = box.engine->tokenizer();
+  // Set once start() returns; read on the loop thread after the last update,
+  // which cannot run before this function returns (same thread).
+  auto holder = std::make_shared<std::shared_ptr<engine::GenerateRun>>();
+  auto listener = [c, alive, op, holder, tok](size_t, const engine::RequestOutput&, bool last) {
+    if (!last) return;
+    c->loop().post([c, alive, op, holder, tok] {
+      auto run = std::move(*holder);  // breaks the run -> listener -> holder cycle
+      if (!alive->load() || !run) return;
+      const std::string body = engine::dump_json(engine::response_json(run->outputs(), run->call(), tok));
+      c->deliver(op, [&](lua_State* S) {
+        lua_pushliteral(S, "done");
+        lua_pushlstring(S, body.data(), body.size());
+        return 2;
+      }, true);
+    });
+  };
+  try {
+    *holder = box.server ? box.server->start_run(std::move(call), listener)
+                         : engine::GenerateRun::start(*box.engine, std::move(call), listener);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) {
+    ctx.cancel(op);
+    return fail(L, error);
+  }
+  std::weak_ptr<engine::GenerateRun> weak = *holder;
+  ctx.set_cancel(op, [weak] {  // the waiting task was cancelled: stop generating
+    if (auto r = weak.lock()) r->abort();
+  });
+  lua_pushnumber(L, static_cast<lua_Number>(op));
+  return 1;
+}
+
+// control(what, json_args) -> op: runs a blocking engine control call on a
+// helper thread and completes with ("done", result_json) or ("error", msg).
+int l_control(lua_State* L) {
+  EngineBox& box = check_box(L, 1);
+  const std::string what(arg::string(L, 2, "what"));
+  const std::string args_text(arg::opt_string(L, 3, "args").value_or("{}"));
+  json args;
+  try {
+    args = json::parse(args_text);
+  } catch (const std::exception& e) {
+    throw ArgError(3, "args", std::string("JSON text expected: ") + e.what());
+  }
+  std::vector<std::string> tags;
+  if (args.contains("tags"))
+    for (const auto& t : args["tags"]) tags.push_back(t.get<std::string>());
+  std::function<json()> fn;
+  auto eng = box.engine;
+  if (what == "flush_cache") {
+    fn = [eng] { return json{{"success", eng->flush_cache()}}; };
+  } else if (what == "update_weights_from_disk") {
+    if (!args.contains("model_path") || !args["model_path"].is_string())
+      throw ArgError(3, "args", "model_path (string) expected");
+    const std::string dir = args["model_path"].get<std::string>();
+    std::optional<std::string> version;
+    if (args.contains("weight_version") && args["weight_version"].is_string()) version = args["weight_version"].get<std::string>();
+    fn = [eng, dir, version] {
+      eng->update_weights_from_disk(dir, version);
+      return json{{"success", true}, {"weight_version", eng->weight_version()}};
+    };
+  } else if (what == "release_memory") {
+    fn = [eng, tags] { eng->release_memory(tags); return json{{"success", true}}; };
+  } else if (what == "resume_memory") {
+    fn = [eng, tags] { eng->resume_memory(tags); return json{{"success", true}}; };
+  } else {
+    throw ArgError(2, "what", "flush_cache, update_weights_from_disk, release_memory or resume_memory expected, got '" + what + "'");
+  }
+  HostContext& ctx = HostContext::get(L);
+  const uint64_t op = ctx.new_op();
+  HostContext* c = &ctx;
+  auto alive = box.alive;
+  box.join_finished();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([c, alive, op, done, fn = std::move(fn)] {
+    try {
+      post_result(c, alive, op, true, fn().dump());
+    } catch (const std::exception& e) {
+      post_result(c, alive, op, false, e.what());
+    }
+    done->store(true);
+  });
+  box.helpers.push_back({std::move(t), done});
+  lua_pushnumber(L, static_cast<lua_Number>(op));
+  return 1;
+}
+
+int l_abort(lua_State* L) {
+  EngineBox& box = check_box(L, 1);
+  const std::string rid(arg::string(L, 2, "rid"));
+  const int64_t n = box.server ? box.server->abort_rid(rid) : (box.engine->abort(rid) ? 1 : 0);
+  lua_pushnumber(L, static_cast<lua_Number>(n));
+  return 1;
+}
+
+int l_abort_all(lua_State* L) {
+  lua_pushnumber(L, static_cast<lua_Number>(check_box(L, 1).engine->abort_all()));
+  return 1;
+}
+
+int l_stats(lua_State* L) {
+  const std::string s = engine::stats_json(check_box(L, 1).engine->stats()).dump();
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+int l_stop(lua_State* L) {
+  auto* box = static_cast<EngineBox*>(check_udata(L, 1, &kEngineMt, "engine", "rl.engine handle"));
+  box->stop();
+  return 0;
+}
+
+int l_gc(lua_State* L) {
+  if (auto* p = static_cast<EngineBox*>(lua_touserdata(L, 1))) {
+    p->stop();
+    p->~EngineBox();
+  }
+  return 0;
+}
+
+// ---- process helpers (process mode, rlhost engine) -----------------------------------
+
+// spawn(argv, log_path?) -> pid | nil, err. stdout and stderr go to log_path
+// (appended) when given; stdin is /dev/null.
+int l_spawn(lua_State* L) {
+  arg::table(L, 1, "argv");
+  std::vector<std::string> argv;
+  for (int i = 1; i <= static_cast<int>(lua_objlen(L, 1)); ++i) {
+    lua_rawgeti(L, 1, i);
+    if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER) {
+      lua_pop(L, 1);
+      throw ArgError(1, "argv", "strings expected, element " + std::to_string(i) + " is not one");
+    }
+    argv.emplace_back(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  if (argv.empty()) throw ArgError(1, "argv", "at least the program expected");
+  const auto log_path = arg::opt_string(L, 2, "log_path");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  std::string log;
+  if (log_path) {
+    log = std::string(*log_path);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return fail(L, "cannot start '" + argv[0] + "': " + std::strerror(rc));
+  lua_pushnumber(L, pid);
+  return 1;
+}
+
+int l_kill(lua_State* L) {
+  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
+  const int sig = static_cast<int>(arg::opt_integer(L, 2, "signal").value_or(SIGTERM));
+  if (pid <= 0) throw ArgError(1, "pid", "a positive process id expected");
+  lua_pushboolean(L, ::kill(pid, sig) == 0);
+  return 1;
+}
+
+// wait(pid) -> exited, code: never blocks.
+int l_wait(lua_State* L) {
+  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
+  int status = 0;
+  const pid_t r = waitpid(pid, &status, WNOHANG);
+  if (r == 0) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  lua_pushboolean(L, 1);
+  if (r < 0) lua_pushnil(L);
+  else lua_pushnumber(L, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  return 2;
+}
+
+int l_exe_path(lua_State* L) {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  lua_pushlstring(L, p.data(), p.size());
+  return 1;
+}
+
+void on_sigterm(int) { ::kill(::getpid(), SIGINT); }  // async-signal-safe
+
+// SIGTERM behaves like Ctrl-C (the host cancels the main task, which cleans
+// up): `rlhost engine` under a supervisor stops gracefully.
+int l_forward_sigterm(lua_State* L) {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  return 0;
+}
+
+}  // namespace
+
+void open_engine(lua_State* L, int t) {
+  static const Reg methods[] = {
+      {"url", entry<l_url>},         {"generate", entry<l_generate>}, {"control", entry<l_control>},
+      {"abort", entry<l_abort>},     {"abort_all", entry<l_abort_all>}, {"stats", entry<l_stats>},
+      {"stop", entry<l_stop>},
+  };
+  make_metatable(L, &kEngineMt, "rl.engine.Engine:", methods, std::size(methods), entry<l_gc>);
+  static const Reg regs[] = {
+      {"start", entry<l_start>},   {"spawn", entry<l_spawn>},         {"kill", entry<l_kill>},
+      {"wait", entry<l_wait>},     {"exe_path", entry<l_exe_path>},   {"forward_sigterm", entry<l_forward_sigterm>},
+  };
+  register_functions(L, t, "rl.engine.", regs);
+}
+
+}  // namespace rl::lua

@@ -1,0 +1,84 @@
+---@meta
+-- LuaLS type stubs for rl.engine (lua/rl/engine.lua over librlhost_torch.so). docs/engine.md.
+
+---@class rl.engine.StartOptions
+---@field model string HF model directory or .gguf (required)
+---@field mode? "thread"|"process" thread (default): in this process; process: a child `rlhost engine`
+---@field tokenizer? string tokenizer directory or tokenizer.json (default: the model directory)
+---@field served_model_name? string name in /v1/models and metrics (default: the directory name)
+---@field host? string bind address (default 127.0.0.1; non-loopback needs api_key)
+---@field port? integer 0 (default in thread mode): any free port
+---@field api_key? string Bearer token for the control endpoints
+---@field serve? boolean thread mode: false = no HTTP server (url is nil)
+---@field dtype? "auto"|"float32"|"bfloat16"|"float16"
+---@field device? string "cpu" (default), "cuda", "cuda:N"
+---@field max_running_requests? integer sequences decoding at once (default 64)
+---@field kv_cache_tokens? integer KV budget in tokens (0: from kv_cache_bytes)
+---@field kv_cache_bytes? integer KV budget in bytes when kv_cache_tokens is 0 (default 1 GiB)
+---@field block_size? integer tokens per KV block (default 16)
+---@field max_prefill_tokens? integer new prompt tokens per step (default 8192)
+---@field context_length? integer 0: config's max_position_embeddings
+---@field threads? integer LibTorch intra-op threads (0: leave as is)
+---@field http_threads? integer HTTP workers (default 256)
+---@field enable_prefix_cache? boolean default true
+---@field weight_version? string reported until the first update (default "default")
+---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
+---@field log_file? string process mode: the child's stdout/stderr (default a temp file)
+
+---@class rl.engine.Stats
+---@field num_running integer
+---@field num_queued integer
+---@field token_usage number
+---@field cache_hit_rate number
+---@field gen_throughput number
+---@field prompt_tokens_total integer
+---@field generation_tokens_total integer
+---@field cached_tokens_total integer
+---@field requests_total integer
+---@field requests_aborted integer
+---@field steps integer
+---@field weight_version string
+---@field memory_released boolean
+
+---@class rl.engine.Engine
+---@field url string|nil the HTTP server ("http://127.0.0.1:PORT"), nil with serve = false
+---@field mode "thread"|"process"
+---@field pid integer|nil process mode: the child's pid
+local Engine = {}
+
+--- SGLang /generate request -> response (a list for batches / n > 1). Yields the task.
+---@param req table {text|input_ids, sampling_params?, rid?, return_logprob?, top_logprobs_num?, ...}
+---@return table|nil out, string|nil err
+function Engine:generate(req) end
+
+---@return rl.engine.Stats|nil stats, string|nil err
+function Engine:stats() end
+
+---@return boolean|nil flushed false while requests run
+function Engine:flush_cache() end
+
+---@param dir string safetensors directory with the same shapes
+---@param weight_version? string
+---@return table|nil result {success, weight_version}, string|nil err
+function Engine:update_weights_from_disk(dir, weight_version) end
+
+---@param tags? string[] "kv_cache", "weights" (default both)
+function Engine:release_memory(tags) end
+---@param tags? string[]
+function Engine:resume_memory(tags) end
+
+---@param rid string
+---@return integer aborted
+function Engine:abort(rid) end
+
+--- Stops the engine (thread mode) or the child (process mode: SIGTERM, then SIGKILL after 15 s).
+function Engine:stop() end
+
+---@class rl.engine
+local engine = {}
+
+---@param opts rl.engine.StartOptions
+---@return rl.engine.Engine|nil engine, string|nil err
+function engine.start(opts) end
+
+return engine

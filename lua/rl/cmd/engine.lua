@@ -1,0 +1,79 @@
+-- rlhost engine: serve a model over SGLang's HTTP API (and OpenAI's) until
+-- SIGINT/SIGTERM.
+--
+--   rlhost engine --model /models/Qwen3-0.6B --port 30000
+--   rlhost engine --model DIR --port 0 --ready-file /tmp/engine.url   # for parents that spawn it
+--   rlhost engine --model DIR --host 0.0.0.0 --api-key SECRET          # remote: control needs the key
+--
+-- The flags are rl.engine.start's options in kebab-case; docs/engine.md lists
+-- the endpoints.
+local opt = rl.args {
+  prog = "engine",
+  description = "Serves a model with rlhost's native engine over SGLang's HTTP API (/generate, /v1/*, /metrics).",
+  { name = "model", type = "string", required = true, help = "HF model directory (config.json + safetensors) or .gguf" },
+  { name = "tokenizer", type = "string", help = "tokenizer directory or tokenizer.json (default: the model directory)" },
+  { name = "served_model_name", type = "string", help = "name in /v1/models and metrics (default: the directory name)" },
+  { name = "host", type = "string", default = "127.0.0.1", help = "bind address; non-loopback needs --api-key" },
+  { name = "port", type = "int", default = 30000, help = "port (0: any free one)" },
+  { name = "api_key", type = "string", help = "Bearer token for control endpoints (required off loopback)" },
+  { name = "dtype", type = "string", default = "auto", choices = { "auto", "float32", "bfloat16", "float16" } },
+  { name = "device", type = "string", default = "cpu", help = "cpu | cuda | cuda:N" },
+  { name = "max_running_requests", type = "int", default = 64, help = "sequences decoding at once" },
+  { name = "kv_cache_tokens", type = "int", default = 0, help = "KV cache size in tokens (0: from --kv-cache-bytes)" },
+  { name = "kv_cache_bytes", type = "int", default = 1073741824, help = "KV cache size in bytes when --kv-cache-tokens is 0" },
+  { name = "block_size", type = "int", default = 16, help = "tokens per KV block" },
+  { name = "max_prefill_tokens", type = "int", default = 8192, help = "new prompt tokens per step" },
+  { name = "context_length", type = "int", default = 0, help = "0: the config's max_position_embeddings" },
+  { name = "threads", type = "int", default = 0, help = "LibTorch intra-op threads (0: leave as is)" },
+  { name = "http_threads", type = "int", default = 256, help = "HTTP worker threads (one per open connection)" },
+  { name = "disable_prefix_cache", type = "bool", default = false, help = "no prefix reuse across requests" },
+  { name = "weight_version", type = "string", default = "default", help = "reported in meta_info until the first update" },
+  { name = "ready_file", type = "string", help = "write the server URL to this file once serving" },
+}
+
+if opt.port < 0 or opt.port > 65535 then rl.args.usage_error("--port must be 0-65535") end
+if opt.max_running_requests < 1 then rl.args.usage_error("--max-running-requests must be at least 1") end
+
+local native = rl.engine._native()
+native.forward_sigterm()  -- SIGTERM stops gracefully, like Ctrl-C
+
+local server_args = {}
+for k, v in pairs(opt) do server_args[k] = v end
+server_args.api_key, server_args.ready_file = nil, nil
+
+local eng, err = rl.engine.start {
+  model = opt.model, tokenizer = opt.tokenizer, served_model_name = opt.served_model_name,
+  host = opt.host, port = opt.port, api_key = opt.api_key, dtype = opt.dtype, device = opt.device,
+  max_running_requests = opt.max_running_requests, kv_cache_tokens = opt.kv_cache_tokens,
+  kv_cache_bytes = opt.kv_cache_bytes, block_size = opt.block_size, max_prefill_tokens = opt.max_prefill_tokens,
+  context_length = opt.context_length, threads = opt.threads, http_threads = opt.http_threads,
+  enable_prefix_cache = not opt.disable_prefix_cache, weight_version = opt.weight_version,
+  server_args = rl.json.encode(server_args),
+}
+if not eng then
+  io.stderr:write("rlhost engine: ", err, "\n")
+  rl.exit(1)
+end
+
+if opt.ready_file then
+  -- Atomic: a parent polling the file never reads half a URL.
+  local tmp = opt.ready_file .. ".tmp"
+  local f, ferr = io.open(tmp, "w")
+  if not f then
+    eng:stop()
+    io.stderr:write("rlhost engine: cannot write --ready-file: ", ferr, "\n")
+    rl.exit(1)
+  end
+  f:write(eng.url, "\n")
+  f:close()
+  assert(os.rename(tmp, opt.ready_file))
+end
+rl.log.info("rlhost engine: serving %s at %s (Ctrl-C or SIGTERM stops)", opt.model, eng.url)
+
+local ok, werr = pcall(function()
+  while true do rl.sleep(3600) end
+end)
+rl.log.info("rlhost engine: stopping")
+eng:stop()
+if opt.ready_file then os.remove(opt.ready_file) end
+if not ok and not rl.task.is_cancelled(werr) then error(werr, 0) end

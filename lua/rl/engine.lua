@@ -1,0 +1,276 @@
+--- rl.engine: the native inference engine, in this process or in a child.
+--
+--   local eng = assert(rl.engine.start{ model = "/models/Qwen3-0.6B", port = 0 })
+--   print(eng.url)                                       -- SGLang-compatible HTTP server
+--   local out = eng:generate{ text = "1+1=", sampling_params = { max_new_tokens = 8 } }
+--   print(out.text, out.meta_info.finish_reason.type)
+--   eng:update_weights_from_disk("/ckpt/step_10")
+--   eng:stop()
+--
+-- mode = "thread" (default): the engine runs on its own scheduler thread in this
+-- process and :generate goes straight to it (no HTTP); the HTTP server still
+-- serves `url` for routers and other clients. mode = "process": a child
+-- `rlhost engine ... --ready-file F` is started and everything goes over HTTP.
+-- Both take and return SGLang's /generate shapes. Runtime failures (bad model
+-- directory, refused request) return nil, err; misuse raises. See docs/engine.md.
+local json = require "rl.json"
+local task = require "rl.task"
+local now = require("rl._core").loop.now
+
+local M = {}
+
+local Engine = {}
+Engine.__index = Engine
+
+local OPTION_TYPES = {
+  model = "string", tokenizer = "string", served_model_name = "string", dtype = "string", device = "string",
+  host = "string", port = "number", max_running_requests = "number", kv_cache_tokens = "number",
+  kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
+  threads = "number", http_threads = "number", enable_prefix_cache = "boolean", weight_version = "string",
+  api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
+  server_args = "string",  -- JSON object text echoed by /get_server_info
+}
+
+local function check_opts(opts)
+  if type(opts) ~= "table" then
+    error("rl.engine.start: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 3)
+  end
+  for k, v in pairs(opts) do
+    local want = OPTION_TYPES[k]
+    if not want then
+      error(("rl.engine.start: bad argument 'opts.%s' (unknown option)"):format(tostring(k)), 3)
+    end
+    if type(v) ~= want then
+      error(("rl.engine.start: bad argument 'opts.%s' (%s expected, got %s)"):format(k, want, type(v)), 3)
+    end
+  end
+  if not opts.model then error("rl.engine.start: bad argument 'opts.model' (string expected, got nil)", 3) end
+  local mode = opts.mode or "thread"
+  if mode ~= "thread" and mode ~= "process" then
+    error("rl.engine.start: bad argument 'opts.mode' ('thread' or 'process' expected, got '" .. mode .. "')", 3)
+  end
+  return mode
+end
+
+local function decode(text)
+  local v, err = json.decode(text)
+  if err then return nil, "rl.engine: bad JSON from the engine: " .. err end
+  return v
+end
+
+-- ---- thread mode -------------------------------------------------------------------
+
+local function native() return require("rl.torch")._engine end
+
+local function handle(self, fname)
+  if not self._h then error(fname .. ": the engine was stopped", 3) end
+  return self._h
+end
+
+local function await(op, fname)
+  local kind, payload = task.await_op(op, fname)
+  if kind == "done" then return decode(payload) end
+  return nil, payload
+end
+
+local function start_thread(opts)
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "mode" and k ~= "ready_timeout" and k ~= "log_file" then o[k] = v end
+  end
+  local h, err = native().start(o)
+  if not h then return nil, err end
+  local url = h:url()
+  return setmetatable({ _h = h, mode = "thread", url = url ~= "" and url or nil }, Engine)
+end
+
+-- ---- process mode ------------------------------------------------------------------
+
+local FLAGS = {
+  "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
+  "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "http_threads",
+  "weight_version", "api_key",
+}
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function tail(path, n)
+  local s = read_file(path) or ""
+  return #s > n and s:sub(-n) or s
+end
+
+local function start_process(opts)
+  local n = native()
+  local dir = os.tmpname()
+  os.remove(dir)
+  local ready = dir .. ".ready"
+  local log = opts.log_file or (dir .. ".log")
+  local argv = { n.exe_path(), "engine", "--model", opts.model, "--ready-file", ready }
+  if opts.port == nil then argv[#argv + 1] = "--port=0" end
+  for _, k in ipairs(FLAGS) do
+    if opts[k] ~= nil then argv[#argv + 1] = "--" .. k:gsub("_", "-") .. "=" .. tostring(opts[k]) end
+  end
+  if opts.enable_prefix_cache == false then argv[#argv + 1] = "--disable-prefix-cache" end
+  local pid, err = n.spawn(argv, log)
+  if not pid then return nil, "rl.engine.start: " .. err end
+  local deadline = now() + (opts.ready_timeout or 300)
+  while true do
+    local url = read_file(ready)
+    if url and url:match("^http") then
+      os.remove(ready)
+      url = url:gsub("%s+$", "")
+      return setmetatable({ mode = "process", url = url, pid = pid, log_file = log, _api_key = opts.api_key }, Engine)
+    end
+    local exited, code = n.wait(pid)
+    if exited then
+      return nil, ("rl.engine.start: the engine process exited with status %s before serving; its log (%s):\n%s")
+        :format(tostring(code), log, tail(log, 4000))
+    end
+    if now() > deadline then
+      n.kill(pid, 9)
+      return nil, ("rl.engine.start: the engine process did not serve within %s s; its log (%s):\n%s")
+        :format(tostring(opts.ready_timeout or 300), log, tail(log, 4000))
+    end
+    task.sleep(0.05)
+  end
+end
+
+local function http() return require "rl.http" end
+
+local function post(self, path, body, control)
+  local headers = { ["content-type"] = "application/json" }
+  if control and self._api_key then headers.authorization = "Bearer " .. self._api_key end
+  local resp, err = http().request {
+    method = "POST", url = self.url .. path, body = json.encode(body or {}), headers = headers, timeout = 3600,
+  }
+  if not resp then return nil, err end
+  if resp.status ~= 200 then
+    local e = json.decode(resp.body)
+    local msg = type(e) == "table" and (e.error and e.error.message or e.message) or resp.body
+    return nil, ("POST %s%s: HTTP %d: %s"):format(self.url, path, resp.status, tostring(msg))
+  end
+  if resp.body == "" or not resp.body:match("^%s*[%[{]") then return { success = true, message = resp.body } end
+  return decode(resp.body)
+end
+
+-- ---- handle methods -----------------------------------------------------------------
+
+--- Generates for one SGLang /generate request table (text or input_ids, single
+--- or batched, sampling_params, return_logprob, ...); yields the calling task.
+--- Returns the /generate response (a table, or a list for batches) or nil, err.
+function Engine:generate(req)
+  if type(req) ~= "table" then
+    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 2)
+  end
+  task.need_task("rl.engine.Engine:generate")
+  if self.mode == "process" then
+    local r = {}
+    for k, v in pairs(req) do r[k] = v end
+    r.stream = nil
+    return post(self, "/generate", r)
+  end
+  local op, err = handle(self, "rl.engine.Engine:generate"):generate(json.encode(req))
+  if not op then return nil, err end
+  return await(op, "rl.engine.Engine:generate")
+end
+
+--- Engine counters: num_running, num_queued, token_usage, cache_hit_rate,
+--- gen_throughput, prompt_tokens_total, generation_tokens_total, weight_version, ...
+function Engine:stats()
+  if self.mode == "process" then
+    local resp, err = http().get(self.url .. "/get_server_info", { timeout = 30 })
+    if not resp then return nil, err end
+    local info, derr = decode(resp.body)
+    if not info then return nil, derr end
+    return info.internal_states and info.internal_states[1]
+  end
+  return decode(handle(self, "rl.engine.Engine:stats"):stats())
+end
+
+local function control(self, what, path, args)
+  task.need_task("rl.engine.Engine:" .. what)
+  if self.mode == "process" then return post(self, path, args, true) end
+  local h = handle(self, "rl.engine.Engine:" .. what)
+  return await(h:control(what, json.encode(args or {})), "rl.engine.Engine:" .. what)
+end
+
+--- Drops the prefix cache; false while requests run.
+function Engine:flush_cache()
+  local r, err = control(self, "flush_cache", "/flush_cache")
+  if not r then return nil, err end
+  return r.success ~= false
+end
+
+--- Loads new weights (safetensors in `dir`) into the running engine.
+function Engine:update_weights_from_disk(dir, weight_version)
+  if type(dir) ~= "string" then
+    error("rl.engine.Engine:update_weights_from_disk: bad argument #1 'dir' (string expected, got " .. type(dir) .. ")", 2)
+  end
+  return control(self, "update_weights_from_disk", "/update_weights_from_disk",
+    { model_path = dir, weight_version = weight_version })
+end
+
+--- Frees the KV cache and/or weights (tags: "kv_cache", "weights"; default both).
+function Engine:release_memory(tags)
+  return control(self, "release_memory", "/release_memory_occupation", { tags = tags })
+end
+
+function Engine:resume_memory(tags)
+  return control(self, "resume_memory", "/resume_memory_occupation", { tags = tags })
+end
+
+--- Aborts a request by rid; returns how many were aborted.
+function Engine:abort(rid)
+  if self.mode == "process" then
+    local r = post(self, "/abort_request", { rid = rid }, true)
+    return r and r.aborted or 0
+  end
+  return handle(self, "rl.engine.Engine:abort"):abort(rid)
+end
+
+--- Stops the engine (and its server, or its process). Idempotent.
+function Engine:stop()
+  if self.mode == "process" then
+    if not self.pid then return end
+    local n = native()
+    n.kill(self.pid, 15)
+    local deadline = now() + 15
+    while not n.wait(self.pid) do
+      if now() > deadline then
+        n.kill(self.pid, 9)
+        deadline = math.huge
+      end
+      if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
+    end
+    self.pid = nil
+    return
+  end
+  if self._h then
+    self._h:stop()
+    self._h = nil
+  end
+end
+
+function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tostring(self.url)) end
+
+--- Starts an engine. opts: model (required), mode ("thread" | "process"), host,
+--- port (0 = any free one), max_running_requests, kv_cache_tokens, dtype, device,
+--- threads, http_threads, served_model_name, api_key, serve (thread mode: false =
+--- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
+function M.start(opts)
+  local mode = check_opts(opts)
+  if mode == "process" then
+    task.need_task("rl.engine.start")
+    return start_process(opts)
+  end
+  return start_thread(opts)
+end
+
+M._native = native
+return M

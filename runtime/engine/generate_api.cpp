@@ -1,0 +1,353 @@
+// /generate: request parsing (SGLang's GenerateReqInput), response JSON, and the
+// run that fans a call out to the engine and gathers the outputs.
+#include "engine/generate_api.hpp"
+
+#include <chrono>
+#include <set>
+
+#include "model/tokenizer.hpp"
+
+namespace rl::engine {
+namespace {
+
+using nlohmann::json;
+
+// SGLang fields rlhost accepts and ignores when they hold their neutral value
+// (null/false/absent): anything else would silently change results.
+const std::set<std::string> kNeutralWhenNull = {
+    "image_data", "video_data", "audio_data", "input_embeds", "lora_path", "lora_id",
+    "custom_logit_processor", "session_params", "bootstrap_host", "bootstrap_port",
+    "bootstrap_room", "bootstrap_pair_key", "token_ids_logprob", "modalities", "return_hidden_states",
+    "return_routed_experts", "require_reasoning", "conversation_id", "label"};
+// Fields with no effect on results (routing, logging): accepted whatever they hold.
+const std::set<std::string> kHarmless = {"log_metrics", "data_parallel_rank", "priority", "extra_key",
+                                         "no_logs", "routed_dp_rank", "background", "stream_options",
+                                         "received_time", "return_bytes", "routing_key"};
+const std::set<std::string> kKnown = {"text", "input_ids", "sampling_params", "rid", "return_logprob",
+                                      "top_logprobs_num", "logprob_start_len", "stream",
+                                      "return_text_in_logprobs"};
+
+bool neutral(const json& v) { return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()); }
+
+std::string type_of(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "a list";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+[[noreturn]] void bad(const std::string& field, const std::string& what, const std::string& hint = {}) {
+  throw BadRequest(field + ": " + what, hint);
+}
+
+std::vector<int32_t> ids_of(const json& v, const std::string& where) {
+  if (!v.is_array()) bad(where, "expected a list of token ids, got " + type_of(v));
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t k = 0; k < v.size(); ++k) {
+    const json& e = v[k];
+    if (!e.is_number_integer()) bad(where + "[" + std::to_string(k) + "]", "expected an integer token id, got " + type_of(e));
+    const int64_t id = e.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) bad(where + "[" + std::to_string(k) + "]", "token id " + std::to_string(id) + " is out of range");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  if (ids.empty()) bad(where, "empty prompt", "give at least one token id");
+  return ids;
+}
+
+// Field `key` of the body for prompt i of `batch` prompts: a per-prompt list
+// when the call is batched and the value is a list, else the same value for all.
+const json* per_prompt(const json& body, const char* key, size_t i, size_t batch, bool batched, bool list_is_value,
+                       std::string& where) {
+  auto it = body.find(key);
+  where = key;
+  if (it == body.end() || it->is_null()) return nullptr;
+  if (batched && it->is_array() && !list_is_value) {
+    if (it->size() != batch)
+      bad(key, "has " + std::to_string(it->size()) + " entries for " + std::to_string(batch) + " prompts",
+          "give one value for all prompts or one per prompt");
+    where = std::string(key) + "[" + std::to_string(i) + "]";
+    return &(*it)[i];
+  }
+  return &*it;
+}
+
+json logprob_entry(float lp, int32_t id, const model::Tokenizer* tok, bool text) {
+  json e = json::array({lp, id, nullptr});
+  if (text && tok) e[2] = tok->decode({id});
+  return e;
+}
+
+}  // namespace
+
+std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, const std::string& where,
+                              bool add_special_tokens) {
+  const model::Tokenizer* tok = engine.tokenizer();
+  if (!tok)
+    bad(where, "text was given but the model has no tokenizer", "send input_ids, or start the engine with a tokenizer.json");
+  if (text.empty()) bad(where, "empty prompt", "give a non-empty text");
+  model::EncodeOptions eo;
+  eo.add_special_tokens = add_special_tokens;
+  auto ids = tok->encode(text, eo);
+  if (ids.empty()) bad(where, "the text encodes to no tokens");
+  return ids;
+}
+
+GenerateCall parse_generate(const json& body, const Engine& engine) {
+  if (!body.is_object()) bad("request body", "expected a JSON object, got " + type_of(body));
+  for (auto& [k, v] : body.items()) {
+    if (kKnown.count(k) || kHarmless.count(k)) continue;
+    if (kNeutralWhenNull.count(k)) {
+      if (!neutral(v)) bad(k, "is not supported by rlhost", "leave it out or null");
+      continue;
+    }
+    bad(k, "unknown field", "SGLang's /generate fields: text, input_ids, sampling_params, rid, return_logprob, "
+                            "top_logprobs_num, stream, return_text_in_logprobs");
+  }
+  const bool has_text = body.contains("text") && !body["text"].is_null();
+  const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
+  if (has_text && has_ids) bad("text", "both text and input_ids were given", "send one of them");
+  if (!has_text && !has_ids) bad("request body", "either 'text' or 'input_ids' is required");
+
+  // Prompts.
+  std::vector<std::vector<int32_t>> prompts;
+  bool batched = false;
+  if (has_text) {
+    const json& t = body["text"];
+    if (t.is_string()) {
+      prompts.push_back(tokenize(engine, t.get<std::string>(), "text"));
+    } else if (t.is_array()) {
+      batched = true;
+      if (t.empty()) bad("text", "empty list", "give at least one prompt");
+      for (size_t i = 0; i < t.size(); ++i) {
+        const std::string where = "text[" + std::to_string(i) + "]";
+        if (!t[i].is_string()) bad(where, "expected a string, got " + type_of(t[i]));
+        prompts.push_back(tokenize(engine, t[i].get<std::string>(), where));
+      }
+    } else {
+      bad("text", "expected a string or a list of strings, got " + type_of(t));
+    }
+  } else {
+    const json& ids = body["input_ids"];
+    if (!ids.is_array()) bad("input_ids", "expected a list of token ids (or a list of such lists), got " + type_of(ids));
+    if (!ids.empty() && ids[0].is_array()) {
+      batched = true;
+      for (size_t i = 0; i < ids.size(); ++i) prompts.push_back(ids_of(ids[i], "input_ids[" + std::to_string(i) + "]"));
+    } else {
+      prompts.push_back(ids_of(ids, "input_ids"));
+    }
+  }
+  const size_t batch = prompts.size();
+
+  GenerateCall call;
+  call.batched = batched;
+  if (auto it = body.find("stream"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) bad("stream", "expected true or false, got " + type_of(*it));
+    call.stream = it->get<bool>();
+  }
+  if (auto it = body.find("return_text_in_logprobs"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) bad("return_text_in_logprobs", "expected true or false, got " + type_of(*it));
+    call.return_text_in_logprobs = it->get<bool>();
+  }
+  if (auto it = body.find("logprob_start_len"); it != body.end() && !it->is_null()) {
+    const auto check = [](const json& v, const std::string& where) {
+      if (!v.is_number_integer() || v.get<int64_t>() != -1)
+        bad(where, "prompt log-probs are not computed by rlhost", "leave logprob_start_len out (or -1)");
+    };
+    if (it->is_array())
+      for (size_t i = 0; i < it->size(); ++i) check((*it)[i], "logprob_start_len[" + std::to_string(i) + "]");
+    else
+      check(*it, "logprob_start_len");
+  }
+
+  for (size_t i = 0; i < batch; ++i) {
+    std::string where;
+    SamplingParams sp;
+    if (const json* v = per_prompt(body, "sampling_params", i, batch, batched, false, where)) {
+      try {
+        sp = SamplingParams::from_json(*v, where);
+      } catch (const BadRequest&) {
+        throw;
+      } catch (const rl::Error& e) {
+        throw BadRequest(e.what());
+      }
+    }
+    bool logprob = false;
+    if (const json* v = per_prompt(body, "return_logprob", i, batch, batched, false, where)) {
+      if (!v->is_boolean()) bad(where, "expected true or false, got " + type_of(*v));
+      logprob = v->get<bool>();
+    }
+    int64_t top = 0;
+    if (const json* v = per_prompt(body, "top_logprobs_num", i, batch, batched, false, where)) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > 1024)
+        bad(where, "expected an integer in [0, 1024], got " + v->dump());
+      top = v->get<int64_t>();
+    }
+    std::string rid;
+    if (const json* v = per_prompt(body, "rid", i, batch, batched, false, where)) {
+      if (!v->is_string()) bad(where, "expected a string, got " + type_of(*v));
+      rid = v->get<std::string>();
+      if (rid.empty()) bad(where, "empty request id");
+    }
+    const int64_t n = std::max<int64_t>(1, sp.n);
+    for (int64_t j = 0; j < n; ++j) {
+      GenerateRequest r;
+      r.rid = rid.empty() ? std::string() : (n > 1 ? rid + "-" + std::to_string(j) : rid);
+      r.input_ids = prompts[i];
+      r.params = sp;
+      r.params.n = 1;
+      // Samples of one prompt must differ: a shared seed is offset per sample.
+      if (n > 1 && sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(j);
+      r.return_logprob = logprob || top > 0;
+      r.top_logprobs_num = top;
+      r.stream = call.stream;
+      call.requests.push_back(std::move(r));
+    }
+  }
+  // One prompt with n > 1 answers with a list, as SGLang does.
+  if (call.requests.size() > 1) call.batched = true;
+  return call;
+}
+
+json finish_reason_json(const FinishReason& f, bool finished) {
+  if (!finished || f.type.empty()) return nullptr;
+  if (f.type == "stop") {
+    json m = nullptr;
+    if (f.matched_str) m = *f.matched_str;
+    else if (f.matched_token) m = *f.matched_token;
+    return {{"type", "stop"}, {"matched", m}};
+  }
+  if (f.type == "length") return {{"type", "length"}, {"length", f.length}};
+  if (f.type == "abort") return {{"type", "abort"}, {"message", f.message}};
+  return {{"type", f.type}};
+}
+
+json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const model::Tokenizer* tok,
+                    bool text_in_logprobs) {
+  json m = json::object();
+  m["id"] = out.rid;
+  m["finish_reason"] = finish_reason_json(out.finish_reason, out.finished);
+  m["prompt_tokens"] = out.prompt_tokens;
+  m["completion_tokens"] = out.completion_tokens();
+  m["cached_tokens"] = out.cached_tokens;
+  m["weight_version"] = out.weight_version;
+  m["queue_time"] = out.queue_time;
+  m["prefill_time"] = out.prefill_time;
+  m["decode_time"] = out.decode_time;
+  m["e2e_latency"] = out.e2e_latency;
+  m["decode_throughput"] = out.decode_throughput();
+  m["arrival_time"] = out.arrival_time;
+  m["preemptions"] = out.preemptions;
+  if (req.return_logprob) {
+    json lps = json::array();
+    const size_t n = std::min(out.output_logprobs.size(), out.output_ids.size());
+    for (size_t k = 0; k < n; ++k) lps.push_back(logprob_entry(out.output_logprobs[k], out.output_ids[k], tok, text_in_logprobs));
+    m["output_token_logprobs"] = std::move(lps);
+    m["input_token_logprobs"] = json::array();  // prompt log-probs are not computed (logprob_start_len -1)
+    if (req.top_logprobs_num > 0) {
+      json tops = json::array();
+      for (const auto& pos : out.output_top_logprobs) {
+        json row = json::array();
+        for (const auto& [id, lp] : pos) row.push_back(logprob_entry(lp, id, tok, text_in_logprobs));
+        tops.push_back(std::move(row));
+      }
+      m["output_top_logprobs"] = std::move(tops);
+      m["input_top_logprobs"] = json::array();
+    }
+  }
+  return m;
+}
+
+json output_json(const RequestOutput& out, const GenerateCall& call, size_t index, const model::Tokenizer* tok,
+                 bool with_index) {
+  json o = json::object();
+  o["text"] = out.text;
+  o["output_ids"] = out.output_ids;
+  o["meta_info"] = meta_info_json(out, call.requests.at(index), tok, call.return_text_in_logprobs);
+  if (with_index) o["index"] = index;
+  return o;
+}
+
+json response_json(const std::vector<RequestOutput>& outs, const GenerateCall& call, const model::Tokenizer* tok) {
+  if (!call.batched) return output_json(outs.at(0), call, 0, tok);
+  json list = json::array();
+  for (size_t i = 0; i < outs.size(); ++i) list.push_back(output_json(outs[i], call, i, tok));
+  return list;
+}
+
+// ---- GenerateRun -------------------------------------------------------------------
+
+GenerateRun::GenerateRun(Engine& engine, GenerateCall call, Listener listener)
+    : engine_(engine), call_(std::move(call)), listener_(std::move(listener)), outs_(call_.requests.size()) {}
+
+std::shared_ptr<GenerateRun> GenerateRun::start(Engine& engine, GenerateCall call, Listener listener) {
+  std::shared_ptr<GenerateRun> run(new GenerateRun(engine, std::move(call), std::move(listener)));
+  std::weak_ptr<GenerateRun> weak = run;
+  for (size_t i = 0; i < run->call_.requests.size(); ++i) {
+    GenerateRequest req = run->call_.requests[i];
+    std::string rid;
+    try {
+      // The engine holds the callback; it keeps the run alive until the final update.
+      rid = engine.submit(std::move(req), [run, i](const RequestOutput& out) { run->on_update(i, out); });
+    } catch (const std::exception& e) {
+      for (size_t k = 0; k < i; ++k) engine.abort(run->call_.requests[k].rid);
+      const std::string where = run->call_.requests.size() > 1 ? "request " + std::to_string(i) + ": " : "";
+      throw BadRequest(where + e.what());
+    }
+    std::lock_guard lk(run->mu_);
+    run->call_.requests[i].rid = rid;
+    if (run->outs_[i].rid.empty()) run->outs_[i].rid = rid;
+  }
+  return run;
+}
+
+void GenerateRun::on_update(size_t index, const RequestOutput& out) {
+  bool last = false;
+  {
+    std::lock_guard lk(mu_);
+    const bool was_finished = outs_[index].finished;
+    outs_[index] = out;
+    if (out.finished && !was_finished) ++finished_;
+    last = out.finished && !was_finished && finished_ == outs_.size();
+  }
+  if (listener_) listener_(index, out, last);
+  if (last) cv_.notify_all();
+}
+
+void GenerateRun::abort() {
+  for (const auto& rid : rids())
+    if (!rid.empty()) engine_.abort(rid);
+}
+
+bool GenerateRun::wait_for(double seconds) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return finished_ == outs_.size(); });
+}
+
+void GenerateRun::wait() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return finished_ == outs_.size(); });
+}
+
+bool GenerateRun::done() const {
+  std::lock_guard lk(mu_);
+  return finished_ == outs_.size();
+}
+
+std::vector<RequestOutput> GenerateRun::outputs() const {
+  std::lock_guard lk(mu_);
+  return outs_;
+}
+
+std::vector<std::string> GenerateRun::rids() const {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> r;
+  for (const auto& q : call_.requests) r.push_back(q.rid);
+  return r;
+}
+
+}  // namespace rl::engine

@@ -1,0 +1,101 @@
+// SGLang's /generate request and response shapes, shared by the HTTP server
+// (server_generate.cpp) and the in-process Lua path (bindings/torch_engine.cpp),
+// so both accept and return exactly the same JSON.
+//
+//   auto call = parse_generate(body, engine);                 // BadRequest naming the field
+//   auto run = GenerateRun::start(engine, std::move(call), listener);
+//   ... run->wait() ...; output_json(run->outputs()[i], run->call(), i, tok)
+//
+// A call is `prompts x n` engine requests in response order: prompt i's sample j
+// is index i * n + j (SGLang's order for batched requests with n > 1).
+// LibTorch-free.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/errors.hpp"
+#include "engine/engine.hpp"
+
+namespace rl::engine {
+
+// The client's mistake: the server answers 400 with the message.
+class BadRequest : public rl::Error {
+ public:
+  using rl::Error::Error;
+};
+
+struct GenerateCall {
+  std::vector<GenerateRequest> requests;  // prompt i, sample j at i * n + j
+  bool batched = false;                   // the input was a list: respond with a list
+  bool stream = false;
+  bool return_text_in_logprobs = false;   // [logprob, id, "text"] instead of [.., null]
+};
+
+// Validates a /generate body. Text is tokenized with the engine's tokenizer
+// (without one, `text` is a BadRequest). Engine-side checks (vocabulary,
+// context length) happen at submit.
+GenerateCall parse_generate(const nlohmann::json& body, const Engine& engine);
+
+// The prompt's ids, or BadRequest naming `where` (no tokenizer, empty text).
+std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, const std::string& where,
+                              bool add_special_tokens = true);
+
+// {"type":"stop","matched":..} | {"type":"length","length":N} | {"type":"abort","message":..} | null
+nlohmann::json finish_reason_json(const FinishReason& f, bool finished);
+// SGLang's meta_info for one request.
+nlohmann::json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const model::Tokenizer* tok,
+                              bool text_in_logprobs);
+// {"text", "output_ids", "meta_info"}; streaming chunks of a batch also carry "index".
+nlohmann::json output_json(const RequestOutput& out, const GenerateCall& call, size_t index,
+                           const model::Tokenizer* tok, bool with_index = false);
+// The whole response: an object, or a list for batched / n > 1 calls.
+nlohmann::json response_json(const std::vector<RequestOutput>& outs, const GenerateCall& call,
+                             const model::Tokenizer* tok);
+
+// JSON text for responses; invalid UTF-8 (never expected from the decoder, but
+// a tokenizer's raw piece could hold some) becomes U+FFFD instead of throwing.
+inline std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// One call in flight: submits every request, gathers their cumulative outputs.
+// Engine callbacks (scheduler thread) only copy, notify and call `listener`.
+class GenerateRun {
+ public:
+  // index, output; on the scheduler thread, must not block. `last` is true on
+  // the call's final update (every request finished).
+  using Listener = std::function<void(size_t index, const RequestOutput& out, bool last)>;
+
+  // Submits all requests. If one is refused (rl::Error from Engine::submit),
+  // the ones already queued are aborted and a BadRequest is thrown.
+  static std::shared_ptr<GenerateRun> start(Engine& engine, GenerateCall call, Listener listener = {});
+
+  void abort();                               // aborts what is unfinished
+  bool wait_for(double seconds);              // true once every request finished
+  void wait();
+  bool done() const;
+  std::vector<RequestOutput> outputs() const; // snapshot, in call order
+  const GenerateCall& call() const { return call_; }
+  std::vector<std::string> rids() const;
+
+ private:
+  GenerateRun(Engine& engine, GenerateCall call, Listener listener);
+  void on_update(size_t index, const RequestOutput& out);
+
+  Engine& engine_;
+  GenerateCall call_;
+  Listener listener_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RequestOutput> outs_;
+  size_t finished_ = 0;
+};
+
+}  // namespace rl::engine

@@ -1,0 +1,52 @@
+// The engine server's Prometheus metrics, named as SGLang names them
+// (`sglang:*` with a `model_name` label), so dashboards and the router's
+// /engine_metrics work unchanged. Gauges and token counters come from
+// Engine::stats(); latency histograms are observed here per finished request.
+// Thread-safe. LibTorch-free.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+
+namespace rl::engine {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double v);
+  // Appends `name_bucket{labels,le=..}`, `name_sum`, `name_count` lines (cumulative buckets).
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::string model_name);
+
+  // A finished request (any path: HTTP, OpenAI, in-process Lua).
+  void observe(const RequestOutput& out);
+  void count_http(int status);  // responses by class, for errors seen by clients
+  // The exposition text (version 0.0.4).
+  std::string render(const EngineStats& s) const;
+
+ private:
+  std::string labels_;  // model_name="..."
+  mutable std::mutex mu_;
+  Histogram ttft_, itl_, e2e_, queue_, prefill_, decode_;
+  Histogram prompt_len_, gen_len_;
+  uint64_t finished_by_reason_[4] = {0, 0, 0, 0};  // stop, length, abort, other
+  uint64_t http_2xx_ = 0, http_4xx_ = 0, http_5xx_ = 0;
+};
+
+// Escapes a label value (backslash, quote, newline) for the exposition format.
+std::string prometheus_label_value(const std::string& v);
+
+}  // namespace rl::engine

@@ -1,0 +1,381 @@
+// The OpenAI API: POST /v1/completions, POST /v1/chat/completions (chat
+// template from the model's tokenizer_config.json), GET /v1/models. Requests
+// map onto the same engine calls as /generate; streaming sends OpenAI chunks
+// (text deltas) over the same SSE plumbing (server_generate.cpp).
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "engine/server.hpp"
+#include "model/tokenizer.hpp"
+#include "net/http_server.hpp"
+
+namespace rl::engine {
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// OpenAI fields that map onto sampling_params (name there), and fields accepted
+// only at their neutral value.
+const std::map<std::string, std::string> kSamplingFields = {
+    {"temperature", "temperature"}, {"top_p", "top_p"}, {"top_k", "top_k"}, {"min_p", "min_p"},
+    {"seed", "seed"}, {"stop", "stop"}, {"stop_token_ids", "stop_token_ids"}, {"n", "n"},
+    {"ignore_eos", "ignore_eos"}, {"skip_special_tokens", "skip_special_tokens"},
+    {"no_stop_trim", "no_stop_trim"}, {"min_tokens", "min_new_tokens"},
+    {"frequency_penalty", "frequency_penalty"}, {"presence_penalty", "presence_penalty"},
+    {"repetition_penalty", "repetition_penalty"}, {"spaces_between_special_tokens", "spaces_between_special_tokens"}};
+const std::set<std::string> kIgnored = {"model", "user", "stream_options", "rid", "metadata", "store",
+                                        "parallel_tool_calls", "service_level", "chat_template_kwargs",
+                                        "tools", "tool_choice", "separate_reasoning", "stream_reasoning",
+                                        "return_hidden_states", "lora_path", "session_params"};
+
+// Builds the engine requests of one OpenAI call: prompts x n, like /generate.
+GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> prompts, const std::set<std::string>& extra_known,
+                         bool logprobs, int64_t top_logprobs) {
+  json sp = json::object();
+  for (auto& [k, v] : body.items()) {
+    if (auto m = kSamplingFields.find(k); m != kSamplingFields.end()) {
+      if (!v.is_null()) sp[m->second] = v;
+    } else if (!kIgnored.count(k) && !extra_known.count(k)) {
+      throw BadRequest(k + ": unknown field", "see docs/engine.md for the OpenAI fields rlhost accepts");
+    }
+  }
+  // max_completion_tokens is the newer name of max_tokens.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      throw BadRequest(std::string(key) + ": expected a non-negative integer, got " + it->dump());
+    sp["max_new_tokens"] = it->get<int64_t>();
+  }
+  if (sp.contains("seed")) {  // SGLang's name for the per-request seed
+    sp["sampling_seed"] = sp["seed"];
+    sp.erase("seed");
+  }
+  SamplingParams params;
+  try {
+    params = SamplingParams::from_json(sp, "request");
+  } catch (const rl::Error& e) {
+    throw BadRequest(e.what());
+  }
+  GenerateCall call;
+  const int64_t n = std::max<int64_t>(1, params.n);
+  for (auto& ids : prompts)
+    for (int64_t j = 0; j < n; ++j) {
+      GenerateRequest r;
+      r.input_ids = ids;
+      r.params = params;
+      r.params.n = 1;
+      if (n > 1 && params.seed) r.params.seed = *params.seed + static_cast<uint64_t>(j);
+      r.return_logprob = logprobs || top_logprobs > 0;
+      r.top_logprobs_num = top_logprobs;
+      call.requests.push_back(std::move(r));
+    }
+  call.batched = call.requests.size() > 1;
+  return call;
+}
+
+json finish_reason_of(const RequestOutput& out) {
+  if (!out.finished) return nullptr;
+  return out.finish_reason.type.empty() ? json("stop") : json(out.finish_reason.type);
+}
+
+json matched_stop(const RequestOutput& out) {
+  if (out.finish_reason.matched_str) return *out.finish_reason.matched_str;
+  if (out.finish_reason.matched_token) return *out.finish_reason.matched_token;
+  return nullptr;
+}
+
+std::string token_text(const model::Tokenizer* tok, int32_t id) { return tok ? tok->decode({id}) : std::to_string(id); }
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Chat logprobs ({"content": [{token, logprob, bytes, top_logprobs}]}) for
+// output positions [from, to).
+json chat_logprobs(const RequestOutput& out, const GenerateRequest& req, const model::Tokenizer* tok, size_t from, size_t to) {
+  json content = json::array();
+  for (size_t k = from; k < to && k < out.output_logprobs.size(); ++k) {
+    const std::string t = token_text(tok, out.output_ids[k]);
+    json e = {{"token", t}, {"logprob", out.output_logprobs[k]}, {"bytes", bytes_of(t)}, {"top_logprobs", json::array()}};
+    if (req.top_logprobs_num > 0 && k < out.output_top_logprobs.size())
+      for (const auto& [id, lp] : out.output_top_logprobs[k]) {
+        const std::string tt = token_text(tok, id);
+        e["top_logprobs"].push_back({{"token", tt}, {"logprob", lp}, {"bytes", bytes_of(tt)}});
+      }
+    content.push_back(std::move(e));
+  }
+  return {{"content", std::move(content)}};
+}
+
+// Legacy completions logprobs: parallel lists.
+json completion_logprobs(const RequestOutput& out, const GenerateRequest& req, const model::Tokenizer* tok) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t k = 0; k < out.output_logprobs.size() && k < out.output_ids.size(); ++k) {
+    const std::string t = token_text(tok, out.output_ids[k]);
+    tokens.push_back(t);
+    lps.push_back(out.output_logprobs[k]);
+    offsets.push_back(offset);
+    offset += t.size();
+    json top = json::object();
+    if (req.top_logprobs_num > 0 && k < out.output_top_logprobs.size())
+      for (const auto& [id, lp] : out.output_top_logprobs[k]) top[token_text(tok, id)] = lp;
+    tops.push_back(req.top_logprobs_num > 0 ? top : json(nullptr));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json usage_of(const std::vector<RequestOutput>& outs, size_t n_per_prompt) {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    completion += outs[i].completion_tokens();
+    // Samples of one prompt share it: count the prompt once, as OpenAI does.
+    if (i % n_per_prompt == 0) {
+      prompt += outs[i].prompt_tokens;
+      cached += outs[i].cached_tokens;
+    }
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+// Text added since `sent` characters; empty when the text is not an extension
+// (a stop string trimmed at the end).
+std::string delta_of(const std::string& text, size_t& sent) {
+  if (text.size() <= sent) return {};
+  std::string d = text.substr(sent);
+  sent = text.size();
+  return d;
+}
+
+bool include_usage(const json& body) {
+  auto it = body.find("stream_options");
+  return it != body.end() && it->is_object() && it->value("include_usage", false);
+}
+
+int64_t opt_top_logprobs(const json& body, const char* key, int64_t max) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max)
+    throw BadRequest(std::string(key) + ": expected an integer in [0, " + std::to_string(max) + "], got " + it->dump());
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+void EngineServer::on_completions(const Req& req, Res& res) {
+  const json body = parse_json_body(req);
+  if (!body.is_object()) throw BadRequest("request body: expected a JSON object");
+  auto p = body.find("prompt");
+  if (p == body.end() || p->is_null()) throw BadRequest("prompt: required");
+  std::vector<std::vector<int32_t>> prompts;
+  auto ids_of = [](const json& v, const std::string& where) {
+    std::vector<int32_t> ids;
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) throw BadRequest(where + ": expected token ids, got " + e.dump());
+      ids.push_back(e.get<int32_t>());
+    }
+    if (ids.empty()) throw BadRequest(where + ": empty prompt");
+    return ids;
+  };
+  if (p->is_string()) {
+    prompts.push_back(tokenize(*engine_, p->get<std::string>(), "prompt"));
+  } else if (p->is_array() && !p->empty() && p->at(0).is_number_integer()) {
+    prompts.push_back(ids_of(*p, "prompt"));
+  } else if (p->is_array() && !p->empty()) {
+    for (size_t i = 0; i < p->size(); ++i) {
+      const auto& e = (*p)[i];
+      const std::string where = "prompt[" + std::to_string(i) + "]";
+      if (e.is_string()) prompts.push_back(tokenize(*engine_, e.get<std::string>(), where));
+      else if (e.is_array()) prompts.push_back(ids_of(e, where));
+      else throw BadRequest(where + ": expected a string or a list of token ids");
+    }
+  } else {
+    throw BadRequest("prompt: expected a string, a list of strings or token ids, got " + p->dump());
+  }
+  if (auto e = body.find("echo"); e != body.end() && e->is_boolean() && e->get<bool>())
+    throw BadRequest("echo: not supported by rlhost", "leave it out or false");
+  if (auto s = body.find("suffix"); s != body.end() && !s->is_null()) throw BadRequest("suffix: not supported by rlhost");
+  if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && *b != body.value("n", json(1)))
+    throw BadRequest("best_of: only best_of == n is supported");
+  const int64_t top = opt_top_logprobs(body, "logprobs", 20);
+  const bool logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
+  GenerateCall call = openai_call(body, std::move(prompts), {"prompt", "max_tokens", "max_completion_tokens", "stream",
+                                                              "logprobs", "echo", "suffix", "best_of"},
+                                  logprobs, top);
+  if (!body.contains("max_tokens") && !body.contains("max_completion_tokens"))
+    for (auto& r : call.requests) r.params.max_new_tokens = 16;  // OpenAI's default for completions
+  const bool stream = body.value("stream", false);
+  const size_t per_prompt = static_cast<size_t>(std::max<int64_t>(1, body.value("n", int64_t{1})));
+  const std::string id = "cmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
+  const int64_t created = unix_seconds();
+  const std::string model = metrics_name();
+  const model::Tokenizer* tok = engine_->tokenizer();
+  auto shared = std::make_shared<GenerateCall>(call);
+
+  if (stream) {
+    for (auto& r : call.requests) r.stream = true;
+    auto sent = std::make_shared<std::map<size_t, size_t>>();
+    const bool usage = include_usage(body);
+    respond_stream(
+        std::move(call), res,
+        [=](size_t i, const RequestOutput& out) {
+          std::vector<std::string> chunks;
+          const std::string d = delta_of(out.text, (*sent)[i]);
+          if (d.empty() && !out.finished) return chunks;
+          json choice = {{"index", i}, {"text", d}, {"logprobs", nullptr}, {"finish_reason", finish_reason_of(out)}};
+          if (out.finished) choice["matched_stop"] = matched_stop(out);
+          json c = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+                    {"choices", json::array({choice})}};
+          chunks.push_back(dump_json(c));
+          return chunks;
+        },
+        [=](const std::vector<RequestOutput>& outs) {
+          std::vector<std::string> chunks;
+          if (usage)
+            chunks.push_back(dump_json(json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+                                  {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
+          return chunks;
+        });
+    return;
+  }
+  const auto outs = run_blocking(std::move(call));
+  json choices = json::array();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto& r = shared->requests[i];
+    choices.push_back({{"index", i},
+                       {"text", outs[i].text},
+                       {"logprobs", r.return_logprob ? completion_logprobs(outs[i], r, tok) : json(nullptr)},
+                       {"finish_reason", finish_reason_of(outs[i])},
+                       {"matched_stop", matched_stop(outs[i])}});
+  }
+  json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+            {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
+  res.set_content(dump_json(j), "application/json");
+}
+
+void EngineServer::on_chat_completions(const Req& req, Res& res) {
+  const json body = parse_json_body(req);
+  if (!body.is_object()) throw BadRequest("request body: expected a JSON object");
+  const model::Tokenizer* tok = engine_->tokenizer();
+  if (!tok) throw BadRequest("messages: the model has no tokenizer, so chat is unavailable", "use /generate with input_ids");
+  if (!tok->chat_template())
+    throw BadRequest("messages: the model's tokenizer_config.json has no chat_template",
+                     "use /v1/completions or /generate, or add a chat_template to tokenizer_config.json");
+  // Keep the client's key order: templates render tool schemas with tojson.
+  const ojson obody = ojson::parse(req.body);
+  auto m = obody.find("messages");
+  if (m == obody.end() || !m->is_array() || m->empty()) throw BadRequest("messages: expected a non-empty list of messages");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const auto& msg = (*m)[i];
+    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+      throw BadRequest("messages[" + std::to_string(i) + "]: expected an object with a string 'role'");
+  }
+  ojson kwargs = ojson::object();
+  if (auto k = obody.find("chat_template_kwargs"); k != obody.end() && k->is_object())
+    for (auto& [key, v] : k->items()) kwargs[key] = v;
+  if (auto t = obody.find("tools"); t != obody.end() && !t->is_null()) kwargs["tools"] = *t;
+  if (!kwargs.contains("add_generation_prompt")) kwargs["add_generation_prompt"] = true;
+  std::string text;
+  try {
+    text = tok->apply_chat_template(*m, kwargs);
+  } catch (const rl::Error& e) {
+    throw BadRequest(std::string("messages: the chat template failed: ") + e.what());
+  }
+  // The template already holds BOS and friends (transformers tokenizes its
+  // output without special tokens).
+  auto ids = tokenize(*engine_, text, "messages", false);
+
+  const bool logprobs = body.value("logprobs", false);
+  const int64_t top = opt_top_logprobs(body, "top_logprobs", 20);
+  if (top > 0 && !logprobs) throw BadRequest("top_logprobs: needs logprobs: true");
+  GenerateCall call = openai_call(body, {ids}, {"messages", "max_tokens", "max_completion_tokens", "stream",
+                                                "logprobs", "top_logprobs", "response_format"},
+                                  logprobs, top);
+  if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null() && rf->value("type", "") != "text")
+    throw BadRequest("response_format: only {\"type\": \"text\"} is supported by rlhost");
+  const std::string id = "chatcmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
+  const int64_t created = unix_seconds();
+  const std::string model = metrics_name();
+  const size_t per_prompt = call.requests.size();
+  auto shared = std::make_shared<GenerateCall>(call);
+
+  if (body.value("stream", false)) {
+    for (auto& r : call.requests) r.stream = true;
+    auto sent = std::make_shared<std::map<size_t, size_t>>();        // chars sent per choice
+    auto sent_lp = std::make_shared<std::map<size_t, size_t>>();     // logprob positions sent
+    auto started = std::make_shared<std::set<size_t>>();             // choices that got their role delta
+    const bool usage = include_usage(body);
+    respond_stream(
+        std::move(call), res,
+        [=](size_t i, const RequestOutput& out) {
+          std::vector<std::string> chunks;
+          auto chunk = [&](json delta, json lp, json finish) {
+            json choice = {{"index", i}, {"delta", std::move(delta)}, {"logprobs", std::move(lp)}, {"finish_reason", finish}};
+            if (!finish.is_null()) choice["matched_stop"] = matched_stop(out);
+            chunks.push_back(dump_json(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                                  {"model", model}, {"choices", json::array({choice})}}));
+          };
+          if (started->insert(i).second) chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+          const std::string d = delta_of(out.text, (*sent)[i]);
+          json lp = nullptr;
+          const auto& r = shared->requests[i];
+          if (r.return_logprob) {
+            size_t& from = (*sent_lp)[i];
+            if (out.output_logprobs.size() > from) {
+              lp = chat_logprobs(out, r, tok, from, out.output_logprobs.size());
+              from = out.output_logprobs.size();
+            }
+          }
+          if (!d.empty() || !lp.is_null()) chunk({{"content", d}}, lp, nullptr);
+          if (out.finished) chunk(json::object(), nullptr, finish_reason_of(out));
+          return chunks;
+        },
+        [=](const std::vector<RequestOutput>& outs) {
+          std::vector<std::string> chunks;
+          if (usage)
+            chunks.push_back(dump_json(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                                  {"model", model}, {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
+          return chunks;
+        });
+    return;
+  }
+  const auto outs = run_blocking(std::move(call));
+  json choices = json::array();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto& r = shared->requests[i];
+    choices.push_back({{"index", i},
+                       {"message", {{"role", "assistant"}, {"content", outs[i].text}, {"reasoning_content", nullptr},
+                                    {"tool_calls", nullptr}}},
+                       {"logprobs", r.return_logprob ? chat_logprobs(outs[i], r, tok, 0, outs[i].output_ids.size()) : json(nullptr)},
+                       {"finish_reason", finish_reason_of(outs[i])},
+                       {"matched_stop", matched_stop(outs[i])}});
+  }
+  json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+            {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
+  res.set_content(dump_json(j), "application/json");
+}
+
+void EngineServer::on_models(const Req&, Res& res) {
+  json j = {{"object", "list"},
+            {"data", json::array({json{{"id", metrics_name()},
+                                       {"object", "model"},
+                                       {"created", static_cast<int64_t>(start_time_)},
+                                       {"owned_by", "rlhost"},
+                                       {"root", opts_.model_path},
+                                       {"max_model_len", engine_->context_length()}}})}};
+  res.set_content(dump_json(j), "application/json");
+}
+
+}  // namespace rl::engine

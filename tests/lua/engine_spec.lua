@@ -1,0 +1,133 @@
+-- rl.engine: the native engine from Lua, in this process (thread mode) and as a
+-- child `rlhost engine` (process mode). Both take and return SGLang's /generate shapes.
+local rl = require "rl"
+
+local SHARED = os.getenv("RLHOST_SHARED_DATA") or "../shared/data"
+local STORIES = SHARED .. "/models/stories260K"
+
+local function reference()
+  local f = assert(io.open(STORIES .. "/reference_outputs.json"))
+  local ref = rl.json.decode(f:read("*a"))
+  f:close()
+  return ref
+end
+
+local GREEDY = { temperature = 0, max_new_tokens = 6, ignore_eos = true }
+
+describe("rl.engine thread mode", function()
+  it("generates the reference greedy tokens in process, with meta_info", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, port = 0 })
+    local ref = reference()
+    local out = assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY, return_logprob = true })
+    for i = 1, 6 do eq(out.output_ids[i], ref.greedy.ids[i + 1]) end
+    eq(out.meta_info.finish_reason.type, "length")
+    eq(out.meta_info.completion_tokens, 6)
+    eq(#out.meta_info.output_token_logprobs, 6)
+    ok(out.meta_info.output_token_logprobs[1][1] <= 0)
+    ok(type(out.text) == "string")
+    -- the HTTP server of the same engine answers too
+    ok(eng.url:match("^http://127%.0%.0%.1:%d+$"), eng.url)
+    local info = assert(rl.http.json(rl.http.get(eng.url .. "/get_model_info")))
+    eq(info.model_path, STORIES)
+    local st = assert(eng:stats())
+    ok(st.generation_tokens_total >= 6)
+    eq(st.num_running, 0)
+    eng:stop()
+    eng:stop()  -- idempotent
+  end, { timeout = 120 })
+
+  it("runs batches and many concurrent tasks", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    eq(eng.url, nil)
+    local outs = assert(eng:generate { text = { "Once upon a time", "The dog" }, sampling_params = GREEDY })
+    eq(#outs, 2)
+    local tasks = {}
+    for i = 1, 8 do
+      tasks[i] = rl.spawn(function()
+        return assert(eng:generate { input_ids = { 1 }, sampling_params = { max_new_tokens = 4, sampling_seed = i } })
+      end)
+    end
+    for _, r in ipairs(rl.wait_all(tasks)) do eq(r.meta_info.completion_tokens, 4) end
+    eng:stop()
+  end, { timeout = 120 })
+
+  it("returns nil, err for bad requests and raises on misuse", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    local out, err = eng:generate { input_ids = { 1 }, sampling_params = { temprature = 1 } }
+    eq(out, nil)
+    ok(err:find("temprature", 1, true), err)
+    out, err = eng:generate { input_ids = {} }
+    eq(out, nil)
+    ok(err:find("input_ids", 1, true), err)
+    raises(function() eng:generate("hi") end, "bad argument #1 'req' (table expected, got string)")
+    raises(function() rl.engine.start { model = STORIES, mode = "fork" } end, "opts.mode")
+    raises(function() rl.engine.start { model = STORIES, prot = 1 } end, "'opts.prot' (unknown option)")
+    raises(function() rl.engine.start {} end, "opts.model")
+    -- still serving
+    assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })
+    eng:stop()
+    raises(function() eng:generate { input_ids = { 1 } } end, "rl.engine.Engine:generate: the engine was stopped")
+  end, { timeout = 120 })
+
+  it("fails with nil, err for a missing model", function()
+    local eng, err = rl.engine.start { model = "/nonexistent/model/dir" }
+    eq(eng, nil)
+    ok(err:find("/nonexistent/model/dir", 1, true), err)
+  end)
+
+  it("cancelling a waiting task aborts its request", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    local before = eng:stats().requests_aborted
+    local t = rl.spawn(function()
+      return eng:generate { input_ids = { 1 }, sampling_params = { max_new_tokens = 510, ignore_eos = true } }
+    end)
+    local deadline = rl.now() + 30
+    while eng:stats().num_running == 0 and rl.now() < deadline do rl.sleep(0.02) end
+    eq(eng:stats().num_running, 1)
+    t:cancel()
+    deadline = rl.now() + 30
+    while eng:stats().num_running > 0 and rl.now() < deadline do rl.sleep(0.02) end
+    eq(eng:stats().num_running, 0)
+    eq(eng:stats().requests_aborted, before + 1)  -- aborted, not run to its end
+    eng:stop()
+  end, { timeout = 120 })
+
+  it("flushes the cache and updates weights from disk without blocking the loop", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    eq(eng:flush_cache(), true)
+    local r = assert(eng:update_weights_from_disk(STORIES, "step-1"))
+    eq(r.weight_version, "step-1")
+    local out = assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })
+    eq(out.meta_info.weight_version, "step-1")
+    local bad, err = eng:update_weights_from_disk("/nonexistent/ckpt")
+    eq(bad, nil)
+    ok(err:find("/nonexistent/ckpt", 1, true), err)
+    eng:stop()
+  end, { timeout = 120 })
+end)
+
+describe("rl.engine process mode", function()
+  it("spawns rlhost engine, generates over HTTP and stops it", function()
+    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
+    ok(eng.url:match("^http://127%.0%.0%.1:%d+$"), eng.url)
+    local ref = reference()
+    local out = assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })
+    for i = 1, 6 do eq(out.output_ids[i], ref.greedy.ids[i + 1]) end
+    local st = assert(eng:stats())
+    ok(st.generation_tokens_total >= 6)
+    local bad, err = eng:generate { input_ids = { 1 }, sampling_params = { top_p = 7 } }
+    eq(bad, nil)
+    ok(err:find("HTTP 400", 1, true) and err:find("top_p", 1, true), err)
+    eq(eng:flush_cache(), true)
+    local pid = eng.pid
+    eng:stop()
+    eq(eng.pid, nil)
+    ok(not rl.engine._native().kill(pid, 0), "the child is gone")
+  end, { timeout = 180 })
+
+  it("reports a child that cannot start, with its log", function()
+    local eng, err = rl.engine.start { model = "/nonexistent/model/dir", mode = "process" }
+    eq(eng, nil)
+    ok(err:find("exited", 1, true) and err:find("/nonexistent/model/dir", 1, true), err)
+  end, { timeout = 120 })
+end)
