@@ -1,0 +1,199 @@
+--- rl.rewards: reward functions and what the rollout does with them.
+--
+--   local rewards = rl.rewards
+--   local fn = rewards.get("gsm8k")                 -- fn(sample) -> reward
+--   local r, outcome, err = rewards.evaluate(fn, sample, { timeout = 10 })
+--   rewards.normalize(samples, { estimator = "grpo" })
+--
+-- A reward function takes a sample (a table with at least `response` and
+-- `label`) and returns a number, a table (read with `reward_key`), or nil —
+-- nil means *skip*: the sample is left out of normalisation and of the loss,
+-- never counted as 0.
+local M = {}
+
+local lazy = { gsm8k = "rl.rewards.gsm8k", math = "rl.rewards.math", answer = "rl.rewards.answer",
+               remote = "rl.rewards.remote" }
+
+local BUILTIN = {
+  gsm8k = function(opts)
+    local g = require "rl.rewards.gsm8k"
+    return function(sample) return (g.score(sample.response, sample.label, opts)) end
+  end,
+  math = function()
+    local m = require "rl.rewards.math"
+    return function(sample) return (m.score(sample.response, sample.label)) end
+  end,
+  remote = function(opts)
+    return require("rl.rewards.remote").new(opts)
+  end,
+  random = function()
+    return function() return math.random(0, 1) end
+  end,
+}
+
+--- The reward function called `name` (gsm8k, math, remote, random); opts go to its constructor.
+--- "boxed_<name>" first replaces the response by its last \boxed{} content (as slime's rm_type prefix).
+function M.get(name, opts)
+  if type(name) ~= "string" then
+    error("rl.rewards.get: bad argument #1 'name' (string expected, got " .. type(name) .. ")", 2)
+  end
+  local base = name:match("^boxed_(.+)$")
+  local make = BUILTIN[base or name]
+  if not make then
+    local names = {}
+    for k in pairs(BUILTIN) do names[#names + 1] = k end
+    table.sort(names)
+    error(("rl.rewards.get: unknown reward '%s' (built in: %s; or pass a Lua function)"):format(name,
+      table.concat(names, ", ")), 2)
+  end
+  local fn = make(opts)
+  if not base then return fn end
+  local answer = require "rl.rewards.answer"
+  return function(sample)
+    local view = setmetatable({ response = answer.last_boxed(sample.response or "") or "" }, { __index = sample })
+    return fn(view)
+  end
+end
+
+-- ---- protected evaluation ---------------------------------------------------------------
+
+local function timed_out_error(limit)
+  return setmetatable({ limit = limit }, { __tostring = function(e) return ("reward timed out after %g s"):format(e.limit) end })
+end
+
+--- Calls fn(sample) protected, with a time limit (seconds, default 30).
+--- Returns reward, outcome, err: outcome is "ok", "skip" (nil reward), "error"
+--- (err holds the message and the Lua traceback) or "timeout".
+---
+--- The limit holds for rewards that wait (HTTP, rl.sleep: their task is
+--- cancelled) and for Lua loops running in the interpreter (a count hook);
+--- LuaJIT-compiled loops run no hooks, so a CPU-bound reward that may not finish
+--- belongs behind the remote reward.
+function M.evaluate(fn, sample, opts)
+  local limit = opts and opts.timeout or 30
+  local task = require "rl.task"
+  local deadline = require("rl._core").loop.now() + limit
+  local now = require("rl._core").loop.now
+  local result, trace_err
+  local function body()
+    local co = coroutine.running()
+    debug.sethook(co, function()
+      if now() > deadline then error(timed_out_error(limit), 0) end
+    end, "", 1000)
+    local ok, r = xpcall(fn, function(e)
+      if type(e) == "table" and getmetatable(e) and tostring(e):find("timed out", 1, true) then return e end
+      if task.is_cancelled(e) then return e end
+      return debug.traceback(tostring(e), 2)
+    end, sample)
+    debug.sethook(co)
+    if not ok then error(r, 0) end
+    result = r
+  end
+  if not task.current() then
+    -- Outside a task (plain scripts, tests): no waiting is possible, only the hook.
+    local co = coroutine.create(body)
+    local ok, e = coroutine.resume(co)
+    if not ok then trace_err = e end
+  else
+    local t = task.spawn_named("reward", body)
+    local watchdog = task.after(limit, function() t:cancel("reward timeout") end)
+    local ok, e = pcall(t.wait, t)
+    watchdog:cancel()
+    if not ok then trace_err = e end
+  end
+  if trace_err ~= nil then
+    if task.is_cancelled(trace_err) or (type(trace_err) == "table" and tostring(trace_err):find("timed out", 1, true)) then
+      return nil, "timeout", ("reward timed out after %g s"):format(limit)
+    end
+    return nil, "error", tostring(trace_err)
+  end
+  if result == nil then return nil, "skip" end
+  local kind = type(result)
+  if kind ~= "number" and kind ~= "table" and kind ~= "boolean" then
+    return nil, "error", "reward function returned a " .. kind .. " (expected a number, a table or nil)"
+  end
+  if kind == "boolean" then result = result and 1 or 0 end
+  return result, "ok"
+end
+
+-- ---- normalisation ----------------------------------------------------------------------
+
+--- The scalar reward of a sample: its reward, or reward[reward_key] when it is a table.
+function M.value(sample, reward_key)
+  local r = sample.reward
+  if type(r) == "table" then
+    if not reward_key then error("rl.rewards: sample reward is a table; set reward_key to pick a field", 2) end
+    r = r[reward_key]
+  end
+  if r ~= nil and type(r) ~= "number" then
+    error(("rl.rewards: reward%s of sample %s is a %s, expected a number"):format(
+      reward_key and ("." .. reward_key) or "", tostring(sample.index), type(r)), 2)
+  end
+  return r
+end
+
+--- Group-normalised rewards: for each sample, in order, the value the loss uses
+--- (nil for skipped samples). Groups are formed by `group_index`, not position.
+---   estimator: grpo | gspo | cispo (mean, then / (std + eps) unless std = false),
+---              reinforce_plus_plus_baseline (mean only), reinforce_plus_plus (raw),
+---              or a function(samples, raw) -> normalized
+---   std (default true), eps (1e-6), reward_key.
+--- std is the unbiased one, as torch.std; a group of one sample keeps reward − mean = 0.
+function M.normalize(samples, opts)
+  opts = opts or {}
+  local est = opts.estimator or "grpo"
+  local mean_only = est == "reinforce_plus_plus_baseline"
+  if not (type(est) == "function" or est == "grpo" or est == "gspo" or est == "cispo" or mean_only or
+          est == "reinforce_plus_plus") then
+    error("rl.rewards.normalize: unknown estimator '" .. tostring(est) ..
+      "' (grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline, or a function)", 2)
+  end
+  local raw = {}
+  for i, s in ipairs(samples) do raw[i] = M.value(s, opts.reward_key) end
+  if type(est) == "function" then return est(samples, raw), raw end
+  if est == "reinforce_plus_plus" then
+    local out = {}
+    for i = 1, #samples do out[i] = raw[i] end
+    return out, raw
+  end
+  local use_std = not mean_only and opts.std ~= false
+  local eps = opts.eps or 1e-6
+  local groups, order = {}, {}
+  for i, s in ipairs(samples) do
+    if raw[i] ~= nil then
+      local g = s.group_index
+      if g == nil then error("rl.rewards.normalize: sample " .. i .. " has no group_index", 2) end
+      if not groups[g] then groups[g] = {}; order[#order + 1] = g end
+      table.insert(groups[g], i)
+    end
+  end
+  local out = {}
+  for _, g in ipairs(order) do
+    local idx = groups[g]
+    local n, sum = #idx, 0
+    for _, i in ipairs(idx) do sum = sum + raw[i] end
+    local mean = sum / n
+    local std = 0
+    if use_std and n > 1 then
+      local ss = 0
+      for _, i in ipairs(idx) do ss = ss + (raw[i] - mean) ^ 2 end
+      std = math.sqrt(ss / (n - 1))
+    end
+    for _, i in ipairs(idx) do
+      local v = raw[i] - mean
+      if use_std and n > 1 then v = v / (std + eps) end
+      out[i] = v
+    end
+  end
+  return out, raw
+end
+
+return setmetatable(M, {
+  __index = function(t, k)
+    local name = lazy[k]
+    if not name then return nil end
+    local m = require(name)
+    rawset(t, k, m)
+    return m
+  end,
+})
