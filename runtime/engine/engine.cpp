@@ -425,7 +425,8 @@ void EngineImpl::step() {
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     const bool below_min = s->out.completion_tokens() < s->req.params.min_new_tokens;
-    rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr};
+    rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr,
+                        s->req.return_logprob};
   }
   SampleOutput sampled = sample_tokens(logits, rows);
   const double t1 = mono_now();

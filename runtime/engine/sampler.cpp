@@ -60,6 +60,24 @@ double apply_filters(float* probs, int64_t V, const SamplingParams& p) {
   return mass;
 }
 
+// First index of the largest value (NaN-free rows; what torch.argmax returns),
+// in one pass instead of a reduction kernel launch per row.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+int32_t argmax_row(const float* __restrict row, int64_t n) {
+  // Blockwise maxima first (vectorises), then the first index holding the max.
+  float best = row[0];
+  int64_t i = 0;
+  float m[16];
+  for (int k = 0; k < 16; ++k) m[k] = row[0];
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) m[k] = m[k] > row[i + k] ? m[k] : row[i + k];
+  for (int k = 0; k < 16; ++k) best = best > m[k] ? best : m[k];
+  for (; i < n; ++i) best = best > row[i] ? best : row[i];
+  for (int64_t j = 0; j < n; ++j)
+    if (row[j] == best) return static_cast<int32_t>(j);
+  return 0;
+}
+
 // Inverse-CDF draw from unnormalised probs with total `mass`.
 int32_t draw(const float* probs, int64_t V, double mass, std::mt19937_64& rng) {
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * mass;
@@ -113,23 +131,32 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
     if (!scaled) z = logits.clone(), scaled = true;
     z[s].copy_(logits[s] / t);
   }
-  auto lse = torch::logsumexp(z, -1).contiguous();
-  auto argmax = torch::argmax(z, -1).contiguous();
+  // log-sum-exp only for the rows that need it (sampling, or a log-prob to report).
+  std::vector<int64_t> need;
+  for (int64_t s = 0; s < S; ++s) {
+    const SampleRow& r = rows[static_cast<size_t>(s)];
+    if (!r.params->greedy() || r.need_logprob || r.top_logprobs_num > 0) need.push_back(s);
+  }
+  std::vector<float> lse_rows(static_cast<size_t>(S), 0.0f);
+  if (!need.empty()) {
+    auto idx = torch::tensor(need, torch::kInt64);
+    auto lse = torch::logsumexp(static_cast<int64_t>(need.size()) == S ? z : z.index_select(0, idx), -1).contiguous();
+    for (size_t k = 0; k < need.size(); ++k) lse_rows[static_cast<size_t>(need[k])] = lse.data_ptr<float>()[k];
+  }
 
   SampleOutput out;
   out.tokens.resize(static_cast<size_t>(S));
   out.logprobs.resize(static_cast<size_t>(S));
   out.top_logprobs.resize(static_cast<size_t>(S));
   const float* zp = z.data_ptr<float>();
-  const float* lp = lse.data_ptr<float>();
-  const int64_t* am = argmax.data_ptr<int64_t>();
+  const float* lp = lse_rows.data();
   std::vector<float> probs;
   for (int64_t s = 0; s < S; ++s) {
     const SampleRow& r = rows[static_cast<size_t>(s)];
     const float* row = zp + s * V;
     int32_t tok;
     if (r.params->greedy()) {
-      tok = static_cast<int32_t>(am[s]);
+      tok = argmax_row(row, V);
     } else {
       probs.resize(static_cast<size_t>(V));
       for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i] - lp[s]);

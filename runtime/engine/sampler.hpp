@@ -22,6 +22,7 @@ struct SampleRow {
   std::mt19937_64* rng = nullptr;       // the request's generator (seeded per request)
   int64_t top_logprobs_num = 0;
   const std::vector<int32_t>* banned = nullptr;  // tokens that may not be sampled now (min_new_tokens)
+  bool need_logprob = true;  // false: a greedy row's log-prob is not computed (reported as 0)
 };
 
 struct SampleOutput {

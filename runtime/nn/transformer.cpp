@@ -62,6 +62,45 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   }
   if (!embed_.defined() || !final_norm_.defined() || !lm_head_.defined())
     throw std::logic_error("Transformer: config.expected_tensors() lacks the embedding, final norm or lm_head");
+  if (transposed) fuse_projections();
+}
+
+// Re-homes each layer's q/k/v (and gate/up) weights and biases as views into one
+// fused [in, out] matrix (and bias vector). Parameters keep their HF names and
+// shapes; writing them in place writes the fused storage.
+void Transformer::fuse_projections() {
+  auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
+  auto rehome = [&](const torch::Tensor& old, const torch::Tensor& view) {
+    for (auto& [name, t] : params_)
+      if (t.is_same(old)) t = view;
+  };
+  auto fuse = [&](std::vector<torch::Tensor*> ws, std::vector<torch::Tensor*> bs, torch::Tensor& fw, torch::Tensor& fb) {
+    int64_t out = 0;
+    const int64_t in = ws[0]->size(1);
+    for (auto* w : ws) out += w->size(0);
+    fw = torch::empty({in, out}, options);
+    const bool biased = bs[0]->defined();
+    if (biased) fb = torch::empty({out}, options);
+    int64_t off = 0;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const int64_t n = ws[i]->size(0);
+      auto wv = fw.narrow(1, off, n).t();
+      rehome(*ws[i], wv);
+      *ws[i] = wv;
+      if (biased && bs[i]->defined()) {
+        auto bv = fb.narrow(0, off, n);
+        rehome(*bs[i], bv);
+        *bs[i] = bv;
+      } else if (biased) {
+        fb.narrow(0, off, n).zero_();
+      }
+      off += n;
+    }
+  };
+  for (auto& l : layers_) {
+    fuse({&l.q_w, &l.k_w, &l.v_w}, {&l.q_b, &l.k_b, &l.v_b}, l.qkv_w, l.qkv_b);
+    fuse({&l.gate_w, &l.up_w}, {&l.gate_b, &l.up_b}, l.gate_up_w, l.gate_up_b);
+  }
 }
 
 std::unique_ptr<Transformer> Transformer::from_pretrained(const std::filesystem::path& path, ModelOptions opts) {
@@ -115,6 +154,12 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
 }
 
 torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
+  if (l.gate_up_w.defined()) {
+    auto gu = torch::matmul(x, l.gate_up_w);
+    if (l.gate_up_b.defined()) gu = gu + l.gate_up_b;
+    const int64_t I = l.gate_w.size(0);
+    return linear(torch::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), l.down_w, l.down_b);
+  }
   return linear(torch::silu(linear(x, l.gate_w, l.gate_b)) * linear(x, l.up_w, l.up_b), l.down_w, l.down_b);
 }
 
@@ -129,9 +174,19 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
     s.push_back(config_.head_dim);
     return s;
   };
-  auto q = linear(x, l.q_w, l.q_b).view(heads_shape(config_.num_attention_heads));
-  k = linear(x, l.k_w, l.k_b).view(heads_shape(config_.num_key_value_heads));
-  v = linear(x, l.v_w, l.v_b).view(heads_shape(config_.num_key_value_heads));
+  torch::Tensor q;
+  if (l.qkv_w.defined()) {
+    auto qkv = torch::matmul(x, l.qkv_w);
+    if (l.qkv_b.defined()) qkv = qkv + l.qkv_b;
+    const int64_t qd = l.q_w.size(0), kd = l.k_w.size(0);
+    q = qkv.narrow(-1, 0, qd).reshape(heads_shape(config_.num_attention_heads));
+    k = qkv.narrow(-1, qd, kd).reshape(heads_shape(config_.num_key_value_heads));
+    v = qkv.narrow(-1, qd + kd, kd).reshape(heads_shape(config_.num_key_value_heads));
+  } else {
+    q = linear(x, l.q_w, l.q_b).view(heads_shape(config_.num_attention_heads));
+    k = linear(x, l.k_w, l.k_b).view(heads_shape(config_.num_key_value_heads));
+    v = linear(x, l.v_w, l.v_b).view(heads_shape(config_.num_key_value_heads));
+  }
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
     k = rms_norm(k, l.k_norm);
