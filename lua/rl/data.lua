@@ -1,0 +1,212 @@
+--- rl.data: prompt data sources (slime's RolloutDataSource).
+--
+--   local ds = rl.data.load("gsm8k/train.jsonl", { input_key = "question", label_key = "answer",
+--                                                 shuffle = true, seed = 42 })
+--   local groups = ds:get_samples(8, 4)   -- 8 prompts x 4 samples each: {{s, s, s, s}, ...}
+--   local st = ds:state()                 -- exact position; ds:load_state(st) resumes it
+--
+-- Files: .jsonl (one object per line, blank lines skipped) or .json (an array of
+-- objects), optionally sliced as "path@[start:end]" (Python slice bounds).
+-- Options (slime's flag in brackets):
+--   input_key ("input") [--input-key]: the prompt: a string, or a list of chat messages
+--   label_key (nil) [--label-key], metadata_key ("metadata") [--metadata-key],
+--   tool_key ("tools") [--tool-key]: tool schemas (a list or JSON text) -> metadata.tools
+--   apply_chat_template (false) [--apply-chat-template] with tokenizer (an rl.tokenizer)
+--     and chat_template_kwargs ({}) [--apply-chat-template-kwargs]: the prompt becomes the
+--     rendered text with the generation prompt; a string prompt is one user message
+--   max_prompt_len (nil) [--rollout-max-prompt-len]: drop longer prompts (needs tokenizer)
+--   shuffle (false) [--rollout-shuffle], seed (42) [--rollout-seed]: each epoch's order is
+--     Python's random.Random(seed + epoch).shuffle, so it matches slime's for the same seed
+--   skip_bad_rows (false): a row that is not JSON or lacks input_key is an error naming
+--     file:line; true skips it and counts it in ds.skipped (logged once)
+local json = require "rl.json"
+local sample = require "rl.sample"
+local pyrandom = require "rl.pyrandom"
+
+local M = {}
+local Source = {}
+Source.__index = Source
+
+local function fail(msg, hint)
+  error(msg .. (hint and (" (hint: " .. hint .. ")") or ""), 0)
+end
+
+-- "path@[a:b]" -> path, a, b (nil bounds are open).
+local function parse_slice(spec)
+  local path, a, b = spec:match("^(.-)@%[(%-?%d*):(%-?%d*)%]$")
+  if not path then return spec end
+  return path, tonumber(a), tonumber(b)
+end
+
+local function read_rows(path, opts)
+  if not (path:match("%.jsonl$") or path:match("%.json$")) then
+    fail("rl.data.load: " .. path .. ": unsupported file type",
+      "use .jsonl or .json (convert parquet with pandas: df.to_json(path, orient='records', lines=True))")
+  end
+  local f, err = io.open(path, "r")
+  if not f then fail("rl.data.load: cannot open " .. path .. ": " .. tostring(err)) end
+  local text = f:read("*a")
+  f:close()
+  local rows, lines, skipped = {}, {}, 0
+  if path:match("%.jsonl$") then
+    local n = 0
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      if line:match("%S") then
+        local v, derr = json.decode(line)
+        if type(v) ~= "table" or json.is_array(v) then
+          if not opts.skip_bad_rows then
+            fail(("%s:%d: not a JSON object (%s)"):format(path, n, derr or type(v)),
+              "fix the row, or pass skip_bad_rows = true to skip and count such rows")
+          end
+          skipped = skipped + 1
+        else
+          rows[#rows + 1], lines[#rows + 1] = v, n
+        end
+      end
+    end
+  else
+    local v, derr = json.decode(text)
+    if not json.is_array(v) then fail(path .. ": expected a JSON array of objects (" .. (derr or type(v)) .. ")") end
+    for i, row in ipairs(v) do rows[i], lines[i] = row, i end
+  end
+  return rows, lines, skipped
+end
+
+local function py_bound(i, n)
+  if i == nil then return nil end
+  if i < 0 then i = math.max(n + i, 0) end
+  return math.min(i, n)
+end
+
+function M.load(spec, opts)
+  if type(spec) ~= "string" then error("rl.data.load: bad argument #1 'path' (string expected, got " .. type(spec) .. ")", 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("rl.data.load: bad argument #2 'opts' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  opts = opts or {}
+  if opts.apply_chat_template and not opts.tokenizer then
+    error("rl.data.load: apply_chat_template needs opts.tokenizer (an rl.tokenizer)", 2)
+  end
+  if opts.max_prompt_len and not opts.tokenizer then
+    error("rl.data.load: max_prompt_len needs opts.tokenizer to count tokens", 2)
+  end
+  local path, a, b = parse_slice(spec)
+  local rows, lines, skipped = read_rows(path, opts)
+  local n = #rows
+  a, b = py_bound(a, n) or 0, py_bound(b, n) or n
+  local input_key = opts.input_key or "input"
+  local metadata_key = opts.metadata_key or "metadata"
+  local tool_key = opts.tool_key or "tools"
+  local prompts, dropped = {}, 0
+  for i = a + 1, b do
+    local row, where = rows[i], ("%s:%d"):format(path, lines[i])
+    local prompt = row[input_key]
+    if prompt == nil or prompt == json.null then
+      local keys = {}
+      for k in pairs(row) do keys[#keys + 1] = k end
+      table.sort(keys)
+      if not opts.skip_bad_rows then
+        fail(("%s: no '%s' field (fields: %s)"):format(where, input_key, table.concat(keys, ", ")), "set input_key (--input-key)")
+      end
+      skipped = skipped + 1
+    else
+      local metadata = row[metadata_key]
+      metadata = (type(metadata) == "table" and metadata ~= json.null) and metadata or {}
+      local tools = row[tool_key]
+      if type(tools) == "string" then tools = json.decode(tools) end
+      if type(tools) == "table" then metadata.tools = tools end
+      if opts.apply_chat_template then
+        local messages = type(prompt) == "string" and { { role = "user", content = prompt } } or prompt
+        local kw = {}
+        for k, v in pairs(opts.chat_template_kwargs or {}) do kw[k] = v end
+        kw.add_generation_prompt = true
+        if metadata.tools then kw.tools = metadata.tools end
+        prompt = opts.tokenizer:apply_chat_template(messages, kw)
+      end
+      local keep = true
+      if opts.max_prompt_len and type(prompt) == "string" then
+        keep = #opts.tokenizer:encode(prompt, { add_special_tokens = false }) <= opts.max_prompt_len
+      end
+      if keep then
+        local label = opts.label_key and row[opts.label_key] or nil
+        if label == json.null then label = nil end
+        prompts[#prompts + 1] = sample.new { prompt = prompt, label = label, metadata = metadata }
+      else
+        dropped = dropped + 1
+      end
+    end
+  end
+  if #prompts == 0 then fail("rl.data.load: " .. spec .. " has no usable prompts") end
+  if skipped > 0 or dropped > 0 then
+    require("rl.log").warn(("rl.data: %s: %d rows skipped (bad), %d prompts dropped (longer than %s tokens)"):format(
+      spec, skipped, dropped, tostring(opts.max_prompt_len)))
+  end
+  local self = setmetatable({
+    path = spec, prompts = prompts, skipped = skipped, dropped = dropped,
+    shuffle = opts.shuffle or false, seed = opts.seed or 42,
+    sample_offset = 0, epoch_id = 0, sample_group_index = 0, sample_index = 0, order = nil,
+  }, Source)
+  self:_reorder()
+  return self
+end
+
+function Source:_reorder()
+  local order = {}
+  for i = 1, #self.prompts do order[i] = i - 1 end
+  if self.shuffle then pyrandom.new(self.seed + self.epoch_id):shuffle(order) end
+  self.order = order
+end
+
+function Source:size() return #self.prompts end
+
+--- n prompts (crossing into the next epoch, reshuffled, when the data runs out),
+--- each as a group of n_per_prompt fresh copies with group_index / index set.
+function Source:get_samples(n, n_per_prompt)
+  n_per_prompt = n_per_prompt or 1
+  if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
+    error("rl.data.Source:get_samples: bad argument #1 'n' (positive integer expected, got " .. tostring(n) .. ")", 2)
+  end
+  local groups = {}
+  while #groups < n do
+    if self.sample_offset >= #self.order then
+      self.epoch_id = self.epoch_id + 1
+      self.sample_offset = 0
+      self:_reorder()
+    end
+    local base = self.prompts[self.order[self.sample_offset + 1] + 1]
+    self.sample_offset = self.sample_offset + 1
+    local group = {}
+    for _ = 1, n_per_prompt do
+      local s = base:clone()
+      s.group_index = self.sample_group_index
+      s.index = self.sample_index
+      self.sample_index = self.sample_index + 1
+      group[#group + 1] = s
+    end
+    self.sample_group_index = self.sample_group_index + 1
+    groups[#groups + 1] = group
+  end
+  return groups
+end
+
+--- The exact position (slime's global_dataset_state_dict keys).
+function Source:state()
+  return { sample_offset = self.sample_offset, epoch_id = self.epoch_id,
+           sample_group_index = self.sample_group_index, sample_index = self.sample_index }
+end
+
+function Source:load_state(st)
+  for _, k in ipairs { "sample_offset", "epoch_id", "sample_group_index", "sample_index" } do
+    if type(st[k]) ~= "number" then error("rl.data.Source:load_state: state." .. k .. " missing or not a number", 2) end
+    self[k] = st[k]
+  end
+  self:_reorder()
+end
+
+function Source:__tostring()
+  return ("rl.data.Source(%s, %d prompts, epoch %d, offset %d)"):format(self.path, #self.prompts, self.epoch_id,
+    self.sample_offset)
+end
+
+return M
