@@ -42,7 +42,7 @@ local lazy = {
   log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
   inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
   tokenizer = "rl.tokenizer", engine = "rl.engine", rewards = "rl.rewards",
-  data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom",
+  data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace",
 }
 
 return setmetatable(rl, {

@@ -171,8 +171,20 @@ end
 ---@return rl.Task|nil the task running now
 function M.current() return current end
 
+local root_context = {}
+--- The running task's context table (task-local values; a child task sees its
+--- parent's values at spawn time and its own writes only). Outside tasks: one
+--- process-wide table.
+function M.context() return current and current.context or root_context end
+
 --- Starts `fn(...)` as a new task at the next loop iteration.
 ---@return rl.Task
+local function snapshot(ctx)
+  local out = {}
+  if ctx then for k, v in pairs(ctx) do out[k] = v end end
+  return out
+end
+
 function M.spawn(fn, ...)
   if type(fn) ~= "function" then
     error("rl.spawn: bad argument #1 'fn' (function expected, got " .. type(fn) .. ")", 2)
@@ -180,6 +192,9 @@ function M.spawn(fn, ...)
   local t = setmetatable({
     id = next_id, name = "task", status = "pending", waiters = {},
     co = co_create(fn),
+    -- Task-local values, inherited like Python's contextvars: a snapshot (shallow
+    -- copy) of the spawning task's (rl.trace keeps its span stack here).
+    context = snapshot(current and current.context),
   }, Task)
   next_id = next_id + 1
   resume_later(t, pack(...))
