@@ -41,19 +41,26 @@ M.PD_SUMMARY_KEYS = { "pd_transfer_speed_gb_s", "pd_transfer_total_mb", "pd_pref
 
 local now = require("rl._core").loop.time  -- wall clock, as Python's time.time()
 
--- Ids: 32 hex chars like uuid4().hex — a random per-process prefix and a counter.
-local id_prefix
-do
+-- Ids: 32 hex chars like uuid4().hex — a 32-bit counter, a random per-process
+-- part (16 hex chars; renewed after 2^32 ids), and the counter again. The
+-- counter sits at both ends because LuaJIT hashes a long string by a few of its
+-- bytes (start, quarter, middle, end): ids differing only inside would collide.
+local tohex = require("bit").tohex
+local id_prefix, id_counter
+local function new_prefix()
   local f = io.open("/dev/urandom", "rb")
-  local bytes = f and f:read(8) or tostring(os.time()) .. tostring({})
+  local bytes = f and f:read(8) or (tostring(os.time()) .. tostring({}) .. tostring(os.clock()))
   if f then f:close() end
-  id_prefix = bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end):sub(1, 16)
-  id_prefix = id_prefix .. ("0"):rep(16 - #id_prefix)
+  local hex = bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end)
+  id_prefix = (hex .. ("0"):rep(16)):sub(1, 16)
+  id_counter = 0
 end
-local id_counter = 0
+new_prefix()
 local function new_id()
   id_counter = id_counter + 1
-  return id_prefix .. ("%016x"):format(id_counter)
+  if id_counter >= 4294967295 then new_prefix() end
+  local c = tohex(id_counter, 8)
+  return c .. id_prefix .. c
 end
 M._new_id = new_id
 
@@ -83,13 +90,20 @@ local function new_handle(carrier, parent_span_id)
                         group_id = carrier.group_id, parent_span_id = parent_span_id }, Handle)
 end
 
+-- sample -> its handle, while the sample's carrier and ids stay the same.
+local handle_cache = setmetatable({}, { __mode = "k" })
+
 --- Binds (creating if needed) the sample's carrier, `sample.trace`; returns a handle.
 function M.bind(sample)
   if type(sample) ~= "table" then error("rl.trace.bind: bad argument #1 'sample' (table expected)", 2) end
+  local h = handle_cache[sample]
   local tr = sample.trace
+  if h and h.carrier == tr and h.sample_id == sample.index and h.group_id == sample.group_index then return h end
   if tr == json.null then tr = nil end
   sample.trace = ensure_carrier(tr, sample.index, sample.group_index)
-  return new_handle(sample.trace)
+  h = new_handle(sample.trace)
+  handle_cache[sample] = h
+  return h
 end
 
 --- A handle over any carrier table (cross-process propagation).
@@ -140,15 +154,13 @@ local function handles_of(target, out)
   return out
 end
 
+-- attrs tables are stored as given (not copied): callers pass fresh tables.
 local function append(h, kind, name, ts, attrs, span_id, parent)
+  local c = h.carrier
   local ev = { type = kind, name = name, ts = ts, trace_id = h.trace_id, sample_id = h.sample_id,
-               group_id = h.group_id, attempt = h.carrier.attempt, span_id = span_id, parent_span_id = parent }
-  if attrs and next(attrs) ~= nil then
-    local a = {}
-    for k, v in pairs(attrs) do a[k] = v end
-    ev.attrs = a
-  end
-  local events = h.carrier.events
+               group_id = h.group_id, attempt = c.attempt, span_id = span_id, parent_span_id = parent,
+               attrs = attrs and next(attrs) ~= nil and attrs or nil }
+  local events = c.events
   events[#events + 1] = ev
   return ev
 end
@@ -182,10 +194,12 @@ end
 
 --- Sets an end attr (also on end events already written).
 function Span:set(key, value)
-  self.end_attrs[key] = value
-  for _, ev in ipairs(self.end_events) do
-    ev.attrs = ev.attrs or {}
-    ev.attrs[key] = value
+  local ea = self.end_attrs
+  if not ea then ea = {}; self.end_attrs = ea end
+  ea[key] = value
+  if self.end_event then self.end_event.attrs = ea end
+  if self.end_events then
+    for _, ev in ipairs(self.end_events) do ev.attrs = ea end
   end
 end
 
@@ -197,68 +211,98 @@ function Span:update(attrs)
     for k, v in pairs(attrs) do
       if k == M.CHILDREN_KEY then children = v else self:set(k, v) end
     end
-    if children then append_children(self.records, children, self.start_ts) end
+    if children then
+      local recs = self.h1 and { { handle = self.h1, span_id = self.id1 } } or self.records or {}
+      append_children(recs, children, self.start_ts)
+    end
   end)
   if not ok then swallow("update", err) end
+end
+
+local function start_impl(sp, target, name, attrs)
+  local ctx = task.context()
+  local st = ctx.trace_stack
+  local ts = now()
+  sp.start_ts, sp.saved_stack, sp.ctx = ts, st, ctx
+  -- One sample (the common case) without building a handle list.
+  local h = getmetatable(target) == Handle and target or nil
+  if not h and type(target) == "table" and target[1] == nil then
+    if target.index ~= nil or target.group_index ~= nil or target.trace ~= nil or target.prompt ~= nil then
+      h = M.bind(target)
+    end
+  end
+  if h then
+    local id = new_id()
+    append(h, "span_start", name, ts, attrs, id, h.parent_span_id or innermost_span(h.trace_id, st))
+    sp.h1, sp.id1 = h, id
+    ctx.trace_stack = { trace_id = h.trace_id, span_id = id, next = st }
+    return
+  end
+  local top = st
+  for _, hh in ipairs(handles_of(target)) do
+    local id = new_id()
+    append(hh, "span_start", name, ts, attrs, id, hh.parent_span_id or innermost_span(hh.trace_id, st))
+    sp.records = sp.records or {}
+    sp.records[#sp.records + 1] = { handle = hh, span_id = id }
+    top = { trace_id = hh.trace_id, span_id = id, next = top }
+  end
+  ctx.trace_stack = top
 end
 
 --- Starts a span on target (handles of it); returns the span (finish it with
 --- span:finish(err?)). Prefer rl.trace.span, which finishes it for you.
 function M.start(target, name, attrs)
-  local sp = setmetatable({ name = name, records = {}, end_attrs = {}, end_events = {}, closed = false }, Span)
-  local ok, err = pcall(function()
-    local hs = handles_of(target)
-    if #hs == 0 then return end
-    local ts = now()
-    sp.start_ts = ts
-    local st = stack()
-    local ctx = task.context()
-    local top = st
-    for _, h in ipairs(hs) do
-      local id = new_id()
-      append(h, "span_start", name, ts, attrs, id, h.parent_span_id or innermost_span(h.trace_id, st))
-      sp.records[#sp.records + 1] = { handle = h, span_id = id }
-      top = { trace_id = h.trace_id, span_id = id, next = top }
-    end
-    sp.saved_stack, sp.ctx = st, ctx
-    ctx.trace_stack = top
-  end)
+  local sp = setmetatable({ name = name, closed = false }, Span)
+  local ok, err = pcall(start_impl, sp, target, name, attrs)
   if not ok then swallow(name, err) end
   return sp
+end
+
+local function finish_impl(self, err)
+  if not self.ctx then return end
+  local attrs = self.end_attrs
+  if err ~= nil then
+    local a = {}
+    if attrs then for k, v in pairs(attrs) do a[k] = v end end
+    a.error_type = type(err) == "table" and (getmetatable(err) and "Cancelled" or "table") or "LuaError"
+    a.error_message = tostring(err)
+    attrs = a
+  end
+  local ts = now()
+  if self.h1 then self.end_event = append(self.h1, "span_end", self.name, ts, attrs, self.id1) end
+  if self.records then
+    local ends = {}
+    for _, r in ipairs(self.records) do ends[#ends + 1] = append(r.handle, "span_end", self.name, ts, attrs, r.span_id) end
+    self.end_events = ends
+  end
+  self.ctx.trace_stack = self.saved_stack
 end
 
 --- Ends the span (error attrs when err is given). Idempotent.
 function Span:finish(err)
   if self.closed then return end
   self.closed = true
-  local ok, e = pcall(function()
-    if #self.records == 0 then return end
-    local attrs = {}
-    for k, v in pairs(self.end_attrs) do attrs[k] = v end
-    if err ~= nil then
-      attrs.error_type = type(err) == "table" and (getmetatable(err) and "Cancelled" or "table") or "LuaError"
-      attrs.error_message = tostring(err)
-    end
-    local ts = now()
-    for _, r in ipairs(self.records) do
-      self.end_events[#self.end_events + 1] = append(r.handle, "span_end", self.name, ts, attrs, r.span_id)
-    end
-    self.ctx.trace_stack = self.saved_stack
-  end)
+  local ok, e = pcall(finish_impl, self, err)
   if not ok then swallow(self.name, e) end
+end
+
+--- Runs fn(span, ...) inside a span on target and returns fn's results; an error
+--- ends the span with error_type / error_message and is re-raised.
+local function settle(sp, ok, ...)
+  if ok then
+    sp:finish()
+    return ...
+  end
+  local err = ...
+  sp:finish(err)
+  error(err, 0)
 end
 
 --- Runs fn(span, ...) inside a span on target and returns fn's results; an error
 --- ends the span with error_type / error_message and is re-raised.
 function M.span(target, name, attrs, fn, ...)
   local sp = M.start(target, name, attrs)
-  local res = { pcall(fn, sp, ...) }
-  if res[1] then
-    sp:finish()
-    return unpack(res, 2, table.maxn(res))
-  end
-  sp:finish(res[2])
-  error(res[2], 0)
+  return settle(sp, pcall(fn, sp, ...))
 end
 
 --- An instant event on target (parent: the handle's, else the innermost open span).

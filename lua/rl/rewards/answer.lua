@@ -6,31 +6,35 @@
 --   answer.number(s)        s read as a number (thousands separators, $, %, trailing "." dropped), or nil
 local M = {}
 
+local find, sub, byte = string.find, string.sub, string.byte
+
+-- Start of the last plain occurrence of `needle` in s, or nil.
+local function last_plain(s, needle)
+  local at, i = nil, 1
+  while true do
+    local a = find(s, needle, i, true)
+    if not a then return at end
+    at, i = a, a + 1
+  end
+end
+
 function M.last_boxed(s)
   if type(s) ~= "string" then return nil end
-  local start, name
-  local i = 1
-  while true do
-    local a, b, which = s:find("\\(f?box)e?d?", i)
-    if not a then break end
-    if (which == "box" and s:sub(a, a + 5) == "\\boxed") or (which == "fbox" and s:sub(a, a + 4) == "\\fbox") then
-      start, name = a, which
-    end
-    i = b + 1
-  end
-  if not start then return nil end
-  local open = s:find("{", start, true)
+  local b, f = last_plain(s, "\\boxed"), last_plain(s, "\\fbox")
+  local start, len
+  if b and (not f or b > f) then start, len = b, 6 elseif f then start, len = f, 5 else return nil end
+  local open = find(s, "{", start + len, true)
   if not open then return nil end
   -- Only whitespace may sit between \boxed and its brace.
-  if not s:sub(start + (name == "box" and 6 or 5), open - 1):match("^%s*$") then return nil end
+  if open > start + len and not find(sub(s, start + len, open - 1), "^%s*$") then return nil end
   local depth = 0
   for j = open, #s do
-    local c = s:sub(j, j)
-    if c == "{" then
+    local c = byte(s, j)
+    if c == 123 then
       depth = depth + 1
-    elseif c == "}" then
+    elseif c == 125 then
       depth = depth - 1
-      if depth == 0 then return s:sub(open + 1, j - 1) end
+      if depth == 0 then return sub(s, open + 1, j - 1) end
     end
   end
   return nil  -- unbalanced: no answer
@@ -38,33 +42,44 @@ end
 
 function M.after_hashes(s)
   if type(s) ~= "string" then return nil end
-  local last
-  for rest in s:gmatch("####([^\n]*)") do last = rest end
-  if not last then return nil end
-  last = last:match("^%s*(.-)%s*$")
-  return last ~= "" and last or nil
+  local at = last_plain(s, "####")
+  if not at then return nil end
+  local stop = find(s, "\n", at + 4, true)
+  local rest = sub(s, at + 4, stop and stop - 1 or #s)
+  rest = rest:match("^%s*(.-)%s*$")
+  return rest ~= "" and rest or nil
 end
+
+-- A number's characters: digits, ',', '.', '-'.
+local function is_digit(c) return c and c >= 48 and c <= 57 end
 
 function M.last_number(s)
   if type(s) ~= "string" then return nil end
-  local best, best_a, best_b
-  -- 1,234.56 | -3 | 1234. | .5 ; the match ending last wins, the longer on a tie.
-  for _, pat in ipairs { "%-?%d[%d,]*%.?%d*", "%-?%.%d+" } do
-    local i = 1
-    while true do
-      local a, b = s:find(pat, i)
-      if not a then break end
-      if not best_b or b > best_b or (b == best_b and a < best_a) then best, best_a, best_b = s:sub(a, b), a, b end
-      i = b + 1
+  -- Scan back to the last digit, then to the start of its number.
+  local j = #s
+  while j > 0 and not is_digit(byte(s, j)) do j = j - 1 end
+  if j == 0 then return nil end
+  local i = j
+  while i > 1 do
+    local c = byte(s, i - 1)
+    if is_digit(c) or ((c == 44 or c == 46) and is_digit(byte(s, i - 2))) then
+      i = i - 1
+    elseif c == 46 then  -- ".5"
+      i = i - 1
+      break
+    else
+      break
     end
   end
-  if best then best = best:gsub("[,.]+$", "") end
-  return best
+  if i > 1 and byte(s, i - 1) == 45 then i = i - 1 end  -- "-"
+  return (sub(s, i, j):gsub("[,.]+$", ""))
 end
 
 function M.number(s)
   if type(s) == "number" then return s end
   if type(s) ~= "string" then return nil end
+  local fast = tonumber(s)
+  if fast and fast == fast and fast ~= math.huge and fast ~= -math.huge and not find(s, "[xXnN]") then return fast end
   local t = s:match("^%s*(.-)%s*$")
   t = t:gsub("^%$", ""):gsub("%%$", ""):gsub("%.$", ""):gsub("^\\%$", "")
   t = t:gsub("\\!", ""):gsub("{,}", ",")

@@ -29,13 +29,20 @@ local EXTRACT = {
 EXTRACT.auto = { EXTRACT.boxed[1], EXTRACT.hash[1], EXTRACT.last_number[1] }
 M.extract_modes = { "auto", "boxed", "hash", "last_number" }
 
+-- label text -> its number: a group's samples share one label (bounded cache).
+local target_cache, cached = {}, 0
+
 --- The label's number, or nil, err.
 function M.target(label)
   if type(label) == "number" then return label end
+  local hit = target_cache[label]
+  if hit then return hit end
   if type(label) ~= "string" then return nil, "label is a " .. type(label) .. ", expected GSM8K's '... #### N' or a number" end
   local text = answer.after_hashes(label) or label
   local n = answer.number(text) or answer.number(answer.last_number(text) or "")
   if not n then return nil, ("label has no number after '####': %q"):format(label:sub(-60)) end
+  if cached >= 65536 then target_cache, cached = {}, 0 end
+  target_cache[label], cached = n, cached + 1
   return n
 end
 

@@ -1,0 +1,42 @@
+-- rlhost side of bench/trace_reward.sh: span open+close cost and GSM8K reward
+-- throughput, printed as RESULT lines.
+--   rlhost bench/trace_reward.lua GSM8K_JSONL [spans=200000] [passes=5]
+local path = assert(arg[1], "usage: rlhost bench/trace_reward.lua GSM8K_JSONL [spans] [passes]")
+local n_spans = tonumber(arg[2]) or 200000
+local passes = tonumber(arg[3]) or 5
+local trace, sample = rl.trace, rl.sample
+local gsm8k = require "rl.rewards.gsm8k"
+
+-- Spans: one sample, a span with a start attr and an end attr, nested in an outer span.
+local s = sample.new { index = 0, group_index = 0 }
+local best = math.huge
+for _ = 1, 3 do
+  s.trace = nil
+  local t0 = os.clock()
+  trace.span(s, "outer", nil, function()
+    for i = 1, n_spans do
+      local sp = trace.start(s, "inner", { i = i })
+      sp:set("ok", true)
+      sp:finish()
+    end
+  end)
+  best = math.min(best, (os.clock() - t0) / n_spans)
+end
+print(("RESULT impl=lua what=span ns_per_span=%.1f"):format(best * 1e9))
+
+-- Rewards: every GSM8K answer graded against its own label, and a boxed variant.
+local rows = {}
+for line in io.lines(path) do
+  local r = rl.json.decode(line)
+  rows[#rows + 1] = r
+  rows[#rows + 1] = { answer = "So the total is \\boxed{" .. (gsm8k.target(r.answer) + 1) .. "}.", label = r.answer }
+end
+local bestr = math.huge
+local right = 0
+for _ = 1, passes do
+  right = 0
+  local t0 = os.clock()
+  for _, r in ipairs(rows) do right = right + gsm8k.score(r.answer, r.label or r.answer) end
+  bestr = math.min(bestr, os.clock() - t0)
+end
+print(("RESULT impl=lua what=reward rows=%d right=%d per_s=%.0f"):format(#rows, right, #rows / bestr))

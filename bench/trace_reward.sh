@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Span open+close cost (rl.trace vs a Python span with slime's trace_span
+# semantics) and GSM8K reward throughput (rl.rewards.gsm8k vs a Python `re`
+# grader), same run, CPU time. (Tracing on vs off over a whole rollout needs the
+# rollout loop; not measured here.)
+#   SPANS=200000 PASSES=5 bench/trace_reward.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD:-$root/build}"
+data="${GSM8K:-$root/../shared/data/gsm8k/test.jsonl}"
+ours="$("$build/rlhost" --no-control "$root/bench/trace_reward.lua" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
+peer="$(python3 "$root/bench/trace_reward.py" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
+echo "$ours"; echo "$peer"
+python3 - "$ours" "$peer" <<'PY'
+import sys
+rows = {}
+for line in (sys.argv[1] + "\n" + sys.argv[2]).splitlines():
+    kv = dict(x.split("=", 1) for x in line.split()[1:])
+    rows[(kv["impl"], kv["what"])] = kv
+ls, ps = float(rows[("lua", "span")]["ns_per_span"]), float(rows[("python", "span")]["ns_per_span"])
+print("span open+close: rlhost %.0f ns, python %.0f ns -> %.1fx cheaper (1/%.0f)" % (ls, ps, ps / ls, ps / ls))
+lr, pr = rows[("lua", "reward")], rows[("python", "reward")]
+print("GSM8K reward: rlhost %s/s, python re %s/s -> %.2fx; right answers %s vs %s of %s"
+      % (lr["per_s"], pr["per_s"], float(lr["per_s"]) / float(pr["per_s"]), lr["right"], pr["right"], lr["rows"]))
+PY
