@@ -45,12 +45,4 @@ local lazy = {
   data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace",
 }
 
-return setmetatable(rl, {
-  __index = function(t, k)
-    local name = lazy[k]
-    if not name then return nil end
-    local m = require(name)
-    rawset(t, k, m)
-    return m
-  end,
-})
+return require("rl._lazy")(rl, lazy)

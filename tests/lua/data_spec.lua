@@ -5,10 +5,7 @@ local json = rl.json
 local sample = require "rl.sample"
 local pyrandom = require "rl.pyrandom"
 
-local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
-local function shared(path)
-  return (os.getenv("RLHOST_SHARED_DATA") or (here .. "/../../../shared/data")) .. "/" .. path
-end
+local shared = shared_data
 local function python(code)
   local p = assert(io.popen("python3 -c '" .. code .. "'"))
   local out = p:read("*a")

@@ -6,10 +6,7 @@ local gsm8k = require "rl.rewards.gsm8k"
 local mathr = require "rl.rewards.math"
 local answer = require "rl.rewards.answer"
 
-local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
-local function shared(path)
-  return (os.getenv("RLHOST_SHARED_DATA") or (here .. "/../../../shared/data")) .. "/" .. path
-end
+local shared = shared_data
 
 describe("answer extraction", function()
   it("last \\boxed{} with nested braces; \\fbox; none", function()

@@ -34,6 +34,12 @@ local function show(v)
   return tostring(v)
 end
 
+local spec_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+--- A path under ../shared/data ($RLHOST_SHARED_DATA when set, as under ctest).
+function shared_data(path)
+  return (os.getenv("RLHOST_SHARED_DATA") or (spec_dir .. "/../../../shared/data")) .. "/" .. path
+end
+
 function describe(name, fn)
   prefix[#prefix + 1] = name
   local saved = #before

@@ -188,12 +188,4 @@ function M.normalize(samples, opts)
   return out, raw
 end
 
-return setmetatable(M, {
-  __index = function(t, k)
-    local name = lazy[k]
-    if not name then return nil end
-    local m = require(name)
-    rawset(t, k, m)
-    return m
-  end,
-})
+return require("rl._lazy")(M, lazy)
