@@ -41,7 +41,7 @@ rl._Exit = Exit
 local lazy = {
   log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
   inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
-  tokenizer = "rl.tokenizer",
+  tokenizer = "rl.tokenizer", router = "rl.router",
 }
 
 return setmetatable(rl, {
