@@ -22,6 +22,7 @@ void open_core(lua_State* L) {
   add_area(L, core, "http", open_http);
   add_area(L, core, "control", open_control);
   add_area(L, core, "tokenizer", open_tokenizer);
+  add_area(L, core, "router", open_router);
   lua_pushstring(L, RLHOST_VERSION);
   lua_setfield(L, core, "version");
   lua_getglobal(L, "package");

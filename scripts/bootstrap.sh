@@ -68,6 +68,19 @@ else
   pip_install "$TORCH_SPEC"
 fi
 
+# Router tests and benchmarks: wrk, nginx, prometheus (ships promtool). Not fatal:
+# the tests that need them skip with a message.
+ROUTER_APT=(wrk nginx prometheus)
+router_missing=()
+for p in "${ROUTER_APT[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || router_missing+=("$p")
+done
+if [ ${#router_missing[@]} -gt 0 ]; then
+  log "installing router test/bench packages: ${router_missing[*]}"
+  { "${sudo_cmd[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+      --no-install-recommends "${router_missing[@]}" >/dev/null; } || log "WARNING: could not install ${router_missing[*]}"
+fi
+
 # --test-deps: the Python peers the test suite and benchmarks compare against
 # (transformers for model parity, tokenizers for tokenizer benchmarks). A failed
 # install is not fatal: those tests then skip with a visible message.
@@ -85,5 +98,11 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "installing promtool (Debian package prometheus) for the /metrics check"
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
       || log "WARNING: could not install prometheus; the promtool check will be skipped"
+  fi
+  # sglang-router (Rust, PyPI): the peer of bench/router_bench.sh.
+  if "$PY" -c "import sglang_router" 2>/dev/null; then
+    log "sglang-router: present"
+  else
+    pip_install sglang-router || log "WARNING: could not install sglang-router; the router benchmark skips that peer"
   fi
 fi

@@ -104,6 +104,12 @@ struct HttpClient::Transfer {
       t->result.response.headers.clear();  // a new response (after 100-continue or a redirect)
     } else if (auto colon = line.find(':'); colon != std::string_view::npos) {
       t->result.response.headers.emplace_back(lower(trim(line.substr(0, colon))), trim(line.substr(colon + 1)));
+    } else if (trim(line).empty() && t->easy) {
+      // End of a header block: the status is known before any body byte, so a
+      // streaming caller (the router's relay) can read it through peek().
+      long code = 0;
+      curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
+      t->result.response.status = code;
     }
     return size * n;
   }
@@ -166,6 +172,11 @@ HttpClient::Stats HttpClient::stats() const {
     s.active += static_cast<size_t>(h.active);
   }
   return s;
+}
+
+const HttpResponse* HttpClient::peek(uint64_t id) const {
+  auto it = transfers_.find(id);
+  return it == transfers_.end() ? nullptr : &it->second->result.response;
 }
 
 uint64_t HttpClient::submit(HttpRequest req, DoneFn done, ChunkFn on_chunk) {

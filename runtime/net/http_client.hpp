@@ -100,6 +100,11 @@ class HttpClient {
   // false for unknown or finished ids.
   bool cancel(uint64_t id);
 
+  // The response of an unfinished request so far: status and headers once its
+  // header block has arrived (status 0 before), e.g. from inside on_chunk.
+  // nullptr for unknown or finished ids.
+  const HttpResponse* peek(uint64_t id) const;
+
   Stats stats() const;
   const Options& options() const { return opts_; }
   // New defaults for later requests (queued and active ones keep theirs).

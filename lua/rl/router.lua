@@ -1,0 +1,185 @@
+--- rl.router: a router over engines (sglang-router's HTTP surface). See docs/router.md.
+--
+--   local r = assert(rl.router.start { workers = { e1.url, e2.url }, policy = "cache_aware" })
+--   rl.http.post(r.url .. "/generate", { text = "1+1=" })
+--   r:add("http://127.0.0.1:30002"); r:remove("http://127.0.0.1:30001")
+--   for _, w in ipairs(r:workers()) do print(w.url, w.is_healthy, w.load) end
+--   r:stop()
+--
+-- mode = "thread" (default): the router runs inside this process on its own
+-- thread and event loop, so a busy recipe never delays routing.
+-- mode = "process": a child `rlhost router ...` (survives nothing of ours, but
+-- is isolated from our crashes); the handle talks to it over HTTP, so its
+-- methods must be called from a task.
+local core = require "rl._core"
+local task = require "rl.task"
+
+local crouter = core.router
+local M = {}
+
+-- Option name -> the child's flag (process mode); all are accepted in both modes.
+local OPTIONS = {
+  workers = "--worker", policy = "--policy", host = "--host", port = "--port",
+  allow_remote = "--allow-remote", mode = false, ready_timeout = false, log_level = "--log-level",
+  health_interval = "--health-interval", health_timeout = "--health-timeout",
+  health_failure_threshold = "--health-failure-threshold",
+  health_success_threshold = "--health-success-threshold", health_path = "--health-path",
+  max_retries = "--max-retries", retry_backoff = "--retry-backoff", retry_max_backoff = "--retry-max-backoff",
+  request_timeout = "--request-timeout", connect_timeout = "--connect-timeout",
+  circuit_failure_threshold = "--circuit-failure-threshold",
+  circuit_success_threshold = "--circuit-success-threshold", circuit_open_time = "--circuit-open-time",
+  cache_threshold = "--cache-threshold", balance_abs_threshold = "--balance-abs-threshold",
+  balance_rel_threshold = "--balance-rel-threshold", max_tree_chars = "--max-tree-chars",
+  max_connections = "--max-connections", max_conns_per_worker = "--max-conns-per-worker", seed = "--seed",
+}
+M.OPTIONS = OPTIONS
+
+--- Policy names: round_robin, random, least_load, power_of_two, cache_aware, consistent_hashing.
+function M.policies() return crouter.policies() end
+
+local function check_opts(opts, fname)
+  if type(opts) ~= "table" then
+    error(fname .. ": bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 3)
+  end
+  for k in pairs(opts) do
+    if OPTIONS[k] == nil then
+      local names = {}
+      for name in pairs(OPTIONS) do names[#names + 1] = name end
+      table.sort(names)
+      error(fname .. ": unknown option 'opts." .. tostring(k) .. "' (valid: " .. table.concat(names, ", ") .. ")", 3)
+    end
+  end
+  if opts.mode ~= nil and opts.mode ~= "thread" and opts.mode ~= "process" then
+    error(fname .. ": bad argument 'opts.mode' (\"thread\" or \"process\" expected, got " .. tostring(opts.mode) .. ")", 3)
+  end
+  if opts.policy ~= nil then
+    local ok = false
+    for _, p in ipairs(crouter.policies()) do ok = ok or p == opts.policy end
+    if not ok then
+      error(fname .. ": bad argument 'opts.policy' (unknown policy '" .. tostring(opts.policy) .. "'; valid: "
+        .. table.concat(crouter.policies(), ", ") .. ")", 3)
+    end
+  end
+end
+
+-- ---- thread mode ---------------------------------------------------------------------
+
+local Thread = {}
+Thread.__index = Thread
+
+--- Adds a worker; returns its entry ({id, url, is_healthy, load, ...}) or nil, err.
+function Thread:add(url) return self._h:add(url) end
+--- Removes a worker by URL or id; true when it was registered.
+function Thread:remove(url) return self._h:remove(url) end
+--- The workers: {{id, url, is_healthy, load, circuit_state, requests, failures, last_error}, ...}.
+function Thread:workers() return self._h:workers() end
+--- The router's own Prometheus text (as GET /metrics).
+function Thread:metrics() return self._h:metrics() end
+--- Stops serving (in-flight requests are dropped) and joins the router thread.
+function Thread:stop() self._h:stop() end
+
+-- ---- process mode --------------------------------------------------------------------
+
+local Process = {}
+Process.__index = Process
+
+local function http() return require "rl.http" end
+local function json() return require "rl.json" end
+
+function Process:add(url)
+  local resp, err = http().post(self.url .. "/workers", { url = url }, { timeout = 10 })
+  if not resp then return nil, err end
+  local body = json().decode(resp.body)
+  if resp.status >= 300 then return nil, (body and body.error and body.error.message) or resp.body end
+  return body
+end
+
+function Process:remove(url)
+  local resp = http().request { method = "POST", url = self.url .. "/remove_worker?url=" .. url, timeout = 10 }
+  return resp ~= nil and resp.status == 200
+end
+
+function Process:workers()
+  local out, err = http().json(http().get(self.url .. "/workers", { timeout = 10 }))
+  if not out then return nil, err end
+  return out.workers
+end
+
+function Process:metrics()
+  local resp, err = http().get(self.url .. "/metrics", { timeout = 10 })
+  if not resp then return nil, err end
+  return resp.body
+end
+
+--- SIGTERM, then SIGKILL after 5 s; waits for the child to exit.
+function Process:stop()
+  if not self.pid then return end
+  crouter.kill(self.pid, 15)
+  local deadline = core.loop.now() + 5
+  while crouter.reap(self.pid) == nil do
+    if core.loop.now() > deadline then crouter.kill(self.pid, 9) deadline = math.huge end
+    task.sleep(0.02)
+  end
+  self.pid = nil
+end
+
+local function start_process(opts)
+  task.need_task("rl.router.start")
+  local ready = os.tmpname()
+  os.remove(ready)  -- the child creates it once listening
+  local argv = { "@self", "router", "--ready-file", ready }
+  if opts.port == nil then argv[#argv + 1] = "--port"; argv[#argv + 1] = "0" end
+  for k, v in pairs(opts) do
+    local flag = OPTIONS[k]
+    if flag and k == "workers" then
+      for _, w in ipairs(v) do argv[#argv + 1] = flag; argv[#argv + 1] = w end
+    elseif flag and type(v) == "boolean" then
+      argv[#argv + 1] = v and flag or ("--no-" .. flag:sub(3))
+    elseif flag then
+      argv[#argv + 1] = flag; argv[#argv + 1] = tostring(v)
+    end
+  end
+  local pid, err = crouter.spawn(argv)
+  if not pid then return nil, "rl.router.start: " .. err end
+  local deadline = core.loop.now() + (opts.ready_timeout or 15)
+  while true do
+    local f = io.open(ready, "r")
+    local url = f and f:read("*l")
+    if f then f:close() end
+    if url and url:match("^http") then
+      os.remove(ready)
+      local h = setmetatable({ url = url, pid = pid, mode = "process" }, Process)
+      -- The file is written after bind; /health proves the loop answers.
+      local resp = http().get(url .. "/health", { timeout = 5 })
+      if resp and resp.status == 200 then return h end
+    end
+    local code = crouter.reap(pid)
+    if code then
+      os.remove(ready)
+      return nil, "rl.router.start: the router process exited with status " .. code
+        .. " before it was ready (its log above says why)"
+    end
+    if core.loop.now() > deadline then
+      crouter.kill(pid, 9)
+      os.remove(ready)
+      return nil, "rl.router.start: the router process was not ready after "
+        .. (opts.ready_timeout or 15) .. " s"
+    end
+    task.sleep(0.02)
+  end
+end
+
+--- Starts a router. opts: workers, policy, host, port, mode ("thread"|"process"),
+--- health_*, max_retries, retry_backoff, request_timeout, circuit_*, cache_threshold,
+--- balance_*_threshold, ... (docs/router.md). Returns a handle with `url`,
+--- :add(url), :remove(url), :workers(), :metrics(), :stop(); or nil, err when it
+--- cannot listen. Bad options raise.
+function M.start(opts)
+  check_opts(opts, "rl.router.start")
+  if opts.mode == "process" then return start_process(opts) end
+  local h, err = crouter.start(opts)
+  if not h then return nil, "rl.router.start: " .. err end
+  return setmetatable({ url = h:url(), port = h:port(), mode = "thread", _h = h }, Thread)
+end
+
+return M

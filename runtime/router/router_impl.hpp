@@ -1,0 +1,65 @@
+// Router internals shared by router.cpp (lifecycle, control endpoints),
+// proxy.cpp (forwarding, retries, streaming relay) and health.cpp (probes,
+// fan-outs). Not a public header: everything here runs on the router's loop.
+#pragma once
+
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/event_loop.hpp"
+#include "net/event_server.hpp"
+#include "net/http_client.hpp"
+#include "net/upstream.hpp"
+#include "router/metrics.hpp"
+#include "router/policies.hpp"
+#include "router/router.hpp"
+#include "router/worker_registry.hpp"
+
+namespace rl::router {
+
+using Res = std::shared_ptr<net::Responder>;
+
+struct Router::Impl {
+  explicit Impl(RouterOptions o);
+
+  RouterOptions opts;
+  EventLoop loop;
+  std::unique_ptr<net::EventServer> server;
+  std::unique_ptr<net::HttpClient> client;     // probes, fan-outs, https:// workers
+  std::unique_ptr<net::UpstreamPool> upstream; // the proxy's hot path to http:// workers
+  WorkerRegistry registry;
+  std::unique_ptr<Policy> policy;
+  RouterMetrics metrics;
+  std::thread thread;
+  std::thread::id loop_thread;
+  bool running = false;
+  uint64_t health_timer = 0;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  // router.cpp
+  void handle(net::ServerRequest& req, const Res& res);
+  std::string add(const std::string& url, WorkerInfo* out);
+  bool remove(const std::string& key);
+  std::vector<WorkerInfo> infos();
+  void workers_json(nlohmann::json& out);
+  void send_error(const Res& res, int status, const std::string& type, const std::string& message);
+
+  // proxy.cpp
+  void proxy(net::ServerRequest& req, const Res& res, bool route_on_body);
+
+  // health.cpp
+  void start_health();
+  void health_tick();
+  void probe(Worker& w);
+  void engine_metrics(const Res& res);
+  void flush_cache(const Res& res);
+};
+
+WorkerInfo info_of(const Worker& w);
+
+}  // namespace rl::router

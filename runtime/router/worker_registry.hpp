@@ -1,0 +1,89 @@
+// The router's workers: identity, health (from probes), circuit breaker (from
+// request outcomes) and load (requests in flight through this router).
+//
+// Two independent signals decide whether a worker gets traffic:
+//  * health: the periodic GET /health probe; `failure_threshold` consecutive
+//    failures mark it unhealthy, `success_threshold` successes bring it back;
+//  * circuit breaker: consecutive request failures (connect errors, 5xx) open
+//    the circuit for `open_s`; then it is half-open and lets one trial request
+//    through: success closes it, failure opens it again.
+// Loop-thread only (the router's own loop); no locking.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rl::router {
+
+enum class Circuit { closed, open, half_open };
+const char* circuit_name(Circuit c);
+
+struct BreakerOptions {
+  int failure_threshold = 5;  // consecutive request failures that open the circuit
+  int success_threshold = 1;  // trial successes in half-open that close it
+  double open_s = 5;          // how long it stays open before a trial
+};
+
+struct Worker {
+  uint64_t id = 0;
+  std::string url;  // "http://host:port", no trailing slash
+  bool healthy = true;
+  int probe_failures = 0;    // consecutive failed health probes
+  int probe_successes = 0;   // consecutive good ones (while unhealthy)
+  std::string last_error;    // last probe or request failure
+  Circuit circuit = Circuit::closed;
+  int request_failures = 0;  // consecutive, for the breaker
+  int trial_successes = 0;
+  double opened_at = 0;
+  bool trial_in_flight = false;
+  int in_flight = 0;         // requests through this router now
+  uint64_t requests = 0;     // dispatched in total
+  uint64_t failures = 0;     // connect errors and 5xx in total
+  uint64_t circuit_opens = 0;
+  double next_probe_at = 0;  // health prober's schedule (loop clock)
+  bool probing = false;
+};
+
+class WorkerRegistry {
+ public:
+  explicit WorkerRegistry(BreakerOptions breaker = {}) : breaker_(breaker) {}
+
+  // Normalises `url` ("host:port" gets "http://", the trailing '/' goes) and adds
+  // it. Returns the worker, or nullptr with `error` set (bad or duplicate URL).
+  Worker* add(std::string_view url, std::string& error);
+  // Removes by id (decimal), or by URL. False when unknown.
+  bool remove(std::string_view id_or_url);
+  Worker* find(std::string_view id_or_url);
+  Worker* by_id(uint64_t id);
+  const std::vector<std::unique_ptr<Worker>>& all() const { return workers_; }
+  size_t size() const { return workers_.size(); }
+  uint64_t version() const { return version_; }  // bumps on every add/remove
+
+  // Workers that may take a request now (healthy, circuit not refusing). An open
+  // circuit whose time is up turns half-open here. `exclude`: already tried.
+  std::vector<Worker*> available(double now, const std::vector<uint64_t>& exclude = {});
+  // Outcome of a request dispatched to `w` (before: on_dispatch).
+  void on_dispatch(Worker& w);
+  void on_success(Worker& w);
+  void on_failure(Worker& w, double now, const std::string& error);
+  void on_released(Worker& w);  // the request ended (either way): load goes down
+  // Health probe outcome; thresholds from the router's options.
+  void on_probe(Worker& w, bool ok, const std::string& error, int failure_threshold, int success_threshold);
+
+  // A human-readable reason why nothing is available (for the 503 message).
+  std::string why_unavailable(double now) const;
+
+  static std::string normalize_url(std::string_view url, std::string& error);
+
+ private:
+  BreakerOptions breaker_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  uint64_t next_id_ = 1;
+  uint64_t version_ = 0;
+};
+
+}  // namespace rl::router

@@ -1,0 +1,166 @@
+// Router pieces without sockets: policies, radix tree, registry/circuit breaker,
+// metrics merging.
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+
+#include "router/metrics.hpp"
+#include "router/policies.hpp"
+#include "router/radix_tree.hpp"
+#include "router/worker_registry.hpp"
+
+using namespace rl::router;
+
+namespace {
+std::vector<Worker*> add_workers(WorkerRegistry& reg, int n) {
+  std::string err;
+  for (int i = 0; i < n; ++i) REQUIRE(reg.add("127.0.0.1:" + std::to_string(9000 + i), err));
+  return reg.available(0);
+}
+}  // namespace
+
+TEST_CASE("policies: distributions", "[router]") {
+  WorkerRegistry reg;
+  auto ws = add_workers(reg, 4);
+  PolicyOptions po;
+  po.seed = 7;
+  std::map<uint64_t, int> c;
+  SECTION("round_robin is exact") {
+    auto p = make_policy("round_robin", po);
+    for (int i = 0; i < 40; ++i) c[p->pick(ws, {})->id]++;
+    for (auto& [id, n] : c) CHECK(n == 10);
+  }
+  SECTION("random and power_of_two use every worker") {
+    for (const char* name : {"random", "power_of_two"}) {
+      c.clear();
+      auto p = make_policy(name, po);
+      for (int i = 0; i < 400; ++i) c[p->pick(ws, {})->id]++;
+      CHECK(c.size() == 4);
+      for (auto& [id, n] : c) CHECK(n > 40);
+    }
+  }
+  SECTION("least_load and power_of_two avoid the loaded worker") {
+    ws[0]->in_flight = 10;
+    ws[1]->in_flight = 10;
+    ws[2]->in_flight = 10;
+    CHECK(make_policy("least_load", po)->pick(ws, {}) == ws[3]);
+    auto p2 = make_policy("power_of_two", po);
+    for (int i = 0; i < 400; ++i) c[p2->pick(ws, {})->id]++;
+    CHECK(c[ws[3]->id] > 120);  // ~44% expected (it is in the sampled pair), vs 25% for random
+  }
+  SECTION("consistent_hashing: sticky keys, minimal movement on removal") {
+    auto p = make_policy("consistent_hashing", po);
+    std::map<std::string, uint64_t> owner;
+    for (int k = 0; k < 200; ++k) {
+      const std::string key = "session-" + std::to_string(k);
+      owner[key] = p->pick(ws, {"", key, 0})->id;
+      CHECK(p->pick(ws, {"", key, 0})->id == owner[key]);
+    }
+    std::vector<Worker*> three(ws.begin() + 1, ws.end());  // worker 0 leaves
+    int moved = 0;
+    for (auto& [key, id] : owner) {
+      const uint64_t now = p->pick(three, {"", key, 0})->id;
+      if (id != ws[0]->id) CHECK(now == id);  // only the leaver's keys move
+      moved += now != id;
+    }
+    CHECK(moved > 20);
+    CHECK(moved < 90);
+  }
+  SECTION("unknown policy names the valid ones") {
+    CHECK_THROWS_WITH(make_policy("fastest", po), Catch::Contains("unknown policy 'fastest'") &&
+                                                      Catch::Contains("cache_aware") && Catch::Contains("consistent_hashing"));
+  }
+}
+
+TEST_CASE("cache_aware: prefix affinity with a balance guard", "[router]") {
+  WorkerRegistry reg;
+  auto ws = add_workers(reg, 2);
+  PolicyOptions po;
+  po.balance_abs_threshold = 4;
+  po.balance_rel_threshold = 1.5;
+  CacheAwarePolicy p(po);
+  const std::string a = std::string(100, 'a'), b = std::string(100, 'b');
+  Worker* wa = p.pick(ws, {a + "1", "", 1});
+  Worker* wb = p.pick(ws, {b + "1", "", 2});
+  CHECK(wa != wb);  // a miss goes to the worker with the smaller tree
+  for (int i = 0; i < 5; ++i) {
+    CHECK(p.pick(ws, {a + std::to_string(i), "", 3.0 + i}) == wa);
+    CHECK(p.pick(ws, {b + std::to_string(i), "", 3.0 + i}) == wb);
+  }
+  wa->in_flight = 3;  // within the thresholds: affinity holds
+  CHECK(p.pick(ws, {a + "y", "", 10}) == wa);
+  wa->in_flight = 10;  // a hot prefix has piled up on wa: imbalance -> least loaded
+  CHECK(p.pick(ws, {a + "x", "", 11}) == wb);
+  p.on_worker_removed(wa->id);
+  CHECK(p.tree().tenant_chars(wa->id) == 0);
+}
+
+TEST_CASE("radix tree: longest prefix, splits, bounded size", "[router]") {
+  RadixTree t(1000);
+  t.insert("hello world", 1, 1);
+  t.insert("hello there", 2, 2);
+  auto m = t.match("hello world!");
+  CHECK(m.matched == 11);
+  CHECK(m.tenants == std::vector<uint64_t>{1});
+  m = t.match("hello xyz");
+  CHECK(m.matched == 6);
+  CHECK(m.tenants == std::vector<uint64_t>{1, 2});
+  CHECK(t.match("hello world", {2}).matched == 6);  // only allowed tenants count
+  for (int i = 0; i < 200; ++i) t.insert("distinct prefix number " + std::to_string(i * 7919), 3, 10.0 + i);
+  CHECK(t.total_chars() <= 1000);
+  CHECK(t.match("distinct prefix number " + std::to_string(199 * 7919)).matched > 23);  // recent ones survive
+}
+
+TEST_CASE("registry: circuit breaker closed -> open -> half-open -> closed", "[router]") {
+  BreakerOptions bo;
+  bo.failure_threshold = 2;
+  bo.open_s = 1;
+  WorkerRegistry reg(bo);
+  auto ws = add_workers(reg, 1);
+  Worker& w = *ws[0];
+  reg.on_failure(w, 0, "x");
+  CHECK(w.circuit == Circuit::closed);
+  reg.on_failure(w, 0, "x");
+  CHECK(w.circuit == Circuit::open);
+  CHECK(reg.available(0.5).empty());
+  CHECK_THAT(reg.why_unavailable(0.5), Catch::Contains("circuit open"));
+  auto c = reg.available(1.5);  // time is up: half-open, one trial
+  REQUIRE(c.size() == 1);
+  CHECK(w.circuit == Circuit::half_open);
+  reg.on_dispatch(w);
+  CHECK(reg.available(1.6).empty());  // trial in flight
+  reg.on_failure(w, 1.7, "again");
+  CHECK(w.circuit == Circuit::open);
+  reg.available(2.8);
+  reg.on_dispatch(w);
+  reg.on_success(w);
+  CHECK(w.circuit == Circuit::closed);
+  // Health: thresholds.
+  reg.on_probe(w, false, "down", 2, 1);
+  CHECK(w.healthy);
+  reg.on_probe(w, false, "down", 2, 1);
+  CHECK_FALSE(w.healthy);
+  reg.on_probe(w, true, "", 2, 1);
+  CHECK(w.healthy);
+  std::string err;
+  CHECK_FALSE(reg.add("ftp://x", err));
+  CHECK_THAT(err, Catch::Contains("bad worker URL"));
+  CHECK_FALSE(reg.add("http://127.0.0.1:9000/", err));
+  CHECK_THAT(err, Catch::Contains("already registered"));
+}
+
+TEST_CASE("metrics: merged expositions group families and label workers", "[router]") {
+  const std::string a =
+      "# HELP sglang:x_total X.\n# TYPE sglang:x_total counter\nsglang:x_total{m=\"q\"} 1\n"
+      "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1.5\nh_count 2\nplain 3\n";
+  const std::string b = "# HELP sglang:x_total X.\n# TYPE sglang:x_total counter\nsglang:x_total{m=\"q\"} 5\n";
+  const std::string out = merge_expositions({{"http://a:1", a}, {"http://b:2", b}}, {{"http://c:3", "down"}});
+  CHECK(out.find("sglang:x_total{worker=\"http://a:1\",m=\"q\"} 1\nsglang:x_total{worker=\"http://b:2\",m=\"q\"} 5\n") !=
+        std::string::npos);
+  CHECK(out.find("h_sum{worker=\"http://a:1\"} 1.5") != std::string::npos);
+  CHECK(out.find("# TYPE h histogram") != std::string::npos);
+  CHECK(out.find("rlhost_router_engine_metrics_up{worker=\"http://c:3\"} 0") != std::string::npos);
+  size_t n = 0;
+  for (size_t p = out.find("# TYPE sglang:x_total"); p != std::string::npos; p = out.find("# TYPE sglang:x_total", p + 1)) ++n;
+  CHECK(n == 1);
+}
