@@ -6,36 +6,23 @@ requests run: they are retried or fail cleanly, the router keeps serving on the
 other engine, and the dead one is marked unhealthy.
 """
 import json
-import os
 import signal
-import subprocess
 import threading
 import unittest
 
 import support
 from engine_support import Engine
-from test_router import jget, request
+from test_router import RouterCase, jget, request
 
 
-class TestRouterOverEngines(support.RlhostTestCase):
+class TestRouterOverEngines(RouterCase):
     tmp_prefix = "rlhost-engine-router-"
 
     def setUp(self):
         super().setUp()
         self.engines = [Engine(), Engine()]
         self.addCleanup(lambda: [e.stop() for e in self.engines])
-        ready = os.path.join(self.dir, "router.url")
-        cmd = [support.BIN, "router", "--port", "0", "--ready-file", ready, "--policy", "round_robin",
-               "--health-interval", "0.3", "--health-timeout", "0.5",
-               "--worker", self.engines[0].url, "--worker", self.engines[1].url]
-        p = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.procs.append(p)
-        support.wait_for(lambda: os.path.exists(ready) or p.poll() is not None, what="router ready file")
-        if p.poll() is not None:
-            self.fail("router exited: %s" % p.communicate()[1])
-        with open(ready) as f:
-            self.url = f.read().strip()
-        support.wait_for(lambda: request(self.url + "/health")[0] == 200, what="router /health")
+        self.url = self.start_router([e.url for e in self.engines], "round_robin", "--health-interval", "0.3")
 
     def test_generate_stream_openai_metrics_and_a_killed_engine(self):
         body = {"input_ids": [1, 403, 407], "sampling_params": {"max_new_tokens": 8, "temperature": 0},
