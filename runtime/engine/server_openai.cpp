@@ -150,6 +150,18 @@ json usage_of(const std::vector<RequestOutput>& outs, size_t n_per_prompt) {
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
+// A stream's last chunk: the usage totals, when the client asked for them
+// (stream_options.include_usage); nothing otherwise.
+auto usage_tail(bool usage, std::string id, const char* object, int64_t created, std::string model, size_t per_prompt) {
+  return [=](const std::vector<RequestOutput>& outs) {
+    std::vector<std::string> chunks;
+    if (usage)
+      chunks.push_back(dump_json(json{{"id", id}, {"object", object}, {"created", created}, {"model", model},
+                                      {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
+    return chunks;
+  };
+}
+
 // Text added since `sent` characters; empty when the text is not an extension
 // (a stop string trimmed at the end).
 std::string delta_of(const std::string& text, size_t& sent) {
@@ -241,13 +253,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
           chunks.push_back(dump_json(c));
           return chunks;
         },
-        [=](const std::vector<RequestOutput>& outs) {
-          std::vector<std::string> chunks;
-          if (usage)
-            chunks.push_back(dump_json(json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-                                  {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
-          return chunks;
-        });
+        usage_tail(usage, id, "text_completion", created, model, per_prompt));
     return;
   }
   const auto outs = run_blocking(std::move(call));
@@ -342,13 +348,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
           if (out.finished) chunk(json::object(), nullptr, finish_reason_of(out));
           return chunks;
         },
-        [=](const std::vector<RequestOutput>& outs) {
-          std::vector<std::string> chunks;
-          if (usage)
-            chunks.push_back(dump_json(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-                                  {"model", model}, {"choices", json::array()}, {"usage", usage_of(outs, per_prompt)}}));
-          return chunks;
-        });
+        usage_tail(usage, id, "chat.completion.chunk", created, model, per_prompt));
     return;
   }
   const auto outs = run_blocking(std::move(call));

@@ -63,12 +63,17 @@ class EngineOpenAITest(unittest.TestCase):
 
     def test_completions_stream(self):
         full = self.client.completions.create(model="x", prompt="The cat", max_tokens=10, temperature=0)
-        text = ""
+        text, usage = "", None
         for chunk in self.client.completions.create(model="x", prompt="The cat", max_tokens=10, temperature=0,
-                                                    stream=True):
+                                                    stream=True, stream_options={"include_usage": True}):
+            self.assertEqual(chunk.object, "text_completion")
+            if chunk.usage:
+                usage = chunk.usage
             if chunk.choices:
                 text += chunk.choices[0].text
         self.assertEqual(text, full.choices[0].text)
+        self.assertEqual(usage.completion_tokens, full.usage.completion_tokens)
+        self.assertEqual(usage.prompt_tokens, full.usage.prompt_tokens)
 
     def test_chat(self):
         msgs = [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me one."}]
