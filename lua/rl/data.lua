@@ -168,6 +168,8 @@ function Source:get_samples(n, n_per_prompt)
     error("rl.data.Source:get_samples: bad argument #1 'n' (positive integer expected, got " .. tostring(n) .. ")", 2)
   end
   local groups = {}
+  local buf = self.buffer
+  while #groups < n and buf and #buf > 0 do groups[#groups + 1] = table.remove(buf, 1) end
   while #groups < n do
     if self.sample_offset >= #self.order then
       self.epoch_id = self.epoch_id + 1
@@ -190,16 +192,50 @@ function Source:get_samples(n, n_per_prompt)
   return groups
 end
 
---- The exact position (slime's global_dataset_state_dict keys).
+--- Puts groups back (partial rollout: aborted groups resume first at the next
+--- get_samples), as slime's RolloutDataSourceWithBuffer.add_samples.
+function Source:add_samples(groups)
+  if type(groups) ~= "table" then
+    error("rl.data.Source:add_samples: bad argument #1 'groups' (list of sample lists expected)", 2)
+  end
+  self.buffer = self.buffer or {}
+  for i, g in ipairs(groups) do
+    if type(g) ~= "table" or type(g[1]) ~= "table" then
+      error(("rl.data.Source:add_samples: groups[%d] is not a list of samples"):format(i), 2)
+    end
+    self.buffer[#self.buffer + 1] = g
+  end
+end
+
+--- The exact position (slime's global_dataset_state_dict keys), plus the
+--- buffered groups (as sample dicts) when there are any.
 function Source:state()
-  return { sample_offset = self.sample_offset, epoch_id = self.epoch_id,
-           sample_group_index = self.sample_group_index, sample_index = self.sample_index }
+  local st = { sample_offset = self.sample_offset, epoch_id = self.epoch_id,
+               sample_group_index = self.sample_group_index, sample_index = self.sample_index }
+  if self.buffer and #self.buffer > 0 then
+    st.buffer = {}
+    for i, g in ipairs(self.buffer) do
+      local dg = {}
+      for j, smp in ipairs(g) do dg[j] = smp:to_dict() end
+      st.buffer[i] = dg
+    end
+  end
+  return st
 end
 
 function Source:load_state(st)
   for _, k in ipairs { "sample_offset", "epoch_id", "sample_group_index", "sample_index" } do
     if type(st[k]) ~= "number" then error("rl.data.Source:load_state: state." .. k .. " missing or not a number", 2) end
     self[k] = st[k]
+  end
+  self.buffer = nil
+  if type(st.buffer) == "table" then
+    self.buffer = {}
+    for i, dg in ipairs(st.buffer) do
+      local g = {}
+      for j, d in ipairs(dg) do g[j] = sample.from_dict(d) end
+      self.buffer[i] = g
+    end
   end
   self:_reorder()
 end

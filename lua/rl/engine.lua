@@ -225,12 +225,14 @@ function Engine:resume_memory(tags)
   return control(self, "resume_memory", "/resume_memory_occupation", { tags = tags })
 end
 
---- Aborts a request by rid; returns how many were aborted.
+--- Aborts a request by rid, or every request when rid is nil; returns how many
+--- were aborted.
 function Engine:abort(rid)
   if self.mode == "process" then
-    local r = post(self, "/abort_request", { rid = rid }, true)
+    local r = post(self, "/abort_request", rid == nil and { abort_all = true } or { rid = rid }, true)
     return r and r.aborted or 0
   end
+  if rid == nil then return handle(self, "rl.engine.Engine:abort"):abort_all() end
   return handle(self, "rl.engine.Engine:abort"):abort(rid)
 end
 

@@ -282,6 +282,92 @@ function M.every(s, fn)
   end)
 end
 
+-- Queues and semaphores ------------------------------------------------------
+
+---@class rl.Queue
+local Queue = {}
+Queue.__index = Queue
+M.Queue = Queue
+
+--- A FIFO between tasks: push never waits; pop waits (inside a task) while the
+--- queue is empty. Any number of tasks may wait; each push wakes the oldest.
+function M.queue() return setmetatable({ items = {}, head = 1, tail = 0, waiters = {} }, Queue) end
+
+function Queue:push(v)
+  self.tail = self.tail + 1
+  self.items[self.tail] = v
+  local w = table.remove(self.waiters, 1)
+  if w then resume_later(w, { n = 0 }) end
+end
+
+function Queue:size() return self.tail - self.head + 1 end
+
+local function drop_waiter(list, t)
+  for i = #list, 1, -1 do if list[i] == t then table.remove(list, i) end end
+end
+
+--- The oldest item; waits for one while the queue is empty (cancellable).
+function Queue:pop()
+  while self.head > self.tail do
+    local me = need_task("rl.task.Queue:pop")
+    self.waiters[#self.waiters + 1] = me
+    local ok, err = pcall(suspend, me)
+    drop_waiter(self.waiters, me)
+    if not ok then error(err, 0) end
+  end
+  local v = self.items[self.head]
+  self.items[self.head] = nil
+  self.head = self.head + 1
+  return v
+end
+
+---@class rl.Semaphore
+local Semaphore = {}
+Semaphore.__index = Semaphore
+M.Semaphore = Semaphore
+
+--- At most n holders at once (slime's asyncio.Semaphore around engine calls).
+function M.semaphore(n)
+  if type(n) ~= "number" or n < 1 then
+    error("rl.task.semaphore: bad argument #1 'n' (positive number expected, got " .. tostring(n) .. ")", 2)
+  end
+  return setmetatable({ free = n, size = n, waiters = {} }, Semaphore)
+end
+
+--- Takes a slot, waiting (inside a task) until one is free.
+function Semaphore:acquire()
+  while self.free <= 0 do
+    local me = need_task("rl.task.Semaphore:acquire")
+    self.waiters[#self.waiters + 1] = me
+    local ok, err = pcall(suspend, me)
+    drop_waiter(self.waiters, me)
+    if not ok then
+      -- A wake-up meant for us must not be lost: pass it on.
+      if self.free > 0 then
+        local w = table.remove(self.waiters, 1)
+        if w then resume_later(w, { n = 0 }) end
+      end
+      error(err, 0)
+    end
+  end
+  self.free = self.free - 1
+end
+
+function Semaphore:release()
+  self.free = self.free + 1
+  local w = table.remove(self.waiters, 1)
+  if w then resume_later(w, { n = 0 }) end
+end
+
+--- Runs fn(...) holding a slot; the slot is released on errors too.
+function Semaphore:with(fn, ...)
+  self:acquire()
+  local res = pack(pcall(fn, ...))
+  self:release()
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+
 -- Host hooks (used by lua/rl/_host.lua) -------------------------------------
 
 -- M._on_unwaited_failure(task, err) -> bool: set by the host; called when a task

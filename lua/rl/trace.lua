@@ -334,7 +334,8 @@ end
 
 --- Trace attrs from an SGLang (or rlhost engine) meta_info: the keys of
 --- SGLANG_META_KEYS, finish_reason's type, sglang_request_id, and PD phases as
---- `_trace_children` (prefill segments end to end, then decode, then a summary event).
+--- `_trace_children` (prefill segments end to end, then decode, then a summary event)
+--- and also as flat pd_* attrs.
 function M.sglang_meta_attrs(meta)
   local attrs = {}
   if type(meta) ~= "table" then return attrs end
@@ -375,6 +376,15 @@ function M.sglang_meta_attrs(meta)
     children[#children + 1] = { type = "event", name = "sglang_pd_summary", start_offset = cursor, attrs = summary }
   end
   if #children > 0 then attrs[M.CHILDREN_KEY] = children end
+  -- The same PD timings flat on the span too: slime's viewer draws its [P]/[D]
+  -- lanes and its perf/prefill/*, perf/decode/* metrics from flat pd_* end attrs,
+  -- which its child-span version (#2118) stopped writing.
+  for _, list in ipairs { M.PD_PREFILL_SEGMENTS, M.PD_DECODE_SEGMENTS } do
+    for _, seg in ipairs(list) do
+      if present(meta[seg[1]]) then attrs[seg[1]] = meta[seg[1]] end
+    end
+  end
+  for k, v in pairs(summary) do attrs[k] = v end
   return attrs
 end
 

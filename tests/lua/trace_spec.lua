@@ -120,7 +120,8 @@ describe("rl.trace", function()
     eq(ev[7].attrs, { phase = "prefill", duration_s = 0.30000000000000004 })
     eq(ev[12].attrs, { pd_transfer_total_mb = 12 })
     eq(ev[2].parent_span_id, ev[1].span_id)
-    eq(ev[13].attrs, nil, "children are not flat attrs")
+    eq(ev[13].attrs, { pd_prefill_forward_duration = 0.2, pd_prefill_bootstrap_duration = 0.1,
+      pd_decode_forward_duration = 0.5, pd_transfer_total_mb = 12 }, "and flat pd_* end attrs (viewer lanes, perf/*)")
   end)
 
   it("never breaks the caller on bad targets", function()

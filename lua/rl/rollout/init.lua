@@ -1,0 +1,339 @@
+--- rl.rollout: slime's default rollout (slime/rollout/sglang_rollout.py) in Lua.
+--
+--   local ro = rl.rollout.new { url = router.url, tokenizer = tok, data = ds,
+--                               reward = "gsm8k", dynamic_filter = "nonzero_std",
+--                               rollout_batch_size = 8, n_samples_per_prompt = 4 }
+--   local groups, metrics = ro:generate_rollout(rollout_id)
+--
+-- Every step is a method: generate, generate_and_rm, generate_and_rm_group,
+-- generate_rollout, abort, eval. A field of the same name given to new{}
+-- replaces it (`generate = function(ro, sample, params) ... end`), so a recipe
+-- swaps one step and keeps the rest. Each prompt group and each sample runs in its
+-- own task (slime's asyncio tasks); traces nest generate_and_rm_group ⊃
+-- generate_and_rm ⊃ sglang_generate (+ router and engine phases) / reward_model.
+local json = require "rl.json"
+local task = require "rl.task"
+local trace = require "rl.trace"
+local rewards = require "rl.rewards"
+local sample_mod = require "rl.sample"
+local log = require "rl.log"
+
+local M = {}
+local Rollout = {}
+Rollout.__index = Rollout
+M.Rollout = Rollout
+
+-- Options and defaults (slime's flag names, snake_case).
+local DEFAULTS = {
+  rollout_batch_size = 32, n_samples_per_prompt = 8, over_sampling_batch_size = false,
+  rollout_temperature = 1.0, rollout_top_p = 1.0, rollout_top_k = -1, rollout_max_response_len = 1024,
+  rollout_stop = false, rollout_stop_token_ids = false, rollout_skip_special_tokens = false,
+  rollout_seed = 42, deterministic = false, extra_sampling_params = false,
+  concurrency = 512, num_engines = 1,
+  reward = false, reward_key = false, reward_timeout = 30, group_rm = false,
+  dynamic_filter = false, partial_rollout = false, mask_offpolicy_in_partial_rollout = false,
+  retries = 60, retry_interval = 1.0, request_timeout = 3600, abort_retry_interval = 3.0,
+  sample_hooks = false, sample_filter = false, all_samples_process = false, custom_generate = false,
+  eval_datasets = false, tokenizer = false, data = false, url = false, engine = false,
+}
+local STEPS = { generate = true, generate_and_rm = true, generate_and_rm_group = true, generate_rollout = true,
+                abort = true, eval = true, group_reward = true }
+
+--- A rollout over an engine or router. opts: url (router or engine base URL) or
+--- engine (an rl.engine handle, called in process), tokenizer (to encode prompts
+--- that have no tokens yet), data (an rl.data source), reward (a function or an
+--- rl.rewards name), and slime's rollout options (see DEFAULTS / docs).
+function M.new(opts)
+  if type(opts) ~= "table" then error("rl.rollout.new: bad argument #1 'opts' (table expected)", 2) end
+  local self = setmetatable({}, Rollout)
+  for k, v in pairs(DEFAULTS) do self[k] = v end
+  for k, v in pairs(opts) do
+    if DEFAULTS[k] == nil and not STEPS[k] then
+      local close
+      for name in pairs(DEFAULTS) do
+        if name:find(k, 1, true) or k:find(name, 1, true) then close = name end
+      end
+      error(("rl.rollout.new: unknown option '%s'%s"):format(k, close and ("; did you mean '" .. close .. "'?") or ""), 2)
+    end
+    self[k] = v
+  end
+  if not self.url and not self.engine and not opts.generate and not opts.custom_generate then
+    error("rl.rollout.new: give 'url' (a router or engine) or 'engine' (an rl.engine handle)", 2)
+  end
+  if self.url then self.url = tostring(self.url):gsub("/+$", "") end
+  if not self.over_sampling_batch_size then self.over_sampling_batch_size = self.rollout_batch_size end
+  if self.over_sampling_batch_size < self.rollout_batch_size then
+    error(("rl.rollout.new: over_sampling_batch_size (%d) must be >= rollout_batch_size (%d)"):format(
+      self.over_sampling_batch_size, self.rollout_batch_size), 2)
+  end
+  if type(self.reward) == "string" then self.reward = rewards.get(self.reward) end
+  if type(self.dynamic_filter) == "string" then self.dynamic_filter = require("rl.rollout.filters").get(self.dynamic_filter) end
+  self.semaphore = task.semaphore(self.concurrency * self.num_engines)
+  self.aborted = false
+  self:reset_counters()
+  return self
+end
+
+function Rollout:reset_counters()
+  self.counters = { reward = { ok = 0, error = 0, timeout = 0, skip = 0 }, drops = {}, failed = 0 }
+end
+
+--- slime's base sampling params (GenerateState), from the rollout options.
+function Rollout:sampling_params(evaluation_overrides)
+  local p = {
+    temperature = self.rollout_temperature, top_p = self.rollout_top_p, top_k = self.rollout_top_k,
+    max_new_tokens = self.rollout_max_response_len, skip_special_tokens = self.rollout_skip_special_tokens,
+    no_stop_trim = true, spaces_between_special_tokens = false,
+  }
+  if self.rollout_stop then p.stop = self.rollout_stop end
+  if self.rollout_stop_token_ids then p.stop_token_ids = self.rollout_stop_token_ids end
+  for k, v in pairs(self.extra_sampling_params or {}) do p[k] = v end
+  for k, v in pairs(evaluation_overrides or {}) do p[k] = v end
+  return p
+end
+
+local function copy(t)
+  local o = {}
+  for k, v in pairs(t) do o[k] = v end
+  return o
+end
+M._copy = copy
+
+-- ---- one engine call ---------------------------------------------------------------------
+
+-- POST /generate with slime's retries (transport errors and 5xx; a 4xx is the
+-- request's fault and fails at once). Returns the decoded body and {elapsed, worker}.
+function Rollout:_post(req, routing_key)
+  if self.engine then
+    local t0 = require("rl._core").loop.now()
+    local out, err = self.engine:generate(req)
+    return out, err, { elapsed = require("rl._core").loop.now() - t0 }
+  end
+  local http = require "rl.http"
+  local body = json.encode(req)
+  local headers = { ["content-type"] = "application/json" }
+  if routing_key then headers["x-smg-routing-key"] = tostring(routing_key) end
+  local last
+  for attempt = 1, self.retries + 1 do
+    local resp, err = http.request { method = "POST", url = self.url .. "/generate", body = body, headers = headers,
+                                     timeout = self.request_timeout }
+    if resp and resp.status == 200 then
+      local out, derr = json.decode(resp.body)
+      if not out then return nil, "POST " .. self.url .. "/generate: bad JSON: " .. tostring(derr) end
+      return out, nil, { elapsed = resp.elapsed, worker = resp.headers and resp.headers["x-rlhost-worker"] }
+    end
+    last = resp and ("HTTP %d: %s"):format(resp.status, resp.body:sub(1, 300)) or err
+    if resp and resp.status >= 400 and resp.status < 500 then break end
+    if self.aborted or attempt > self.retries then break end
+    log.debug(("rl.rollout: POST %s/generate failed (%s); retry %d of %d"):format(self.url, last, attempt, self.retries))
+    task.sleep(self.retry_interval)
+  end
+  return nil, ("POST %s/generate: %s"):format(self.url or "engine", tostring(last))
+end
+
+-- End attrs of the sglang_generate span: slime's meta attrs (PD phases as child
+-- spans and flat pd_* keys) plus what slime does not show — the router's pick and
+-- the engine's queue/prefill/decode phases, laid out at the end of the request
+-- (the engine's e2e_latency), after router and network time.
+function M.generate_trace_attrs(meta, info)
+  local attrs = trace.sglang_meta_attrs(meta)
+  if type(meta) ~= "table" then return attrs end
+  info = info or {}
+  local kids = {}
+  local e2e, elapsed = tonumber(meta.e2e_latency), tonumber(info.elapsed)
+  local off = 0
+  if e2e and elapsed and elapsed >= e2e then
+    off = elapsed - e2e
+    kids[#kids + 1] = { type = "span", name = "router", start_offset = 0, end_offset = off,
+                        attrs = { worker = info.worker, overhead_s = off } }
+    attrs.router_overhead_s = off
+  end
+  if info.worker then attrs.worker = info.worker end
+  for _, ph in ipairs { { "queue_time", "engine_queue" }, { "prefill_time", "engine_prefill" },
+                        { "decode_time", "engine_decode" } } do
+    local d = tonumber(meta[ph[1]])
+    if d and d >= 0 and (ph[1] ~= "queue_time" or meta.prefill_time ~= nil) then
+      kids[#kids + 1] = { type = "span", name = ph[2], start_offset = off, end_offset = off + d, attrs = { [ph[1]] = d } }
+      off = off + d
+    end
+  end
+  if meta.prefill_time ~= nil then attrs.prefill_time, attrs.decode_time = meta.prefill_time, meta.decode_time end
+  if #kids > 0 then
+    local all = attrs[trace.CHILDREN_KEY] or {}
+    for _, k in ipairs(kids) do all[#all + 1] = k end
+    attrs[trace.CHILDREN_KEY] = all
+  end
+  return attrs
+end
+
+--- One /generate call for a pending or aborted (partial) sample: slime's generate().
+function Rollout:generate(sample, params)
+  if sample.status ~= sample_mod.PENDING and sample.status ~= sample_mod.ABORTED then
+    error(("rl.rollout: generate on sample %s with status '%s' (pending or aborted expected)"):format(
+      tostring(sample.index), tostring(sample.status)), 2)
+  end
+  if #sample.tokens == 0 then
+    if not self.tokenizer then
+      error("rl.rollout: sample " .. tostring(sample.index) .. " has no tokens and the rollout has no tokenizer " ..
+            "(give rl.rollout.new{tokenizer = rl.tokenizer.load(dir)})", 2)
+    end
+    local prompt = sample.prompt
+    if type(prompt) == "table" then
+      prompt = self.tokenizer:apply_chat_template(prompt, { add_generation_prompt = true })
+    end
+    sample.tokens = json.array(self.tokenizer:encode(prompt, { add_special_tokens = false }))
+  end
+  local p = copy(params)
+  p.max_new_tokens = (p.max_new_tokens or self.rollout_max_response_len) - sample.response_length
+  if p.max_new_tokens <= 0 then
+    sample.status = sample_mod.TRUNCATED
+    return sample
+  end
+  local req = { input_ids = sample.tokens, sampling_params = p, return_logprob = true }
+  trace.span(sample, "sglang_generate", { max_new_tokens = p.max_new_tokens }, function(span)
+    local out, err, info = self:_post(req, sample.session_id)
+    if not out then error(err, 0) end
+    if out[1] ~= nil then out = out[1] end
+    local meta = out.meta_info or {}
+    span:update(M.generate_trace_attrs(meta, info))
+    local toks, lps = {}, {}
+    local items = meta.output_token_logprobs
+    if type(items) == "table" and items ~= json.null then
+      for i, it in ipairs(items) do toks[i], lps[i] = it[2], it[1] end
+    elseif type(out.output_ids) == "table" then
+      error("rl.rollout: the engine returned no output_token_logprobs (was return_logprob dropped?)", 0)
+    end
+    if #toks ~= (tonumber(meta.completion_tokens) or #toks) then
+      log.debug(("rl.rollout: sample %s: %d log-probs for %s completion tokens"):format(
+        tostring(sample.index), #toks, tostring(meta.completion_tokens)))
+    end
+    sample:append_response(toks, lps, { meta_info = meta, text = out.text or "" })
+  end)
+  return sample
+end
+
+-- ---- one sample, one group -----------------------------------------------------------------
+
+-- Runs the reward on one sample (traced reward_model), counting the outcome.
+function Rollout:_reward_one(sample, evaluation)
+  local fn = sample.reward_function or self.reward
+  if not fn then return end
+  trace.span(sample, "reward_model", nil, function(span)
+    local r, outcome, err = rewards.evaluate(fn, sample, { timeout = self.reward_timeout })
+    self.counters.reward[outcome] = (self.counters.reward[outcome] or 0) + 1
+    span:set("outcome", outcome)
+    if outcome == "ok" then
+      sample.reward = r
+      if type(r) == "number" then span:set("reward", r) end
+    elseif outcome == "error" or outcome == "timeout" then
+      sample.reward, sample.reward_error, sample.status = nil, err, sample_mod.FAILED
+      span:set("error_message", err)
+      log.warn(("rl.rollout: reward of sample %s: %s: %s"):format(tostring(sample.index), outcome,
+        tostring(err):match("^[^\n]*")))
+    end
+  end)
+end
+
+local function run_hooks(self, sample, evaluation)
+  local hooks = self.sample_hooks
+  if not hooks then return sample end
+  if type(hooks) == "function" then hooks = { hooks } end
+  for _, h in ipairs(hooks) do
+    local r = h(self, sample, evaluation)
+    if r ~= nil then sample = r end
+  end
+  return sample
+end
+
+--- slime's generate_and_rm: generate (unless done), sample hooks, reward.
+function Rollout:generate_and_rm(sample, params, evaluation)
+  return trace.span(sample, "generate_and_rm", nil, function()
+    if self.partial_rollout and self.mask_offpolicy_in_partial_rollout and sample.response_length > 0 then
+      local m = json.array()
+      for i = 1, sample.response_length do m[i] = 0 end
+      sample.loss_mask = m
+    end
+    if sample.status == sample_mod.COMPLETED or sample.status == sample_mod.TRUNCATED then return sample end
+    if sample.status == sample_mod.ABORTED and sample.response_length > 0 then
+      trace.next_attempt(sample, { resumed_tokens = sample.response_length })
+    end
+    self.semaphore:acquire()
+    local ok, err = pcall(function()
+      if self.aborted then
+        sample.status = sample_mod.ABORTED
+        return
+      end
+      local gen = sample.generate_function or self.custom_generate or self.generate
+      local r = gen(self, sample, params, evaluation)
+      if r ~= nil and r ~= sample then sample = r end
+    end)
+    self.semaphore:release()
+    if not ok then
+      if task.is_cancelled(err) then error(err, 0) end
+      self.counters.failed = self.counters.failed + 1
+      sample.status, sample.generate_error = sample_mod.FAILED, tostring(err)
+      log.warn(("rl.rollout: generate of sample %s failed: %s"):format(tostring(sample.index), tostring(err)))
+      return sample
+    end
+    sample = run_hooks(self, sample, evaluation)
+    if self.group_rm and not evaluation then return sample end
+    local list = sample[1] ~= nil and sample or { sample }
+    for _, s in ipairs(list) do
+      if s.status == sample_mod.ABORTED then return sample end
+    end
+    for _, s in ipairs(list) do
+      if s.reward == nil and s.status ~= sample_mod.FAILED then self:_reward_one(s, evaluation) end
+    end
+    return sample
+  end)
+end
+
+local function uuid_hex()
+  return trace._new_id()
+end
+
+--- slime's generate_and_rm_group: one task per sample, then the group reward.
+function Rollout:generate_and_rm_group(group, params, evaluation)
+  return trace.span(group, "generate_and_rm_group", nil, function()
+    if self.aborted then return group end
+    local tasks = {}
+    for i, s in ipairs(group) do
+      if s.session_id == nil then s.session_id = uuid_hex() end
+      local p = params
+      if self.deterministic then
+        p = copy(params)
+        p.sampling_seed = self.rollout_seed + (i - 1)
+      end
+      tasks[i] = task.spawn_named("sample", function() return self:generate_and_rm(s, p, evaluation) end)
+    end
+    for i, t in ipairs(tasks) do
+      local ok, r = pcall(t.wait, t)
+      if ok and r ~= nil then group[i] = r end
+      if not ok then error(r, 0) end
+    end
+    if not self.aborted and self.group_rm and not evaluation then
+      trace.span(group, "group_reward_model", nil, function() self:group_reward(group) end)
+    end
+    return group
+  end)
+end
+
+--- The group reward (group_rm = true): group_rm may be a function(group) ->
+--- rewards, else the per-sample reward runs on each sample.
+function Rollout:group_reward(group)
+  if type(self.group_rm) == "function" then
+    local rs = self.group_rm(group)
+    for i, s in ipairs(group) do
+      if s.reward == nil then s.reward = rs and rs[i] end
+    end
+    return
+  end
+  for _, s in ipairs(group) do
+    if s.reward == nil and s.status ~= sample_mod.ABORTED and s.status ~= sample_mod.FAILED then self:_reward_one(s) end
+  end
+end
+
+require("rl.rollout.loop")(M, Rollout)
+
+return require("rl._lazy")(M, { filters = "rl.rollout.filters", metrics = "rl.rollout.metrics",
+                               train_data = "rl.rollout.train_data" })

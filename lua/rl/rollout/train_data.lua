@@ -1,0 +1,149 @@
+--- rl.rollout.train_data: samples → the trainer's batch (slime's
+--- RolloutManager._convert_samples_to_train_data + _post_process_rewards), then
+--- per-rank partitions balanced by sequence length.
+--
+--   local batch, m = rl.rollout.train_data.convert(groups, { estimator = "grpo",
+--                                                  global_batch_size = 64 })
+--   local parts = rl.rollout.train_data.split(batch, 2)     -- one per data-parallel rank
+local json = require "rl.json"
+local rewards = require "rl.rewards"
+local metrics = require "rl.rollout.metrics"
+
+local M = {}
+
+M.FIELDS = { "tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "group_indices",
+             "rollout_ids", "loss_masks", "rollout_log_probs", "total_lengths" }
+
+local function mask_of(s)
+  local m = {}
+  local lm = s.loss_mask
+  for i = 1, s.response_length do
+    m[i] = (type(lm) == "table" and lm ~= json.null and lm[i]) or (lm == nil and 1) or 0
+  end
+  return m
+end
+
+--- The train batch of a rollout step. samples: a list of samples or of groups.
+--- opts:
+---   estimator (grpo): the normalisation of rl.rewards.normalize (grpo, gspo,
+---     cispo, reinforce_plus_plus, reinforce_plus_plus_baseline) or a function
+---     (samples, raw) -> values (slime's custom reward post-process)
+---   normalize (true): false keeps raw rewards (slime's --disable-rewards-normalization)
+---   std (true): false skips the division by std (--disable-grpo-std-normalization)
+---   reward_key, global_batch_size (trim to a multiple of it; "dynamic" or nil: keep all)
+--- Samples whose reward is nil (skipped, failed, aborted) are left out — never
+--- trained on as 0 — and counted in the returned metrics (rollout/skipped_samples).
+--- remove_sample keeps the sample with its loss mask zeroed (slime).
+--- Returns the batch (a table of equal-length lists, one entry per sample) and metrics.
+function M.convert(samples, opts)
+  opts = opts or {}
+  local flat = metrics.flatten(samples)
+  local keep, skipped = {}, 0
+  for _, s in ipairs(flat) do
+    if rewards.value(s, opts.reward_key) ~= nil then keep[#keep + 1] = s else skipped = skipped + 1 end
+  end
+  local est = opts.estimator or "grpo"
+  local norm, raw
+  if opts.normalize == false then
+    raw = {}
+    for i, s in ipairs(keep) do raw[i] = rewards.value(s, opts.reward_key) end
+    norm = raw
+  else
+    norm, raw = rewards.normalize(keep, { estimator = est, std = opts.std, reward_key = opts.reward_key })
+  end
+  local n = #keep
+  local gbs = opts.global_batch_size
+  if type(gbs) == "number" and gbs > 0 then
+    local trimmed = n - n % gbs
+    if trimmed == 0 and n > 0 then
+      error(("rl.rollout.train_data: %d usable samples, fewer than global_batch_size %d (hint: lower " ..
+             "--global-batch-size or raise --rollout-batch-size × --n-samples-per-prompt)"):format(n, gbs), 2)
+    end
+    n = trimmed
+  end
+  local b = {}
+  for _, f in ipairs(M.FIELDS) do b[f] = {} end
+  local has_lp = true
+  for i = 1, n do
+    local s = keep[i]
+    local mask = mask_of(s)
+    if s.remove_sample then for j = 1, #mask do mask[j] = 0 end end
+    b.tokens[i] = s.tokens
+    b.response_lengths[i] = s.response_length
+    b.total_lengths[i] = #s.tokens
+    b.rewards[i] = norm[i]
+    local md = s.metadata
+    b.raw_reward[i] = (type(md) == "table" and tonumber(md.raw_reward)) or raw[i]
+    b.truncated[i] = s.status == "truncated" and 1 or 0
+    b.sample_indices[i] = s.index
+    b.group_indices[i] = s.group_index
+    b.rollout_ids[i] = s.rollout_id
+    b.loss_masks[i] = mask
+    local lp = s.rollout_log_probs
+    if type(lp) == "table" and lp ~= json.null and #lp == s.response_length then b.rollout_log_probs[i] = lp
+    else has_lp = false end
+  end
+  if not has_lp then b.rollout_log_probs = nil end
+  b.size = n
+  local m = { ["rollout/skipped_samples"] = skipped, ["rollout/trimmed_samples"] = #keep - n }
+  if n > 0 then
+    local rs, rr, rl_ = 0, 0, 0
+    for i = 1, n do rs, rr, rl_ = rs + b.rewards[i], rr + b.raw_reward[i], rl_ + b.response_lengths[i] end
+    m["rollout/rewards"], m["rollout/raw_reward"], m["rollout/response_lengths"] = rs / n, rr / n, rl_ / n
+  end
+  return b, m
+end
+
+--- The rows of batch for the given indices, as a batch.
+function M.select(batch, idx)
+  local out = { size = #idx }
+  for _, f in ipairs(M.FIELDS) do
+    if batch[f] then
+      local col = {}
+      for i, j in ipairs(idx) do col[i] = batch[f][j] end
+      out[f] = col
+    end
+  end
+  return out
+end
+
+--- Index lists for `parts` partitions of equal size (±1) whose total lengths
+--- are balanced (slime's get_seqlen_balanced_partitions, by greedy longest-first
+--- assignment to the lightest partition with room). Indices are sorted per part.
+function M.balanced_partitions(lengths, parts)
+  local n = #lengths
+  local order = {}
+  for i = 1, n do order[i] = i end
+  table.sort(order, function(a, b)
+    if lengths[a] ~= lengths[b] then return lengths[a] > lengths[b] end
+    return a < b
+  end)
+  local cap, out, sums = {}, {}, {}
+  for p = 1, parts do
+    cap[p] = math.floor(n / parts) + (p <= n % parts and 1 or 0)
+    out[p], sums[p] = {}, 0
+  end
+  for _, i in ipairs(order) do
+    local best
+    for p = 1, parts do
+      if #out[p] < cap[p] and (not best or sums[p] < sums[best]) then best = p end
+    end
+    table.insert(out[best], i)
+    sums[best] = sums[best] + lengths[i]
+  end
+  for p = 1, parts do table.sort(out[p]) end
+  return out, sums
+end
+
+--- Splits a batch across `ranks` data-parallel ranks, balanced by total length.
+function M.split(batch, ranks)
+  if type(ranks) ~= "number" or ranks < 1 then
+    error("rl.rollout.train_data.split: bad argument #2 'ranks' (positive integer expected)", 2)
+  end
+  local parts = M.balanced_partitions(batch.total_lengths, ranks)
+  local out = {}
+  for r = 1, ranks do out[r] = M.select(batch, parts[r]) end
+  return out
+end
+
+return M

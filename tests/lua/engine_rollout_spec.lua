@@ -1,0 +1,200 @@
+-- rl.rollout end to end on real parts: the native engine (stories260K) behind the
+-- router, prompts from an rl.data source, a Lua reward, the dynamic filter, abort
+-- with partial rollout, eval with pass@k, failures that stay per sample.
+local rl = require "rl"
+
+local STORIES = shared_data("models/stories260K")
+local PROMPTS = { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red", "The sun was",
+                  "A cat and a bird", "One day, Ben", "Sara liked to" }
+
+local function data_file()
+  local path = os.tmpname()
+  os.remove(path)
+  path = path .. ".jsonl"
+  local f = assert(io.open(path, "w"))
+  for i, p in ipairs(PROMPTS) do f:write(rl.json.encode { input = p, label = tostring(i) }, "\n") end
+  f:close()
+  return path
+end
+
+local stack
+local function parts()
+  if stack then return stack end
+  local eng = assert(rl.engine.start { model = STORIES, threads = 1, port = 0, max_running_requests = 8 })
+  local router = assert(rl.router.start { workers = { eng.url }, port = 0, health_interval = 0.5 })
+  stack = { eng = eng, router = router, tok = assert(rl.tokenizer.load(STORIES)), path = data_file() }
+  return stack
+end
+
+-- A reward that depends on the text: the parity of the response's length.
+local function parity(s) return #s.response % 2 end
+
+local function names(s)
+  local out = {}
+  local short = { span_start = "s", span_end = "e", event = "t" }
+  for _, ev in ipairs(s.trace.events) do out[#out + 1] = short[ev.type] .. ":" .. ev.name end
+  return table.concat(out, " ")
+end
+
+describe("rl.rollout over the router and a real engine", function()
+  it("fills a batch through the dynamic filter, with traces and counters", function()
+    local p = parts()
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = p.router.url, tokenizer = p.tok, data = ds, reward = parity,
+      dynamic_filter = "nonzero_std", rollout_batch_size = 2, n_samples_per_prompt = 4,
+      over_sampling_batch_size = 3, rollout_max_response_len = 12, rollout_temperature = 1.0 }
+    local groups, m = ro:generate_rollout(0)
+    eq(#groups, 2)
+    local drops = 0
+    for k, v in pairs(m) do if k:find("^rollout/dynamic_filter/drop_") then drops = drops + v end end
+    ok(drops == 0 or m["rollout/dynamic_filter/drop_zero_std_0.0"] or m["rollout/dynamic_filter/drop_zero_std_1.0"])
+    ok(groups[1][1].index < groups[2][1].index, "sorted by index")
+    for _, g in ipairs(groups) do
+      eq(#g, 4)
+      local seen = {}
+      for _, s in ipairs(g) do seen[s.reward] = true end
+      ok(seen[0] and seen[1], "kept groups have varied rewards")
+      for _, s in ipairs(g) do
+        ok(s.status == "completed" or s.status == "truncated", s.status)
+        ok(s.response_length >= 1 and s.response_length <= 12)
+        eq(#s.rollout_log_probs, s.response_length)
+        eq(#s.loss_mask, s.response_length)
+        local prompt_ids = p.tok:encode(s.prompt, { add_special_tokens = false })
+        eq(#s.tokens, #prompt_ids + s.response_length)
+        eq(s.tokens[1], prompt_ids[1])
+        ok(type(s.session_id) == "string" and #s.session_id == 32)
+        eq(s.rollout_id, 0)
+        eq(#s.weight_versions, 1)
+        local n = names(s)
+        ok(n:find("s:generate_and_rm_group s:generate_and_rm s:sglang_generate s:router e:router " ..
+                  "s:engine_queue e:engine_queue s:engine_prefill e:engine_prefill s:engine_decode " ..
+                  "e:engine_decode e:sglang_generate s:reward_model e:reward_model e:generate_and_rm " ..
+                  "e:generate_and_rm_group", 1, true), n)
+        local gen_end
+        for _, ev in ipairs(s.trace.events) do
+          if ev.type == "span_end" and ev.name == "sglang_generate" then gen_end = ev end
+        end
+        eq(gen_end.attrs.worker, p.eng.url)
+        eq(gen_end.attrs.completion_tokens, s.response_length)
+        ok(gen_end.attrs.prefill_time >= 0 and gen_end.attrs.e2e_latency > 0)
+      end
+    end
+    eq(m["rollout/reward/ok"] % 4, 0)
+    ok(m["rollout/reward/ok"] >= 8)
+    eq(m["rollout/generate_failed"], 0)
+    local all = rl.rollout.metrics.rollout_metrics(0, groups, ro.last_rollout_time, m)
+    eq(all["perf/request/count"], 8)
+    eq(all["perf/request/profiled_count"], 8)
+    ok(all["perf/request/e2e_latency/mean"] > 0)
+    ok(all["perf/request/prefill_time/mean"] >= 0)
+    ok(all["rollout/response_len/mean"] > 0)
+    local b = rl.rollout.train_data.convert(groups, { estimator = "grpo", global_batch_size = 8 })
+    eq(b.size, 8)
+  end, { timeout = 120 })
+
+  it("aborts leftovers until the engines are idle and resumes them next step (partial rollout)", function()
+    local p = parts()
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = p.router.url, tokenizer = p.tok, data = ds, reward = parity,
+      rollout_batch_size = 1, n_samples_per_prompt = 2, over_sampling_batch_size = 4, partial_rollout = true,
+      rollout_max_response_len = 24, extra_sampling_params = { ignore_eos = true }, abort_retry_interval = 0.05 }
+    -- the first group finishes at once; the others are still generating
+    ro.generate = function(self, s, params)
+      if s.group_index ~= 0 then params = rl.rollout._copy(params); params.max_new_tokens = 400 end
+      return rl.rollout.Rollout.generate(self, s, params)
+    end
+    local groups, m, aborted = ro:generate_rollout(0)
+    eq(#groups, 1)
+    eq(groups[1][1].group_index, 0)
+    eq(#aborted, 3)
+    eq(m["rollout/aborted_groups"], 3)
+    local partial
+    for _, g in ipairs(aborted) do
+      for _, s in ipairs(g) do
+        eq(s.status, "aborted")
+        if s.response_length > 0 then
+          partial = s
+          eq(s.metadata.start_rollout_id, 0)
+          eq(#s.rollout_log_probs, s.response_length)
+        end
+      end
+    end
+    ok(partial, "some aborted samples kept partial tokens")
+    local st = assert(p.eng:stats())
+    eq(st.num_running + st.num_queued, 0)
+    eq(ds.buffer and #ds.buffer, 3)
+    -- next step: the buffered groups come first and resume from their tokens
+    ro.generate = nil
+    local before, tokens_before = partial.response_length, #partial.tokens
+    local g2, m2 = ro:generate_rollout(1)
+    eq(#g2, 1)
+    eq(m2["rollout/aborted_groups"], 3)
+    eq(partial.trace.attempt, 1)
+    ok(names(partial):find("t:attempt_start", 1, true), names(partial))
+    ok(partial.response_length >= before)
+    eq(#partial.tokens, tokens_before + partial.response_length - before)
+    eq(#partial.rollout_log_probs, partial.response_length)
+  end, { timeout = 120 })
+
+  it("evaluates every prompt n times with pass@k", function()
+    local p = parts()
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = p.router.url, tokenizer = p.tok, reward = parity,
+      rollout_max_response_len = 8, deterministic = true }
+    local res, m = ro:eval(3, { { name = "stories", data = ds, n_samples_per_eval_prompt = 4, temperature = 0.8 } })
+    eq(#res.stories.samples, #PROMPTS * 4)
+    eq(#res.stories.rewards, #PROMPTS * 4)
+    eq(m["eval/step"], 3)
+    ok(m["eval/stories-pass@1"] <= m["eval/stories-pass@2"] and m["eval/stories-pass@2"] <= m["eval/stories-pass@4"])
+    ok(math.abs(m["eval/stories"] - m["eval/stories-pass@1"]) < 1e-9)
+    ok(m["eval/stories/response_len/mean"] > 0)
+    -- deterministic: the same seeds give the same texts
+    local res2 = ro:eval(3, { { name = "stories", data = ds, n_samples_per_eval_prompt = 4, temperature = 0.8 } })
+    for i, s in ipairs(res.stories.samples) do eq(res2.stories.samples[i].response, s.response) end
+  end, { timeout = 120 })
+
+  it("keeps failures per sample: a reward error, an unreachable engine", function()
+    local p = parts()
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = p.router.url, tokenizer = p.tok, data = ds, rollout_batch_size = 1,
+      n_samples_per_prompt = 3, rollout_max_response_len = 4,
+      reward = function(s) if s.index % 3 == 1 then error("bad reward") end return 1 end }
+    local groups, m = ro:generate_rollout(0)
+    eq(m["rollout/reward/error"], 1)
+    eq(m["rollout/reward/ok"], 2)
+    local bad = groups[1][2]
+    eq(bad.status, "failed")
+    ok(bad.reward_error:find("bad reward", 1, true) and bad.reward_error:find("traceback", 1, true), bad.reward_error)
+    eq(bad.reward, nil)
+    local b, bm = rl.rollout.train_data.convert(groups)
+    eq(b.size, 2)
+    eq(bm["rollout/skipped_samples"], 1)
+
+    local dead = rl.rollout.new { url = "http://127.0.0.1:9", tokenizer = p.tok, data = ds, rollout_batch_size = 1,
+      n_samples_per_prompt = 2, retries = 1, retry_interval = 0.01, reward = parity }
+    local g, dm = dead:generate_rollout(1)
+    eq(dm["rollout/generate_failed"], 2)
+    eq(g[1][1].status, "failed")
+    ok(g[1][1].generate_error:find("127.0.0.1:9", 1, true), g[1][1].generate_error)
+  end, { timeout = 120 })
+
+  it("runs in process on an engine handle, and rejects bad options", function()
+    local p = parts()
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { engine = p.eng, tokenizer = p.tok, data = ds, reward = parity, rollout_batch_size = 2,
+      n_samples_per_prompt = 2, rollout_max_response_len = 6 }
+    local groups = ro:generate_rollout(0)
+    eq(#groups, 2)
+    eq(groups[1][1].rollout_log_probs ~= nil, true)
+    raises(function() rl.rollout.new { url = "http://x", rollout_batchsize = 2 } end,
+      "unknown option 'rollout_batchsize'")
+    raises(function() rl.rollout.new { rollout_batch_size = 2 } end, "give 'url'")
+    raises(function() rl.rollout.new { url = "http://x", rollout_batch_size = 4, over_sampling_batch_size = 2 } end,
+      "must be >= rollout_batch_size")
+    raises(function() rl.rollout.new { url = "http://x", dynamic_filter = "nope" } end, "unknown filter")
+    p.router:stop()
+    p.eng:stop()
+    os.remove(p.path)
+    stack = nil
+  end, { timeout = 120 })
+end)

@@ -1,0 +1,218 @@
+-- rl.rollout's parts that need no engine: filters, metrics (slime's names and
+-- formulas), pass@k, train-data conversion and balanced DP partitions, the data
+-- source buffer of partial rollout, and the task queue/semaphore it runs on.
+local rl = require "rl"
+local sample = rl.sample
+local filters = require "rl.rollout.filters"
+local metrics = require "rl.rollout.metrics"
+local train_data = require "rl.rollout.train_data"
+
+local function group(gi, rewards_, extra)
+  local g = {}
+  for i, r in ipairs(rewards_) do
+    local s = sample.new { group_index = gi, index = gi * 10 + i - 1, reward = r, status = "completed",
+                           tokens = { 1, 2, 3, 4 + i }, response_length = i, prompt = "p" }
+    s.loss_mask, s.rollout_log_probs = {}, {}
+    for j = 1, i do s.loss_mask[j] = 1; s.rollout_log_probs[j] = -0.5 * j end
+    for k, v in pairs(extra or {}) do s[k] = v end
+    g[i] = s
+  end
+  return g
+end
+
+describe("rl.task queue and semaphore", function()
+  it("a queue hands items to waiting tasks in order", function()
+    local q = rl.task.queue()
+    local got = {}
+    local t = rl.spawn(function() for _ = 1, 3 do got[#got + 1] = q:pop() end end)
+    rl.sleep(0.01)
+    q:push("a"); q:push("b")
+    rl.sleep(0.01)
+    q:push("c")
+    t:wait()
+    eq(got, { "a", "b", "c" })
+    eq(q:size(), 0)
+  end)
+  it("a semaphore bounds concurrency and survives errors", function()
+    local sem = rl.task.semaphore(2)
+    local active, peak = 0, 0
+    local tasks = {}
+    for i = 1, 6 do
+      tasks[i] = rl.spawn(function()
+        return sem:with(function()
+          active = active + 1
+          peak = math.max(peak, active)
+          rl.sleep(0.01)
+          active = active - 1
+          if i == 3 then error("boom") end
+          return i
+        end)
+      end)
+    end
+    local ok_, err = pcall(rl.wait_all, tasks)
+    eq(ok_, false)
+    ok(tostring(err):find("boom"), err)
+    eq(peak, 2)
+    eq(sem.free, 2)
+    raises(function() rl.task.semaphore(0) end, "positive number")
+  end)
+end)
+
+describe("rl.rollout.filters", function()
+  it("nonzero_std keeps varied groups and names the reason of uniform ones", function()
+    eq(filters.nonzero_std(nil, group(0, { 1, 0, 1 })).keep, true)
+    eq(filters.nonzero_std(nil, group(0, { 1, 1, 1 })), { keep = false, reason = "zero_std_1.0" })
+    eq(filters.nonzero_std(nil, group(0, { 0, 0 })).reason, "zero_std_0.0")
+    eq(filters.nonzero_std(nil, group(0, { 0.25, 0.25 })).reason, "zero_std_0.3")
+    eq(filters.nonzero_std(nil, group(0, { 1 })), { keep = false, reason = "insufficient_rewards" })
+    local out = filters.nonzero_std_with_fallback(nil, group(0, { 1, 1 }))
+    eq(out.keep_when_insufficient, true)
+  end)
+  it("skipped rewards are not data", function()
+    local g = group(0, { 1, 0, 1 })
+    g[2].reward = nil
+    eq(filters.nonzero_std(nil, g).reason, "zero_std_1.0")
+  end)
+  it("should_drop follows slime, and legacy booleans work", function()
+    eq(filters.should_drop({ keep = true }, 5, 4), false)
+    eq(filters.should_drop({ keep = false }, 5, 4), true)
+    eq(filters.should_drop({ keep = false, keep_when_insufficient = true }, 4, 4), false)
+    eq(filters.should_drop({ keep = false, keep_when_insufficient = true }, 5, 4), true)
+    eq(filters.call(function() return false end, nil, {}), { keep = false })
+    eq(filters.call(nil, nil, {}), { keep = true })
+    raises(function() filters.call(function() return 1 end, nil, {}) end, "keep = bool")
+    raises(function() filters.get("nonzero") end, "unknown filter 'nonzero'")
+  end)
+end)
+
+describe("rl.rollout.metrics", function()
+  it("statistics follow numpy", function()
+    eq(metrics.statistics { 3, 1, 2, 10 }, { mean = 4, median = 2.5, max = 10, min = 1 })
+    eq(metrics.statistics { 5 }, { mean = 5, median = 5, max = 5, min = 5 })
+    eq(metrics.statistics {}, nil)
+  end)
+  it("rollout/ keys from samples", function()
+    local g1, g2 = group(0, { 1, 1 }), group(1, { 0, 1 })
+    g2[2].status = "truncated"
+    g2[2].prefix_cache_info = { cached_tokens = 6, total_prompt_tokens = 8 }
+    g1[1].prefix_cache_info = { cached_tokens = 0, total_prompt_tokens = 8 }
+    local m = metrics.from_samples { g1, g2 }
+    eq(m["response_len/mean"], 1.5)
+    eq(m["response_len/max"], 2)
+    eq(m["zero_std/count_1.0"], 1)
+    eq(m["zero_std/count_0.0"], nil)
+    eq(m.truncated_ratio, 0.25)
+    eq(m.prefix_cache_hit_rate, 6 / 16)
+    eq(m.avg_cached_tokens_per_sample, 1.5)
+    eq(m.raw_reward, 0.75)
+    eq(metrics.from_samples({ g1 }, { estimator = "ppo" })["zero_std/count_1.0"], nil)
+  end)
+  it("perf/ keys from samples and their sglang_generate spans, PD included", function()
+    local s = group(0, { 1 })[1]
+    local s2 = group(1, { 0 })[1]
+    s.non_generation_time = 0.5
+    rl.trace.span(s, "sglang_generate", nil, function(sp)
+      sp:update(rl.trace.sglang_meta_attrs { e2e_latency = 0.2, queue_time = 0.01, decode_throughput = 50,
+        pd_prefill_forward_duration = 0.05, pd_decode_forward_duration = 0.1, pd_transfer_speed_gb_s = 3 })
+    end)
+    rl.trace.span(s2, "sglang_generate", nil, function() end)
+    local m = metrics.perf_from_samples({ s, s2 }, 2.0, { rollout_num_gpus = 1 })
+    eq(m.rollout_time, 2.0)
+    eq(m["request/count"], 2)
+    eq(m["request/profiled_count"], 1)
+    eq(m["request/e2e_latency/mean"], 0.2)
+    eq(m["decode/throughput/max"], 50)
+    eq(m["prefill/forward_duration/mean"], 0.05)
+    eq(m["decode/forward_duration/min"], 0.1)
+    eq(m["prefill/transfer_speed_gb_s/median"], 3)
+    eq(m.tokens_per_gpu_per_sec, 2 / 2.0)
+    eq(m.longest_sample_tokens_per_sec, 0.5)
+    eq(m["non_generation_time/max"], 0.5)
+    eq(m.longest_sample_non_generation_time, 0.25)
+    local all = metrics.rollout_metrics(3, { s, s2 }, 2.0, { ["rollout/dynamic_filter/drop_x"] = 2 })
+    eq(all["rollout/step"], 3)
+    eq(all["rollout/dynamic_filter/drop_x"], 2)
+    eq(all["perf/request/count"], 2)
+    eq(all["rollout/response_len/mean"], 1)
+  end)
+  it("pass@k is the unbiased estimator", function()
+    -- one prompt, n = 4, c = 1: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1
+    eq(metrics.pass_at_k({ 1, 0, 0, 0 }, 4, 1), 0.25)
+    eq(metrics.pass_at_k({ 1, 0, 0, 0 }, 4, 2), 0.5)
+    eq(metrics.pass_at_k({ 1, 0, 0, 0 }, 4, 4), 1)
+    eq(metrics.pass_at_k({ 1, 0, 0, 0, 0, 0, 0, 0 }, 4, 1), 0.125)
+    local ev = metrics.eval_metrics({ gsm = { rewards = { 1, 0, 0, 0 }, truncated = { false, true, false, false },
+                                               samples = {}, n_samples_per_prompt = 4 } }, 7)
+    eq(ev["eval/gsm"], 0.25)
+    eq(ev["eval/gsm-pass@2"], 0.5)
+    eq(ev["eval/gsm-pass@4"], 1)
+    eq(ev["eval/gsm-truncated_ratio"], 0.25)
+    eq(ev["eval/step"], 7)
+  end)
+end)
+
+describe("rl.rollout.train_data", function()
+  it("converts groups with group normalisation and leaves skipped samples out", function()
+    local g1, g2 = group(0, { 1, 0, 1, 0 }), group(1, { 1, 1, 0, 1 })
+    g2[4].reward = nil                 -- skipped: not trained on, not normalised
+    g1[3].remove_sample = true
+    g1[2].metadata = { raw_reward = 0.5 }
+    local b, m = train_data.convert({ g1, g2 }, { estimator = "grpo" })
+    eq(b.size, 7)
+    eq(m["rollout/skipped_samples"], 1)
+    local std = math.sqrt(1 / 3)      -- unbiased std of {1,0,1,0}
+    ok(math.abs(b.rewards[1] - 0.5 / (std + 1e-6)) < 1e-9)
+    eq(b.raw_reward[2], 0.5)
+    eq(b.loss_masks[3], { 0, 0, 0 })
+    eq(b.loss_masks[1], { 1 })
+    eq(b.sample_indices[5], 10)
+    eq(b.tokens[2], { 1, 2, 3, 6 })
+    eq(b.total_lengths[2], 4)
+    eq(b.rollout_log_probs[2], { -0.5, -1 })
+    -- group 1 without its skipped sample: mean of {1,1,0} = 2/3
+    ok(math.abs(b.rewards[5] - (1 / 3) / (math.sqrt(1 / 3) + 1e-6)) < 1e-9)
+  end)
+  it("trims to a multiple of global_batch_size, and says why when it cannot", function()
+    local b, m = train_data.convert({ group(0, { 1, 0, 1 }), group(1, { 1, 0, 1 }) }, { global_batch_size = 4 })
+    eq(b.size, 4)
+    eq(m["rollout/trimmed_samples"], 2)
+    raises(function() train_data.convert({ group(0, { 1, 0 }) }, { global_batch_size = 4 }) end,
+      "fewer than global_batch_size 4")
+    local r = train_data.convert({ group(0, { 1, 0 }) }, { estimator = "reinforce_plus_plus" })
+    eq(r.rewards, { 1, 0 })
+  end)
+  it("splits across ranks with balanced total lengths", function()
+    local parts, sums = train_data.balanced_partitions({ 10, 9, 1, 1, 8, 2 }, 2)
+    eq(#parts[1], 3)
+    eq(#parts[2], 3)
+    eq({ math.min(sums[1], sums[2]), math.max(sums[1], sums[2]) }, { 13, 18 })  -- the best 3 + 3 split
+    local b = train_data.convert({ group(0, { 1, 0, 1, 0 }) })
+    local ranks = train_data.split(b, 2)
+    eq(ranks[1].size + ranks[2].size, 4)
+    eq(#ranks[1].tokens, 2)
+  end)
+end)
+
+describe("rl.data buffer (partial rollout)", function()
+  it("re-serves added groups first and keeps them in its state", function()
+    local path = os.tmpname() .. ".jsonl"
+    local f = assert(io.open(path, "w"))
+    for i = 1, 3 do f:write(rl.json.encode { input = "q" .. i, label = tostring(i) }, "\n") end
+    f:close()
+    local ds = rl.data.load(path, { label_key = "label" })
+    local g = ds:get_samples(1, 2)[1]
+    g[1].response, g[1].status = "partial", "aborted"
+    ds:add_samples { g }
+    local st = ds:state()
+    eq(#st.buffer, 1)
+    local again = ds:get_samples(2, 2)
+    eq(again[1][1].response, "partial")
+    eq(again[2][1].prompt, "q2")
+    local ds2 = rl.data.load(path, { label_key = "label" })
+    ds2:load_state(st)
+    eq(ds2:get_samples(1, 2)[1][1].status, "aborted")
+    raises(function() ds:add_samples { { 1 } } end, "groups[1] is not a list of samples")
+    os.remove(path)
+    os.remove((path:gsub("%.jsonl$", "")))
+  end)
+end)
