@@ -88,6 +88,37 @@ function Task:cancel(reason) end
 ---@return boolean
 function Task:done() end
 
+-- ---- rl.task queues and semaphores ----------------------------------------------------
+
+---@class rl.task
+rl.task = {}
+
+---@class rl.Queue
+local Queue = {}
+--- A FIFO between tasks.
+---@return rl.Queue
+function rl.task.queue() end
+---@param v any
+function Queue:push(v) end
+--- The oldest item; waits (inside a task) while the queue is empty.
+---@return any
+function Queue:pop() end
+---@return integer
+function Queue:size() end
+
+---@class rl.Semaphore
+---@field free integer
+local Semaphore = {}
+--- At most n holders at once.
+---@param n integer
+---@return rl.Semaphore
+function rl.task.semaphore(n) end
+function Semaphore:acquire() end
+function Semaphore:release() end
+--- Runs fn(...) holding a slot (released on errors too).
+---@return ...
+function Semaphore:with(fn, ...) end
+
 -- ---- rl.log ----------------------------------------------------------------------------
 
 ---@alias rl.LogLevel "trace"|"debug"|"info"|"warn"|"warning"|"error"|"critical"|"off"

@@ -1,0 +1,163 @@
+---@meta
+-- LuaLS type stubs for rl.rollout (lua/rl/rollout/). See docs/lua-api.md ("rl.rollout").
+
+---@class rl.rollout.Options
+---@field url? string a router or engine base URL (POST /generate)
+---@field engine? table an rl.engine handle, called in process instead of HTTP
+---@field tokenizer? table an rl.tokenizer, to encode prompts that have no tokens yet
+---@field data? table an rl.data source (generate_rollout)
+---@field reward? string|fun(sample: table): any a reward function or an rl.rewards name
+---@field reward_key? string
+---@field reward_timeout? number seconds (30)
+---@field group_rm? boolean|fun(group: table[]): table rewards per group after generation
+---@field dynamic_filter? string|fun(ro: rl.rollout.Rollout, group: table[]): boolean|rl.rollout.FilterOutput
+---@field rollout_batch_size? integer groups kept per step (32)
+---@field n_samples_per_prompt? integer (8)
+---@field over_sampling_batch_size? integer groups submitted at a time (rollout_batch_size)
+---@field rollout_temperature? number
+---@field rollout_top_p? number
+---@field rollout_top_k? integer
+---@field rollout_max_response_len? integer
+---@field rollout_stop? string[]
+---@field rollout_stop_token_ids? integer[]
+---@field rollout_skip_special_tokens? boolean
+---@field extra_sampling_params? table merged into every request's sampling_params
+---@field deterministic? boolean per-sample sampling_seed = rollout_seed + i
+---@field rollout_seed? integer (42)
+---@field concurrency? integer requests in flight per engine (512)
+---@field num_engines? integer (1)
+---@field partial_rollout? boolean aborted groups go back to the data source and resume next step
+---@field mask_offpolicy_in_partial_rollout? boolean
+---@field retries? integer (60, 1 s apart: transport errors and 5xx)
+---@field retry_interval? number
+---@field request_timeout? number (3600)
+---@field abort_retry_interval? number (3)
+---@field sample_hooks? fun(ro: rl.rollout.Rollout, sample: table, evaluation: boolean): table|nil | function[]
+---@field sample_filter? fun(ro: rl.rollout.Rollout, groups: table[][])
+---@field all_samples_process? fun(ro: rl.rollout.Rollout, all_groups: table[][], data: table)
+---@field custom_generate? fun(ro: rl.rollout.Rollout, sample: table, params: table, evaluation: boolean): table|table[]
+---@field eval_datasets? rl.rollout.EvalDataset[]
+---@field generate? fun(ro: rl.rollout.Rollout, sample: table, params: table, evaluation: boolean): table replaces the step
+---@field generate_and_rm? function replaces the step
+---@field generate_and_rm_group? function replaces the step
+
+---@class rl.rollout.FilterOutput
+---@field keep boolean
+---@field reason? string
+---@field keep_when_insufficient? boolean
+
+---@class rl.rollout.EvalDataset
+---@field name string
+---@field data table an rl.data source (every prompt is used once, in file order)
+---@field n_samples_per_eval_prompt? integer
+---@field temperature? number
+---@field top_p? number
+---@field top_k? integer
+---@field max_response_len? integer
+---@field reward? string|function
+
+---@class rl.rollout.Rollout
+---@field aborted boolean
+---@field counters table
+---@field last_rollout_time number seconds of the last generate_rollout
+local Rollout = {}
+
+---@param rollout_id integer
+---@param opts? {data?: table}
+---@return table[][] groups
+---@return table<string, number> metrics
+---@return table[][] aborted
+function Rollout:generate_rollout(rollout_id, opts) end
+
+---@param group table[]
+---@param params table
+---@param evaluation? boolean
+---@return table[]
+function Rollout:generate_and_rm_group(group, params, evaluation) end
+
+---@return table sample
+function Rollout:generate_and_rm(sample, params, evaluation) end
+
+---@return table sample
+function Rollout:generate(sample, params, evaluation) end
+
+---@return table[][] aborted groups
+function Rollout:abort(rollout_id, done_queue) end
+
+---@return table<string, {rewards: any[], truncated: boolean[], samples: table[], n_samples_per_prompt: integer}> results
+---@return table<string, number> metrics eval/<name>, eval/<name>-pass@k, ...
+function Rollout:eval(rollout_id, datasets) end
+
+---@return table sampling params
+function Rollout:sampling_params(overrides) end
+
+---@return string[]
+function Rollout:worker_urls() end
+
+---@class rl.rollout
+---@field Rollout rl.rollout.Rollout
+---@field filters rl.rollout.filters
+---@field metrics rl.rollout.metrics
+---@field train_data rl.rollout.train_data
+rl.rollout = {}
+
+---@param opts rl.rollout.Options
+---@return rl.rollout.Rollout
+function rl.rollout.new(opts) end
+
+--- sglang_generate end attrs: slime's meta attrs + router and engine phases.
+---@return table
+function rl.rollout.generate_trace_attrs(meta, info) end
+
+---@class rl.rollout.filters
+rl.rollout.filters = {}
+---@return rl.rollout.FilterOutput
+function rl.rollout.filters.nonzero_std(ro, group) end
+---@return rl.rollout.FilterOutput
+function rl.rollout.filters.nonzero_std_with_fallback(ro, group) end
+---@return function
+function rl.rollout.filters.get(name) end
+
+---@class rl.rollout.metrics
+rl.rollout.metrics = {}
+---@return {mean: number, median: number, max: number, min: number}|nil
+function rl.rollout.metrics.statistics(values) end
+---@return table<string, number>
+function rl.rollout.metrics.from_samples(samples, opts) end
+---@return table<string, number>
+function rl.rollout.metrics.perf_from_samples(samples, rollout_time, opts) end
+---@return table<string, number>
+function rl.rollout.metrics.rollout_metrics(rollout_id, samples, rollout_time, extra, opts) end
+---@return number
+function rl.rollout.metrics.pass_at_k(rewards, n, k) end
+---@return table<string, number>
+function rl.rollout.metrics.eval_metrics(results, rollout_id, opts) end
+
+---@class rl.rollout.TrainBatch
+---@field size integer
+---@field tokens integer[][]
+---@field response_lengths integer[]
+---@field total_lengths integer[]
+---@field rewards number[]
+---@field raw_reward number[]
+---@field truncated integer[]
+---@field sample_indices integer[]
+---@field group_indices integer[]
+---@field rollout_ids integer[]
+---@field loss_masks integer[][]
+---@field rollout_log_probs? number[][]
+
+---@class rl.rollout.train_data
+rl.rollout.train_data = {}
+---@param samples table
+---@param opts? {estimator?: string|function, normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
+---@return rl.rollout.TrainBatch
+---@return table<string, number> metrics
+function rl.rollout.train_data.convert(samples, opts) end
+---@return rl.rollout.TrainBatch[]
+function rl.rollout.train_data.split(batch, ranks) end
+---@return integer[][] parts
+---@return number[] sums
+function rl.rollout.train_data.balanced_partitions(lengths, parts) end
+---@return rl.rollout.TrainBatch
+function rl.rollout.train_data.select(batch, idx) end
