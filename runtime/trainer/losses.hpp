@@ -1,0 +1,97 @@
+// The GRPO-family losses of slime (slime/utils/ppo_utils.py, megatron_utils/loss.py)
+// on packed per-token tensors: KL estimators, advantages, policy losses (PPO-clip
+// with dual clip, GSPO's sequence ratio, CISPO), truncated importance sampling,
+// entropy bonus, KL loss, SFT loss, and the two loss aggregations.
+//
+// Layout: a micro-batch is B sequences; per-token tensors are [B, T] float32 over
+// the response positions (padded on the right), with `mask` [B, T] float32 (the
+// loss mask; padding is 0). Everything is differentiable with respect to `logp`
+// (and `entropy`), never materialises vocabulary-sized tensors, and follows
+// docs/trainer.md and ../shared/reference/slime_behaviour.md §8.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace rl::trainer {
+
+enum class KlType { k1, k2, k3, low_var_kl };
+KlType parse_kl_type(const std::string& name);  // throws naming the choices
+
+// log_r = logp − logp_base; k1 log_r, k2 log_r²/2, k3 / low_var_kl exp(−log_r) − 1 + log_r;
+// × importance_ratio when defined; low_var_kl clamped to [−10, 10].
+torch::Tensor approx_kl(const torch::Tensor& logp, const torch::Tensor& logp_base, KlType type,
+                        const torch::Tensor& importance_ratio = {});
+
+enum class Estimator { grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline };
+Estimator parse_estimator(const std::string& name);  // throws naming the choices
+
+struct AdvantageInputs {
+  torch::Tensor rewards;   // [B] (group-normalised for grpo/gspo/cispo/rf++-baseline: done by the rollout)
+  torch::Tensor mask;      // [B, T]
+  torch::Tensor kl;        // [B, T] per-token KL (zeros when kl_coef == 0), may be undefined
+  double kl_coef = 0.0;
+  double gamma = 1.0;      // reinforce_plus_plus discount
+  bool normalize = false;  // masked whitening over the batch (required by both reinforce++ variants)
+};
+// Returns {advantages, returns}, both [B, T] (zero outside the mask).
+std::pair<torch::Tensor, torch::Tensor> compute_advantages(Estimator est, const AdvantageInputs& in);
+
+// Masked whitening: mean = Σ(a·m)/Σm, var = (Σ(a²m)/Σm − mean²)·N/(N−1), (a − mean)/sqrt(var + 1e-8).
+torch::Tensor whiten(const torch::Tensor& a, const torch::Tensor& mask);
+
+enum class Aggregation { sample_mean, token_mean };
+
+struct LossOptions {
+  Estimator estimator = Estimator::grpo;
+  double eps_clip = 0.2;
+  std::optional<double> eps_clip_high;  // defaults to eps_clip
+  std::optional<double> eps_clip_c;     // dual clip (> 1)
+  double entropy_coef = 0.0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.0;
+  KlType kl_loss_type = KlType::low_var_kl;
+  bool use_unbiased_kl = false;
+  // Truncated importance sampling against the rollout's log-probs.
+  bool use_tis = false;
+  std::string tis_mode = "clamp";  // "clamp" (vanilla) | "icepop" (zero outside [low, high])
+  double tis_clip_low = 0.0;
+  double tis_clip = 2.0;
+  Aggregation aggregation = Aggregation::sample_mean;
+  bool sft = false;  // loss = −reduce(logp)
+};
+
+struct LossInputs {
+  torch::Tensor logp;               // [B, T] current policy, requires grad
+  torch::Tensor old_logp;           // [B, T] behaviour log-probs (rollout's with use_rollout_logprobs), detached
+  torch::Tensor advantages;         // [B, T]
+  torch::Tensor mask;               // [B, T]
+  torch::Tensor entropy;            // [B, T] when entropy_coef != 0 (differentiable)
+  torch::Tensor ref_logp;           // [B, T] when use_kl_loss
+  torch::Tensor rollout_logp;       // [B, T] when use_tis (and for train_rollout_logprob_abs_diff)
+  torch::Tensor sample_denoms;      // [B] per-sample denominators for sample_mean (default Σ_t mask)
+  // The normaliser across gradient accumulation: the step's sample count
+  // (sample_mean) or token count (token_mean); 0 = this micro-batch's own (B, Σ mask).
+  // With it, summing the micro-batch losses gives the global batch's loss.
+  double divisor = 0.0;
+};
+
+struct LossResult {
+  torch::Tensor loss;  // scalar, differentiable
+  // train/ metrics as scalars (detached): loss, pg_loss, pg_clipfrac, ppo_kl, entropy_loss,
+  // kl_loss, tis, tis_clipfrac, tis_abs, ois, train_rollout_logprob_abs_diff — the ones that apply,
+  // each reduced like the loss (so micro-batch metrics sum to the step's).
+  std::map<std::string, torch::Tensor> metrics;
+};
+
+// Reduction of a [B, T] per-token quantity: sample_mean Σ_i Σ_t x·m / max(D_i, 1) / divisor
+// (D_i = sample_denoms or Σ_t m; divisor 0 → B); token_mean Σ x·m / divisor (0 → max(Σ m, 1)).
+torch::Tensor reduce(const torch::Tensor& x, const torch::Tensor& mask, Aggregation agg,
+                     const torch::Tensor& sample_denoms = {}, double divisor = 0.0);
+
+// The full loss of one micro-batch (policy loss, or SFT when opts.sft).
+LossResult policy_loss(const LossOptions& opts, const LossInputs& in);
+
+}  // namespace rl::trainer
