@@ -269,3 +269,37 @@ describe("rl.metrics module logger", function()
     eq(opt.metrics_console, true)
   end)
 end)
+
+describe("rl._core.metrics (the binding)", function()
+  local cm = require("rl._core").metrics
+
+  it("misuse raises naming the argument; no C++ object outlives its handle", function()
+    local dir = tmpdir()
+    collectgarbage()
+    collectgarbage()  -- handles of earlier tests must not count
+    local before = rl._core_stats().live_objects
+    do
+      local w = assert(cm.tensorboard_open(dir))
+      raises(function() w:add_scalars(1.5, {}) end, "rl.metrics.TensorBoardWriter:add_scalars: bad argument #1 'step'")
+      raises(function() w:add_scalars(1, { a = "x" }) end, "bad argument #2 'values' (table of string tags to numbers expected, got string = string)")
+      raises(function() w:add_scalars(1, { [1] = 2 }) end, "got number = number")
+      raises(function() cm.tensorboard_open(3) end, "rl.metrics.tensorboard_open: bad argument #1 'dir'")
+      eq(w:add_scalars(2, { a = 1, b = 0 / 0 }), true, "the binding writes what it is given; skipping is rl.metrics' choice")
+      eq(w:close(), true)
+      local okk, err = w:add_scalars(3, { a = 1 })
+      eq(okk, nil)
+      ok(err:find("closed", 1, true), err)
+      local j = assert(cm.jsonl_open(dir .. "/x.jsonl"))
+      raises(function() j:write('{"a":\n1}') end, "bad argument #1 'json_text' (a JSONL line cannot contain a line break)")
+      raises(function() j:write(nil) end, "bad argument #1 'json_text'")
+      eq(j:write("{}"), true)
+      j:close()
+      okk, err = j:write("{}")
+      ok(okk == nil and err:find("closed", 1, true), err)
+    end
+    collectgarbage()
+    collectgarbage()
+    eq(rl._core_stats().live_objects, before)
+    rm_rf(dir)
+  end)
+end)
