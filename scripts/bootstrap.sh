@@ -2,7 +2,8 @@
 # Installs what rlhost needs on a fresh Debian machine, idempotently:
 # Debian packages (compiler, CMake, LuaJIT, spdlog, Catch2, libcurl, nlohmann-json,
 # cpp-httplib, readline, ccache) and the `torch` wheel from PyPI for LibTorch;
-# with --test-deps also the Python peers of the parity tests and benchmarks.
+# with --test-deps also the Python peers of the parity tests and benchmarks
+# (and tensorboard, which reads back our event files).
 # Already-installed pieces are left as they are; a second run does nothing.
 set -euo pipefail
 
@@ -98,6 +99,13 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "installing promtool (Debian package prometheus) for the /metrics check"
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
       || log "WARNING: could not install prometheus; the promtool check will be skipped"
+  fi
+  # tensorboard: its EventAccumulator reads back the event files rl.metrics writes.
+  if "$PY" -c "import tensorboard" 2>/dev/null; then
+    log "tensorboard: present"
+  else
+    log "installing tensorboard from PyPI (the metrics e2e test reads event files with it)"
+    pip_install tensorboard || log "WARNING: could not install tensorboard; the TensorBoard e2e test will be skipped"
   fi
   # sglang-router (Rust, PyPI): the peer of bench/router_bench.sh.
   if "$PY" -c "import sglang_router" 2>/dev/null; then

@@ -11,6 +11,7 @@
 ---@field json rl.json
 ---@field args rl.args
 ---@field tokenizer rl.tokenizer
+---@field metrics rl.metrics
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------
