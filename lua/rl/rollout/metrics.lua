@@ -7,16 +7,10 @@ local json = require "rl.json"
 
 local M = {}
 
---- {mean, median, max, min} as numpy computes them (median of an even count =
---- mean of the two middle values); nil for an empty list.
+--- {mean, median, max, min} (rl.metrics.statistics), or nil for an empty list.
 function M.statistics(values)
-  local n = #values
-  if n == 0 then return nil end
-  local sorted, sum = {}, 0
-  for i, v in ipairs(values) do sorted[i] = v; sum = sum + v end
-  table.sort(sorted)
-  local median = n % 2 == 1 and sorted[(n + 1) / 2] or (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-  return { mean = sum / n, median = median, max = sorted[n], min = sorted[1] }
+  if #values == 0 then return nil end
+  return require("rl.metrics").statistics(values)
 end
 
 local function add_stats(out, prefix, values)
