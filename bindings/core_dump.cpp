@@ -31,6 +31,7 @@ namespace {
 
 using rollout::Value;
 constexpr int kMaxDepth = 512;
+constexpr int64_t kMaxTensorElements = int64_t{1} << 28;
 
 // ---- Lua -> Value ------------------------------------------------------------------
 
@@ -104,7 +105,11 @@ class ToValue {
   // rl.dump.save's own numbering: the message names the place inside the value.
   [[noreturn]] void bad(const std::string& what) {
     std::string p = "$";
-    for (auto& s : path_) p += s;
+    for (const auto& seg : path_) {
+      if (seg.key) p += "." + *seg.key;
+      else p += "[" + (seg.number == std::floor(seg.number) ? std::to_string(static_cast<int64_t>(seg.number))
+                                                           : std::to_string(seg.number)) + "]";
+    }
     throw std::invalid_argument(what + " at " + p);
   }
 
@@ -147,7 +152,7 @@ class ToValue {
       items.reserve(n);
       for (size_t i = 1; i <= n; ++i) {
         lua_rawgeti(L_, idx, static_cast<int>(i));
-        path_.push_back("[" + std::to_string(i) + "]");
+        path_.push_back({nullptr, static_cast<double>(i)});
         items.push_back(convert(lua_gettop(L_), as_float, depth + 1));
         path_.pop_back();
         lua_pop(L_, 1);
@@ -201,7 +206,7 @@ class ToValue {
       else if (k.key.is(Value::Kind::boolean)) lua_pushboolean(L_, k.key.as_bool());
       else lua_pushnumber(L_, k.num);
       lua_rawget(L_, idx);
-      path_.push_back(k.key.is(Value::Kind::string) ? "." + k.text : "[" + std::to_string(k.num) + "]");
+      path_.push_back({k.key.is(Value::Kind::string) ? &k.text : nullptr, k.num});
       const bool child_float = as_float || (!k.text.empty() && o_.float_keys.count(k.text));
       Value v = convert(lua_gettop(L_), child_float, depth + 1);
       path_.pop_back();
@@ -213,7 +218,12 @@ class ToValue {
 
   lua_State* L_;
   const Options& o_;
-  std::vector<std::string> path_;
+  // Where the conversion is, formatted only for an error: a dict key or a list index.
+  struct Segment {
+    const std::string* key;
+    double number;
+  };
+  std::vector<Segment> path_;
   std::vector<const void*> open_;
 };
 
@@ -252,6 +262,9 @@ class ToLua {
         push_element(t, 0);
         return;
       }
+      // A stride-0 (expanded) view of one element can claim billions of them.
+      if (t.numel() > kMaxTensorElements)
+        throw Error("a tensor of " + std::to_string(t.numel()) + " elements is too large to become Lua tables");
       tensor(t, 0, 0);
     } else if (v.is(K::dict)) {
       lua_createtable(L_, 0, static_cast<int>(v.as_dict().items.size()));

@@ -125,6 +125,9 @@ void Tensor::check_bounds(const std::string& where) const {
                          __builtin_add_overflow(last, reach, &last)))
       throw Error(where + ": tensor sizes and strides overflow");
   }
+  int64_t count = 1;  // numel() must not overflow either (a broadcast view may be huge)
+  for (int64_t n : shape)
+    if (__builtin_mul_overflow(count, n, &count)) throw Error(where + ": tensor sizes overflow");
   if (!empty && last >= have)
     throw Error(where + ": tensor view reaches element " + std::to_string(last) + " of a storage with " +
                     std::to_string(have) + " " + dtype_name(dtype) + " elements",

@@ -108,7 +108,7 @@ def slime_dump():
         "empty_dict": {}, "big": 2 ** 62, "huge": 2 ** 70, "neg": -(2 ** 40), "none": None, "bytes": b"abc",
         "bools": torch.tensor([True, False]), "half": torch.tensor([1.5, -2.0], dtype=torch.float16),
         "bf16": torch.tensor([0.5], dtype=torch.bfloat16), "i64": torch.tensor([-(2 ** 40), 5]),
-        "view": torch.arange(10.0)[2:8:2], "scalar": torch.tensor(3.5), "matrix": torch.ones(2, 3, dtype=torch.float64),
+        "view": torch.arange(10.0)[2:8:2], "expanded": torch.tensor([2.5]).expand(3), "scalar": torch.tensor(3.5), "matrix": torch.ones(2, 3, dtype=torch.float64),
         "trace": trace,
     }
     second = {"group_index": 0, "index": 1, "prompt": "p", "tokens": [9], "status": "truncated", "reward": 0.0}
