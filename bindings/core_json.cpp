@@ -296,6 +296,8 @@ int l_encode(lua_State* L) {
 
 }  // namespace
 
+void push_json_array_mt(lua_State* L) { push_array_mt(L); }
+
 void open_json(lua_State* L, int t) {
   static const Reg regs[] = {
       {"encode", entry<l_encode>},
