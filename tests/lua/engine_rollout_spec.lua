@@ -42,7 +42,8 @@ describe("rl.rollout over the router and a real engine", function()
     local ds = rl.data.load(p.path, { label_key = "label" })
     local ro = rl.rollout.new { url = p.router.url, tokenizer = p.tok, data = ds, reward = parity,
       dynamic_filter = "nonzero_std", rollout_batch_size = 2, n_samples_per_prompt = 4,
-      over_sampling_batch_size = 3, rollout_max_response_len = 12, rollout_temperature = 1.0 }
+      over_sampling_batch_size = 3, rollout_max_response_len = 12, rollout_temperature = 1.0,
+      save_debug_rollout_data = p.path:gsub("%.jsonl$", "") .. "_dump/rollout_{rollout_id}.pt" }
     local groups, m = ro:generate_rollout(0)
     eq(#groups, 2)
     local drops = 0
@@ -90,6 +91,20 @@ describe("rl.rollout over the router and a real engine", function()
     ok(all["rollout/response_len/mean"] > 0)
     local b = rl.rollout.train_data.convert(groups, { estimator = "grpo", global_batch_size = 8 })
     eq(b.size, 8)
+    -- the step's dump replays without engines: same groups, same traces, same metrics
+    ok(ro.last_dump:find("rollout_0.pt", 1, true), ro.last_dump)
+    local replay = rl.rollout.new { load_debug_rollout_data = ro.save_debug_rollout_data }
+    local again = replay:generate_rollout(0)
+    eq(#again, 2)
+    for gi, g in ipairs(again) do
+      for i, s in ipairs(g) do
+        eq(s.tokens, groups[gi][i].tokens)
+        eq(s.reward, groups[gi][i].reward)
+        eq(#s.trace.events, #groups[gi][i].trace.events)
+      end
+    end
+    eq(rl.rollout.metrics.rollout_metrics(0, again, 1.0)["perf/request/count"], 8)
+    os.execute("rm -rf '" .. ro.last_dump:match("^(.*)/[^/]*$") .. "'")
   end, { timeout = 120 })
 
   it("aborts leftovers until the engines are idle and resumes them next step (partial rollout)", function()

@@ -37,6 +37,9 @@
 ---@field all_samples_process? fun(ro: rl.rollout.Rollout, all_groups: table[][], data: table)
 ---@field custom_generate? fun(ro: rl.rollout.Rollout, sample: table, params: table, evaluation: boolean): table|table[]
 ---@field eval_datasets? rl.rollout.EvalDataset[]
+---@field save_debug_rollout_data? string rl.dump path template, e.g. "dump/rollout_{rollout_id}.pt"
+---@field load_debug_rollout_data? string replay dumps instead of generating
+---@field load_debug_rollout_data_subsample? number
 ---@field generate? fun(ro: rl.rollout.Rollout, sample: table, params: table, evaluation: boolean): table replaces the step
 ---@field generate_and_rm? function replaces the step
 ---@field generate_and_rm_group? function replaces the step

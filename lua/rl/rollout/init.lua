@@ -35,6 +35,7 @@ local DEFAULTS = {
   retries = 60, retry_interval = 1.0, request_timeout = 3600, abort_retry_interval = 3.0,
   sample_hooks = false, sample_filter = false, all_samples_process = false, custom_generate = false,
   eval_datasets = false, tokenizer = false, data = false, url = false, engine = false,
+  save_debug_rollout_data = false, load_debug_rollout_data = false, load_debug_rollout_data_subsample = false,
 }
 local STEPS = { generate = true, generate_and_rm = true, generate_and_rm_group = true, generate_rollout = true,
                 abort = true, eval = true, group_reward = true }
@@ -57,7 +58,8 @@ function M.new(opts)
     end
     self[k] = v
   end
-  if not self.url and not self.engine and not opts.generate and not opts.custom_generate then
+  if not self.url and not self.engine and not opts.generate and not opts.custom_generate
+     and not self.load_debug_rollout_data then
     error("rl.rollout.new: give 'url' (a router or engine) or 'engine' (an rl.engine handle)", 2)
   end
   if self.url then self.url = tostring(self.url):gsub("/+$", "") end

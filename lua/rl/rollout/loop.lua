@@ -21,8 +21,41 @@ return function(M, Rollout)
   --- leftovers are aborted (and with partial_rollout put back into the data).
   --- Returns groups (sorted by index), metrics ({["rollout/dynamic_filter/drop_<reason>"],
   --- ["rollout/reward/<outcome>"], ...}) and the aborted groups.
+  -- Groups of the dumped samples, by group_index in order of first appearance.
+  local function regroup(samples)
+    local groups, by = {}, {}
+    for _, s in ipairs(samples) do
+      local g = by[s.group_index or s.index]
+      if not g then g = {}; by[s.group_index or s.index] = g; groups[#groups + 1] = g end
+      g[#g + 1] = s
+    end
+    return groups
+  end
+
+  --- Replays a step from --load-debug-rollout-data (no engines): the dumped groups.
+  function Rollout:load_dump(rollout_id, evaluation)
+    local d, err = require("rl.dump").load(self.load_debug_rollout_data, { rollout_id = rollout_id, eval = evaluation,
+      subsample = self.load_debug_rollout_data_subsample or nil })
+    if not d then error("rl.rollout: --load-debug-rollout-data: " .. tostring(err), 0) end
+    return regroup(d.samples)
+  end
+
+  -- --save-debug-rollout-data: the step's samples (with traces) as a .pt dump.
+  function Rollout:save_dump(rollout_id, samples, evaluation)
+    if not self.save_debug_rollout_data then return end
+    local path, err = require("rl.dump").save(self.save_debug_rollout_data, rollout_id, samples, { eval = evaluation })
+    if not path then log.error("rl.rollout: debug dump not written: " .. tostring(err)) end
+    self.last_dump = path
+    return path
+  end
+
   function Rollout:generate_rollout(rollout_id, opts)
     opts = opts or {}
+    if self.load_debug_rollout_data then
+      local groups = self:load_dump(rollout_id)
+      self.last_rollout_time = 0
+      return groups, { ["rollout/rollout_id"] = rollout_id, ["rollout/replayed"] = 1 }, {}
+    end
     local ds = opts.data or self.data
     if not ds then error("rl.rollout: generate_rollout needs a data source (rl.rollout.new{data = rl.data.load(...)})", 2) end
     local t0 = require("rl._core").loop.now()
@@ -75,6 +108,11 @@ return function(M, Rollout)
     metrics["rollout/generate_failed"] = self.counters.failed
     metrics["rollout/aborted_groups"] = #aborted
     self.last_rollout_time = require("rl._core").loop.now() - t0
+    if self.save_debug_rollout_data then
+      local flat = {}
+      for _, g in ipairs(data) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
+      self:save_dump(rollout_id, flat)
+    end
     return data, metrics, aborted
   end
 
@@ -194,6 +232,7 @@ return function(M, Rollout)
       end
       results[name] = { rewards = rs, truncated = tr, samples = samples, n_samples_per_prompt = nps }
     end
+    self:save_dump(rollout_id, results, true)
     return results, require("rl.rollout.metrics").eval_metrics(results, rollout_id)
   end
 end
