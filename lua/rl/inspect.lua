@@ -10,6 +10,7 @@
 -- json.null. Short tables stay on one line; long arrays wrap several items per
 -- line. Tables whose metatable has __tostring print with it (opts.raw: don't).
 local core = require "rl._core"
+local json = require "rl.json"
 
 local null = core.json.null
 
@@ -165,6 +166,7 @@ function M.format(v, opts)
       o[k] = val
     end
   end
+  json.materialize()  -- deferred trace events (rl.trace) show as tables
   return render(v, o, 0, 0, {})
 end
 

@@ -8,10 +8,24 @@
 local core = require "rl._core"
 
 local M = {
-  encode = core.json.encode,
   decode = core.json.decode,
   null = core.json.null,
 }
+
+-- Deferred contents: rl.trace keeps a running sample's events outside Lua
+-- tables until they are read. Readers that walk tables raw (encode here,
+-- rl.sample's copies, rl.inspect) call materialize() first so they see them.
+local materializers = {}
+function M.on_materialize(fn) materializers[#materializers + 1] = fn end
+function M.materialize()
+  for i = 1, #materializers do materializers[i]() end
+end
+
+local encode = core.json.encode
+function M.encode(value, opts)
+  M.materialize()
+  return encode(value, opts)
+end
 
 --- Marks `t` (or a new table) as a JSON array.
 function M.array(t) return setmetatable(t or {}, core.json.array_mt) end

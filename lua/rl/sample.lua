@@ -56,7 +56,10 @@ function M.new(fields)
 end
 
 --- A deep copy (what slime's deepcopy of a prompt sample per n_samples_per_prompt does).
-function Sample:clone() return setmetatable(copy(self), Sample) end
+function Sample:clone()
+  json.materialize()  -- deferred trace events (rl.trace) become tables first
+  return setmetatable(copy(self), Sample)
+end
 
 --- Response tokens that count for the loss: sum(loss_mask), or response_length.
 function Sample:effective_response_length()
@@ -127,6 +130,7 @@ end
 
 --- A plain table of every field (status as its string), for JSON and dumps.
 function Sample:to_dict()
+  json.materialize()  -- deferred trace events (rl.trace) become tables first
   local d = {}
   for k, v in pairs(self) do d[k] = copy(v) end
   return d

@@ -181,7 +181,14 @@ function M.context() return current and current.context or root_context end
 ---@return rl.Task
 local function snapshot(ctx)
   local out = {}
-  if ctx then for k, v in pairs(ctx) do out[k] = v end end
+  if ctx then
+    for k, v in pairs(ctx) do
+      -- A value whose metatable has __snapshot (rl.trace's span stack, a
+      -- mutable array) is copied for the child rather than shared.
+      local mt = type(v) == "table" and getmetatable(v)
+      out[k] = mt and mt.__snapshot and mt.__snapshot(v) or v
+    end
+  end
   return out
 end
 

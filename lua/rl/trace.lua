@@ -39,33 +39,18 @@ M.PD_DECODE_SEGMENTS = {
 }
 M.PD_SUMMARY_KEYS = { "pd_transfer_speed_gb_s", "pd_transfer_total_mb", "pd_prefill_retry_count" }
 
-local now = require("rl._core").loop.time  -- wall clock, as Python's time.time()
-
--- Ids: 32 hex chars like uuid4().hex — a 32-bit counter, a random per-process
--- part (16 hex chars; renewed after 2^32 ids), and the counter again. The
--- counter sits at both ends because LuaJIT hashes a long string by a few of its
--- bytes (start, quarter, middle, end): ids differing only inside would collide.
-local tohex = require("bit").tohex
-local id_prefix, id_counter
-local function new_prefix()
-  local f = io.open("/dev/urandom", "rb")
-  local bytes = f and f:read(8) or (tostring(os.time()) .. tostring({}) .. tostring(os.clock()))
-  if f then f:close() end
-  local hex = bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end)
-  id_prefix = (hex .. ("0"):rep(16)):sub(1, 16)
-  id_counter = 0
-end
-new_prefix()
-local function new_id()
-  id_counter = id_counter + 1
-  if id_counter >= 4294967295 then new_prefix() end
-  local c = tohex(id_counter, 8)
-  return c .. id_prefix .. c
-end
+local ffi = require "ffi"
+local store = require "rl._trace_store"
+local Sample = require("rl.sample").Sample
+local tnew = require "table.new"
+local now, new_serial, id_of, new_id, append = store.now, store.new_serial, store.id_of, store.new_id, store.append
 M._new_id = new_id
 
+local enabled = true
+local context = task.context
+
 local function swallow(where, err)
-  require("rl.log").debug("trace " .. where .. " skipped: " .. tostring(err))
+  require("rl.log").debug("trace " .. tostring(where) .. " skipped: " .. tostring(err))
 end
 
 -- ---- carriers and handles ----------------------------------------------------------------
@@ -74,11 +59,15 @@ local Handle = {}
 Handle.__index = Handle
 M.Handle = Handle
 
+-- Handles by id (`_id`), for spans that are FFI structs and cannot hold a reference.
+local handles = setmetatable({}, { __mode = "v" })
+local handle_ids = 0
+
 local function ensure_carrier(c, sample_id, group_id)
   c = type(c) == "table" and c or {}
   if c.version == nil then c.version = M.VERSION end
   if c.trace_id == nil then c.trace_id = new_id() end
-  if c.events == nil then c.events = json.array() end
+  if not store.deferred(c) and c.events == nil then c.events = json.array() end
   if sample_id ~= nil then c.sample_id = sample_id end
   if group_id ~= nil then c.group_id = group_id end
   c.attempt = tonumber(c.attempt) or 0
@@ -86,8 +75,11 @@ local function ensure_carrier(c, sample_id, group_id)
 end
 
 local function new_handle(carrier, parent_span_id)
-  return setmetatable({ trace_id = carrier.trace_id, carrier = carrier, sample_id = carrier.sample_id,
-                        group_id = carrier.group_id, parent_span_id = parent_span_id }, Handle)
+  handle_ids = handle_ids + 1
+  local h = setmetatable({ trace_id = carrier.trace_id, carrier = carrier, sample_id = carrier.sample_id,
+    group_id = carrier.group_id, parent_span_id = parent_span_id, _id = handle_ids }, Handle)
+  handles[handle_ids] = h
+  return h
 end
 
 -- sample -> its handle, while the sample's carrier and ids stay the same.
@@ -115,22 +107,96 @@ function M.bind_carrier(carrier, opts)
   return new_handle(c, opts.parent_span_id)
 end
 
+--- Builds the event records of `carrier` (every carrier when nil) now. Reading
+--- `carrier.events`, rl.json.encode, sample:to_dict() and rl.inspect do it for
+--- you; code that walks a carrier with pairs/next/rawget calls this first.
+M.flush = store.flush
+
+--- Turns tracing on or off (on at start) and returns whether it is on. Off,
+--- spans, events and attempts record nothing; span still runs its function.
+function M.enabled(on)
+  if on ~= nil then enabled = on and true or false end
+  return enabled
+end
+
 -- ---- the task-local span stack -------------------------------------------------------------
 
--- context.trace_stack is an immutable linked list {trace_id, span_id, handles, next}.
-local function stack() return task.context().trace_stack end
+-- A task's open spans, innermost last: st[3d-2] = handle, st[3d-1] = span serial,
+-- st[3d] = the span's end attrs (false until set); st.n = depth. A mutable array
+-- rather than a list of nodes, so that opening a span allocates nothing; a
+-- spawned task gets a copy (rl.task.spawn calls __snapshot), as asyncio tasks
+-- copy contextvars. Spans find their stack by id (stacks is weak).
+local Stack = {}
+local stacks = setmetatable({}, { __mode = "v" })
+local stack_ids = 0
 
-local function innermost_span(trace_id, st)
-  while st do
-    if st.trace_id == trace_id then return st.span_id end
-    st = st.next
+local function new_stack()
+  stack_ids = stack_ids + 1
+  local st = setmetatable({ n = 0, id = stack_ids }, Stack)
+  stacks[stack_ids] = st
+  return st
+end
+
+function Stack.__snapshot(st)
+  local copy = new_stack()
+  for i = 1, 3 * st.n do copy[i] = st[i] end
+  copy.n = st.n
+  return copy
+end
+
+local function stack_here()
+  local ctx = context()
+  local st = ctx.trace_stack
+  if st == nil then
+    st = new_stack()
+    ctx.trace_stack = st
   end
+  return st
+end
+
+local function innermost_below(st, trace_id, d)
+  for i = d, 1, -1 do
+    if st[3 * i - 2].trace_id == trace_id then return st[3 * i - 1] end
+  end
+end
+
+-- The innermost open span of trace_id (its serial). The top is checked outside
+-- the loop: a loop here would end the JIT trace of a caller's loop (LuaJIT
+-- compiles no inner loop into a root trace).
+local function innermost_span(st, trace_id)
+  local d = st.n
+  if d == 0 then return nil end
+  if st[3 * d - 2].trace_id == trace_id then return st[3 * d - 1] end
+  return innermost_below(st, trace_id, d - 1)
+end
+
+local function push(st, h, id)
+  local d = st.n + 1
+  local b = 3 * d
+  st[b - 2], st[b - 1], st[b] = h, id, false
+  st.n = d
+  return d
+end
+
+-- Ends level d (span serial id) if it is still open: the stack goes back to
+-- depth d-1. Levels above (spans opened inside, still open: ended out of
+-- order) leave the stack too, but stay in place for their own finish.
+local function pop(st, d, id)
+  local b = 3 * d
+  if st.n < d or st[b - 1] ~= id then return end
+  if st.n == d then st[b - 2], st[b - 1], st[b] = false, false, false end
+  st.n = d - 1
 end
 
 --- Export for another process: {version, trace_id, sample_id, group_id, attempt, parent_span_id}.
 function M.export(h)
+  local parent = h.parent_span_id
+  if parent == nil then
+    local k = innermost_span(stack_here(), h.trace_id)
+    parent = k and id_of(k)
+  end
   return { version = M.VERSION, trace_id = h.trace_id, sample_id = h.sample_id, group_id = h.group_id,
-           attempt = h.carrier.attempt, parent_span_id = h.parent_span_id or innermost_span(h.trace_id, stack()) }
+           attempt = h.carrier.attempt, parent_span_id = parent }
 end
 
 --- Import a payload from export(): a handle whose spans continue the remote trace.
@@ -154,140 +220,257 @@ local function handles_of(target, out)
   return out
 end
 
--- attrs tables are stored as given (not copied): callers pass fresh tables.
-local function append(h, kind, name, ts, attrs, span_id, parent)
-  local c = h.carrier
-  local ev = { type = kind, name = name, ts = ts, trace_id = h.trace_id, sample_id = h.sample_id,
-               group_id = h.group_id, attempt = c.attempt, span_id = span_id, parent_span_id = parent,
-               attrs = attrs and next(attrs) ~= nil and attrs or nil }
-  local events = c.events
-  events[#events + 1] = ev
-  return ev
+-- The handle of a handle, or of a sample bound before, when finding it runs no
+-- unknown code (metatables) and so cannot fail; nil: take the protected path.
+local function fast_handle(target)
+  local mt = getmetatable(target)
+  if mt == Handle then return target end
+  if (mt == Sample or mt == nil) and type(target) == "table" and target[1] == nil then
+    local h = handle_cache[target]
+    if h and h.carrier == target.trace and h.sample_id == target.index and h.group_id == target.group_index then
+      return h
+    end
+  end
 end
 
 -- ---- spans -----------------------------------------------------------------------------
-
-local Span = {}
-Span.__index = Span
-M.Span = Span
+-- Two kinds with one interface (set, update, finish, name, closed). The common
+-- span, one sample or handle, is an FFI struct: a few bytes the GC neither
+-- scans nor, much, counts (a table per span cost more in collections than all
+-- the rest of a span). Its handle, end attrs and stack level live in the stack.
+-- Spans over lists, or over carriers with a metatable of their own, are tables.
 
 local function append_children(records, children, parent_ts)
   for _, child in ipairs(children) do
     local start = parent_ts + (tonumber(child.start_offset) or 0)
     if child.type == "event" then
-      for _, r in ipairs(records) do append(r.handle, "event", child.name, start, child.attrs, nil, r.span_id) end
+      for _, r in ipairs(records) do append(r.h, "event", child.name, start, child.attrs, nil, r.span_id) end
     elseif child.type == "span" then
       local stop = parent_ts + (tonumber(child.end_offset) or 0)
       if stop >= start then
         local kids = {}
         for _, r in ipairs(records) do
-          local id = new_id()
-          append(r.handle, "span_start", child.name, start, nil, id, r.span_id)
-          kids[#kids + 1] = { handle = r.handle, span_id = id }
+          local id = new_serial()
+          append(r.h, "span_start", child.name, start, nil, id, r.span_id)
+          kids[#kids + 1] = { h = r.h, span_id = id }
         end
         if type(child.children) == "table" then append_children(kids, child.children, start) end
-        for _, k in ipairs(kids) do append(k.handle, "span_end", child.name, stop, child.attrs, k.span_id) end
+        for _, k in ipairs(kids) do append(k.h, "span_end", child.name, stop, child.attrs, k.span_id) end
       end
     end
   end
 end
 
---- Sets an end attr (also on end events already written).
-function Span:set(key, value)
-  local ea = self.end_attrs
-  if not ea then ea = {}; self.end_attrs = ea end
-  ea[key] = value
-  if self.end_event then self.end_event.attrs = ea end
-  if self.end_events then
-    for _, ev in ipairs(self.end_events) do ev.attrs = ea end
+-- An end attr for a span already ended: onto its span_end record (built now).
+local function patch_end(h, serial, key, value)
+  local events, id = h.carrier.events, id_of(serial)
+  for i = #events, 1, -1 do
+    local ev = events[i]
+    if ev.span_id == id and ev.type == "span_end" then
+      local a = ev.attrs
+      if not a then
+        a = {}
+        ev.attrs = a
+      end
+      a[key] = value
+      return
+    end
   end
 end
 
---- Merges attrs into the end attrs; the `_trace_children` key becomes child spans
---- and events laid out relative to this span's start (SGLang PD phases).
-function Span:update(attrs)
-  local ok, err = pcall(function()
-    local children
-    for k, v in pairs(attrs) do
-      if k == M.CHILDREN_KEY then children = v else self:set(k, v) end
-    end
-    if children then
-      local recs = self.h1 and { { handle = self.h1, span_id = self.id1 } } or self.records or {}
-      append_children(recs, children, self.start_ts)
-    end
-  end)
+local function error_attrs(attrs, err)
+  local a = {}
+  if attrs then for k, v in pairs(attrs) do a[k] = v end end
+  a.error_type = task.is_cancelled(err) and "Cancelled" or type(err) == "table" and "table" or "LuaError"
+  local ok, msg = pcall(tostring, err)
+  a.error_message = ok and msg or ("<" .. type(err) .. ">")
+  return a
+end
+
+local function update_impl(sp, attrs)
+  local children
+  for k, v in pairs(attrs) do
+    if k == M.CHILDREN_KEY then children = v else sp:set(k, v) end
+  end
+  if children then
+    local records, ts = sp:_records()
+    if ts then append_children(records, children, ts) end
+  end
+end
+
+-- Methods of both kinds.
+local function update(sp, attrs)
+  local ok, err = pcall(update_impl, sp, attrs)
   if not ok then swallow("update", err) end
 end
 
-local function start_impl(sp, target, name, attrs)
-  local ctx = task.context()
-  local st = ctx.trace_stack
-  local ts = now()
-  sp.start_ts, sp.saved_stack, sp.ctx = ts, st, ctx
-  -- One sample (the common case) without building a handle list.
-  local h = getmetatable(target) == Handle and target or nil
-  if not h and type(target) == "table" and target[1] == nil then
-    if target.index ~= nil or target.group_index ~= nil or target.trace ~= nil or target.prompt ~= nil then
-      h = M.bind(target)
+-- Table spans: name, closed, end_attrs, and when traced records ({h, span_id}
+-- per target), stack, base (its depth before), start_ts.
+local Span = {}
+Span.__index = Span
+M.Span = Span
+Span.update = update
+
+function Span:_records() return self.records or {}, self.start_ts end
+
+--- Sets an end attr (also on end events already written).
+function Span:set(key, value)
+  if self.closed and self.records then
+    for _, r in ipairs(self.records) do
+      local ok, err = pcall(patch_end, r.h, r.span_id, key, value)
+      if not ok then swallow(self.name, err) end
     end
-  end
-  if h then
-    local id = new_id()
-    append(h, "span_start", name, ts, attrs, id, h.parent_span_id or innermost_span(h.trace_id, st))
-    sp.h1, sp.id1 = h, id
-    ctx.trace_stack = { trace_id = h.trace_id, span_id = id, next = st }
     return
   end
-  local top = st
-  for _, hh in ipairs(handles_of(target)) do
-    local id = new_id()
-    append(hh, "span_start", name, ts, attrs, id, hh.parent_span_id or innermost_span(hh.trace_id, st))
-    sp.records = sp.records or {}
-    sp.records[#sp.records + 1] = { handle = hh, span_id = id }
-    top = { trace_id = hh.trace_id, span_id = id, next = top }
+  local ea = self.end_attrs
+  if not ea then
+    ea = {}
+    self.end_attrs = ea
   end
-  ctx.trace_stack = top
+  ea[key] = value
 end
 
---- Starts a span on target (handles of it); returns the span (finish it with
---- span:finish(err?)). Prefer rl.trace.span, which finishes it for you.
-function M.start(target, name, attrs)
-  local sp = setmetatable({ name = name, closed = false }, Span)
-  local ok, err = pcall(start_impl, sp, target, name, attrs)
-  if not ok then swallow(name, err) end
-  return sp
-end
-
-local function finish_impl(self, err)
-  if not self.ctx then return end
+local function finish_table(self, err)
+  local records, st = self.records, self.stack
+  if not records then return end
+  local base = self.base
+  if st.n > base and st[3 * base + 2] == records[1].span_id then
+    if st.n == base + #records then
+      for i = 3 * base + 1, 3 * st.n do st[i] = false end
+    end
+    st.n = base
+  end
   local attrs = self.end_attrs
-  if err ~= nil then
-    local a = {}
-    if attrs then for k, v in pairs(attrs) do a[k] = v end end
-    a.error_type = type(err) == "table" and (getmetatable(err) and "Cancelled" or "table") or "LuaError"
-    a.error_message = tostring(err)
-    attrs = a
-  end
+  if err ~= nil then attrs = error_attrs(attrs, err) end
   local ts = now()
-  if self.h1 then self.end_event = append(self.h1, "span_end", self.name, ts, attrs, self.id1) end
-  if self.records then
-    local ends = {}
-    for _, r in ipairs(self.records) do ends[#ends + 1] = append(r.handle, "span_end", self.name, ts, attrs, r.span_id) end
-    self.end_events = ends
-  end
-  self.ctx.trace_stack = self.saved_stack
+  for _, r in ipairs(records) do append(r.h, "span_end", self.name, ts, attrs, r.span_id) end
 end
 
 --- Ends the span (error attrs when err is given). Idempotent.
 function Span:finish(err)
   if self.closed then return end
   self.closed = true
-  local ok, e = pcall(finish_impl, self, err)
+  local ok, e = pcall(finish_table, self, err)
   if not ok then swallow(self.name, e) end
 end
 
---- Runs fn(span, ...) inside a span on target and returns fn's results; an error
---- ends the span with error_type / error_message and is re-raised.
+-- FFI spans. stack: the stack's id; handle: the handle's _id; name_ix: the
+-- name's index in its carrier's store.
+local CSpan = {}  -- methods
+pcall(ffi.cdef, [[
+typedef struct { double serial, start_ts, stack, handle; int32_t depth, name_ix; bool closed; } rl_trace_span;
+]])
+local function cspan_name(sp)
+  local h = handles[sp.handle]
+  return h and store.name_of(h.carrier, sp.name_ix)
+end
+-- nil when the module is loaded again (a metatype is set once): table spans then.
+local _, SpanC = pcall(ffi.metatype, "rl_trace_span", {
+  __index = function(sp, key)
+    local m = CSpan[key]
+    if m ~= nil then return m end
+    if key == "name" then return cspan_name(sp) end
+  end,
+  __tostring = function(sp)
+    return ("rl.trace.Span(%s, %s)"):format(tostring(cspan_name(sp)), sp.closed and "closed" or "open")
+  end,
+})
+if type(SpanC) ~= "cdata" then SpanC = nil end
+CSpan.update = update
+
+function CSpan._records(sp)
+  local h = handles[sp.handle]
+  if not h then return {}, nil end
+  return { { h = h, span_id = sp.serial } }, sp.start_ts
+end
+
+function CSpan.set(sp, key, value)
+  local st = stacks[sp.stack]
+  local b = 3 * sp.depth
+  if not sp.closed and st and st[b - 1] == sp.serial then
+    local ea = st[b]
+    if not ea then
+      ea = tnew(0, 2)  -- sized: a first insert into {} would rehash
+      st[b] = ea
+    end
+    ea[key] = value
+    return
+  end
+  local h = handles[sp.handle]
+  if h then
+    local ok, err = pcall(patch_end, h, sp.serial, key, value)
+    if not ok then swallow("set", err) end
+  end
+end
+
+local function finish_error(h, sp, attrs, err)
+  append(h, "span_end", cspan_name(sp), now(), error_attrs(attrs, err), sp.serial, nil)
+end
+
+function CSpan.finish(sp, err)
+  if sp.closed then return end
+  sp.closed = true
+  local st, d, id = stacks[sp.stack], sp.depth, sp.serial
+  local b = 3 * d
+  local h, ea
+  if st and st[b - 1] == id then
+    h, ea = st[b - 2], st[b]
+  else
+    h, ea = handles[sp.handle], false
+  end
+  if h then
+    if err == nil then
+      append(h, "span_end", store.name_of(h.carrier, sp.name_ix), now(), ea, id, nil)
+    else
+      local ok, e = pcall(finish_error, h, sp, ea, err)
+      if not ok then swallow("finish", e) end
+    end
+  end
+  if st then pop(st, d, id) end
+end
+
+-- The common case, one sample or handle: nothing here can fail, so no pcall.
+local function start_one(h, name, attrs)
+  local st = stack_here()
+  local ts = now()
+  local id = new_serial()
+  local ix = append(h, "span_start", name, ts, attrs, id, h.parent_span_id or innermost_span(st, h.trace_id))
+  local d = push(st, h, id)
+  if ix and SpanC then return SpanC(id, ts, st.id, h._id, d, ix, false) end
+  return setmetatable({ name = name, closed = false, end_attrs = false, records = { { h = h, span_id = id } },
+                        stack = st, base = d - 1, start_ts = ts }, Span)
+end
+
+local function start_any(sp, target, name, attrs)
+  local hs = handles_of(target)
+  if #hs == 0 then return end
+  local st = stack_here()
+  local ts = now()
+  local records = {}
+  for i, h in ipairs(hs) do  -- parents: the stack before this span
+    local id = new_serial()
+    append(h, "span_start", name, ts, attrs, id, h.parent_span_id or innermost_span(st, h.trace_id))
+    records[i] = { h = h, span_id = id }
+  end
+  sp.records, sp.stack, sp.base, sp.start_ts = records, st, st.n, ts
+  for _, r in ipairs(records) do push(st, r.h, r.span_id) end
+end
+
+--- Starts a span on target (handles of it); returns the span (finish it with
+--- span:finish(err?)). Prefer rl.trace.span, which finishes it for you.
+function M.start(target, name, attrs)
+  if enabled then
+    local h = fast_handle(target)
+    if h then return start_one(h, name, attrs) end
+  end
+  local sp = setmetatable({ name = name, closed = false, end_attrs = false }, Span)
+  if enabled then
+    local ok, err = pcall(start_any, sp, target, name, attrs)
+    if not ok then swallow(name, err) end
+  end
+  return sp
+end
+
 local function settle(sp, ok, ...)
   if ok then
     sp:finish()
@@ -305,29 +488,40 @@ function M.span(target, name, attrs, fn, ...)
   return settle(sp, pcall(fn, sp, ...))
 end
 
+local function event_any(target, name, attrs)
+  local ts = now()
+  local st = stack_here()
+  for _, h in ipairs(handles_of(target)) do
+    append(h, "event", name, ts, attrs, nil, h.parent_span_id or innermost_span(st, h.trace_id))
+  end
+end
+
 --- An instant event on target (parent: the handle's, else the innermost open span).
 function M.event(target, name, attrs)
-  local ok, err = pcall(function()
-    local ts = now()
-    local st = stack()
-    for _, h in ipairs(handles_of(target)) do
-      append(h, "event", name, ts, attrs, nil, h.parent_span_id or innermost_span(h.trace_id, st))
-    end
-  end)
+  if not enabled then return end
+  local h = fast_handle(target)
+  if h then
+    append(h, "event", name, now(), attrs, nil, h.parent_span_id or innermost_span(stack_here(), h.trace_id))
+    return
+  end
+  local ok, err = pcall(event_any, target, name, attrs)
   if not ok then swallow(name, err) end
+end
+
+local function next_attempt_any(target, attrs)
+  for _, h in ipairs(handles_of(target)) do
+    h.carrier.attempt = (tonumber(h.carrier.attempt) or 0) + 1
+    local a = { attempt = h.carrier.attempt }
+    for k, v in pairs(attrs or {}) do a[k] = v end
+    M.event(h, "attempt_start", a)
+  end
 end
 
 --- Next attempt (a retry or a partial-rollout resume): attempt += 1, then an
 --- "attempt_start" event; later events carry the new attempt.
 function M.next_attempt(target, attrs)
-  local ok, err = pcall(function()
-    for _, h in ipairs(handles_of(target)) do
-      h.carrier.attempt = (tonumber(h.carrier.attempt) or 0) + 1
-      local a = { attempt = h.carrier.attempt }
-      for k, v in pairs(attrs or {}) do a[k] = v end
-      M.event(h, "attempt_start", a)
-    end
-  end)
+  if not enabled then return target end
+  local ok, err = pcall(next_attempt_any, target, attrs)
   if not ok then swallow("attempt_start", err) end
   return target
 end
