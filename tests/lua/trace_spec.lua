@@ -130,3 +130,173 @@ describe("rl.trace", function()
     eq(trace.span({}, "empty", nil, function(sp) return sp.closed end), false)
   end)
 end)
+
+-- Events wait outside Lua tables until read (lua/rl/_trace_store.lua); every
+-- reader must see what the records always were.
+describe("rl.trace deferred events", function()
+  local store = require "rl._trace_store"
+
+  it("gives unique 32-hex ids across a million spans and across counter epochs", function()
+    local seen, n = {}, 0
+    for _ = 1, 1000000 do
+      local id = trace._new_id()
+      if seen[id] then break end
+      seen[id] = true
+      n = n + 1
+    end
+    eq(n, 1000000)
+    seen = nil
+    local last, first = store.id_of(4294967295), store.id_of(4294967296)
+    ok(last:match("^ffffffff%x+ffffffff$") and #last == 32)
+    ok(first:match("^00000000%x+00000000$") and #first == 32)
+    ok(last:sub(9, 24) ~= first:sub(9, 24), "a new random part after 2^32 serials")
+    eq(store.id_of(4294967296), first, "an id's text never changes")
+    -- Span ids inside real records: distinct and distinct from the trace id.
+    local s = sample.new { index = 0 }
+    for _ = 1, 20000 do trace.start(s, "x"):finish() end
+    local ids = { [s.trace.trace_id] = true }
+    for i = 1, #s.trace.events, 2 do
+      local e = s.trace.events[i]
+      ok(#e.span_id == 32 and not ids[e.span_id])
+      ids[e.span_id] = true
+      eq(s.trace.events[i + 1].span_id, e.span_id)
+    end
+  end)
+
+  it("stamps wall-clock seconds that never go back within a sample", function()
+    local s = sample.new { index = 0 }
+    local t0 = os.time()
+    for i = 1, 2000 do trace.span(s, "s", nil, function() trace.event(s, "e" .. i % 3) end) end
+    local ev = s.trace.events
+    eq(#ev, 6000)
+    ok(math.abs(ev[1].ts - t0) < 5, "epoch seconds, like time.time()")
+    ok(ev[1].ts ~= math.floor(ev[1].ts) or ev[2].ts ~= math.floor(ev[2].ts), "sub-second resolution")
+    for i = 2, #ev do ok(ev[i].ts >= ev[i - 1].ts, "ts in emission order") end
+  end)
+
+  it("shows the records to every reader: .events, json, to_dict, clone, inspect, flush", function()
+    local s = sample.new { index = 7, group_index = 3 }
+    trace.span(s, "a", { k = 1 }, function(sp) sp:set("r", 0.5) end)
+    local c = s.trace
+    eq(rawget(c, "events"), nil, "deferred until read")
+    local d = rl.json.decode(rl.json.encode(s:to_dict()))
+    eq(#d.trace.events, 2)
+    eq(d.trace.events[1], { type = "span_start", name = "a", ts = c.events[1].ts, trace_id = c.trace_id,
+                            sample_id = 7, group_id = 3, attempt = 0, span_id = c.events[1].span_id, attrs = { k = 1 } })
+    eq(d.trace.events[2].attrs, { r = 0.5 })
+    local held = c.events
+    trace.event(s, "later")
+    ok(s:clone().trace.events[3].name == "later")
+    trace.event(s, "again")
+    ok(rl.inspect(c, { depth = 5, max_items = 1000 }):find('"again"'))
+    trace.event(s, "raw")
+    trace.flush(c)
+    local keys = {}
+    for k in pairs(c) do keys[k] = true end
+    ok(keys.events, "pairs sees events after flush")
+    eq(c.events, held, "one events table throughout")
+    eq(#held, 5)
+    eq(rl.json.decode(rl.json.encode(c)).events[5].name, "raw")
+    -- Events a reader adds by hand keep their place.
+    held[#held + 1] = { type = "event", name = "by hand" }
+    trace.event(s, "after hand")
+    eq(c.events[6].name, "by hand")
+    eq(c.events[7].name, "after hand")
+  end)
+
+  it("records ended spans' end attrs set later, keeping error attrs", function()
+    local s = sample.new { index = 1 }
+    local sp = trace.start(s, "plain")
+    sp:finish()
+    sp:set("late", 1)
+    local sp2
+    pcall(trace.span, s, "failing", nil, function(x) sp2 = x; x:set("early", 1); error("no") end)
+    sp2:set("late", 2)
+    local ends = by_type(s.trace.events, "span_end")
+    eq(ends[1].attrs, { late = 1 })
+    eq(ends[2].attrs.late, 2)
+    eq(ends[2].attrs.early, 1)
+    eq(ends[2].attrs.error_type, "LuaError")
+    ok(ends[2].attrs.error_message:find("no"))
+    ok(sp.closed and sp.name == "plain")
+  end)
+
+  it("names error types and survives errors whose tostring fails", function()
+    local s = sample.new { index = 1 }
+    local bad = setmetatable({}, { __tostring = function() error("tostring broke") end })
+    raises(function() trace.span(s, "t", nil, function() error({ code = 1 }) end) end)
+    ok(not pcall(trace.span, s, "b", nil, function() error(bad) end))
+    local c = rl.spawn(function() trace.span(s, "c", nil, function() rl.sleep(10) end) end)
+    rl.sleep(0.01)
+    c:cancel("stop")
+    pcall(c.wait, c)
+    local ends = by_type(s.trace.events, "span_end")
+    eq(ends[1].attrs.error_type, "table")
+    eq(ends[2].attrs.error_type, "table")
+    eq(ends[2].attrs.error_message, "<table>")
+    eq(ends[3].name, "c")
+    eq(ends[3].attrs.error_type, "Cancelled")
+    trace.event(s, "next")
+    eq(by_type(s.trace.events, "event", "next")[1].parent_span_id, nil, "stack restored")
+  end)
+
+  it("keeps a spawned task's parent when the parent's span ends first (contextvars)", function()
+    local s = sample.new { index = 0 }
+    local child
+    trace.span(s, "parent", nil, function()
+      child = rl.spawn(function()
+        rl.sleep(0.02)
+        trace.span(s, "child", nil, function() end)
+      end)
+    end)
+    trace.span(s, "sibling", nil, function() rl.wait_all { child } end)
+    local starts = by_type(s.trace.events, "span_start")
+    eq(starts[1].name, "parent")
+    eq(starts[2].name, "sibling")
+    eq(starts[2].parent_span_id, nil)
+    eq(starts[3].name, "child")
+    eq(starts[3].parent_span_id, starts[1].span_id)
+  end)
+
+  it("finishes a span from another task and restores the opening task's stack", function()
+    local s = sample.new { index = 0 }
+    local sp = trace.start(s, "handed over")
+    rl.wait_all { rl.spawn(function() sp:set("by", "child"); sp:finish() end) }
+    trace.event(s, "after")
+    local ev = s.trace.events
+    eq(ev[2].type, "span_end")
+    eq(ev[2].attrs, { by = "child" })
+    eq(ev[3].parent_span_id, nil)
+  end)
+
+  it("traces carriers that carry a metatable of their own, and lists of samples", function()
+    local s = sample.new { index = 0 }
+    s.trace = setmetatable({ version = 1, trace_id = ("ab"):rep(16), events = {}, attempt = 0 }, { __name = "mine" })
+    trace.span(s, "own", nil, function(sp) sp:set("x", 1) end)
+    eq(rawget(s.trace, "events")[2].attrs, { x = 1 }, "written at once")
+    local group = { sample.new { index = 1 }, sample.new { index = 2 } }
+    trace.span(group, "g", nil, function(sp)
+      trace.span(group[2], "inner", nil, function() end)
+      sp:set("n", 2)
+    end)
+    local e2 = group[2].trace.events
+    eq(e2[2].parent_span_id, e2[1].span_id)
+    eq(e2[4].attrs, { n = 2 })
+    eq(group[1].trace.events[2].attrs, { n = 2 })
+  end)
+
+  it("can be turned off", function()
+    local s = sample.new { index = 0 }
+    eq(trace.enabled(), true)
+    eq(trace.enabled(false), false)
+    local r = { trace.span(s, "off", nil, function(sp) sp:set("a", 1); sp:update({ b = 2 }); return 1, 2 end) }
+    trace.event(s, "off")
+    trace.next_attempt(s)
+    raises(function() trace.span(s, "off", nil, function() error("still raised") end) end, "still raised")
+    eq(trace.enabled(true), true)
+    eq(r, { 1, 2 })
+    eq(s.trace, nil, "nothing recorded")
+    trace.event(s, "on")
+    eq(#s.trace.events, 1)
+  end)
+end)
