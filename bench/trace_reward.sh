@@ -19,6 +19,9 @@ for line in (sys.argv[1] + "\n" + sys.argv[2]).splitlines():
     rows[(kv["impl"], kv["what"])] = kv
 ls, ps = float(rows[("lua", "span")]["ns_per_span"]), float(rows[("python", "span")]["ns_per_span"])
 print("span open+close: rlhost %.0f ns, python %.0f ns -> %.1fx cheaper (1/%.0f)" % (ls, ps, ps / ls, ps / ls))
+lr = float(rows[("lua", "span_read")]["ns_per_span"])
+print("  + building rlhost's records on first read: %.0f ns per span; open+close+read %.0f ns -> %.1fx cheaper"
+      % (lr, ls + lr, ps / (ls + lr)))
 lr, pr = rows[("lua", "reward")], rows[("python", "reward")]
 print("GSM8K reward: rlhost %s/s, python re %s/s -> %.2fx; right answers %s vs %s of %s"
       % (lr["per_s"], pr["per_s"], float(lr["per_s"]) / float(pr["per_s"]), lr["right"], pr["right"], lr["rows"]))

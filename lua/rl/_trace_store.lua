@@ -16,6 +16,7 @@
 local ffi = require "ffi"
 local json = require "rl.json"
 local clear = require "table.clear"
+local tnew = require "table.new"
 
 local M = {}
 
@@ -71,6 +72,17 @@ end
 
 function M.new_id() return M.id_of(M.new_serial()) end
 
+-- Recently formatted ids by serial % 64: a span's end row follows its start
+-- closely, and siblings share a parent.
+local cached_serial, cached_id = {}, {}
+local function id_cached(k)
+  local slot = k % 64
+  if cached_serial[slot] == k then return cached_id[slot] end
+  local id = M.id_of(k)
+  cached_serial[slot], cached_id[slot] = k, id
+  return id
+end
+
 -- ---- the store -----------------------------------------------------------------------------
 -- A carrier's store is its metatable: { __index = lazy_index, active, n, cap,
 -- buf (rows in malloc'd memory: the GC neither traverses nor counts them, so
@@ -103,14 +115,13 @@ local function materialize(c, st)
   -- Someone assigned c.events while rows were pending: theirs wins, as it would
   -- have over records appended before the assignment.
   if rawget(c, "events") == nil then
-    events = events or json.array()
+    events = events or json.array(tnew(n, 0))
     local len = #events
-    local id_of = M.id_of
     for i = 0, n - 1 do
       local r = buf[i]
       local h, span, parent, attrs = handles[r.handle], r.span, r.parent, refs[r.attrs]
-      if span > 0 then span = id_of(span) else span = nil end
-      if parent > 0 then parent = id_of(parent) elseif parent < 0 then parent = refs[-parent] else parent = nil end
+      if span > 0 then span = id_cached(span) else span = nil end
+      if parent > 0 then parent = id_cached(parent) elseif parent < 0 then parent = refs[-parent] else parent = nil end
       if type(attrs) ~= "table" or next(attrs) == nil then attrs = nil end
       len = len + 1
       events[len] = { type = KINDS[r.kind], name = names[r.name], ts = r.ts, trace_id = h.trace_id,

@@ -186,6 +186,10 @@ function rl.json.array(t) end
 ---@param t any
 ---@return boolean
 function rl.json.is_array(t) end
+--- Builds deferred table contents (rl.trace's events) before a raw walk; encode does it first.
+function rl.json.materialize() end
+---@param fn fun() called by materialize
+function rl.json.on_materialize(fn) end
 
 -- ---- rl.args ---------------------------------------------------------------------------
 

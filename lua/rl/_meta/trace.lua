@@ -8,7 +8,7 @@
 ---@field group_id integer|nil
 ---@field parent_span_id string|nil
 
----@class rl.trace.Span
+---@class rl.trace.Span an FFI object for one sample, a table for lists
 ---@field name string
 ---@field closed boolean
 local Span = {}
@@ -45,3 +45,8 @@ function rl.trace.export(handle) end
 function rl.trace.import(payload, carrier) end
 ---@return table attrs
 function rl.trace.sglang_meta_attrs(meta) end
+---@param carrier? table builds its deferred event records now (every carrier when nil)
+function rl.trace.flush(carrier) end
+---@param on? boolean
+---@return boolean enabled
+function rl.trace.enabled(on) end
