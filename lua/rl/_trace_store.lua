@@ -3,9 +3,9 @@
 --
 -- Building an event record as a Lua table (ten fields, a 32-char id string)
 -- costs far more than the rest of a span, most of it in allocation and GC. So
--- while a carrier is being written, its events stay as flat rows in one array
--- per carrier (ids as numbers, no strings formatted) and become slime's records
--- when something reads them:
+-- while a carrier is being written, its events stay as fixed-size rows in
+-- malloc'd memory (ids as numbers, no strings formatted) and become slime's
+-- records when something reads them:
 --   * `carrier.events` — while rows are pending the key is absent from the
 --     carrier and its metatable's __index builds the records, then sets it;
 --   * raw readers (rl.json.encode, rl.sample's to_dict/clone, rl.inspect) call
