@@ -16,6 +16,8 @@
 -- list of them (one span per element, same timestamps). Tracing never breaks the
 -- rollout: bookkeeping errors are logged at debug level and swallowed; errors of
 -- the traced function itself propagate (after the span ends with error attrs).
+-- Events are stored as native rows and built into those records when read
+-- (lua/rl/_trace_store.lua): a span's open+close stays a few hundred ns.
 local json = require "rl.json"
 local task = require "rl.task"
 
