@@ -87,6 +87,7 @@ function M.save(template, rollout_id, samples, opts)
   local rows = json.array()
   for i = 1, #list do rows[i] = list[i] end
   local value = { rollout_id = rollout_id, samples = rows }
+  json.materialize()  -- deferred trace events (rl.trace) become tables first: the writer reads raw
   local ok, res, err = pcall(core.dump.save, path, value, { key_order = M.KEY_ORDER, float_keys = float_keys })
   if not ok then error(res, 2) end
   if not res then return nil, err end
@@ -183,7 +184,10 @@ end
 
 --- The bytes of a .pt file for any value (no file written), and back: for tests and
 --- transports. decode returns nil, err on bad input.
-M.encode = core.dump.encode
+function M.encode(...)
+  json.materialize()  -- as in save
+  return core.dump.encode(...)
+end
 M.decode = core.dump.decode
 
 return M

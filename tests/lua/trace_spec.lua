@@ -197,6 +197,19 @@ describe("rl.trace deferred events", function()
     eq(c.events, held, "one events table throughout")
     eq(#held, 5)
     eq(rl.json.decode(rl.json.encode(c)).events[5].name, "raw")
+    -- The dump writer (C++, reads tables raw) and rl.dump.save see them too.
+    local s2 = sample.new { index = 8 }
+    trace.span(s2, "dumped", nil, function() end)
+    local back = rl.dump.decode(rl.dump.encode({ rollout_id = 0, samples = { s2 } }))
+    eq(#back.samples[1].trace.events, 2)
+    eq(back.samples[1].trace.events[2].name, "dumped")
+    trace.event(s2, "saved")
+    local dir = os.tmpname()
+    os.remove(dir)
+    local path = assert(rl.dump.save(dir .. "/{rollout_id}.pt", 3, { s2 }))
+    eq(rl.dump.load(path).samples[1].trace.events[3].name, "saved")
+    os.remove(path)
+    os.remove(dir)
     -- Events a reader adds by hand keep their place.
     held[#held + 1] = { type = "event", name = "by hand" }
     trace.event(s, "after hand")
