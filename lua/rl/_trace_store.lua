@@ -8,8 +8,9 @@
 -- records when something reads them:
 --   * `carrier.events` — while rows are pending the key is absent from the
 --     carrier and its metatable's __index builds the records, then sets it;
---   * raw readers (rl.json.encode, rl.sample's to_dict/clone, rl.inspect) call
---     rl.json.materialize(), which builds every pending carrier's records.
+--   * raw readers (rl.json.encode, rl.dump.save/encode, rl.sample's to_dict and
+--     clone, rl.inspect) call rl.json.materialize(), which builds every pending
+--     carrier's records.
 -- After that the carrier is a plain table again (plus this metatable) until the
 -- next append detaches its events once more. Records are appended to the same
 -- events table each time, so its identity never changes.
