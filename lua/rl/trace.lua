@@ -490,6 +490,55 @@ function M.span(target, name, attrs, fn, ...)
   return settle(sp, pcall(fn, sp, ...))
 end
 
+--- The handle of the innermost open span of the running task (nil outside spans).
+function M.current()
+  local st = context().trace_stack
+  if not st or st.n == 0 then return nil end
+  return st[3 * st.n - 2]
+end
+
+--- Wraps f so that every call runs inside a span `name` (slime's trace_function).
+--- opts.target picks what is traced: an argument index, a parameter name of f, or
+--- a function(...) -> target of the call's arguments; without it, the enclosing
+--- span's target. opts.attrs: a table, or a function(...) -> start attrs.
+function M.fn(name, opts, f)
+  if f == nil and type(opts) == "function" then f, opts = opts, nil end
+  if type(name) ~= "string" then error("rl.trace.fn: bad argument #1 'name' (string expected)", 2) end
+  if type(f) ~= "function" then error("rl.trace.fn: bad argument #3 'f' (function expected)", 2) end
+  opts = opts or {}
+  local target, attrs = opts.target, opts.attrs
+  local index = type(target) == "number" and target or nil
+  if type(target) == "string" then
+    for i = 1, 255 do
+      local pname = debug.getlocal(f, i)
+      if pname == nil then break end
+      if pname == target then index = i; break end
+    end
+    if not index then error("rl.trace.fn: f has no parameter named '" .. target .. "'", 2) end
+  elseif target ~= nil and not index and type(target) ~= "function" then
+    error("rl.trace.fn: opts.target must be an argument index, a parameter name or a function", 2)
+  end
+  local function call(_, ...) return f(...) end
+  return function(...)
+    if not enabled then return f(...) end
+    local t
+    if index then
+      t = (select(index, ...))
+    elseif target then
+      local ok, v = pcall(target, ...)
+      t = ok and v or nil
+    else
+      t = M.current()
+    end
+    local a = attrs
+    if type(attrs) == "function" then
+      local ok, v = pcall(attrs, ...)
+      a = ok and v or nil
+    end
+    return M.span(t, name, a, call, ...)
+  end
+end
+
 local function event_any(target, name, attrs)
   local ts = now()
   local st = stack_here()

@@ -313,3 +313,34 @@ describe("rl.trace deferred events", function()
     eq(#s.trace.events, 1)
   end)
 end)
+
+describe("rl.trace.fn", function()
+  local sample = rl.sample
+  local function names(s)
+    local out = {}
+    for _, ev in ipairs(s.trace.events) do out[#out + 1] = ev.type .. ":" .. ev.name end
+    return table.concat(out, " ")
+  end
+  it("traces by argument index, parameter name, getter, or the enclosing span", function()
+    local score = rl.trace.fn("score", { target = "smp", attrs = function(_, k) return { k = k } end },
+      function(smp, k) return smp.index * k end)
+    local s = sample.new { index = 3, group_index = 0 }
+    eq(score(s, 2), 6)
+    eq(names(s), "span_start:score span_end:score")
+    eq(s.trace.events[1].attrs, { k = 2 })
+    local by_index = rl.trace.fn("second", { target = 2 }, function(_, smp) return smp.index end)
+    eq(by_index("x", s), 3)
+    local by_getter = rl.trace.fn("got", { target = function(t) return t.s end }, function(t) return t.s.index end)
+    eq(by_getter { s = s }, 3)
+    local inner = rl.trace.fn("inner", function() error("bad") end)
+    local ok_, err = pcall(rl.trace.span, s, "outer", nil, function() inner() end)
+    eq(ok_, false)
+    ok(tostring(err):find("bad"), err)
+    local ev = s.trace.events
+    eq(ev[#ev - 1].name, "inner")
+    eq(ev[#ev - 1].attrs.error_message:find("bad") ~= nil, true)
+    eq(ev[#ev - 2].parent_span_id, ev[#ev - 3].span_id)
+    raises(function() rl.trace.fn("x", { target = "nope" }, function(a) end) end, "no parameter named 'nope'")
+    eq(rl.trace.fn("free", function(a) return a + 1 end)(1), 2)  -- outside spans: untraced, still runs
+  end)
+end)

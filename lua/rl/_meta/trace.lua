@@ -50,3 +50,17 @@ function rl.trace.flush(carrier) end
 ---@param on? boolean
 ---@return boolean enabled
 function rl.trace.enabled(on) end
+
+--- Wraps f: each call runs in a span `name` (slime's trace_function). opts.target: an
+--- argument index, a parameter name of f, or a function(...) -> target; default the
+--- enclosing span's target. opts.attrs: a table or a function(...) -> attrs.
+---@generic F: function
+---@param name string
+---@param opts? {target?: integer|string|fun(...): any, attrs?: table|fun(...): table}
+---@param f F
+---@return F
+function rl.trace.fn(name, opts, f) end
+
+--- The handle of the innermost open span of the running task, or nil.
+---@return table|nil
+function rl.trace.current() end
