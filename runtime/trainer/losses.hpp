@@ -19,6 +19,7 @@ namespace rl::trainer {
 
 enum class KlType { k1, k2, k3, low_var_kl };
 KlType parse_kl_type(const std::string& name);  // throws naming the choices
+const char* kl_type_name(KlType t);
 
 // log_r = logp − logp_base; k1 log_r, k2 log_r²/2, k3 / low_var_kl exp(−log_r) − 1 + log_r;
 // × importance_ratio when defined; low_var_kl clamped to [−10, 10].
@@ -27,6 +28,7 @@ torch::Tensor approx_kl(const torch::Tensor& logp, const torch::Tensor& logp_bas
 
 enum class Estimator { grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline };
 Estimator parse_estimator(const std::string& name);  // throws naming the choices
+const char* estimator_name(Estimator e);
 
 struct AdvantageInputs {
   torch::Tensor rewards;   // [B] (group-normalised for grpo/gspo/cispo/rf++-baseline: done by the rollout)
@@ -36,13 +38,20 @@ struct AdvantageInputs {
   double gamma = 1.0;      // reinforce_plus_plus discount
   bool normalize = false;  // masked whitening over the batch (required by both reinforce++ variants)
 };
-// Returns {advantages, returns}, both [B, T] (zero outside the mask).
+// Returns {advantages, returns}, both [B, T] (zero outside the mask). With
+// `normalize`, advantages are whitened and returns are left as computed (as slime).
+// No gradient flows through either. Throws std::invalid_argument on bad shapes, on
+// kl missing while kl_coef != 0 (reinforce++ variants), and on a reinforce++ variant
+// without normalize (slime requires --normalize-advantages for both).
 std::pair<torch::Tensor, torch::Tensor> compute_advantages(Estimator est, const AdvantageInputs& in);
 
-// Masked whitening: mean = Σ(a·m)/Σm, var = (Σ(a²m)/Σm − mean²)·N/(N−1), (a − mean)/sqrt(var + 1e-8).
+// Masked whitening: mean = Σ(a·m)/Σm, var = (Σ(a²m)/Σm − mean²)·N/(N−1) with N = Σm,
+// (a − mean)/sqrt(var + 1e-8); zero outside the mask. Sums in float64. Throws when
+// N <= 1 (the unbiased variance is undefined), like slime.
 torch::Tensor whiten(const torch::Tensor& a, const torch::Tensor& mask);
 
 enum class Aggregation { sample_mean, token_mean };
+Aggregation parse_aggregation(const std::string& name);  // "sample_mean" | "token_mean"
 
 struct LossOptions {
   Estimator estimator = Estimator::grpo;
@@ -52,20 +61,22 @@ struct LossOptions {
   double entropy_coef = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.0;
-  KlType kl_loss_type = KlType::low_var_kl;
+  KlType kl_loss_type = KlType::k1;  // slime's --kl-loss-type default
   bool use_unbiased_kl = false;
-  // Truncated importance sampling against the rollout's log-probs.
+  // Truncated importance sampling against the rollout's log-probs (slime's --use-tis):
+  // weights exp(old_logp − rollout_logp), detached.
   bool use_tis = false;
   std::string tis_mode = "clamp";  // "clamp" (vanilla) | "icepop" (zero outside [low, high])
   double tis_clip_low = 0.0;
   double tis_clip = 2.0;
-  Aggregation aggregation = Aggregation::sample_mean;
+  Aggregation aggregation = Aggregation::sample_mean;  // token_mean = --calculate-per-token-loss
   bool sft = false;  // loss = −reduce(logp)
 };
 
 struct LossInputs {
   torch::Tensor logp;               // [B, T] current policy, requires grad
-  torch::Tensor old_logp;           // [B, T] behaviour log-probs (rollout's with use_rollout_logprobs), detached
+  torch::Tensor old_logp;           // [B, T] behaviour log-probs (rollout's with use_rollout_logprobs), detached;
+                                    // undefined = logp.detach() (the first, on-policy step)
   torch::Tensor advantages;         // [B, T]
   torch::Tensor mask;               // [B, T]
   torch::Tensor entropy;            // [B, T] when entropy_coef != 0 (differentiable)
@@ -73,7 +84,8 @@ struct LossInputs {
   torch::Tensor rollout_logp;       // [B, T] when use_tis (and for train_rollout_logprob_abs_diff)
   torch::Tensor sample_denoms;      // [B] per-sample denominators for sample_mean (default Σ_t mask)
   // The normaliser across gradient accumulation: the step's sample count
-  // (sample_mean) or token count (token_mean); 0 = this micro-batch's own (B, Σ mask).
+  // (sample_mean) or token count Σ_i max(Σ_t m_it, 1) (token_mean); 0 = this
+  // micro-batch's own.
   // With it, summing the micro-batch losses gives the global batch's loss.
   double divisor = 0.0;
 };
@@ -87,11 +99,16 @@ struct LossResult {
 };
 
 // Reduction of a [B, T] per-token quantity: sample_mean Σ_i Σ_t x·m / max(D_i, 1) / divisor
-// (D_i = sample_denoms or Σ_t m; divisor 0 → B); token_mean Σ x·m / divisor (0 → max(Σ m, 1)).
+// (D_i = sample_denoms or Σ_t m; divisor 0 → max(B, 1)); token_mean Σ x·m / divisor
+// (0 → Σ_i max(Σ_t m_it, 1), slime's num_tokens: a fully masked sample counts as one token).
 torch::Tensor reduce(const torch::Tensor& x, const torch::Tensor& mask, Aggregation agg,
                      const torch::Tensor& sample_denoms = {}, double divisor = 0.0);
 
-// The full loss of one micro-batch (policy loss, or SFT when opts.sft).
+// The full loss of one micro-batch (policy loss, or SFT when opts.sft). Throws
+// std::invalid_argument naming the field (and a hint) on missing or mis-shaped
+// tensors, NaN or out-of-range options (eps_clip_c <= 1, tis_clip_low > tis_clip, …).
+// Positions outside the mask cannot poison the result: log-ratios are zeroed there
+// before exp, so garbage log-probs in padding give neither inf nor NaN.
 LossResult policy_loss(const LossOptions& opts, const LossInputs& in);
 
 }  // namespace rl::trainer
