@@ -401,6 +401,8 @@ int l_forward_sigterm(lua_State* L) {
 
 }  // namespace
 
+std::shared_ptr<engine::Engine> engine_from(lua_State* L, int idx) { return check_box(L, idx).engine; }
+
 void open_engine(lua_State* L, int t) {
   static const Reg methods[] = {
       {"url", entry<l_url>},         {"generate", entry<l_generate>}, {"control", entry<l_control>},

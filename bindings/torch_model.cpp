@@ -227,6 +227,11 @@ int l_gc(lua_State* L) {
 
 }  // namespace
 
+std::shared_ptr<nn::Transformer> model_from(lua_State* L, int idx) {
+  check_model(L, idx);
+  return static_cast<ModelBox*>(lua_touserdata(L, idx))->model;
+}
+
 void open_model(lua_State* L, int t) {
   static const Reg methods[] = {
       {"config_json", entry<l_config_json>}, {"num_parameters", entry<l_num_parameters>},

@@ -53,5 +53,8 @@ extern "C" __attribute__((visibility("default"))) int luaopen_rlhost_torch(lua_S
   lua_newtable(L);  // private: wrapped by lua/rl/engine.lua
   open_engine(L, lua_gettop(L));
   lua_setfield(L, -2, "_engine");
+  lua_newtable(L);
+  rl::lua::open_trainer(L, lua_gettop(L));
+  lua_setfield(L, -2, "_trainer");
   return 1;
 }

@@ -3,10 +3,20 @@
 
 #include <lua.hpp>
 
+#include <memory>
+
+namespace rl::nn { class Transformer; }
+namespace rl::engine { class Engine; }
+
 namespace rl::lua {
 
 // Each fills the module table at `t` (an absolute index).
 void open_model(lua_State* L, int t);   // torch_model.cpp: model_load, model_init, Model methods
 void open_engine(lua_State* L, int t);  // torch_engine.cpp: start, Engine methods, process helpers
+void open_trainer(lua_State* L, int t); // torch_trainer.cpp: trainer_new, Trainer methods
+
+// The object behind a handle argument (throws ArgError naming the argument).
+std::shared_ptr<nn::Transformer> model_from(lua_State* L, int idx);   // an rl.model handle
+std::shared_ptr<engine::Engine> engine_from(lua_State* L, int idx);   // an rl.engine thread-mode handle
 
 }  // namespace rl::lua

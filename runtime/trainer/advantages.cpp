@@ -98,9 +98,6 @@ std::pair<torch::Tensor, torch::Tensor> compute_advantages(Estimator est, const 
   check_finite(fn, "kl_coef", in.kl_coef);
   check_finite(fn, "gamma", in.gamma);
   const bool reinforce = est == Estimator::reinforce_plus_plus || est == Estimator::reinforce_plus_plus_baseline;
-  if (reinforce && !in.normalize)
-    fail(fn, std::string(estimator_name(est)) +
-                 " needs normalize = true (slime requires --normalize-advantages for both reinforce++ variants)");
   if (reinforce && in.kl_coef != 0 && !in.kl.defined())
     fail(fn, "kl is missing while kl_coef != 0; pass approx_kl(logp, ref_logp, type) per token, or set kl_coef = 0");
 

@@ -40,9 +40,9 @@ struct AdvantageInputs {
 };
 // Returns {advantages, returns}, both [B, T] (zero outside the mask). With
 // `normalize`, advantages are whitened and returns are left as computed (as slime).
-// No gradient flows through either. Throws std::invalid_argument on bad shapes, on
-// kl missing while kl_coef != 0 (reinforce++ variants), and on a reinforce++ variant
-// without normalize (slime requires --normalize-advantages for both).
+// No gradient flows through either. Throws std::invalid_argument on bad shapes and on
+// kl missing while kl_coef != 0 (reinforce++ variants). slime requires normalize for
+// both reinforce++ variants; the trainer enforces it (and whitens over the whole step).
 std::pair<torch::Tensor, torch::Tensor> compute_advantages(Estimator est, const AdvantageInputs& in);
 
 // Masked whitening: mean = Σ(a·m)/Σm, var = (Σ(a²m)/Σm − mean²)·N/(N−1) with N = Σm,

@@ -1,0 +1,238 @@
+// rl.trainer's native half (in librlhost_torch.so): a Trainer over an rl.model
+// handle. Training and weight hand-offs run on a helper thread and complete an
+// op (the calling task waits; the event loop, the REPL and servers keep going);
+// a trainer runs one such job at a time.
+//
+//   _trainer.trainer_new(policy, ref|nil, opts_json) -> handle
+//   handle:train(batch) -> op ("done", metrics_json)
+//   handle:sync(engine, version|nil) -> op ("done", json)   in-memory weights to a thread-mode engine
+//   handle:response_logprobs(batch) -> {{...}, ...}
+//   handle:step(), handle:lr()
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/live_objects.hpp"
+#include "bindings/host_context.hpp"
+#include "bindings/torch_module.hpp"
+#include "bindings/trampoline.hpp"
+#include "engine/engine_weights.hpp"
+#include "trainer/trainer.hpp"
+#include "trainer/trainer_options.hpp"
+
+namespace rl::lua {
+namespace {
+
+using nlohmann::json;
+const char kTrainerMt = 0;
+
+struct TrainerBox : LiveObject {
+  std::shared_ptr<trainer::Trainer> trainer;
+  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
+  std::thread job;
+
+  void join() {
+    if (job.joinable()) job.join();
+  }
+  ~TrainerBox() {
+    alive->store(false);
+    join();
+  }
+};
+
+TrainerBox& check_box(lua_State* L, int idx) {
+  return *static_cast<TrainerBox*>(check_udata(L, idx, &kTrainerMt, "trainer", "rl.trainer handle"));
+}
+
+// A Lua array of numbers at stack index `idx` into `out`.
+template <class T>
+void numbers(lua_State* L, int idx, const std::string& what, std::vector<T>& out) {
+  if (!lua_istable(L, idx)) throw ArgError(2, "batch", what + ": a list of numbers expected");
+  const size_t n = lua_objlen(L, idx);
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    lua_rawgeti(L, idx, static_cast<int>(i + 1));
+    if (!lua_isnumber(L, -1)) {
+      lua_pop(L, 1);
+      throw ArgError(2, "batch", what + "[" + std::to_string(i + 1) + "] is not a number");
+    }
+    out[i] = static_cast<T>(lua_tonumber(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
+// batch.<field>: a list (one entry per sample) of number lists, or of numbers.
+template <class T>
+void rows(lua_State* L, int t, const char* field, std::vector<std::vector<T>>& out, bool optional = false) {
+  lua_getfield(L, t, field);
+  if (lua_isnil(L, -1) && optional) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    throw ArgError(2, "batch", std::string("batch.") + field + ": a list per sample expected");
+  }
+  const int list = lua_gettop(L);
+  const size_t n = lua_objlen(L, list);
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    lua_rawgeti(L, list, static_cast<int>(i + 1));
+    numbers(L, lua_gettop(L), std::string("batch.") + field + "[" + std::to_string(i + 1) + "]", out[i]);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+template <class T>
+void column(lua_State* L, int t, const char* field, std::vector<T>& out) {
+  lua_getfield(L, t, field);
+  numbers(L, lua_gettop(L), std::string("batch.") + field, out);
+  lua_pop(L, 1);
+}
+
+trainer::TrainBatch batch_arg(lua_State* L, int idx) {
+  arg::table(L, idx, "batch");
+  trainer::TrainBatch b;
+  rows(L, idx, "tokens", b.tokens);
+  column(L, idx, "response_lengths", b.response_lengths);
+  column(L, idx, "rewards", b.rewards);
+  rows(L, idx, "loss_masks", b.loss_masks);
+  rows(L, idx, "rollout_log_probs", b.rollout_log_probs, true);
+  return b;
+}
+
+// Runs fn on the trainer's helper thread; its JSON result completes the op.
+int start_job(lua_State* L, TrainerBox& box, std::function<json()> fn) {
+  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync call");
+  box.join();
+  HostContext& ctx = HostContext::get(L);
+  const uint64_t op = ctx.new_op();
+  HostContext* c = &ctx;
+  auto alive = box.alive;
+  auto busy = box.busy;
+  busy->store(true);
+  box.job = std::thread([c, alive, busy, op, fn = std::move(fn)] {
+    bool ok = true;
+    std::string text;
+    try {
+      text = fn().dump();
+    } catch (const std::exception& e) {
+      ok = false;
+      text = e.what();
+    }
+    busy->store(false);
+    c->loop().post([c, alive, op, ok, text = std::move(text)] {
+      if (!alive->load()) return;
+      c->deliver(op, [&](lua_State* S) {
+        if (ok) lua_pushliteral(S, "done");
+        else lua_pushliteral(S, "error");
+        lua_pushlstring(S, text.data(), text.size());
+        return 2;
+      }, true);
+    });
+  });
+  lua_pushnumber(L, static_cast<lua_Number>(op));
+  return 1;
+}
+
+// trainer_new(policy, ref|nil, opts_json) -> handle (bad options raise)
+int l_new(lua_State* L) {
+  auto policy = model_from(L, 1);
+  std::shared_ptr<nn::Transformer> ref;
+  if (!lua_isnoneornil(L, 2)) ref = model_from(L, 2);
+  const std::string text(arg::opt_string(L, 3, "opts").value_or("{}"));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw ArgError(3, "opts", std::string("JSON text expected: ") + e.what());
+  }
+  auto t = std::make_shared<trainer::Trainer>(policy, ref, trainer::trainer_options_from_json(j));
+  void* mem = lua_newuserdata(L, sizeof(TrainerBox));
+  auto* box = new (mem) TrainerBox();
+  box->trainer = std::move(t);
+  registry_get(L, &kTrainerMt);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+int l_train(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto batch = std::make_shared<trainer::TrainBatch>(batch_arg(L, 2));
+  box.trainer->validate(*batch);  // a bad batch raises here, in the caller
+  auto t = box.trainer;
+  return start_job(L, box, [t, batch] {
+    json out = json::object();
+    for (const auto& [k, v] : t->train(*batch)) out[k] = v;
+    return out;
+  });
+}
+
+int l_sync(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto eng = engine_from(L, 2);
+  std::optional<std::string> version;
+  if (auto v = arg::opt_string(L, 3, "version")) version = std::string(*v);
+  auto t = box.trainer;
+  return start_job(L, box, [t, eng, version] {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::NoGradGuard ng;
+    engine::update_weights(*eng, t->policy().named_parameters(), version);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return json{{"success", true}, {"weight_version", eng->weight_version()}, {"seconds", dt}};
+  });
+}
+
+int l_response_logprobs(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync call");
+  auto batch = batch_arg(L, 2);
+  box.trainer->validate(batch);
+  auto lps = box.trainer->response_logprobs(batch);
+  lua_createtable(L, static_cast<int>(lps.size()), 0);
+  for (size_t i = 0; i < lps.size(); ++i) {
+    lua_createtable(L, static_cast<int>(lps[i].size()), 0);
+    for (size_t j = 0; j < lps[i].size(); ++j) {
+      lua_pushnumber(L, lps[i][j]);
+      lua_rawseti(L, -2, static_cast<int>(j + 1));
+    }
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+int l_step(lua_State* L) {
+  lua_pushnumber(L, static_cast<lua_Number>(check_box(L, 1).trainer->step()));
+  return 1;
+}
+
+int l_lr(lua_State* L) {
+  lua_pushnumber(L, check_box(L, 1).trainer->current_lr());
+  return 1;
+}
+
+int l_gc(lua_State* L) {
+  if (auto* p = static_cast<TrainerBox*>(lua_touserdata(L, 1))) p->~TrainerBox();
+  return 0;
+}
+
+}  // namespace
+
+void open_trainer(lua_State* L, int t) {
+  static const Reg methods[] = {
+      {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"response_logprobs", entry<l_response_logprobs>},
+      {"step", entry<l_step>},   {"lr", entry<l_lr>},
+  };
+  make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<l_gc>);
+  static const Reg regs[] = {{"trainer_new", entry<l_new>}};
+  register_functions(L, t, "rl.trainer.", regs);
+}
+
+}  // namespace rl::lua

@@ -1,0 +1,135 @@
+--- rl.trainer: the LibTorch trainer (GRPO family, AdamW) of a policy model.
+--
+--   local tr = rl.trainer.new { model = "/models/qwen", ref = true,
+--                               loss = { advantage_estimator = "grpo", eps_clip = 0.2, use_kl_loss = true,
+--                                        kl_loss_coef = 0.01 },
+--                               optimizer = { lr = 1e-6, lr_decay_style = "cosine", lr_decay_iters = 100 },
+--                               global_batch_size = 64, micro_batch_size = 4 }
+--   local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })
+--   local metrics = assert(tr:train(batch))      -- train/loss, train/pg_clipfrac, perf/step_time, ...
+--   tr:sync(engine)                              -- new weights to the engines
+--
+-- train and sync run on a helper thread: the calling task waits, everything
+-- else (servers, other tasks, the REPL) keeps running. Options use slime's names
+-- (docs/trainer.md); an unknown one raises naming the closest known option.
+local json = require "rl.json"
+local task = require "rl.task"
+
+local M = {}
+local Trainer = {}
+Trainer.__index = Trainer
+
+local function native() return require("rl.torch")._trainer end
+
+local function as_model(v, what, dtype)
+  if type(v) == "string" then
+    local m, err = require("rl.model").load(v, { dtype = dtype })
+    if not m then error(("rl.trainer.new: %s: %s"):format(what, err), 3) end
+    return m
+  end
+  if type(v) == "table" and v._h then return v end
+  error(("rl.trainer.new: %s: a model directory or an rl.model expected, got %s"):format(what, type(v)), 3)
+end
+
+local RESERVED = { model = true, ref = true, loss = true, optimizer = true, dtype = true }
+
+--- A trainer. opts: model (directory or rl.model; trained in place), ref (a
+--- directory, an rl.model, or true = a frozen copy of model's checkpoint), loss
+--- and optimizer (tables of options), dtype, and the batch options
+--- (global_batch_size, micro_batch_size, max_tokens_per_gpu, rollout_temperature,
+--- use_rollout_logprobs, kl_coef, gamma, normalize_advantages).
+function M.new(opts)
+  if type(opts) ~= "table" then error("rl.trainer.new: bad argument #1 'opts' (table expected)", 2) end
+  if opts.model == nil then error("rl.trainer.new: opts.model is required (a model directory or an rl.model)", 2) end
+  local model = as_model(opts.model, "model", opts.dtype)
+  local ref
+  if opts.ref == true then
+    if type(opts.model) ~= "string" then
+      error("rl.trainer.new: ref = true needs model to be a directory (or pass ref = <directory>)", 2)
+    end
+    ref = as_model(opts.model, "ref", opts.dtype)
+  elseif opts.ref then
+    ref = as_model(opts.ref, "ref", opts.dtype)
+  end
+  local flat = {}
+  for _, sub in ipairs { opts.loss or {}, opts.optimizer or {} } do
+    for k, v in pairs(sub) do flat[k] = v end
+  end
+  for k, v in pairs(opts) do
+    if not RESERVED[k] then flat[k] = v end
+  end
+  local h = native().trainer_new(model._h, ref and ref._h, json.encode(flat))
+  return setmetatable({ _h = h, model = model, ref = ref, options = flat, model_dir = type(opts.model) == "string"
+    and opts.model or nil }, Trainer)
+end
+
+local function await(op, fname)
+  local kind, payload = task.await_op(op, fname)
+  if kind == "done" then return json.decode(payload) end
+  return nil, payload
+end
+
+--- Trains on a batch (rl.rollout.train_data.convert's: tokens, response_lengths,
+--- rewards, loss_masks, rollout_log_probs?) — ceil(size / global_batch_size)
+--- optimiser steps. Returns the metrics of the last step, or nil, err (a bad
+--- batch raises naming the field).
+function Trainer:train(batch)
+  task.need_task("rl.trainer.Trainer:train")
+  return await(self._h:train(batch), "rl.trainer.Trainer:train")
+end
+
+--- Log-probs of each sample's response tokens under the current weights.
+function Trainer:logprobs(batch) return self._h:response_logprobs(batch) end
+
+function Trainer:step() return self._h:step() end
+function Trainer:lr() return self._h:lr() end
+
+local function tmp_dir()
+  local base = io.open("/dev/shm/.rlhost_probe", "w")
+  if base then
+    base:close()
+    os.remove("/dev/shm/.rlhost_probe")
+    return "/dev/shm"
+  end
+  return os.getenv("TMPDIR") or "/tmp"
+end
+
+--- Hands the current weights to engines (one or a list): in-process (thread
+--- mode) engines get them in memory; process engines and servers (anything
+--- with update_weights_from_disk) through a safetensors directory on tmpfs.
+--- The weight version becomes `version` (default: the trainer's step).
+--- Returns {seconds, weight_version} or nil, err (the first failure).
+function Trainer:sync(engines, version)
+  task.need_task("rl.trainer.Trainer:sync")
+  if type(engines) == "table" and engines[1] == nil and (engines._h or engines.url) then engines = { engines } end
+  version = tostring(version or self:step())
+  local t0 = require("rl._core").loop.now()
+  local dir
+  local last
+  for i, eng in ipairs(engines) do
+    local r, err
+    if eng.mode == "thread" and eng._h then
+      r, err = await(self._h:sync(eng._h, version), "rl.trainer.Trainer:sync")
+    elseif eng.update_weights_from_disk then
+      if not dir then
+        dir = ("%s/rlhost-weights-%s-%s"):format(tmp_dir(), os.time() .. "-" .. math.random(1e6), version)
+        local ok, serr = self.model:save(dir)
+        if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
+      end
+      r, err = eng:update_weights_from_disk(dir, version)
+    else
+      error(("rl.trainer.Trainer:sync: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(i), 2)
+    end
+    if not r then return nil, ("sync to engine %d failed: %s"):format(i, tostring(err)) end
+    last = r
+  end
+  if dir then os.execute("rm -rf '" .. dir .. "'") end
+  return { seconds = require("rl._core").loop.now() - t0, weight_version = last and last.weight_version or version }
+end
+
+--- Writes the policy as a Hugging Face directory (config.json + safetensors).
+function Trainer:save_model(dir, opts) return self.model:save(dir, opts) end
+
+function Trainer:__tostring() return ("rl.trainer(step %d, lr %g)"):format(self:step(), self:lr()) end
+
+return M

@@ -1,0 +1,314 @@
+#include "trainer/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+namespace rl::trainer {
+
+namespace {
+constexpr double kPi = 3.14159265358979323846;
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+// A micro-batch, right-padded: ids [B, L]; per response token (R = longest
+// response): mask, rewards broadcast later, old/rollout log-probs [B, R].
+struct Trainer::Packed {
+  torch::Tensor ids;            // [B, L] int64
+  torch::Tensor mask;           // [B, R] float32
+  torch::Tensor rollout_logp;   // [B, R] float32 or undefined
+  torch::Tensor rewards;        // [B] float32
+  std::vector<int64_t> prompt_lens, resp_lens;
+  int64_t tokens = 0;           // real tokens (prompt + response)
+};
+
+Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts)
+    : policy_(std::move(policy)), ref_(std::move(ref)), opts_(std::move(opts)) {
+  if (!policy_) throw std::invalid_argument("trainer: no policy model");
+  if (policy_->options().inference_layout)
+    throw std::invalid_argument("trainer: the policy uses the engine's inference layout; load it for training");
+  if ((opts_.loss.use_kl_loss || opts_.kl_coef != 0.0) && !ref_)
+    throw std::invalid_argument("trainer: use_kl_loss / kl_coef need a reference model (ref = ...)");
+  if (opts_.kl_coef != 0.0 && opts_.loss.use_kl_loss && opts_.loss.kl_loss_coef != 0.0)
+    throw std::invalid_argument("trainer: kl_coef (reward shaping) and kl_loss_coef (loss) are exclusive; set one");
+  if (opts_.micro_batch_size < 1) throw std::invalid_argument("trainer: micro_batch_size must be >= 1");
+  if (opts_.optim.lr < 0 || !std::isfinite(opts_.optim.lr)) throw std::invalid_argument("trainer: lr must be >= 0");
+  policy_->set_requires_grad(true);
+  if (ref_) ref_->set_requires_grad(false);
+  for (auto& [name, t] : policy_->named_parameters()) params_.push_back(t);
+  torch::optim::AdamWOptions ao(opts_.optim.lr);
+  ao.betas({opts_.optim.beta1, opts_.optim.beta2}).eps(opts_.optim.eps).weight_decay(opts_.optim.weight_decay);
+  optim_ = std::make_unique<torch::optim::AdamW>(params_, ao);
+}
+
+double Trainer::lr_at(int64_t step) const {
+  const auto& o = opts_.optim;
+  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * double(step + 1) / double(o.warmup_steps);
+  if (o.schedule == "constant" || o.total_steps <= o.warmup_steps) return o.lr;
+  const double progress =
+      std::clamp(double(step - o.warmup_steps) / double(o.total_steps - o.warmup_steps), 0.0, 1.0);
+  if (o.schedule == "linear") return o.min_lr + (o.lr - o.min_lr) * (1.0 - progress);
+  if (o.schedule == "cosine") return o.min_lr + (o.lr - o.min_lr) * 0.5 * (1.0 + std::cos(kPi * progress));
+  throw std::invalid_argument("trainer: unknown lr schedule '" + o.schedule + "' (constant, linear, cosine)");
+}
+
+namespace {
+// The estimator's advantages without whitening (the trainer whitens over the step).
+torch::Tensor compute_advantages_unnormalized(Estimator est, const AdvantageInputs& in) {
+  return compute_advantages(est, in).first;
+}
+}  // namespace
+
+double Trainer::current_lr() const { return lr_at(step_); }
+void Trainer::set_step(int64_t s) { step_ = s; }
+
+Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& idx) const {
+  Packed p;
+  const int64_t B = static_cast<int64_t>(idx.size());
+  int64_t L = 2, R = 1;
+  for (int64_t i : idx) {
+    L = std::max<int64_t>(L, static_cast<int64_t>(b.tokens[i].size()));
+    R = std::max<int64_t>(R, b.response_lengths[i]);
+  }
+  p.ids = torch::zeros({B, L}, torch::kInt64);
+  p.mask = torch::zeros({B, R}, torch::kFloat32);
+  p.rewards = torch::empty({B}, torch::kFloat32);
+  const bool has_rollout = !b.rollout_log_probs.empty();
+  if (has_rollout) p.rollout_logp = torch::zeros({B, R}, torch::kFloat32);
+  auto ids = p.ids.accessor<int64_t, 2>();
+  auto mask = p.mask.accessor<float, 2>();
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t i = idx[r];
+    const auto& t = b.tokens[i];
+    const int64_t n = static_cast<int64_t>(t.size()), resp = b.response_lengths[i];
+    for (int64_t j = 0; j < n; ++j) ids[r][j] = t[j];
+    p.prompt_lens.push_back(n - resp);
+    p.resp_lens.push_back(resp);
+    p.tokens += n;
+    for (int64_t j = 0; j < resp; ++j) mask[r][j] = b.loss_masks[i][j];
+    p.rewards[r] = static_cast<float>(b.rewards[i]);
+    if (has_rollout) {
+      auto acc = p.rollout_logp.accessor<float, 2>();
+      for (int64_t j = 0; j < resp; ++j) acc[r][j] = b.rollout_log_probs[i][j];
+    }
+  }
+  return p;
+}
+
+// log p of each response token: hidden states of the positions that predict
+// response tokens only (prompt positions never reach the lm_head), packed,
+// through the chunked log-softmax, then scattered into [B, R].
+torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy) {
+  const int64_t B = p.ids.size(0), R = p.mask.size(1);
+  auto hidden = m.forward(p.ids);  // [B, L, H]
+  std::vector<int64_t> rows, cols, targets_v;
+  const auto ids = p.ids.accessor<int64_t, 2>();
+  for (int64_t r = 0; r < B; ++r) {
+    for (int64_t j = 0; j < p.resp_lens[r]; ++j) {
+      const int64_t pos = p.prompt_lens[r] + j;  // position of the response token
+      rows.push_back(r * hidden.size(1) + pos - 1);
+      cols.push_back(r * R + j);
+      targets_v.push_back(ids[r][pos]);
+    }
+  }
+  auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, torch::tensor(rows, torch::kInt64));
+  auto out = nn::token_logprobs(flat, m.lm_head_weight(), torch::tensor(targets_v, torch::kInt64), opts_.temperature,
+                                with_entropy);
+  auto index = torch::tensor(cols, torch::kInt64);
+  auto logp = torch::zeros({B * R}, out.logprobs.options()).index_put({index}, out.logprobs).view({B, R});
+  if (entropy && with_entropy)
+    *entropy = torch::zeros({B * R}, out.entropy.options()).index_put({index}, out.entropy).view({B, R});
+  return logp;
+}
+
+// Micro-batches of a step: fixed size, or greedily filled up to a token budget
+// (a sample longer than the budget gets one of its own).
+std::vector<std::vector<int64_t>> Trainer::micro_batches(const TrainBatch& b, const std::vector<int64_t>& idx) const {
+  std::vector<std::vector<int64_t>> out;
+  if (opts_.max_tokens_per_micro_batch <= 0) {
+    for (size_t s = 0; s < idx.size(); s += opts_.micro_batch_size)
+      out.emplace_back(idx.begin() + s, idx.begin() + std::min(idx.size(), s + opts_.micro_batch_size));
+    return out;
+  }
+  std::vector<int64_t> cur;
+  int64_t longest = 0;
+  for (int64_t i : idx) {
+    const int64_t n = static_cast<int64_t>(b.tokens[i].size());
+    const int64_t padded = std::max(longest, n) * static_cast<int64_t>(cur.size() + 1);
+    if (!cur.empty() && padded > opts_.max_tokens_per_micro_batch) {
+      out.push_back(std::move(cur));
+      cur.clear();
+      longest = 0;
+    }
+    cur.push_back(i);
+    longest = std::max(longest, n);
+  }
+  if (!cur.empty()) out.push_back(std::move(cur));
+  return out;
+}
+
+Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto mbs = micro_batches(b, idx);
+  const bool token_mean = opts_.loss.aggregation == Aggregation::token_mean;
+  // The step's normaliser (losses.hpp): samples, or Σ_i max(Σ_t m, 1) tokens.
+  double divisor = 0;
+  int64_t tokens = 0;
+  for (int64_t i : idx) {
+    tokens += static_cast<int64_t>(b.tokens[i].size());
+    double m = 0;
+    for (float x : b.loss_masks[i]) m += x;
+    divisor += std::max(m, 1.0);
+  }
+  if (!token_mean) divisor = static_cast<double>(idx.size());
+
+  // Pass 1, no gradients: behaviour and reference log-probs and the advantages of
+  // every micro-batch (whitening needs the whole step's statistics).
+  struct Prepared {
+    Packed p;
+    torch::Tensor old_logp, ref_logp, adv;
+  };
+  std::vector<Prepared> prep;
+  const bool need_ref = ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0);
+  for (const auto& mb : mbs) {
+    Prepared x{pack(b, mb), {}, {}, {}};
+    torch::NoGradGuard ng;
+    if (opts_.use_rollout_logprobs) {
+      if (!x.p.rollout_logp.defined())
+        throw std::invalid_argument("trainer: use_rollout_logprobs needs rollout_log_probs in the batch");
+      x.old_logp = x.p.rollout_logp;
+    } else if (opts_.kl_coef != 0.0) {
+      x.old_logp = response_logp(*policy_, x.p, false, nullptr);
+    }
+    if (need_ref) x.ref_logp = response_logp(*ref_, x.p, false, nullptr);
+    AdvantageInputs ai;
+    ai.rewards = x.p.rewards;
+    ai.mask = x.p.mask;
+    ai.kl_coef = opts_.kl_coef;
+    ai.gamma = opts_.gamma;
+    ai.normalize = false;
+    if (opts_.kl_coef != 0.0) ai.kl = approx_kl(x.old_logp, x.ref_logp, opts_.kl_type);
+    x.adv = compute_advantages_unnormalized(opts_.loss.estimator, ai);
+    prep.push_back(std::move(x));
+  }
+  if (opts_.normalize_advantages) {
+    // Masked whitening over the step (slime whitens over the data-parallel batch).
+    std::vector<torch::Tensor> a, m;
+    for (auto& x : prep) {
+      a.push_back(x.adv.reshape({-1}));
+      m.push_back(x.p.mask.reshape({-1}));
+    }
+    auto white = whiten(torch::cat(a).unsqueeze(0), torch::cat(m).unsqueeze(0)).reshape({-1});
+    int64_t off = 0;
+    for (auto& x : prep) {
+      const int64_t n = x.adv.numel();
+      x.adv = white.narrow(0, off, n).view_as(x.adv);
+      off += n;
+    }
+  }
+
+  // Pass 2: forward, loss, backward per micro-batch; then one optimiser step.
+  const double lr = lr_at(step_);
+  for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  optim_->zero_grad();
+  Metrics m;
+  const bool need_entropy = opts_.loss.entropy_coef != 0.0;
+  for (auto& x : prep) {
+    torch::Tensor entropy;
+    auto logp = response_logp(*policy_, x.p, need_entropy, &entropy);
+    LossInputs li;
+    li.logp = logp;
+    li.old_logp = x.old_logp;
+    li.advantages = x.adv;
+    li.mask = x.p.mask;
+    li.entropy = entropy;
+    li.ref_logp = x.ref_logp;
+    li.rollout_logp = x.p.rollout_logp;
+    li.divisor = divisor;
+    auto res = policy_loss(opts_.loss, li);
+    res.loss.backward();
+    for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
+  }
+  double grad_norm = 0;
+  if (opts_.optim.clip_grad > 0) {
+    grad_norm = torch::nn::utils::clip_grad_norm_(params_, opts_.optim.clip_grad);
+  } else {
+    double sq = 0;
+    for (auto& p : params_)
+      if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
+    grad_norm = std::sqrt(sq);
+  }
+  optim_->step();
+  policy_->weights_changed();
+  ++step_;
+  const double dt = seconds_since(t0);
+  m["train/grad_norm"] = grad_norm;
+  m["train/lr"] = lr;
+  m["train/global_batch_size"] = static_cast<double>(idx.size());
+  m["train/num_microbatches"] = static_cast<double>(mbs.size());
+  m["perf/actor_train_time"] = dt;
+  m["perf/actor_train_tok_per_s"] = dt > 0 ? tokens / dt : 0.0;
+  return m;
+}
+
+void Trainer::validate(const TrainBatch& b) const {
+  const int64_t n = static_cast<int64_t>(b.tokens.size());
+  if (n == 0) throw std::invalid_argument("trainer: empty batch");
+  const auto fail = [](const std::string& field, int64_t i, const std::string& what) {
+    throw std::invalid_argument("trainer: batch." + field + "[" + std::to_string(i + 1) + "] " + what);
+  };
+  if (static_cast<int64_t>(b.response_lengths.size()) != n || static_cast<int64_t>(b.rewards.size()) != n ||
+      static_cast<int64_t>(b.loss_masks.size()) != n)
+    throw std::invalid_argument("trainer: batch fields disagree on the sample count (tokens, response_lengths, "
+                                "rewards, loss_masks)");
+  if (!b.rollout_log_probs.empty() && static_cast<int64_t>(b.rollout_log_probs.size()) != n)
+    throw std::invalid_argument("trainer: batch.rollout_log_probs has a different sample count");
+  const int64_t vocab = policy_->config().vocab_size;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = static_cast<int64_t>(b.tokens[i].size()), r = b.response_lengths[i];
+    if (r < 1 || r >= len) fail("response_lengths", i, "must be in [1, #tokens - 1] (got " + std::to_string(r) + ")");
+    if (static_cast<int64_t>(b.loss_masks[i].size()) != r) fail("loss_masks", i, "length differs from response_length");
+    if (!b.rollout_log_probs.empty() && static_cast<int64_t>(b.rollout_log_probs[i].size()) != r)
+      fail("rollout_log_probs", i, "length differs from response_length");
+    for (int64_t t : b.tokens[i])
+      if (t < 0 || t >= vocab) fail("tokens", i, "holds id " + std::to_string(t) + " outside the vocabulary");
+    if (!std::isfinite(b.rewards[i])) fail("rewards", i, "is not finite");
+  }
+}
+
+Metrics Trainer::train(const TrainBatch& b) {
+  validate(b);
+  const int64_t n = static_cast<int64_t>(b.tokens.size());
+  const int64_t gbs = opts_.global_batch_size > 0 ? opts_.global_batch_size : n;
+  const auto t0 = std::chrono::steady_clock::now();
+  Metrics last;
+  int64_t steps = 0;
+  for (int64_t s = 0; s < n; s += gbs) {
+    std::vector<int64_t> idx(std::min(gbs, n - s));
+    std::iota(idx.begin(), idx.end(), s);
+    last = optimizer_step(b, idx);
+    ++steps;
+  }
+  last["train/step"] = static_cast<double>(step_);
+  last["perf/step_time"] = seconds_since(t0);
+  last["perf/train_steps"] = static_cast<double>(steps);
+  return last;
+}
+
+std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b) {
+  torch::NoGradGuard ng;
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < b.tokens.size(); ++i) {
+    Packed p = pack(b, {static_cast<int64_t>(i)});
+    auto lp = response_logp(*policy_, p, false, nullptr).contiguous();
+    const float* d = lp.data_ptr<float>();
+    out.emplace_back(d, d + p.resp_lens[0]);
+  }
+  return out;
+}
+
+}  // namespace rl::trainer

@@ -1,0 +1,98 @@
+// The LibTorch trainer of one policy: a rollout's train batch in, one or more
+// optimiser steps out (slime's actor: log-prob recomputation, advantages, the
+// GRPO-family loss over micro-batches with gradient accumulation, global-norm
+// clipping, AdamW, a learning-rate schedule) and train/ + perf/ metrics back.
+// Knows nothing of Lua; bindings/torch_trainer.cpp wraps it.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "nn/transformer.hpp"
+#include "trainer/losses.hpp"
+
+namespace rl::trainer {
+
+struct OptimizerOptions {
+  double lr = 1e-6;
+  double min_lr = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  std::string schedule = "constant";  // constant | linear | cosine (decay to min_lr over total_steps)
+  int64_t warmup_steps = 0;           // linear warm-up from 0 (all schedules)
+  int64_t total_steps = 0;            // for linear / cosine decay
+  double clip_grad = 1.0;             // global-norm clipping; <= 0 disables
+};
+
+struct TrainerOptions {
+  LossOptions loss;
+  OptimizerOptions optim;
+  double temperature = 1.0;            // the rollout's: log-probs are of softmax(logits / T)
+  bool use_rollout_logprobs = false;   // old log-probs = the engine's (else recomputed)
+  double kl_coef = 0.0;                // KL as reward shaping (reinforce++ family)
+  KlType kl_type = KlType::k1;        // slime's --kl-loss-type default, also for kl_coef
+  double gamma = 1.0;
+  bool normalize_advantages = false;
+  int64_t global_batch_size = 0;       // samples per optimiser step; 0 = the whole batch
+  int64_t micro_batch_size = 1;        // samples per micro-batch (when max_tokens_per_micro_batch == 0)
+  int64_t max_tokens_per_micro_batch = 0;  // dynamic micro-batching by a token budget
+};
+
+// One rollout's train data (rl.rollout.train_data.convert): per sample, the token ids
+// (prompt + response), the response length, the reward for the loss, the loss mask
+// over the response, and optionally the engine's log-probs of the response.
+struct TrainBatch {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<int64_t> response_lengths;
+  std::vector<double> rewards;
+  std::vector<std::vector<float>> loss_masks;
+  std::vector<std::vector<float>> rollout_log_probs;  // empty, or one per sample
+};
+
+using Metrics = std::map<std::string, double>;
+
+class Trainer {
+ public:
+  // ref may be null (needed for use_kl_loss or kl_coef != 0). The policy's
+  // parameters are trained in place.
+  Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts);
+
+  // Trains on the batch: ceil(n / global_batch_size) optimiser steps. Returns
+  // the train/ metrics of the last step plus perf/ (averaged over steps where
+  // slime reports per step: see docs/trainer.md), and train/step.
+  Metrics train(const TrainBatch& batch);
+  // Throws std::invalid_argument naming the first bad field (train() calls it too).
+  void validate(const TrainBatch& batch) const;
+
+  // Log-probs of each sample's response tokens under the current policy (no grad):
+  // [B] vectors, for engine/trainer agreement checks.
+  std::vector<std::vector<float>> response_logprobs(const TrainBatch& batch);
+
+  nn::Transformer& policy() { return *policy_; }
+  const std::shared_ptr<nn::Transformer>& policy_ptr() const { return policy_; }
+  int64_t step() const { return step_; }
+  double current_lr() const;
+  torch::optim::AdamW& optimizer() { return *optim_; }
+  const TrainerOptions& options() const { return opts_; }
+  void set_step(int64_t s);  // after loading a checkpoint
+
+ private:
+  struct Packed;  // a micro-batch as padded tensors
+  Packed pack(const TrainBatch& b, const std::vector<int64_t>& idx) const;
+  std::vector<std::vector<int64_t>> micro_batches(const TrainBatch& b, const std::vector<int64_t>& idx) const;
+  torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
+  Metrics optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx);
+  double lr_at(int64_t step) const;
+
+  std::shared_ptr<nn::Transformer> policy_, ref_;
+  TrainerOptions opts_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optim_;
+  int64_t step_ = 0;
+};
+
+}  // namespace rl::trainer

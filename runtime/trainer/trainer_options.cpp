@@ -1,0 +1,131 @@
+// TrainerOptions from a JSON object with slime's option names (snake_case of its
+// flags): every key is known or the error names it with the closest known one.
+#include "trainer/trainer_options.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace rl::trainer {
+
+namespace {
+
+using nlohmann::json;
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+double num(const json& v, const std::string& key) {
+  if (!v.is_number()) throw std::invalid_argument("trainer option '" + key + "': number expected, got " + v.dump());
+  return v.get<double>();
+}
+int64_t integer(const json& v, const std::string& key) {
+  const double d = num(v, key);
+  if (d != static_cast<double>(static_cast<int64_t>(d)))
+    throw std::invalid_argument("trainer option '" + key + "': integer expected, got " + v.dump());
+  return static_cast<int64_t>(d);
+}
+bool boolean(const json& v, const std::string& key) {
+  if (!v.is_boolean()) throw std::invalid_argument("trainer option '" + key + "': true/false expected, got " + v.dump());
+  return v.get<bool>();
+}
+std::string str(const json& v, const std::string& key) {
+  if (!v.is_string()) throw std::invalid_argument("trainer option '" + key + "': string expected, got " + v.dump());
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+TrainerOptions trainer_options_from_json(const json& j) {
+  TrainerOptions o;
+  if (j.is_null()) return o;
+  if (!j.is_object()) throw std::invalid_argument("trainer options: a JSON object expected");
+  auto& l = o.loss;
+  auto& op = o.optim;
+  const std::vector<std::pair<std::string, std::function<void(const json&, const std::string&)>>> setters = {
+      {"advantage_estimator", [&](const json& v, const std::string& k) { l.estimator = parse_estimator(str(v, k)); }},
+      {"eps_clip", [&](const json& v, const std::string& k) { l.eps_clip = num(v, k); }},
+      {"eps_clip_high", [&](const json& v, const std::string& k) { l.eps_clip_high = num(v, k); }},
+      {"eps_clip_c", [&](const json& v, const std::string& k) { l.eps_clip_c = num(v, k); }},
+      {"entropy_coef", [&](const json& v, const std::string& k) { l.entropy_coef = num(v, k); }},
+      {"use_kl_loss", [&](const json& v, const std::string& k) { l.use_kl_loss = boolean(v, k); }},
+      {"kl_loss_coef", [&](const json& v, const std::string& k) { l.kl_loss_coef = num(v, k); }},
+      {"kl_loss_type", [&](const json& v, const std::string& k) {
+         l.kl_loss_type = parse_kl_type(str(v, k));
+         o.kl_type = l.kl_loss_type;
+       }},
+      {"use_unbiased_kl", [&](const json& v, const std::string& k) { l.use_unbiased_kl = boolean(v, k); }},
+      {"use_tis", [&](const json& v, const std::string& k) { l.use_tis = boolean(v, k); }},
+      {"tis_mode", [&](const json& v, const std::string& k) {
+         l.tis_mode = str(v, k);
+         if (l.tis_mode != "clamp" && l.tis_mode != "icepop")
+           throw std::invalid_argument("trainer option 'tis_mode': clamp or icepop expected, got '" + l.tis_mode + "'");
+       }},
+      {"tis_clip_low", [&](const json& v, const std::string& k) { l.tis_clip_low = num(v, k); }},
+      {"tis_clip", [&](const json& v, const std::string& k) { l.tis_clip = num(v, k); }},
+      {"calculate_per_token_loss", [&](const json& v, const std::string& k) {
+         l.aggregation = boolean(v, k) ? Aggregation::token_mean : Aggregation::sample_mean;
+       }},
+      {"loss_type", [&](const json& v, const std::string& k) {
+         const auto t = str(v, k);
+         if (t != "policy_loss" && t != "sft_loss")
+           throw std::invalid_argument("trainer option 'loss_type': policy_loss or sft_loss expected, got '" + t + "'");
+         l.sft = t == "sft_loss";
+       }},
+      {"lr", [&](const json& v, const std::string& k) { op.lr = num(v, k); }},
+      {"min_lr", [&](const json& v, const std::string& k) { op.min_lr = num(v, k); }},
+      {"adam_beta1", [&](const json& v, const std::string& k) { op.beta1 = num(v, k); }},
+      {"adam_beta2", [&](const json& v, const std::string& k) { op.beta2 = num(v, k); }},
+      {"adam_eps", [&](const json& v, const std::string& k) { op.eps = num(v, k); }},
+      {"weight_decay", [&](const json& v, const std::string& k) { op.weight_decay = num(v, k); }},
+      {"lr_decay_style", [&](const json& v, const std::string& k) {
+         op.schedule = str(v, k);
+         if (op.schedule != "constant" && op.schedule != "linear" && op.schedule != "cosine")
+           throw std::invalid_argument("trainer option 'lr_decay_style': constant, linear or cosine expected, got '" +
+                                       op.schedule + "'");
+       }},
+      {"lr_warmup_iters", [&](const json& v, const std::string& k) { op.warmup_steps = integer(v, k); }},
+      {"lr_decay_iters", [&](const json& v, const std::string& k) { op.total_steps = integer(v, k); }},
+      {"clip_grad", [&](const json& v, const std::string& k) { op.clip_grad = num(v, k); }},
+      {"rollout_temperature", [&](const json& v, const std::string& k) { o.temperature = num(v, k); }},
+      {"use_rollout_logprobs", [&](const json& v, const std::string& k) { o.use_rollout_logprobs = boolean(v, k); }},
+      {"kl_coef", [&](const json& v, const std::string& k) { o.kl_coef = num(v, k); }},
+      {"gamma", [&](const json& v, const std::string& k) { o.gamma = num(v, k); }},
+      {"normalize_advantages", [&](const json& v, const std::string& k) { o.normalize_advantages = boolean(v, k); }},
+      {"global_batch_size", [&](const json& v, const std::string& k) { o.global_batch_size = integer(v, k); }},
+      {"micro_batch_size", [&](const json& v, const std::string& k) { o.micro_batch_size = integer(v, k); }},
+      {"max_tokens_per_gpu", [&](const json& v, const std::string& k) { o.max_tokens_per_micro_batch = integer(v, k); }},
+  };
+  for (const auto& [key, value] : j.items()) {
+    auto it = std::find_if(setters.begin(), setters.end(), [&](const auto& s) { return s.first == key; });
+    if (it == setters.end()) {
+      std::string best;
+      size_t best_d = 4;
+      for (const auto& s : setters) {
+        const size_t d = edit_distance(key, s.first);
+        if (d < best_d) best_d = d, best = s.first;
+      }
+      throw std::invalid_argument("unknown trainer option '" + key + "'" +
+                                  (best.empty() ? std::string() : "; did you mean '" + best + "'?"));
+    }
+    it->second(value, key);
+  }
+  if (l.eps_clip_c && *l.eps_clip_c <= 1.0)
+    throw std::invalid_argument("trainer option 'eps_clip_c': must be > 1 (dual-clip bound), got " +
+                                std::to_string(*l.eps_clip_c));
+  if (o.loss.estimator == Estimator::reinforce_plus_plus || o.loss.estimator == Estimator::reinforce_plus_plus_baseline)
+    o.normalize_advantages = j.value("normalize_advantages", true);
+  return o;
+}
+
+}  // namespace rl::trainer

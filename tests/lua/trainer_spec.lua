@@ -1,0 +1,149 @@
+-- rl.trainer on real parts: a tiny random model learns (SFT loss falls, GRPO
+-- moves log-probs the way the advantages say), the engine and the trainer agree
+-- on log-probs of the engine's own samples (≤ 1e-5, fp32), and weights handed to
+-- an in-process engine change what it computes to exactly the trainer's numbers.
+local rl = require "rl"
+
+local STORIES = shared_data("models/stories260K")
+local TINY = {
+  architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
+  intermediate_size = 48, num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2,
+  max_position_embeddings = 64, rms_norm_eps = 1e-6,
+}
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  return d
+end
+
+local function batch_of(seqs, resp_len, rewards)
+  local b = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {} }
+  for i, s in ipairs(seqs) do
+    b.tokens[i], b.response_lengths[i], b.rewards[i] = s, resp_len, rewards[i]
+    local m = {}
+    for j = 1, resp_len do m[j] = 1 end
+    b.loss_masks[i] = m
+  end
+  return b
+end
+
+local function mean(t)
+  local s = 0
+  for _, v in ipairs(t) do s = s + v end
+  return s / #t
+end
+
+describe("rl.trainer", function()
+  it("lowers the SFT loss of a tiny model", function()
+    local dir = assert(rl.model.init { config = TINY, seed = 3, dir = tmpdir() })
+    local tr = rl.trainer.new { model = dir, loss = { loss_type = "sft_loss" },
+                                optimizer = { lr = 1e-2, clip_grad = 1.0 }, micro_batch_size = 2 }
+    local b = batch_of({ { 5, 6, 7, 8, 9, 10 }, { 11, 12, 13, 14, 15, 16 }, { 5, 6, 7, 20, 21, 22 } }, 3, { 0, 0, 0 })
+    local first, last
+    for i = 1, 12 do
+      local m = assert(tr:train(b))
+      if i == 1 then first = m["train/loss"] end
+      last = m["train/loss"]
+      eq(m["train/num_microbatches"], 2)
+      ok(m["train/grad_norm"] > 0)
+    end
+    ok(last < first * 0.7, ("sft loss %g -> %g"):format(first, last))
+    eq(tr:step(), 12)
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 120 })
+
+  it("GRPO raises the log-probs of rewarded responses and lowers the others", function()
+    local dir = assert(rl.model.init { config = TINY, seed = 5, dir = tmpdir() })
+    local tr = rl.trainer.new { model = dir, loss = { advantage_estimator = "grpo" },
+                                optimizer = { lr = 5e-3 }, micro_batch_size = 4 }
+    local b = batch_of({ { 1, 2, 3, 40, 41, 42 }, { 1, 2, 3, 50, 51, 52 } }, 3, { 1, -1 })
+    local before = tr:logprobs(b)
+    for _ = 1, 3 do
+      local m = assert(tr:train(b))
+      ok(m["train/pg_clipfrac"] ~= nil and m["train/ppo_kl"] ~= nil, "slime's metric names")
+    end
+    local after = tr:logprobs(b)
+    ok(mean(after[1]) > mean(before[1]), "rewarded response became likelier")
+    ok(mean(after[2]) < mean(before[2]), "penalised response became less likely")
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 120 })
+
+  it("agrees with the engine on log-probs and hands it new weights in memory", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4 }
+    local b = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {}, rollout_log_probs = {} }
+    for i = 1, 4 do
+      local out = assert(eng:generate { input_ids = { 1, 403 + i }, return_logprob = true,
+        sampling_params = { temperature = 1.0, max_new_tokens = 12, sampling_seed = i, ignore_eos = true } })
+      local toks, lps = { 1, 403 + i }, {}
+      for j, it in ipairs(out.meta_info.output_token_logprobs) do toks[#toks + 1] = it[2]; lps[j] = it[1] end
+      b.tokens[i], b.response_lengths[i], b.rewards[i] = toks, #lps, (i % 2 == 0) and 1 or -1
+      b.rollout_log_probs[i] = lps
+      local m = {}
+      for j = 1, #lps do m[j] = 1 end
+      b.loss_masks[i] = m
+    end
+    local mine = tr:logprobs(b)
+    local worst = 0
+    for i = 1, 4 do
+      for j, lp in ipairs(b.rollout_log_probs[i]) do worst = math.max(worst, math.abs(lp - mine[i][j])) end
+    end
+    ok(worst <= 1e-5, "engine vs trainer log-prob diff " .. worst)
+    print(("engine vs trainer max |logp diff| %.3g over %d tokens"):format(worst, 48))
+    local m = assert(tr:train(b))
+    ok(m["train/train_rollout_logprob_abs_diff"] <= 1e-5, m["train/train_rollout_logprob_abs_diff"])
+    -- the engine now computes with the trained weights: its log-probs of the same
+    -- tokens equal the trainer's new ones
+    local s = assert(tr:sync(eng))
+    eq(s.weight_version, "1")
+    eq(eng:stats().weight_version, "1")
+    local after = tr:logprobs(b)
+    local out = assert(eng:generate { input_ids = b.tokens[1], return_logprob = true,
+      sampling_params = { temperature = 1.0, max_new_tokens = 1, sampling_seed = 1 } })
+    local changed, agree = 0, 0
+    for j = 1, #after[1] do changed = math.max(changed, math.abs(after[1][j] - mine[1][j])) end
+    ok(changed > 1e-4, "training moved the weights (" .. changed .. ")")
+    -- one more token generated after the full sequence: compare its log-prob with the trainer's
+    local next_tok = out.meta_info.output_token_logprobs[1]
+    local ext = { tokens = { b.tokens[1] }, response_lengths = { #b.tokens[1] - 1 }, rewards = { 0 }, loss_masks = { {} } }
+    ext.tokens[1] = {}
+    for j, t in ipairs(b.tokens[1]) do ext.tokens[1][j] = t end
+    ext.tokens[1][#ext.tokens[1] + 1] = next_tok[2]
+    ext.response_lengths[1] = 1
+    ext.loss_masks[1] = { 1 }
+    agree = math.abs(tr:logprobs(ext)[1][1] - next_tok[1])
+    ok(agree <= 1e-5, "synced engine vs trainer " .. agree)
+    eng:stop()
+    -- a process engine gets the weights through a safetensors directory
+    local peng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
+    local ps = assert(tr:sync(peng))
+    eq(ps.weight_version, "1")
+    local pout = assert(peng:generate { input_ids = b.tokens[1], return_logprob = true,
+      sampling_params = { temperature = 1.0, max_new_tokens = 1, sampling_seed = 1 } })
+    local pt = pout.meta_info.output_token_logprobs[1]
+    ext.tokens[1][#ext.tokens[1]] = pt[2]
+    local pagree = math.abs(tr:logprobs(ext)[1][1] - pt[1])
+    ok(pagree <= 1e-5, "process engine after sync vs trainer " .. pagree)
+    peng:stop()
+  end, { timeout = 180 })
+
+  it("names bad options and bad batches", function()
+    raises(function() rl.trainer.new { model = STORIES, loss = { eps_clp = 0.2 } } end, "did you mean 'eps_clip'")
+    raises(function() rl.trainer.new { model = STORIES, loss = { eps_clip_c = 0.5 } } end, "must be > 1")
+    raises(function() rl.trainer.new { model = STORIES, loss = { use_kl_loss = true, kl_loss_coef = 0.1 } } end,
+      "reference model")
+    raises(function() rl.trainer.new { model = STORIES, optimizer = { lr_decay_style = "cos" } } end,
+      "constant, linear or cosine")
+    raises(function() rl.trainer.new {} end, "opts.model is required")
+    local tr = rl.trainer.new { model = STORIES }
+    local _, err = pcall(tr.train, tr, { tokens = { { 1, 2, 3 } }, response_lengths = { 5 }, rewards = { 1 },
+                                         loss_masks = { { 1 } } })
+    ok(tostring(err):find("response_lengths[1]", 1, true), err)
+    _, err = pcall(tr.train, tr, { tokens = { { 1, 2, 99999 } }, response_lengths = { 1 }, rewards = { 1 },
+                                   loss_masks = { { 1 } } })
+    ok(tostring(err):find("outside the vocabulary", 1, true), err)
+    _, err = pcall(tr.train, tr, { tokens = { { 1, "x" } } })
+    ok(tostring(err):find("batch.tokens[1][2] is not a number", 1, true), err)
+  end, { timeout = 60 })
+end)
