@@ -1,0 +1,61 @@
+---@meta
+-- LuaLS type stubs for rl.trainer (lua/rl/trainer.lua over librlhost_torch.so). See docs/trainer.md.
+
+---@class rl.trainer.Batch
+---@field tokens integer[][] prompt + response ids per sample
+---@field response_lengths integer[]
+---@field rewards number[] normalised rewards (the advantage source)
+---@field loss_masks number[][] one 0/1 per response token
+---@field rollout_log_probs? number[][] the engine's log-probs of the response
+
+---@class rl.trainer.Options
+---@field model string|rl.model.Model
+---@field ref? string|rl.model.Model|boolean
+---@field loss? table advantage_estimator, eps_clip, eps_clip_high, eps_clip_c, entropy_coef, use_kl_loss, kl_loss_coef, kl_loss_type, use_unbiased_kl, use_tis, tis_mode, tis_clip_low, tis_clip, calculate_per_token_loss, loss_type
+---@field optimizer? table lr, min_lr, adam_beta1, adam_beta2, adam_eps, weight_decay, lr_decay_style, lr_warmup_iters, lr_decay_iters, clip_grad
+---@field dtype? string
+---@field global_batch_size? integer
+---@field micro_batch_size? integer
+---@field max_tokens_per_gpu? integer
+---@field rollout_temperature? number
+---@field use_rollout_logprobs? boolean
+---@field kl_coef? number
+---@field gamma? number
+---@field normalize_advantages? boolean
+
+---@class rl.trainer.Trainer
+---@field model rl.model.Model
+---@field ref? rl.model.Model
+local Trainer = {}
+
+--- Optimiser steps over the batch (waits in the task) → metrics of the last step, or nil, err.
+---@param batch rl.trainer.Batch
+---@return table<string, number>|nil
+---@return string|nil err
+function Trainer:train(batch) end
+
+---@param batch rl.trainer.Batch
+---@return number[][]
+function Trainer:logprobs(batch) end
+
+--- Weights to engines (in memory for thread-mode engines, safetensors on tmpfs otherwise).
+---@param engines table|table[]
+---@param version? string|integer default: the step
+---@return {seconds: number, weight_version: string}|nil
+---@return string|nil err
+function Trainer:sync(engines, version) end
+
+---@return integer
+function Trainer:step() end
+---@return number
+function Trainer:lr() end
+---@return boolean|nil
+---@return string|nil err
+function Trainer:save_model(dir, opts) end
+
+---@class rl.trainer
+rl.trainer = {}
+
+---@param opts rl.trainer.Options
+---@return rl.trainer.Trainer
+function rl.trainer.new(opts) end
