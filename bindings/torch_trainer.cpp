@@ -171,7 +171,11 @@ int l_train(lua_State* L) {
   return start_job(L, box, [t, batch] {
     json out = json::object();
     for (const auto& [k, v] : t->train(*batch)) out[k] = v;
-    return out;
+    json samples = json::array();
+    for (const auto& st : t->sample_stats())
+      samples.push_back({{"advantage", st.advantage}, {"loss_weight", st.loss_weight},
+                         {"clipped_frac", st.clipped_frac}, {"logp_mean", st.logp_mean}, {"step", st.step}});
+    return json{{"metrics", out}, {"samples", samples}};
   });
 }
 

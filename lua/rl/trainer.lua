@@ -71,11 +71,27 @@ end
 
 --- Trains on a batch (rl.rollout.train_data.convert's: tokens, response_lengths,
 --- rewards, loss_masks, rollout_log_probs?) — ceil(size / global_batch_size)
---- optimiser steps. Returns the metrics of the last step, or nil, err (a bad
---- batch raises naming the field).
+--- optimiser steps. Returns the metrics of the last step and per-sample stats
+--- ({advantage, loss_weight, clipped_frac, logp_mean, step} in batch order), or
+--- nil, err (a bad batch raises naming the field). With batch.samples, each sample's
+--- trace gets an actor_train event with those stats.
 function Trainer:train(batch)
   task.need_task("rl.trainer.Trainer:train")
-  return await(self._h:train(batch), "rl.trainer.Trainer:train")
+  local r, err = await(self._h:train(batch), "rl.trainer.Trainer:train")
+  if not r then return nil, err end
+  -- The trainer's part of each sample's trace (batch.samples: the sample objects,
+  -- as rl.rollout.train_data.convert puts them): an actor_train event.
+  if type(batch.samples) == "table" then
+    local trace = require "rl.trace"
+    for i, st in ipairs(r.samples) do
+      local s = batch.samples[i]
+      if s then
+        trace.event(s, "actor_train", { train_step = st.step, advantage = st.advantage, loss_weight = st.loss_weight,
+                                        clipped_token_frac = st.clipped_frac, logp_mean = st.logp_mean })
+      end
+    end
+  end
+  return r.metrics, r.samples
 end
 
 --- Log-probs of each sample's response tokens under the current weights.

@@ -210,6 +210,7 @@ LossResult policy_loss(const LossOptions& o, const LossInputs& in) {
   torch::Tensor loss = pg_loss;
   r.metrics["pg_loss"] = pg_loss.detach();
   r.metrics["pg_clipfrac"] = red(clipfrac).detach();
+  r.clipped = clipfrac.detach();
   r.metrics["ppo_kl"] = red(ppo_kl.detach()).detach();
 
   if (in.entropy.defined()) {

@@ -96,6 +96,9 @@ struct LossResult {
   // kl_loss, tis, tis_clipfrac, tis_abs, ois, train_rollout_logprob_abs_diff — the ones that apply,
   // each reduced like the loss (so micro-batch metrics sum to the step's).
   std::map<std::string, torch::Tensor> metrics;
+  // [B, T] 1 where the token's ratio was clipped (policy loss), detached; undefined for SFT.
+  // Per-sample views of the step for traces.
+  torch::Tensor clipped;
 };
 
 // Reduction of a [B, T] per-token quantity: sample_mean Σ_i Σ_t x·m / max(D_i, 1) / divisor

@@ -171,11 +171,12 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   struct Prepared {
     Packed p;
     torch::Tensor old_logp, ref_logp, adv;
+    std::vector<int64_t> rows;  // batch indices of the micro-batch's samples
   };
   std::vector<Prepared> prep;
   const bool need_ref = ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0);
   for (const auto& mb : mbs) {
-    Prepared x{pack(b, mb), {}, {}, {}};
+    Prepared x{pack(b, mb), {}, {}, {}, mb};
     torch::NoGradGuard ng;
     if (opts_.use_rollout_logprobs) {
       if (!x.p.rollout_logp.defined())
@@ -231,6 +232,7 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     li.divisor = divisor;
     auto res = policy_loss(opts_.loss, li);
     res.loss.backward();
+    record_sample_stats(x.p, x.adv, logp.detach(), res.clipped, divisor, token_mean, x.rows);
     for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
   }
   double grad_norm = 0;
@@ -280,9 +282,29 @@ void Trainer::validate(const TrainBatch& b) const {
   }
 }
 
+void Trainer::record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
+                                  const torch::Tensor& clipped, double divisor, bool token_mean,
+                                  const std::vector<int64_t>& rows) {
+  const auto m = p.mask;
+  const auto msum = m.sum(1).clamp_min(1.0);
+  const auto a = ((adv * m).sum(1) / msum).contiguous();
+  const auto lp = ((logp * m).sum(1) / msum).contiguous();
+  const auto c = clipped.defined() ? ((clipped * m).sum(1) / msum).contiguous() : torch::zeros_like(a);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    SampleStats st;
+    st.advantage = a[r].item<double>();
+    st.logp_mean = lp[r].item<double>();
+    st.clipped_frac = c[r].item<double>();
+    st.loss_weight = token_mean ? msum[r].item<double>() / divisor : 1.0 / divisor;
+    st.step = step_ + 1;
+    sample_stats_[rows[r]] = st;
+  }
+}
+
 Metrics Trainer::train(const TrainBatch& b) {
   validate(b);
   const int64_t n = static_cast<int64_t>(b.tokens.size());
+  sample_stats_.assign(static_cast<size_t>(n), SampleStats{});
   const int64_t gbs = opts_.global_batch_size > 0 ? opts_.global_batch_size : n;
   const auto t0 = std::chrono::steady_clock::now();
   Metrics last;

@@ -55,6 +55,15 @@ struct TrainBatch {
 
 using Metrics = std::map<std::string, double>;
 
+// The trainer's view of one sample in its last optimiser step (for the sample's trace).
+struct SampleStats {
+  double advantage = 0;      // mean advantage over the loss mask
+  double loss_weight = 0;    // the sample's share of the step's loss normaliser
+  double clipped_frac = 0;   // fraction of its masked tokens whose ratio was clipped
+  double logp_mean = 0;      // mean log-prob of its response tokens before the update
+  int64_t step = 0;          // the optimiser step (1-based) that used it
+};
+
 class Trainer {
  public:
   // ref may be null (needed for use_kl_loss or kl_coef != 0). The policy's
@@ -65,6 +74,8 @@ class Trainer {
   // the train/ metrics of the last step plus perf/ (averaged over steps where
   // slime reports per step: see docs/trainer.md), and train/step.
   Metrics train(const TrainBatch& batch);
+  // Per sample of the last train() call, in batch order.
+  const std::vector<SampleStats>& sample_stats() const { return sample_stats_; }
   // Throws std::invalid_argument naming the first bad field (train() calls it too).
   void validate(const TrainBatch& batch) const;
 
@@ -87,12 +98,16 @@ class Trainer {
   torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
   Metrics optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx);
   double lr_at(int64_t step) const;
+  void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
+                           const torch::Tensor& clipped, double divisor, bool token_mean,
+                           const std::vector<int64_t>& rows);
 
   std::shared_ptr<nn::Transformer> policy_, ref_;
   TrainerOptions opts_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
   int64_t step_ = 0;
+  std::vector<SampleStats> sample_stats_;
 };
 
 }  // namespace rl::trainer

@@ -128,6 +128,39 @@ describe("rl.trainer", function()
     peng:stop()
   end, { timeout = 180 })
 
+  it("one GRPO step end to end: rollout, train, trace, sync", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    local tok = assert(rl.tokenizer.load(STORIES))
+    local path = os.tmpname() .. ".jsonl"
+    local f = assert(io.open(path, "w"))
+    for _, p in ipairs { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red" } do
+      f:write(rl.json.encode { input = p, label = "x" }, "\n")
+    end
+    f:close()
+    local ro = rl.rollout.new { engine = eng, tokenizer = tok, data = rl.data.load(path, { label_key = "label" }),
+      reward = function(s) return #s.response % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
+      rollout_max_response_len = 10 }
+    local groups = ro:generate_rollout(0)
+    local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-4 }, micro_batch_size = 4 }
+    local m, per_sample = assert(tr:train(batch))
+    eq(#per_sample, batch.size)
+    ok(m["train/train_rollout_logprob_abs_diff"] <= 1e-5, m["train/train_rollout_logprob_abs_diff"])
+    for i, s in ipairs(batch.samples) do
+      local ev = s.trace.events[#s.trace.events]
+      eq(ev.name, "actor_train")
+      eq(ev.attrs.train_step, 1)
+      ok(math.abs(ev.attrs.advantage - batch.rewards[i]) < 1e-6)
+      ok(math.abs(ev.attrs.loss_weight - 1 / batch.size) < 1e-12)
+      eq(ev.attrs.clipped_token_frac, 0)   -- first step: ratio 1, nothing clipped
+    end
+    assert(tr:sync(eng))
+    eq(eng:stats().weight_version, "1")
+    eng:stop()
+    os.remove(path)
+    os.remove((path:gsub("%.jsonl$", "")))
+  end, { timeout = 120 })
+
   it("names bad options and bad batches", function()
     raises(function() rl.trainer.new { model = STORIES, loss = { eps_clp = 0.2 } } end, "did you mean 'eps_clip'")
     raises(function() rl.trainer.new { model = STORIES, loss = { eps_clip_c = 0.5 } } end, "must be > 1")

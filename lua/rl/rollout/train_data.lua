@@ -12,7 +12,7 @@ local metrics = require "rl.rollout.metrics"
 local M = {}
 
 M.FIELDS = { "tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "group_indices",
-             "rollout_ids", "loss_masks", "rollout_log_probs", "total_lengths" }
+             "rollout_ids", "loss_masks", "rollout_log_probs", "total_lengths", "samples" }
 
 local function mask_of(s)
   local m = {}
@@ -76,6 +76,7 @@ function M.convert(samples, opts)
     b.raw_reward[i] = (type(md) == "table" and tonumber(md.raw_reward)) or raw[i]
     b.truncated[i] = s.status == "truncated" and 1 or 0
     b.sample_indices[i] = s.index
+    b.samples[i] = s
     b.group_indices[i] = s.group_index
     b.rollout_ids[i] = s.rollout_id
     b.loss_masks[i] = mask
