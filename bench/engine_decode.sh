@@ -6,21 +6,13 @@
 #   SHAPES="15m 42m 110m" THREADS="1 2" BATCHES=1,8,32 NEW=128 bench/engine_decode.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/bench/llama_shapes.sh"
 build="${BUILD:-$root/build}"
 shapes="${SHAPES:-15m 42m 110m}" threads_list="${THREADS:-1 2}" batches="${BATCHES:-1,8,32}" new="${NEW:-128}"
 cmake --build "$build" --target rlhost rlhost_torch bench_engine_decode >/dev/null
 out="$(mktemp)"
 for shape in $shapes; do
-  case "$shape" in
-    15m) dims="hidden_size = 288, intermediate_size = 768, num_hidden_layers = 6, num_attention_heads = 6, num_key_value_heads = 6, max_position_embeddings = 256" ;;
-    42m) dims="hidden_size = 512, intermediate_size = 1376, num_hidden_layers = 8, num_attention_heads = 8, num_key_value_heads = 8, max_position_embeddings = 1024" ;;
-    110m) dims="hidden_size = 768, intermediate_size = 2048, num_hidden_layers = 12, num_attention_heads = 12, num_key_value_heads = 12, max_position_embeddings = 1024" ;;
-    *) echo "unknown shape $shape (15m|42m|110m)" >&2; exit 2 ;;
-  esac
-  model="${TMPDIR:-/tmp}/rlhost-bench-llama$shape"
-  [ -f "$model/config.json" ] || "$build/rlhost" -e "assert(rl.model.init{dir = '$model', seed = 1, config = {
-      architectures = {'LlamaForCausalLM'}, model_type = 'llama', vocab_size = 32000, $dims,
-      rms_norm_eps = 1e-5, rope_theta = 10000.0, tie_word_embeddings = true}})"
+  model="$(bench_model "$shape" "$build")"
   bytes=$(stat -c %s "$model/model.safetensors")
   for t in $threads_list; do
     bw=$("$build/bench/bench_engine_decode" --bandwidth "$t" | sed -n 's/.*read_gb_s=//p')

@@ -87,4 +87,17 @@ void HostContext::call_dispatcher(uint64_t id, const Push* push) {
   lua_settop(L, top);
 }
 
+void post_op_text(HostContext* ctx, const std::shared_ptr<std::atomic<bool>>& alive, uint64_t op, bool ok,
+                  std::string text) {
+  ctx->loop().post([ctx, alive, op, ok, text = std::move(text)] {
+    if (!alive->load()) return;
+    ctx->deliver(op, [&](lua_State* S) {
+      if (ok) lua_pushliteral(S, "done");
+      else lua_pushliteral(S, "error");
+      lua_pushlstring(S, text.data(), text.size());
+      return 2;
+    }, true);
+  });
+}
+
 }  // namespace rl::lua

@@ -9,8 +9,10 @@
 
 #include <lua.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -59,5 +61,10 @@ class HostContext {
   uint64_t next_op_ = 1;
   std::unordered_map<uint64_t, std::function<void()>> ops_;
 };
+
+// From any thread: completes `op` on the loop thread with ("done", text) or
+// ("error", text) — unless `alive` went false meanwhile (the owner was stopped).
+void post_op_text(HostContext* ctx, const std::shared_ptr<std::atomic<bool>>& alive, uint64_t op, bool ok,
+                  std::string text);
 
 }  // namespace rl::lua

@@ -97,20 +97,6 @@ int64_t opt_int(lua_State* L, int t, const char* key, int64_t dflt, int64_t lo) 
   return v.value_or(dflt);
 }
 
-// Delivers ("done", text) or ("error", text) for `op` on the loop thread.
-void post_result(HostContext* ctx, const std::shared_ptr<std::atomic<bool>>& alive, uint64_t op, bool ok,
-                 std::string text) {
-  ctx->loop().post([ctx, alive, op, ok, text = std::move(text)] {
-    if (!alive->load()) return;
-    ctx->deliver(op, [&](lua_State* S) {
-      if (ok) lua_pushliteral(S, "done");
-      else lua_pushliteral(S, "error");
-      lua_pushlstring(S, text.data(), text.size());
-      return 2;
-    }, true);
-  });
-}
-
 // start(opts) -> handle | nil, err
 int l_start(lua_State* L) {
   arg::table(L, 1, "opts");
@@ -275,9 +261,9 @@ int l_control(lua_State* L) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread t([c, alive, op, done, fn = std::move(fn)] {
     try {
-      post_result(c, alive, op, true, fn().dump());
+      post_op_text(c, alive, op, true, fn().dump());
     } catch (const std::exception& e) {
-      post_result(c, alive, op, false, e.what());
+      post_op_text(c, alive, op, false, e.what());
     }
     done->store(true);
   });

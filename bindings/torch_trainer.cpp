@@ -128,15 +128,7 @@ int start_job(lua_State* L, TrainerBox& box, std::function<json()> fn) {
       text = e.what();
     }
     busy->store(false);
-    c->loop().post([c, alive, op, ok, text = std::move(text)] {
-      if (!alive->load()) return;
-      c->deliver(op, [&](lua_State* S) {
-        if (ok) lua_pushliteral(S, "done");
-        else lua_pushliteral(S, "error");
-        lua_pushlstring(S, text.data(), text.size());
-        return 2;
-      }, true);
-    });
+    post_op_text(c, alive, op, ok, std::move(text));
   });
   lua_pushnumber(L, static_cast<lua_Number>(op));
   return 1;
