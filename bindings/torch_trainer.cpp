@@ -8,6 +8,9 @@
 //   handle:sync(engine, version|nil) -> op ("done", json)   in-memory weights to a thread-mode engine
 //   handle:response_logprobs(batch) -> {{...}, ...}
 //   handle:step(), handle:lr()
+//   handle:save(root, iteration|nil, meta_json) -> op ("done", {path, iteration, files, seconds})
+//   handle:load(dir, weights) -> op ("done", trainer_state.json)
+//   _trainer.checkpoint_resolve(path) -> dir, trainer_state_json | nil, err
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -22,6 +25,7 @@
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "engine/engine_weights.hpp"
+#include "trainer/checkpoint.hpp"
 #include "trainer/trainer.hpp"
 #include "trainer/trainer_options.hpp"
 
@@ -110,7 +114,7 @@ trainer::TrainBatch batch_arg(lua_State* L, int idx) {
 
 // Runs fn on the trainer's helper thread; its JSON result completes the op.
 int start_job(lua_State* L, TrainerBox& box, std::function<json()> fn) {
-  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync call");
+  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
   box.join();
   HostContext& ctx = HostContext::get(L);
   const uint64_t op = ctx.new_op();
@@ -188,7 +192,7 @@ int l_sync(lua_State* L) {
 
 int l_response_logprobs(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
-  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync call");
+  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
   auto batch = batch_arg(L, 2);
   box.trainer->validate(batch);
   auto lps = box.trainer->response_logprobs(batch);
@@ -202,6 +206,61 @@ int l_response_logprobs(lua_State* L) {
     lua_rawseti(L, -2, static_cast<int>(i + 1));
   }
   return 1;
+}
+
+json json_arg(lua_State* L, int idx, const char* name) {
+  const std::string text(arg::opt_string(L, idx, name).value_or("{}"));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw ArgError(idx, name, "a JSON object expected");
+  return j;
+}
+
+// save(root, iteration|nil, meta_json): meta = {options, extra, sources, weight_version, tokenizer_dir}
+int l_save(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  const std::string root(arg::string(L, 2, "dir"));
+  const auto iteration = arg::opt_integer(L, 3, "iteration");
+  if (iteration && *iteration < 0) throw ArgError(3, "iteration", "a non-negative integer expected");
+  const json meta = json_arg(L, 4, "meta");
+  trainer::SaveRequest req;
+  req.iteration = iteration.value_or(-1);
+  req.options = meta.value("options", json::object());
+  req.extra = meta.value("extra", json::object());
+  req.sources = meta.value("sources", json::object());
+  req.weight_version = meta.value("weight_version", std::string());
+  req.tokenizer_dir = meta.value("tokenizer_dir", std::string());
+  auto t = box.trainer;
+  return start_job(L, box, [t, root, req = std::move(req)] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = trainer::save_checkpoint(*t, root, req);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return json{{"path", r.dir.string()}, {"iteration", r.iteration}, {"files", r.files}, {"seconds", dt}};
+  });
+}
+
+// load(dir, weights=true): dir as checkpoint_resolve returned it
+int l_load(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  const std::string dir(arg::string(L, 2, "dir"));
+  const bool weights = lua_isnoneornil(L, 3) || lua_toboolean(L, 3);
+  auto t = box.trainer;
+  return start_job(L, box, [t, dir, weights] { return trainer::load_checkpoint(*t, dir, weights); });
+}
+
+// checkpoint_resolve(path) -> dir, trainer_state_json | nil, err (only small files are read)
+int l_resolve(lua_State* L) {
+  const std::string path(arg::string(L, 1, "path"));
+  std::string dir, state;
+  try {
+    const auto d = trainer::resolve_checkpoint(path);
+    state = trainer::read_trainer_state(d).dump();
+    dir = d.string();
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+  lua_pushlstring(L, dir.data(), dir.size());
+  lua_pushlstring(L, state.data(), state.size());
+  return 2;
 }
 
 int l_step(lua_State* L) {
@@ -225,9 +284,10 @@ void open_trainer(lua_State* L, int t) {
   static const Reg methods[] = {
       {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"response_logprobs", entry<l_response_logprobs>},
       {"step", entry<l_step>},   {"lr", entry<l_lr>},
+      {"save", entry<l_save>},   {"load", entry<l_load>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<l_gc>);
-  static const Reg regs[] = {{"trainer_new", entry<l_new>}};
+  static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>}};
   register_functions(L, t, "rl.trainer.", regs);
 }
 

@@ -22,8 +22,10 @@ function Model:__tostring()
     self:num_parameters() / 1e6)
 end
 
-local function wrap(h)
-  return setmetatable({ _h = h, config = json.decode(h:config_json()) }, Model)
+-- path: where the model was loaded from (rl.trainer copies tokenizer files from it
+-- into checkpoints).
+local function wrap(h, path)
+  return setmetatable({ _h = h, config = json.decode(h:config_json()), path = path }, Model)
 end
 
 --- Loads a model directory (config.json + safetensors, sharded or not) or a .gguf file.
@@ -35,7 +37,7 @@ function M.load(path, opts)
   end
   local h, err = native.model_load(path, opts)
   if not h then return nil, err end
-  return wrap(h)
+  return wrap(h, path)
 end
 
 local function read_file(path)

@@ -8,8 +8,10 @@
 --   local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })
 --   local metrics = assert(tr:train(batch))      -- train/loss, train/pg_clipfrac, perf/step_time, ...
 --   tr:sync(engine)                              -- new weights to the engines
+--   tr:save("/ckpt", { extra = { data = ds:state() } })   -- /ckpt/iter_0000001 + latest pointer
+--   local tr2, extra = rl.trainer.load("/ckpt")            -- resume: weights, AdamW, step, RNG
 --
--- train and sync run on a helper thread: the calling task waits, everything
+-- train, sync, save and load run on a helper thread: the calling task waits, everything
 -- else (servers, other tasks, the REPL) keeps running. Options use slime's names
 -- (docs/trainer.md); an unknown one raises naming the closest known option.
 local json = require "rl.json"
@@ -59,8 +61,12 @@ function M.new(opts)
     if not RESERVED[k] then flat[k] = v end
   end
   local h = native().trainer_new(model._h, ref and ref._h, json.encode(flat))
-  return setmetatable({ _h = h, model = model, ref = ref, options = flat, model_dir = type(opts.model) == "string"
-    and opts.model or nil }, Trainer)
+  -- Where the weights came from: checkpoints copy tokenizer files from model_dir and
+  -- record ref_dir so that a resumed run gets the same reference model.
+  local model_dir = type(opts.model) == "string" and opts.model or model.path
+  local ref_dir = (opts.ref == true and model_dir) or (type(opts.ref) == "string" and opts.ref) or (ref and ref.path)
+  return setmetatable({ _h = h, model = model, ref = ref, options = flat, model_dir = model_dir, ref_dir = ref_dir },
+    Trainer)
 end
 
 local function await(op, fname)
@@ -140,11 +146,118 @@ function Trainer:sync(engines, version)
     last = r
   end
   if dir then os.execute("rm -rf '" .. dir .. "'") end
+  self.weight_version = last and last.weight_version or version
   return { seconds = require("rl._core").loop.now() - t0, weight_version = last and last.weight_version or version }
 end
 
 --- Writes the policy as a Hugging Face directory (config.json + safetensors).
 function Trainer:save_model(dir, opts) return self.model:save(dir, opts) end
+
+-- ---- checkpoints (docs/trainer.md, "Checkpoints") ----------------------------------
+
+local function check_string(v, fname, what)
+  if type(v) ~= "string" or v == "" then
+    error(("%s: bad argument #1 '%s' (non-empty string expected, got %s)"):format(fname, what, type(v)), 3)
+  end
+end
+
+--- Saves a checkpoint under `dir` (slime's --save): `dir/iter_<N>/` (N = opts.iteration,
+--- default the step: config.json, model.safetensors, tokenizer files, optimizer.pt,
+--- trainer_state.json) written atomically, then `dir/latest_checkpointed_iteration.txt`
+--- = N. opts.extra: a JSON-able table stored with it (the data source's state(), the
+--- recipe's counters) that load returns. → {path, iteration, files, seconds} or nil, err.
+function Trainer:save(dir, opts)
+  local fname = "rl.trainer.Trainer:save"
+  check_string(dir, fname, "dir")
+  if opts ~= nil and type(opts) ~= "table" then error(fname .. ": bad argument #2 'opts' (table expected)", 2) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "extra" and k ~= "iteration" then
+      error(("%s: unknown option '%s' (extra, iteration)"):format(fname, tostring(k)), 2)
+    end
+  end
+  if opts.extra ~= nil and type(opts.extra) ~= "table" then error(fname .. ": opts.extra must be a table", 2) end
+  local it = opts.iteration
+  if it ~= nil and (type(it) ~= "number" or it < 0 or it ~= math.floor(it)) then
+    error(fname .. ": opts.iteration must be a non-negative integer, got " .. tostring(it), 2)
+  end
+  task.need_task(fname)
+  local okk, meta = pcall(json.encode, {
+    options = self.options, extra = opts.extra or {}, weight_version = self.weight_version,
+    sources = { model = self.model_dir, ref = self.ref_dir }, tokenizer_dir = self.model_dir,
+  })
+  if not okk then error(fname .. ": opts.extra cannot be written as JSON: " .. tostring(meta), 2) end
+  return await(self._h:save(dir, it, meta), fname)
+end
+
+local function restore(self, dir, weights, fname)
+  local st, err = await(self._h:load(dir, weights), fname)
+  if not st then return nil, err end
+  self.weight_version = st.weight_version
+  self.checkpoint = { path = dir, iteration = st.iteration, step = st.step }
+  return st.extra or {}, st
+end
+
+--- Restores a checkpoint into this trainer (same model shape): weights, AdamW
+--- state, step (so the schedule continues), generator states. `path` is a save
+--- directory (its latest iteration) or an iter_* directory. → the checkpoint's
+--- extra table and its whole trainer_state.json, or nil, err (nothing changed).
+function Trainer:load(path)
+  local fname = "rl.trainer.Trainer:load"
+  check_string(path, fname, "path")
+  task.need_task(fname)
+  local dir, st = native().checkpoint_resolve(path)
+  if not dir then return nil, st end
+  return restore(self, dir, true, fname)
+end
+
+--- A trainer resumed from a checkpoint (slime's --load): the model is the
+--- checkpoint's own (or opts.model), the options those saved, overridden by
+--- opts (same shape as rl.trainer.new's), the reference model the one it was
+--- saved with (or opts.ref; false for none). → trainer, extra or nil, err.
+function M.load(path, opts)
+  local fname = "rl.trainer.load"
+  check_string(path, fname, "path")
+  if opts ~= nil and type(opts) ~= "table" then error(fname .. ": bad argument #2 'opts' (table expected)", 2) end
+  opts = opts or {}
+  task.need_task(fname)
+  local dir, text = native().checkpoint_resolve(path)
+  if not dir then return nil, fname .. ": " .. text end
+  local st = json.decode(text)
+  local sources = type(st.sources) == "table" and st.sources or {}
+  local o = {}
+  if type(st.options) == "table" then
+    for k, v in pairs(st.options) do o[k] = v end
+  end
+  for _, sub in ipairs { opts.loss or {}, opts.optimizer or {} } do
+    for k, v in pairs(sub) do o[k] = v end
+  end
+  for k, v in pairs(opts) do
+    if not RESERVED[k] then o[k] = v end
+  end
+  local dtype = opts.dtype or st.dtype
+  local model, err = opts.model or dir, nil
+  if type(model) == "string" then
+    model, err = require("rl.model").load(model, { dtype = dtype })
+    if not model then return nil, ("%s: model %s: %s"):format(fname, tostring(opts.model or dir), err) end
+  end
+  local ref = opts.ref
+  if ref == nil or ref == true then ref = sources.ref end
+  if type(ref) == "string" then
+    local r, rerr = require("rl.model").load(ref, { dtype = dtype })
+    if not r then
+      local from = type(opts.ref) == "string" and "opts.ref" or "sources.ref in trainer_state.json"
+      return nil, ("%s: the reference model %s (%s) cannot be loaded: %s "
+        .. "(hint: pass opts.ref = <dir>, or false for none)"):format(fname, ref, from, tostring(rerr))
+    end
+    ref = r
+  end
+  o.model, o.ref, o.dtype = model, ref or nil, dtype
+  local tr = M.new(o)
+  local extra, rerr = restore(tr, dir, opts.model ~= nil, fname)
+  if extra == nil then return nil, fname .. ": " .. tostring(rerr) end
+  return tr, extra
+end
 
 function Trainer:__tostring() return ("rl.trainer(step %d, lr %g)"):format(self:step(), self:lr()) end
 

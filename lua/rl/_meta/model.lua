@@ -12,6 +12,7 @@
 
 ---@class rl.model.Model
 ---@field config table config.json as read (typed fields normalised: head_dim, num_key_value_heads, ...)
+---@field path string the directory or .gguf file it was loaded from
 local Model = {}
 
 ---@return integer

@@ -26,7 +26,17 @@
 ---@class rl.trainer.Trainer
 ---@field model rl.model.Model
 ---@field ref? rl.model.Model
+---@field model_dir? string where the model was loaded from (tokenizer files for checkpoints)
+---@field ref_dir? string where the reference model was loaded from
+---@field weight_version? string the last version handed to engines (tr:sync) or restored
+---@field checkpoint? {path: string, iteration: integer, step: integer} the checkpoint last loaded
 local Trainer = {}
+
+---@class rl.trainer.SaveResult
+---@field path string DIR/iter_<N>
+---@field iteration integer
+---@field files string[] file names in path
+---@field seconds number
 
 --- Optimiser steps over the batch (waits in the task) → metrics of the last step, or nil, err.
 ---@param batch rl.trainer.Batch
@@ -53,9 +63,33 @@ function Trainer:lr() end
 ---@return string|nil err
 function Trainer:save_model(dir, opts) end
 
+--- A checkpoint dir/iter_<N>/ (HF model + tokenizer files, optimizer.pt, trainer_state.json),
+--- written atomically, then dir/latest_checkpointed_iteration.txt = N. Waits in the task.
+---@param dir string the save directory (slime's --save)
+---@param opts? {extra?: table, iteration?: integer} extra: JSON-able recipe state; iteration: default the step
+---@return rl.trainer.SaveResult|nil
+---@return string|nil err
+function Trainer:save(dir, opts) end
+
+--- Restores a checkpoint (weights, AdamW state, step, RNG) into this trainer; nothing
+--- changes on failure. Waits in the task.
+---@param path string a save directory (its latest iteration) or an iter_* directory
+---@return table|nil extra the table given to save
+---@return table|string state_or_err trainer_state.json, or the error
+function Trainer:load(path) end
+
 ---@class rl.trainer
 rl.trainer = {}
 
 ---@param opts rl.trainer.Options
 ---@return rl.trainer.Trainer
 function rl.trainer.new(opts) end
+
+--- A trainer resumed from a checkpoint (slime's --load): its model (or opts.model, same
+--- shape), the saved options overridden by opts, the saved reference model (opts.ref;
+--- false for none). Waits in the task.
+---@param path string a save directory (its latest iteration) or an iter_* directory
+---@param opts? table as rl.trainer.new's, all optional
+---@return rl.trainer.Trainer|nil
+---@return table|string extra_or_err the table given to save, or the error
+function rl.trainer.load(path, opts) end

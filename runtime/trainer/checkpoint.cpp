@@ -1,0 +1,371 @@
+// Trainer checkpoints: the directory layout, the atomic save protocol, and the
+// checked resume (checkpoint.hpp; the format is described in docs/trainer.md).
+#include "trainer/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "base/errors.hpp"
+#include "model/checkpoint.hpp"
+#include "nn/weights.hpp"
+#include "trainer/checkpoint_state.hpp"
+
+namespace rl::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kFormatName = "rlhost-trainer-checkpoint";
+constexpr int kFormatVersion = 1;
+constexpr const char* kLoadHint =
+    "--load takes the --save directory (with latest_checkpointed_iteration.txt) or one of its iter_* directories";
+constexpr const char* kDamagedHint = "the checkpoint is damaged; load an earlier iter_* directory";
+
+// What a Hugging Face model directory carries besides config and weights; copied
+// so that the saved directory is a complete model for transformers and engines.
+constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json",     "merges.txt",            "tokenizer.model",         "chat_template.jinja",
+    "generation_config.json",
+};
+
+// Test-only: RLHOST_CHECKPOINT_TEST_PAUSE="<stage>:<seconds>" sleeps at `stage` —
+// "files" (model and tokenizer written, optimizer.pt not yet) or "swap" (the old
+// iter_N moved aside, the new one not yet renamed in) — so a test can SIGKILL the
+// process there (tests/lua/trainer_checkpoint_spec.lua).
+void test_pause(const char* stage) {
+  const char* env = std::getenv("RLHOST_CHECKPOINT_TEST_PAUSE");
+  if (!env) return;
+  const std::string s(env);
+  const auto colon = s.find(':');
+  if (colon == std::string::npos || s.compare(0, colon, stage) != 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s.c_str() + colon + 1)));
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno(dir.string() + ": cannot open to fsync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw_errno(dir.string() + ": fsync failed");
+}
+
+void write_synced(const fs::path& file, std::string_view bytes) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_errno(file.string() + ": cannot create");
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int e = errno;
+      ::close(fd);
+      errno = e;
+      throw_errno(file.string() + ": write failed");
+    }
+    p += w;
+    left -= size_t(w);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    throw_errno(file.string() + ": fsync failed");
+  }
+  if (::close(fd) != 0) throw_errno(file.string() + ": close failed");
+}
+
+std::optional<std::string> read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("cannot rename " + from.string() + " to " + to.string());
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+}
+
+bool pid_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
+// "iter_0000004.tmp-123" → {"iter_0000004", "tmp", 123}: what a save of process 123
+// leaves while it runs (or when it was killed).
+struct Leftover {
+  std::string base, kind;
+  pid_t pid = 0;
+};
+std::optional<Leftover> parse_leftover(const std::string& name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string base = name.substr(0, dot), rest = name.substr(dot + 1);
+  if (base.rfind("iter_", 0) != 0 && base != kLatestFile) return std::nullopt;
+  for (const char* kind : {"tmp-", "old-"}) {
+    if (rest.rfind(kind, 0) != 0) continue;
+    const std::string digits = rest.substr(4);
+    if (!all_digits(digits) || digits.size() > 9) return std::nullopt;
+    return Leftover{base, std::string(kind, 3), static_cast<pid_t>(std::stol(digits))};
+  }
+  return std::nullopt;
+}
+
+// The two models must agree on every shape-defining field; names the first difference.
+void check_same_model(const model::ModelConfig& saved, const model::ModelConfig& mine, const fs::path& file) {
+  auto differ = [&](const std::string& field, const std::string& a, const std::string& b) {
+    if (a == b) return;
+    throw Error(file.string() + ": the checkpoint is for another model: " + field + " " + a +
+                    ", the trainer's model has " + b,
+                "resume with the model it was saved from (rl.trainer.load(dir) without opts.model uses the "
+                "checkpoint's own)");
+  };
+  differ("architecture", saved.architecture, mine.architecture);
+  differ("vocab_size", std::to_string(saved.vocab_size), std::to_string(mine.vocab_size));
+  differ("hidden_size", std::to_string(saved.hidden_size), std::to_string(mine.hidden_size));
+  differ("intermediate_size", std::to_string(saved.intermediate_size), std::to_string(mine.intermediate_size));
+  differ("num_hidden_layers", std::to_string(saved.num_hidden_layers), std::to_string(mine.num_hidden_layers));
+  differ("num_attention_heads", std::to_string(saved.num_attention_heads), std::to_string(mine.num_attention_heads));
+  differ("num_key_value_heads", std::to_string(saved.num_key_value_heads), std::to_string(mine.num_key_value_heads));
+  differ("head_dim", std::to_string(saved.head_dim), std::to_string(mine.head_dim));
+  const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  differ("tie_word_embeddings", flag(saved.tie_word_embeddings), flag(mine.tie_word_embeddings));
+}
+
+// Writes everything into `dir` (a fresh temporary directory); returns the file names.
+std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const SaveRequest& req, int64_t iteration) {
+  auto& m = t.policy();
+  {
+    torch::NoGradGuard ng;
+    nn::save_model_dir(dir, m.config(), m.named_parameters(), m.options().dtype, size_t(5) << 30);
+  }
+  if (!req.tokenizer_dir.empty()) {
+    for (const char* name : kTokenizerFiles) {
+      std::error_code ec;
+      if (!fs::is_regular_file(req.tokenizer_dir / name, ec)) continue;
+      auto bytes = read_text(req.tokenizer_dir / name);
+      if (!bytes) throw Error((req.tokenizer_dir / name).string() + ": cannot read");
+      write_synced(dir / name, *bytes);
+    }
+  }
+  test_pause("files");
+  write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
+
+  json files = json::object();
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    files[name] = static_cast<uint64_t>(entry.file_size());
+    names.push_back(name);
+  }
+  json st;
+  st["format"] = kFormatName;
+  st["format_version"] = kFormatVersion;
+  st["iteration"] = iteration;
+  st["step"] = t.step();
+  st["next_lr"] = t.current_lr();
+  st["weight_version"] = req.weight_version.empty() ? std::to_string(t.step()) : req.weight_version;
+  st["dtype"] = nn::dtype_config_name(m.options().dtype);
+  st["options"] = req.options;
+  st["sources"] = req.sources;
+  st["extra"] = req.extra;
+  st["rng"] = rng_state_json();
+  st["files"] = files;  // sizes: a truncated copy is caught before anything is parsed
+  st["saved_at"] = static_cast<int64_t>(std::time(nullptr));
+  write_synced(dir / kStateFile, st.dump(2) + "\n");
+  names.push_back(kStateFile);
+  fsync_dir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+std::string iteration_dir_name(int64_t iteration) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "iter_%07lld", static_cast<long long>(iteration));
+  return buf;
+}
+
+void recover_interrupted_saves(const fs::path& root) {
+  std::error_code ec;
+  std::vector<std::pair<fs::path, Leftover>> found;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    auto lo = parse_leftover(entry.path().filename().string());
+    if (!lo || (lo->pid != ::getpid() && pid_alive(lo->pid))) continue;
+    found.emplace_back(entry.path(), *lo);
+  }
+  bool changed = false;
+  for (const auto& [path, lo] : found) {
+    const fs::path original = root / lo.base;
+    if (lo.kind == "old" && !fs::exists(original, ec)) {
+      rename_or_throw(path, original);  // killed between its two renames: put the previous one back
+    } else {
+      fs::remove_all(path, ec);
+    }
+    changed = true;
+  }
+  if (changed) fsync_dir(root);
+}
+
+SaveResult save_checkpoint(Trainer& t, const fs::path& root, const SaveRequest& req) {
+  const int64_t iteration = req.iteration >= 0 ? req.iteration : t.step();
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw Error(root.string() + ": cannot create the checkpoint directory (" + ec.message() + ")");
+  recover_interrupted_saves(root);
+
+  const std::string name = iteration_dir_name(iteration), pid = std::to_string(::getpid());
+  const fs::path final_dir = root / name, tmp = root / (name + ".tmp-" + pid), old = root / (name + ".old-" + pid);
+  // Removes the temp directory on any failure before it is published.
+  struct TempDir {
+    fs::path path;
+    ~TempDir() {
+      std::error_code e;
+      if (!path.empty()) fs::remove_all(path, e);
+    }
+  } guard{tmp};
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec) || ec)
+    throw Error(tmp.string() + ": cannot create (" + (ec ? ec.message() : std::string("exists")) + ")");
+
+  SaveResult r;
+  r.dir = final_dir;
+  r.iteration = iteration;
+  r.files = write_contents(t, tmp, req, iteration);
+
+  // Publish: at every instant a complete iter_N exists under its name or, in the
+  // window between the two renames, as iter_N.old-<pid> (resolve_checkpoint and
+  // recover_interrupted_saves know that name).
+  if (fs::exists(final_dir, ec)) {
+    rename_or_throw(final_dir, old);
+    test_pause("swap");
+    if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
+      const int e = errno;
+      ::rename(old.c_str(), final_dir.c_str());
+      errno = e;
+      throw_errno("cannot rename " + tmp.string() + " to " + final_dir.string());
+    }
+    guard.path.clear();
+    fsync_dir(root);
+    fs::remove_all(old, ec);
+  } else {
+    rename_or_throw(tmp, final_dir);
+    guard.path.clear();
+    fsync_dir(root);
+  }
+
+  // The pointer moves only once the directory it names is complete and durable.
+  const fs::path latest = root / kLatestFile, latest_tmp = root / (std::string(kLatestFile) + ".tmp-" + pid);
+  write_synced(latest_tmp, std::to_string(iteration) + "\n");
+  rename_or_throw(latest_tmp, latest);
+  fsync_dir(root);
+  return r;
+}
+
+fs::path resolve_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(path.string() + ": no such checkpoint directory", kLoadHint);
+  if (!fs::is_directory(path, ec)) throw Error(path.string() + ": not a directory", kLoadHint);
+  if (fs::exists(path / kStateFile, ec)) return path;
+  const fs::path latest = path / kLatestFile;
+  const auto text = read_text(latest);
+  if (!text)
+    throw Error(path.string() + ": not a checkpoint (no " + kStateFile + ", no " + kLatestFile + ")",
+                std::string(kLoadHint) + "; an iter_* directory without trainer_state.json is an unfinished save");
+  std::string s = *text;
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }), s.end());
+  if (s.size() > 15 || !all_digits(s))
+    throw Error(latest.string() + ": '" + s.substr(0, 40) + "' is not an iteration number",
+                "it holds the last saved iteration (e.g. 4); point --load at an iter_* directory instead");
+  const fs::path dir = path / iteration_dir_name(std::stoll(s));
+  if (fs::exists(dir / kStateFile, ec)) return dir;
+  // Killed between the two renames of a save of the same iteration: the previous
+  // copy is complete under its aside name.
+  const std::string want = dir.filename().string();
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    auto lo = parse_leftover(entry.path().filename().string());
+    if (lo && lo->kind == "old" && lo->base == want && fs::exists(entry.path() / kStateFile, ec)) return entry.path();
+  }
+  throw Error(dir.string() + ": missing or incomplete (no " + kStateFile + "), though " + kLatestFile +
+                  " names iteration " + s,
+              "was it removed or copied partially? point --load at another iter_* directory");
+}
+
+json read_trainer_state(const fs::path& dir) {
+  const fs::path file = dir / kStateFile;
+  const auto text = read_text(file);
+  if (!text) throw Error(file.string() + ": cannot read", kLoadHint);
+  json st = json::parse(*text, nullptr, false);
+  if (st.is_discarded() || !st.is_object())
+    throw Error(file.string() + ": not valid JSON (" + std::to_string(text->size()) + " bytes)", kDamagedHint);
+  const json format = st.value("format", json(nullptr));
+  if (!format.is_string() || format.get<std::string>() != kFormatName)
+    throw Error(file.string() + ": not an rlhost trainer checkpoint (format " + format.dump() + ", expected '" +
+                kFormatName + "')");
+  const json version = st.value("format_version", json(nullptr));
+  if (!version.is_number_integer() || version.get<int64_t>() != kFormatVersion)
+    throw Error(file.string() + ": format version " + version.dump() +
+                    ", this rlhost reads version " + std::to_string(kFormatVersion),
+                "use the rlhost that wrote it");
+  // Integral numbers may come back as floats from a JSON round trip through Lua.
+  const auto whole = [](const json& v) {
+    return v.is_number() && v.get<double>() >= 0 && v.get<double>() == std::floor(v.get<double>());
+  };
+  if (!st.contains("step") || !whole(st["step"]))
+    throw Error(file.string() + ": 'step' is missing or not a non-negative integer", kDamagedHint);
+  if (!st.contains("files") || !st["files"].is_object())
+    throw Error(file.string() + ": 'files' is missing", kDamagedHint);
+  for (const auto& [name, size] : st["files"].items()) {
+    const fs::path f = dir / name;
+    std::error_code ec;
+    const auto actual = fs::file_size(f, ec);
+    if (ec) throw Error(f.string() + ": missing (listed in " + kStateFile + ")", kDamagedHint);
+    if (!whole(size) || actual != static_cast<uint64_t>(size.get<double>()))
+      throw Error(f.string() + ": " + std::to_string(actual) + " bytes, " + kStateFile + " says " + size.dump() +
+                      " (truncated or replaced)",
+                  kDamagedHint);
+  }
+  return st;
+}
+
+json load_checkpoint(Trainer& t, const fs::path& dir, bool weights) {
+  json st = read_trainer_state(dir);
+  auto& m = t.policy();
+  check_same_model(model::ModelConfig::load(dir), m.config(), dir / "config.json");
+  model::TensorSet tensors;
+  if (weights) {
+    tensors = model::read_safetensors_dir(dir);
+    model::validate_tensors(tensors, m.config());
+  }
+  auto slots = read_optimizer_state(dir / kOptimizerFile, m.named_parameters());
+  const auto rng = parse_rng_state(st.value("rng", json(nullptr)), (dir / kStateFile).string());
+
+  // Everything read and checked: from here on nothing is expected to fail.
+  if (weights) m.load(tensors);
+  apply_optimizer_state(t.optimizer(), m.named_parameters(), std::move(slots));
+  t.set_step(static_cast<int64_t>(st["step"].get<double>()));
+  rng.apply();
+  return st;
+}
+
+}  // namespace rl::trainer
