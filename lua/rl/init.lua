@@ -42,7 +42,7 @@ local lazy = {
   log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
   inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
   tokenizer = "rl.tokenizer", engine = "rl.engine", rewards = "rl.rewards",
-  data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace",
+  data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace", mathgen = "rl.mathgen",
   router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
 }
 

@@ -12,6 +12,7 @@
 ---@field args rl.args
 ---@field tokenizer rl.tokenizer
 ---@field metrics rl.metrics
+---@field mathgen rl.mathgen
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------

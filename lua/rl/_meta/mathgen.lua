@@ -1,0 +1,49 @@
+---@meta
+-- LuaLS type stubs for rl.mathgen (lua/rl/mathgen/). See docs/recipes.md ("The default model").
+
+---@class rl.mathgen.Problem
+---@field question string
+---@field answer string worked lines, then "#### N"
+---@field value integer N
+---@field steps integer 1, 2 or 3
+
+---@class rl.mathgen.Options
+---@field seed? integer
+---@field n? integer dataset: problems (default 1000)
+---@field train? integer splits: training problems (default 4000)
+---@field test? integer splits: held-out problems (default 200)
+---@field max_number? integer largest amount (default 10)
+---@field max_factor? integer largest count, price or multiplier (default 5)
+---@field steps? number[] weights of 1-, 2- and 3-step templates (default {1, 1, 1})
+
+---@class rl.mathgen
+---@field DEFAULTS rl.mathgen.Options
+rl.mathgen = {}
+
+--- One problem from an rl.pyrandom generator.
+---@param r table rl.pyrandom.new(seed)
+---@param opts? rl.mathgen.Options
+---@return rl.mathgen.Problem
+function rl.mathgen.problem(r, opts) end
+
+---@param opts? rl.mathgen.Options
+---@return rl.mathgen.Problem[]
+function rl.mathgen.dataset(opts) end
+
+--- A training split (seed) and a held-out split (seed + 1, no question of the training split).
+---@param opts? rl.mathgen.Options
+---@return rl.mathgen.Problem[] train
+---@return rl.mathgen.Problem[] test
+function rl.mathgen.splits(opts) end
+
+--- GSM8K JSONL: one {"question", "answer"} object per line.
+---@return true|nil ok
+---@return string? err
+function rl.mathgen.write_jsonl(path, problems) end
+
+--- The cached default model directory ($XDG_CACHE_HOME/rlhost/default-math-model-v<N>), built on
+--- first use by rl.mathgen.warmup (the code of recipes/sft_warmup.lua). opts: cache_dir, name,
+--- and any sft_warmup option (snake_case) to build something else.
+---@param opts? table
+---@return string dir
+function rl.mathgen.default_model(opts) end
