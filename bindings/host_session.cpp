@@ -36,8 +36,25 @@ EventLoop* g_loop = nullptr;
 lua_State* g_L = nullptr;
 const char kCancelledKey = 0;
 
+// True when the recipe set rl.on_interrupt: Ctrl-C is then left to the event loop
+// (HostSession::on_iteration calls the handler) instead of raising inside Lua.
+bool graceful_interrupt(lua_State* L) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_getfield(L, -1, "rl._host");
+  bool graceful = false;
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "graceful_interrupt");
+    graceful = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 3);
+  return graceful;
+}
+
 void interrupt_hook(lua_State* L, lua_Debug*) {
   lua_sethook(L, nullptr, 0, 0);
+  if (graceful_interrupt(L)) return;
   if (g_sigint.exchange(0) == 0) return;
   lua_newtable(L);
   lua_pushstring(L, "interrupted");

@@ -273,6 +273,14 @@ int l_lr(lua_State* L) {
   return 1;
 }
 
+// done, total micro-batches of the running train() (read while it runs on the helper thread)
+int l_progress(lua_State* L) {
+  const auto [done, total] = check_box(L, 1).trainer->progress();
+  lua_pushnumber(L, static_cast<lua_Number>(done));
+  lua_pushnumber(L, static_cast<lua_Number>(total));
+  return 2;
+}
+
 int l_gc(lua_State* L) {
   if (auto* p = static_cast<TrainerBox*>(lua_touserdata(L, 1))) p->~TrainerBox();
   return 0;
@@ -283,7 +291,7 @@ int l_gc(lua_State* L) {
 void open_trainer(lua_State* L, int t) {
   static const Reg methods[] = {
       {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"response_logprobs", entry<l_response_logprobs>},
-      {"step", entry<l_step>},   {"lr", entry<l_lr>},
+      {"step", entry<l_step>},   {"lr", entry<l_lr>},  {"progress", entry<l_progress>},
       {"save", entry<l_save>},   {"load", entry<l_load>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<l_gc>);

@@ -3,7 +3,7 @@
 # recipe. Arguments are passed to the recipe (try --help).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-main_recipe="${RLHOST_MAIN_RECIPE:-$root/recipes/hello.lua}"
+main_recipe="${RLHOST_MAIN_RECIPE:-$root/recipes/grpo_gsm8k.lua}"
 "$root/scripts/bootstrap.sh"
 "$root/scripts/build.sh" >&2
 exec "${RLHOST_BUILD_DIR:-$root/build}/rlhost" "$main_recipe" "$@"

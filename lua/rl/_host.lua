@@ -59,8 +59,25 @@ end
 
 function M.set_foreground(t) foreground = t end
 
---- Ctrl-C: cancels the foreground task. Returns false when there is none.
+local interrupt_handler   -- rl.on_interrupt's: the first Ctrl-C calls it instead of cancelling
+
+function M.set_interrupt_handler(fn)
+  local prev = interrupt_handler
+  interrupt_handler = fn
+  M.graceful_interrupt = fn ~= nil   -- read by the C++ SIGINT hook (bindings/host_session.cpp)
+  return prev
+end
+
+--- Ctrl-C: calls the handler set by rl.on_interrupt once (a graceful stop), else
+--- cancels the foreground task. Returns false when there is nothing to do.
 function M.interrupt()
+  if interrupt_handler then
+    local fn = interrupt_handler
+    M.set_interrupt_handler(nil)   -- a second Ctrl-C cancels
+    local ok, err = pcall(fn)
+    if not ok then require("rl.log").error("rl.on_interrupt handler failed: " .. tostring(err)) end
+    return true
+  end
   if foreground and not foreground:done() then
     foreground:cancel("interrupted")
     return true

@@ -38,12 +38,23 @@ function rl.exit(code)
 end
 rl._Exit = Exit
 
+--- Ctrl-C calls fn() once instead of cancelling the main task, so a recipe can stop
+--- at its next step boundary after saving; a second Ctrl-C cancels as usual.
+--- fn = nil removes the handler. Returns the previous handler.
+function rl.on_interrupt(fn)
+  if fn ~= nil and type(fn) ~= "function" then
+    error("rl.on_interrupt: bad argument #1 'fn' (function or nil expected, got " .. type(fn) .. ")", 2)
+  end
+  return require("rl._host").set_interrupt_handler(fn)
+end
+
 local lazy = {
   log = "rl.log", json = "rl.json", http = "rl.http", args = "rl.args",
   inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
   tokenizer = "rl.tokenizer", engine = "rl.engine", rewards = "rl.rewards",
   data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace", mathgen = "rl.mathgen",
   router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
+  reload = "rl.reload", progress = "rl.progress", recipe = "rl.recipe",
 }
 
 return require("rl._lazy")(rl, lazy)

@@ -81,9 +81,26 @@ end
 --- ({advantage, loss_weight, clipped_frac, logp_mean, step} in batch order), or
 --- nil, err (a bad batch raises naming the field). With batch.samples, each sample's
 --- trace gets an actor_train event with those stats.
-function Trainer:train(batch)
+function Trainer:train(batch, opts)
   task.need_task("rl.trainer.Trainer:train")
-  local r, err = await(self._h:train(batch), "rl.trainer.Trainer:train")
+  local op = self._h:train(batch)
+  local poll
+  if opts and opts.progress then   -- a bar over micro-batches while the helper thread trains
+    local bar = require("rl.progress").new { label = type(opts.progress) == "string" and opts.progress or "train",
+                                             unit = "micro", total = 0 }
+    poll = task.every(0.2, function()
+      local done, total = self._h:progress()
+      bar:set(done, total)
+    end)
+    poll.bar = bar
+  end
+  local ok, r, err = pcall(await, op, "rl.trainer.Trainer:train")
+  if poll then
+    poll:cancel()
+    poll.bar:set(self._h:progress())
+    poll.bar:finish()
+  end
+  if not ok then error(r, 0) end
   if not r then return nil, err end
   -- The trainer's part of each sample's trace (batch.samples: the sample objects,
   -- as rl.rollout.train_data.convert puts them): an actor_train event.
@@ -104,6 +121,8 @@ end
 function Trainer:logprobs(batch) return self._h:response_logprobs(batch) end
 
 function Trainer:step() return self._h:step() end
+--- Micro-batches done and their total in the running (or last) train call.
+function Trainer:progress() return self._h:progress() end
 function Trainer:lr() return self._h:lr() end
 
 local function tmp_dir()

@@ -21,6 +21,7 @@ struct Trainer::Packed {
   torch::Tensor ids;            // [B, L] int64
   torch::Tensor mask;           // [B, R] float32
   torch::Tensor rollout_logp;   // [B, R] float32 or undefined
+  torch::Tensor behaviour_logp; // [B, R] float32: the policy's before this train() call, or undefined
   torch::Tensor rewards;        // [B] float32
   std::vector<int64_t> prompt_lens, resp_lens;
   int64_t tokens = 0;           // real tokens (prompt + response)
@@ -79,6 +80,8 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   p.rewards = torch::empty({B}, torch::kFloat32);
   const bool has_rollout = !b.rollout_log_probs.empty();
   if (has_rollout) p.rollout_logp = torch::zeros({B, R}, torch::kFloat32);
+  const bool has_behaviour = !behaviour_logp_.empty();
+  if (has_behaviour) p.behaviour_logp = torch::zeros({B, R}, torch::kFloat32);
   auto ids = p.ids.accessor<int64_t, 2>();
   auto mask = p.mask.accessor<float, 2>();
   for (int64_t r = 0; r < B; ++r) {
@@ -94,6 +97,10 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
     if (has_rollout) {
       auto acc = p.rollout_logp.accessor<float, 2>();
       for (int64_t j = 0; j < resp; ++j) acc[r][j] = b.rollout_log_probs[i][j];
+    }
+    if (has_behaviour) {
+      auto acc = p.behaviour_logp.accessor<float, 2>();
+      for (int64_t j = 0; j < resp; ++j) acc[r][j] = behaviour_logp_[i][j];
     }
   }
   return p;
@@ -182,6 +189,8 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
       if (!x.p.rollout_logp.defined())
         throw std::invalid_argument("trainer: use_rollout_logprobs needs rollout_log_probs in the batch");
       x.old_logp = x.p.rollout_logp;
+    } else if (x.p.behaviour_logp.defined()) {
+      x.old_logp = x.p.behaviour_logp;
     } else if (opts_.kl_coef != 0.0) {
       x.old_logp = response_logp(*policy_, x.p, false, nullptr);
     }
@@ -233,6 +242,7 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     auto res = policy_loss(opts_.loss, li);
     res.loss.backward();
     record_sample_stats(x.p, x.adv, logp.detach(), res.clipped, divisor, token_mean, x.rows);
+    ++micro_done_;
     for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
   }
   double grad_norm = 0;
@@ -307,6 +317,20 @@ Metrics Trainer::train(const TrainBatch& b) {
   sample_stats_.assign(static_cast<size_t>(n), SampleStats{});
   const int64_t gbs = opts_.global_batch_size > 0 ? opts_.global_batch_size : n;
   const auto t0 = std::chrono::steady_clock::now();
+  int64_t micro_total = 0;
+  for (int64_t s = 0; s < n; s += gbs) {
+    std::vector<int64_t> idx(std::min(gbs, n - s));
+    std::iota(idx.begin(), idx.end(), s);
+    micro_total += static_cast<int64_t>(micro_batches(b, idx).size());
+  }
+  micro_done_ = 0;
+  micro_total_ = micro_total;
+  // Several optimiser steps on one rollout: the behaviour log-probs are the policy's
+  // before the first of them (slime computes them once per rollout), so later steps
+  // are off-policy and PPO's ratio and clipping apply. One step needs none: its
+  // ratio is exp(logp - logp.detach()).
+  behaviour_logp_.clear();
+  if (n > gbs && !opts_.use_rollout_logprobs) behaviour_logp_ = response_logprobs(b);
   Metrics last;
   int64_t steps = 0;
   for (int64_t s = 0; s < n; s += gbs) {
@@ -315,6 +339,7 @@ Metrics Trainer::train(const TrainBatch& b) {
     last = optimizer_step(b, idx);
     ++steps;
   }
+  behaviour_logp_.clear();
   last["train/step"] = static_cast<double>(step_);
   last["perf/step_time"] = seconds_since(t0);
   last["perf/train_steps"] = static_cast<double>(steps);
@@ -323,12 +348,15 @@ Metrics Trainer::train(const TrainBatch& b) {
 
 std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b) {
   torch::NoGradGuard ng;
-  std::vector<std::vector<float>> out;
-  for (size_t i = 0; i < b.tokens.size(); ++i) {
-    Packed p = pack(b, {static_cast<int64_t>(i)});
+  std::vector<std::vector<float>> out(b.tokens.size());
+  std::vector<int64_t> all(b.tokens.size());
+  std::iota(all.begin(), all.end(), 0);
+  for (const auto& mb : micro_batches(b, all)) {
+    Packed p = pack(b, mb);
     auto lp = response_logp(*policy_, p, false, nullptr).contiguous();
-    const float* d = lp.data_ptr<float>();
-    out.emplace_back(d, d + p.resp_lens[0]);
+    const auto acc = lp.accessor<float, 2>();
+    for (size_t r = 0; r < mb.size(); ++r)
+      for (int64_t j = 0; j < p.resp_lens[r]; ++j) out[mb[r]].push_back(acc[r][j]);
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // clipping, AdamW, a learning-rate schedule) and train/ + perf/ metrics back.
 // Knows nothing of Lua; bindings/torch_trainer.cpp wraps it.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -90,6 +91,9 @@ class Trainer {
   torch::optim::AdamW& optimizer() { return *optim_; }
   const TrainerOptions& options() const { return opts_; }
   void set_step(int64_t s);  // after loading a checkpoint
+  // Micro-batches trained (forward + backward) so far in the current train() call
+  // and their total: safe to read from another thread while train() runs.
+  std::pair<int64_t, int64_t> progress() const { return {micro_done_.load(), micro_total_.load()}; }
 
  private:
   struct Packed;  // a micro-batch as padded tensors
@@ -108,6 +112,8 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optim_;
   int64_t step_ = 0;
   std::vector<SampleStats> sample_stats_;
+  std::atomic<int64_t> micro_done_{0}, micro_total_{0};
+  std::vector<std::vector<float>> behaviour_logp_;  // per sample, during a multi-step train()
 };
 
 }  // namespace rl::trainer

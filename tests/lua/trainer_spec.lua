@@ -69,6 +69,32 @@ describe("rl.trainer", function()
     os.execute("rm -rf '" .. dir .. "'")
   end, { timeout = 120 })
 
+  it("several optimiser steps on one rollout are off-policy: the ratio moves and clips", function()
+    local dir = assert(rl.model.init { config = TINY, seed = 5, dir = tmpdir() })
+    local function run(gbs)
+      local tr = rl.trainer.new { model = dir, loss = { eps_clip = 0.01 }, optimizer = { lr = 3e-2 },
+                                  micro_batch_size = 2, global_batch_size = gbs }
+      local b = batch_of({ { 1, 2, 3, 40, 41, 42 }, { 1, 2, 3, 50, 51, 52 }, { 4, 5, 6, 40, 41, 42 },
+                           { 4, 5, 6, 50, 51, 52 } }, 3, { 1, -1, 1, -1 })
+      local before = tr:logprobs(b)
+      local m = assert(tr:train(b))
+      return m, before, tr
+    end
+    -- one step: old = new, nothing can clip
+    local one = run(4)
+    eq(one["train/pg_clipfrac"], 0)
+    eq(one["perf/train_steps"], 1)
+    -- two steps: the second step's old log-probs are the policy's before the first
+    -- step, not after it (slime computes them once per rollout)
+    local two, before, tr = run(2)
+    eq(two["perf/train_steps"], 2)
+    ok(two["train/pg_clipfrac"] > 0, "the second step clips: " .. two["train/pg_clipfrac"])
+    ok(math.abs(two["train/ppo_kl"]) > 0, "and its ratio is not 1")
+    eq(select(2, tr:progress()), 2, "two micro-batches of two were trained")
+    ok(#before == 4)
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 120 })
+
   it("agrees with the engine on log-probs and hands it new weights in memory", function()
     local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
     local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4 }

@@ -42,7 +42,14 @@ local Trainer = {}
 ---@param batch rl.trainer.Batch
 ---@return table<string, number>|nil
 ---@return string|nil err
-function Trainer:train(batch) end
+---@param opts? {progress?: boolean|string} progress: a bar over micro-batches (a string is its label)
+function Trainer:train(batch, opts) end
+
+--- Micro-batches done and their total in the running (or last) train call; safe
+--- while a train call waits in another task.
+---@return integer done
+---@return integer total
+function Trainer:progress() end
 
 ---@param batch rl.trainer.Batch
 ---@return number[][]

@@ -1,0 +1,81 @@
+---@meta
+-- LuaLS type stubs for rl.recipe (never loaded at run time). See docs/recipes.md.
+
+---@class rl.recipe
+---@field current rl.recipe.Job|nil the job of the running recipe (for rlhost attach)
+rl.recipe = {}
+
+--- Appends slime's GRPO flags and the metrics flags to an rl.args spec.
+---@param spec table
+---@return table spec
+function rl.recipe.options(spec) end
+
+---@class rl.recipe.Job
+---@field opt table the parsed flags, defaults filled in
+---@field model_dir string
+---@field default_model boolean|nil true when running on the embedded default model
+---@field tokenizer rl.Tokenizer
+---@field data rl.DataSource
+---@field eval_datasets table[]
+---@field engines rl.Engine[]|nil
+---@field router table|nil
+---@field trainer rl.Trainer
+---@field rollout table the rl.rollout instance (its options are live fields)
+---@field metrics rl.metrics.Logger
+---@field start_rollout integer 0, or the next rollout id of a resumed checkpoint
+---@field last table|nil the last step's metrics
+---@field last_batch table|nil the last train batch
+---@field last_samples table[]|nil the last rollout's samples
+---@field last_groups table[]|nil
+---@field stopping boolean|nil set by Ctrl-C: the loop ends after this step
+---@field paused boolean|nil
+local Job = {}
+
+--- Model, prompts, eval sets, engines + router, trainer (or resume), sinks, rollout.
+---@param opt table rl.args result of rl.recipe.options
+---@param setup_opts? {reward?: function|string, sample_hooks?: function|function[]} and rl.rollout.new overrides
+---@return rl.recipe.Job
+function rl.recipe.setup(opt, setup_opts) end
+
+--- One rollout step with a progress bar → groups, flat samples.
+---@param rollout_id integer
+---@return table[] groups
+---@return table[] samples
+function Job:rollout_step(rollout_id) end
+
+--- Trains on the batch (micro-batch bar) and syncs the engines → train metrics.
+---@param batch table
+---@return table
+function Job:train_and_sync(batch) end
+
+--- Logs the step's metrics (rollout/, train/, perf/ times, reload/) to the sinks.
+function Job:log_step() end
+
+--- Eval when due (step 0, every --eval-interval, final = true at the end).
+---@param rollout_id integer
+---@param final? boolean
+---@return table|nil metrics
+function Job:maybe_eval(rollout_id, final) end
+
+--- Checkpoint when due (every --save-interval steps; force = true: now).
+---@param rollout_id integer
+---@param force? boolean
+function Job:maybe_save(rollout_id, force) end
+
+--- Runs fn(...) under a step timer (rollout, train, sync, eval, save).
+---@param name string
+---@param fn function
+---@return any ...
+function Job:timed(name, fn, ...) end
+
+function Job:pause() end
+function Job:resume() end
+function Job:wait_while_paused() end
+
+--- --rollout-function sleep: engines and router up and idle until Ctrl-C.
+---@param interval_s? number seconds between "still here" lines (3600)
+function Job:sleep(interval_s) end
+
+--- Stops engines and router, closes sinks, prints the summary; exit 130 after Ctrl-C.
+---@param last_rollout? integer
+function Job:finish(last_rollout) end

@@ -1,0 +1,190 @@
+--- rl.recipe: the plumbing of a GRPO job, so that a recipe reads like the algorithm.
+--
+--   local opt = rl.args(rl.recipe.options { description = "GRPO on GSM8K" })
+--   local job = rl.recipe.setup(opt, { reward = "gsm8k" })
+--   for step = job.start_rollout, opt.num_rollout - 1 do ... end
+--   job:finish()
+--
+-- setup resolves the model (a real checkpoint, or the embedded default model built
+-- and cached on first use), loads prompts and eval sets, starts engines behind a
+-- router, makes or resumes the trainer, configures the metric sinks and builds the
+-- rollout. The job also keeps the step's timers, checkpoints and the final summary
+-- (lua/rl/recipe/job.lua).
+local rl = require "rl"
+local log = require "rl.log"
+
+local M = {}
+
+M.options = require("rl.recipe.options").add
+
+local REAL_RUN = "rlhost recipes/grpo_gsm8k.lua --hf-checkpoint /models/Qwen2.5-0.5B-Instruct "
+  .. "--prompt-data /data/gsm8k/train.jsonl --input-key question --label-key answer --lr 1e-6 "
+  .. "--rollout-max-response-len 1024"
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function nproc()
+  local p = io.popen("nproc 2>/dev/null")
+  local n = p and tonumber(p:read("*l"))
+  if p then p:close() end
+  return n or 2
+end
+
+-- Defaults that depend on the model: the default model learns on 2 CPU cores in
+-- minutes with these; a real checkpoint gets slime's.
+local function fill_defaults(opt, default_model)
+  local function def(k, v) if opt[k] == nil then opt[k] = v end end
+  def("rollout_batch_size", 16)
+  def("over_sampling_batch_size", opt.rollout_batch_size)
+  def("rollout_max_response_len", default_model and 128 or 1024)
+  def("eval_max_response_len", opt.rollout_max_response_len)
+  def("eval_temperature", 0.0)
+  def("lr", default_model and 1e-4 or 1e-6)
+  def("eps_clip_high", opt.eps_clip)
+  def("micro_batch_size", 16)
+  def("threads", nproc())
+  def("eval_interval", default_model and 10 or false)
+  def("eval_max_prompts", default_model and 200 or false)
+  if opt.over_sampling_batch_size < opt.rollout_batch_size then
+    rl.args.usage_error(("--over-sampling-batch-size (%d) must be >= --rollout-batch-size (%d)"):format(
+      opt.over_sampling_batch_size, opt.rollout_batch_size))
+  end
+  for _, k in ipairs { "rollout_batch_size", "n_samples_per_prompt", "num_rollout", "rollout_max_response_len",
+                       "num_engines", "micro_batch_size", "threads" } do
+    if opt[k] < 1 then rl.args.usage_error(("--%s must be >= 1 (got %d)"):format(k:gsub("_", "-"), opt[k])) end
+  end
+end
+
+local function load_data(opt, path, tok, what)
+  local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key,
+    apply_chat_template = opt.apply_chat_template, tokenizer = tok, shuffle = opt.rollout_shuffle and what == "train",
+    seed = opt.rollout_seed })
+  if not ds then rl.args.usage_error(("%s: %s"):format(what, tostring(err))) end
+  return ds
+end
+
+-- --eval-prompt-data NAME PATH [NAME PATH ...] → rl.rollout eval datasets.
+local function eval_sets(opt, job)
+  local pairs_ = opt.eval_prompt_data
+  if #pairs_ == 0 and job.default_model then pairs_ = { "heldout", job.model_dir .. "/data/test.jsonl" } end
+  if #pairs_ % 2 ~= 0 then
+    rl.args.usage_error("--eval-prompt-data takes NAME PATH pairs (got " .. #pairs_ .. " values)")
+  end
+  local sets = {}
+  for i = 1, #pairs_, 2 do
+    local ds = load_data(opt, pairs_[i + 1], job.tokenizer, "--eval-prompt-data " .. pairs_[i])
+    if opt.eval_max_prompts and #ds.prompts > opt.eval_max_prompts then
+      for j = #ds.prompts, opt.eval_max_prompts + 1, -1 do ds.prompts[j] = nil end
+    end
+    sets[#sets + 1] = { name = pairs_[i], data = ds, n_samples_per_eval_prompt = opt.n_samples_per_eval_prompt,
+                        temperature = opt.eval_temperature, max_response_len = opt.eval_max_response_len }
+  end
+  return sets
+end
+
+-- A checkpoint to resume from: --load naming a save directory with
+-- latest_checkpointed_iteration.txt, or an iter_ directory.
+local function checkpoint_in(dir)
+  if not dir then return nil end
+  if exists(dir .. "/latest_checkpointed_iteration.txt") or exists(dir .. "/trainer_state.json") then return dir end
+  return nil
+end
+
+local function make_trainer(opt, job)
+  local topts = {
+    loss = { advantage_estimator = opt.advantage_estimator, eps_clip = opt.eps_clip, eps_clip_high = opt.eps_clip_high,
+             use_kl_loss = opt.use_kl_loss, kl_loss_coef = opt.kl_loss_coef, kl_loss_type = opt.kl_loss_type,
+             entropy_coef = opt.entropy_coef },
+    optimizer = { lr = opt.lr, weight_decay = opt.weight_decay, clip_grad = opt.clip_grad },
+    global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
+    max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
+    kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil,
+  }
+  local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
+  local ckpt = checkpoint_in(opt.load)
+  if ckpt then
+    local tr, extra = rl.trainer.load(ckpt, topts)
+    if not tr then rl.args.usage_error("--load " .. ckpt .. ": " .. tostring(extra)) end
+    log.info(("resumed from %s: trainer step %d, next rollout %d"):format(ckpt, tr:step(), extra.next_rollout or 0))
+    return tr, extra
+  end
+  if opt.load then log.info("--load " .. opt.load .. " holds no checkpoint yet: starting from " .. job.model_dir) end
+  topts.model = job.model_dir
+  topts.ref = need_ref and job.model_dir or nil
+  return rl.trainer.new(topts), nil
+end
+
+local function start_engines(opt, job)
+  local engines, urls = {}, {}
+  for i = 1, opt.num_engines do
+    local eng, err = rl.engine.start { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads }
+    if not eng then
+      for _, e in ipairs(engines) do e:stop() end
+      error(("engine %d of %d did not start: %s"):format(i, opt.num_engines, tostring(err)), 0)
+    end
+    engines[i], urls[i] = eng, eng.url
+  end
+  local router, err = rl.router.start { workers = urls }
+  if not router then error("router did not start: " .. tostring(err), 0) end
+  return engines, router
+end
+
+--- Sets the job up (see the module comment). setup_opts: reward (function or
+--- rl.rewards name, default "gsm8k"), sample_hooks (extra hooks), and any
+--- rl.rollout.new option to override. Returns the job.
+function M.setup(opt, setup_opts)
+  setup_opts = setup_opts or {}
+  local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
+  if opt.hf_checkpoint then
+    job.model_dir = opt.hf_checkpoint:gsub("/+$", "")
+    log.info(("GRPO on %s with prompts %s"):format(job.model_dir, tostring(opt.prompt_data)))
+  else
+    log.info("no --hf-checkpoint: running on the embedded default model (a small Llama trained by rlhost on "
+      .. "generated GSM8K-format problems). The real run: " .. REAL_RUN)
+    job.default_model = true
+    job.model_dir = rl.mathgen.default_model()
+  end
+  fill_defaults(opt, job.default_model)
+  rl.torch.set_num_threads(opt.threads)
+  rl.torch.manual_seed(opt.rollout_seed)
+  local tok, err = rl.tokenizer.load(job.model_dir)
+  if not tok then rl.args.usage_error("--hf-checkpoint: " .. tostring(err)) end
+  job.tokenizer = tok
+  local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
+  if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
+  job.data = load_data(opt, prompts, tok, "--prompt-data")
+  job.eval_datasets = eval_sets(opt, job)
+
+  job.trainer, job.resumed = make_trainer(opt, job)
+  if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
+  job.start_rollout = job.resumed and job.resumed.next_rollout or 0
+  if not opt.load_debug_rollout_data then   -- a replay needs no engines
+    job.engines, job.router = start_engines(opt, job)
+    if job.resumed then assert(job.trainer:sync(job.engines)) end
+  end
+  job.metrics = assert(rl.metrics.configure(opt))
+
+  local ro_opts = {
+    url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = setup_opts.reward or "gsm8k",
+    dynamic_filter = opt.dynamic_sampling_filter ~= "none" and opt.dynamic_sampling_filter or nil,
+    rollout_batch_size = opt.rollout_batch_size, n_samples_per_prompt = opt.n_samples_per_prompt,
+    over_sampling_batch_size = opt.over_sampling_batch_size, rollout_max_response_len = opt.rollout_max_response_len,
+    rollout_temperature = opt.rollout_temperature, rollout_top_p = opt.rollout_top_p, rollout_top_k = opt.rollout_top_k,
+    rollout_seed = opt.rollout_seed, num_engines = opt.num_engines, eval_datasets = job.eval_datasets,
+    save_debug_rollout_data = opt.save_debug_rollout_data, load_debug_rollout_data = opt.load_debug_rollout_data,
+    sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
+  }
+  for k, v in pairs(setup_opts) do
+    if k ~= "reward" and k ~= "sample_hooks" then ro_opts[k] = v end
+  end
+  job.rollout = rl.rollout.new(ro_opts)
+  job:on_interrupt()
+  M.current = job   -- for `rlhost attach`: rl.recipe.current.last_batch, :pause(), ...
+  return job
+end
+
+return M

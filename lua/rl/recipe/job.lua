@@ -1,0 +1,207 @@
+--- The job rl.recipe.setup returns: what a recipe's loop calls between the steps of
+--- the algorithm — timers, progress, the step's metrics line, eval and checkpoint
+--- schedules, graceful Ctrl-C and the final summary.
+local rl = require "rl"
+local log = require "rl.log"
+local trace = require "rl.trace"
+
+local M = {}
+local Job = {}
+Job.__index = Job
+M.Job = Job
+
+-- slime's names for the three parts of a step.
+local TIMES = { rollout = "perf/rollout_time", train = "perf/actor_train_time", sync = "perf/update_weights_time",
+                eval = "perf/eval_time", save = "perf/save_time" }
+
+--- Runs fn(...) under the named timer (rollout, train, sync, eval, save); returns
+--- its results. The step's metrics get perf/<slime name>.
+local function pack(...) return { n = select("#", ...), ... } end
+
+function Job:timed(name, fn, ...)
+  self.times = self.times or {}
+  local t0 = rl.now()
+  local r = pack(fn(...))
+  self.times[name] = (self.times[name] or 0) + (rl.now() - t0)
+  return unpack(r, 1, r.n)
+end
+
+-- Sample hooks: each finished sample ticks the rollout bar, and its trace names the
+-- version (content hash) of every reloadable module the recipe watches.
+function Job:sample_hooks(extra)
+  local hooks = {}
+  hooks[1] = function(_, s, evaluation)
+    local attrs = require("rl.reload").trace_attrs()
+    if next(attrs) then trace.event(s, "modules", attrs) end
+    if self.bar and not evaluation then self.bar:add(1, { tokens = s.response_length or 0 }) end
+  end
+  if type(extra) == "function" then hooks[2] = extra end
+  if type(extra) == "table" then for _, h in ipairs(extra) do hooks[#hooks + 1] = h end end
+  return hooks
+end
+
+--- One rollout step with a progress bar: groups, metrics (slime's rollout/ and perf/
+--- keys), the flat sample list.
+function Job:rollout_step(rollout_id)
+  local opt, ro = self.opt, self.rollout
+  self.times = {}
+  if opt.progress then
+    self.bar = rl.progress.new { label = "rollout", unit = "samples",
+                                 total = opt.rollout_batch_size * opt.n_samples_per_prompt }
+  end
+  local groups, extra = self:timed("rollout", ro.generate_rollout, ro, rollout_id)
+  if self.bar then self.bar:finish(); self.bar = nil end
+  local samples = {}
+  for _, g in ipairs(groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
+  self.last_groups, self.last_samples = groups, samples
+  self.step_metrics = rl.rollout.metrics.rollout_metrics(rollout_id, samples, ro.last_rollout_time, extra)
+  return groups, samples
+end
+
+--- Trains on the batch (with a micro-batch bar) and hands the weights to the engines.
+function Job:train_and_sync(batch)
+  local tr = self.trainer
+  self.last_batch = batch
+  local m, err = self:timed("train", tr.train, tr, batch, { progress = self.opt.progress and "train" })
+  if not m then error("train step failed: " .. tostring(err), 0) end
+  for k, v in pairs(m) do self.step_metrics[k] = v end
+  if self.engines then
+    local r, serr = self:timed("sync", tr.sync, tr, self.engines)
+    if not r then error("weight sync failed: " .. tostring(serr), 0) end
+    self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
+  end
+  return m
+end
+
+-- The console line: reward, accuracy, length, KL, and the step time split.
+local function console_line(m, step_key)
+  if step_key ~= "rollout/step" then return require("rl.metrics").format_line(m, step_key) end
+  local function f(k, fmt) return type(m[k]) == "number" and (fmt):format(m[k]) or "-" end
+  return ("rollout %d | reward %s | acc %s | resp_len %s | kl %s | clipfrac %s | %s s (rollout %s + train %s + sync %s)")
+    :format(m["rollout/step"], f("rollout/raw_reward", "%.3f"), f("rollout/acc", "%.3f"),
+      f("rollout/response_len/mean", "%.0f"), f("train/kl_loss", "%.4f"), f("train/pg_clipfrac", "%.3f"),
+      f("perf/total_step_time", "%.1f"), f(TIMES.rollout, "%.1f"), f(TIMES.train, "%.1f"), f(TIMES.sync, "%.2f"))
+end
+M.console_line = console_line
+
+--- Logs the step's metrics (rollout, train, perf times, reload versions) to the sinks.
+function Job:log_step()
+  local m = self.step_metrics
+  local total = 0
+  for name, s in pairs(self.times or {}) do
+    m[TIMES[name] or ("perf/" .. name .. "_time")] = s
+    if name ~= "eval" and name ~= "save" then total = total + s end
+  end
+  m["perf/total_step_time"] = total
+  if m["rollout/acc"] == nil then m["rollout/acc"] = m["rollout/raw_reward"] end
+  for k, v in pairs(require("rl.reload").metrics()) do m[k] = v end
+  self.metrics.console_format = console_line
+  self.metrics:log(m, "rollout/step")
+  self.last = m
+  self.steps_done = (self.steps_done or 0) + 1
+end
+
+--- Evaluates when due (before the first step and every --eval-interval steps, and at
+--- the end); logs eval/ metrics.
+function Job:maybe_eval(rollout_id, final)
+  local every = self.opt.eval_interval
+  if not every or #self.eval_datasets == 0 then return end
+  if not final and rollout_id % every ~= 0 then return end
+  if final and self.last_eval == rollout_id then return end
+  local t0 = rl.now()
+  local _, m = self.rollout:eval(rollout_id, self.eval_datasets)
+  m["perf/eval_time"] = rl.now() - t0
+  self.metrics:log(m, "eval/step")
+  self.last_eval, self.last_eval_metrics = rollout_id, m
+  self.eval_curve = self.eval_curve or {}
+  self.eval_curve[#self.eval_curve + 1] = m
+  return m
+end
+
+--- Saves a checkpoint when due (every --save-interval steps, at the end, on Ctrl-C).
+function Job:maybe_save(rollout_id, force)
+  local opt = self.opt
+  if not opt.save then return end
+  if not force and not (opt.save_interval and (rollout_id + 1) % opt.save_interval == 0) then return end
+  if self.last_saved == rollout_id then return end
+  local r, err = self:timed("save", self.trainer.save, self.trainer, opt.save,
+    { extra = { next_rollout = rollout_id + 1, data = self.data:state() } })
+  if not r then error("checkpoint failed: " .. tostring(err), 0) end
+  log.info(("checkpoint %s (%.1f s)"):format(r.path, r.seconds))
+  self.last_saved, self.last_checkpoint = rollout_id, r.path
+end
+
+--- Pauses the loop at its next step boundary (from `rlhost attach`:
+--- `rl.recipe.current:pause()`); engines and router keep serving.
+function Job:pause()
+  self.paused = true
+  log.info("pause requested: the loop waits at the next step boundary")
+  return true
+end
+
+function Job:resume()
+  self.paused = false
+  return true
+end
+
+--- Waits while paused (Ctrl-C still stops).
+function Job:wait_while_paused()
+  if not self.paused then return end
+  log.info("paused between steps: rl.recipe.current:resume() to go on")
+  while self.paused and not self.stopping do rl.sleep(0.2) end
+  log.info("resumed")
+end
+
+--- Ctrl-C stops at the next step boundary, after saving; a second Ctrl-C cancels.
+function Job:on_interrupt()
+  rl.on_interrupt(function()
+    self.stopping = true
+    log.warn("Ctrl-C: stopping after this step (checkpoint and dumps are written); Ctrl-C again to abort now")
+  end)
+end
+
+--- --rollout-function sleep: engines and router stay up and idle (profiling, load
+--- tests) until Ctrl-C; logs where they are once an hour (interval_s for tests).
+function Job:sleep(interval_s)
+  interval_s = interval_s or 3600
+  local urls = {}
+  for i, e in ipairs(self.engines or {}) do urls[i] = e.url end
+  local function say()
+    log.info(("sleep rollout: router %s, engines %s (Ctrl-C to stop)"):format(self.router.url, table.concat(urls, " ")))
+  end
+  say()
+  local last = rl.now()
+  while not self.stopping do
+    rl.sleep(1)
+    if rl.now() - last >= interval_s then say(); last = rl.now() end
+  end
+  self:finish()
+end
+
+--- Stops engines and router, closes the sinks and prints where everything went.
+function Job:finish(last_rollout)
+  if self.finished then return end
+  self.finished = true
+  rl.on_interrupt(nil)
+  local opt, lines = self.opt, {}
+  local function add(k, v) if v then lines[#lines + 1] = ("  %-18s %s"):format(k, v) end end
+  local m, e = self.last or {}, self.last_eval_metrics or {}
+  add("steps", ("%d rollout steps in %.0f s%s"):format(self.steps_done or 0, rl.now() - self.started,
+    self.stopping and " (stopped by Ctrl-C)" or ""))
+  if m["rollout/raw_reward"] then add("last reward", ("%.3f"):format(m["rollout/raw_reward"])) end
+  for k, v in pairs(e) do
+    if k:match("^eval/[^/%-]+$") and k ~= "eval/step" then add(k, ("%.3f (after step %d)"):format(v, self.last_eval)) end
+  end
+  add("model", self.model_dir)
+  add("checkpoint", self.last_checkpoint)
+  add("debug dumps", opt.save_debug_rollout_data)
+  add("metrics", self.metrics.jsonl_path)
+  add("tensorboard", self.metrics.tensorboard_dir)
+  log.info("done:\n" .. table.concat(lines, "\n"))
+  self.metrics:close()
+  if self.router then self.router:stop() end
+  for _, eng in ipairs(self.engines or {}) do eng:stop() end
+  if self.stopping and last_rollout ~= false then rl.exit(130) end
+end
+
+return M

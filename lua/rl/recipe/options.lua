@@ -1,0 +1,81 @@
+--- rl.recipe.options: slime's command-line flags of a GRPO job, as an rl.args spec.
+--
+--   local opt = rl.args(rl.recipe.options { description = "GRPO on GSM8K" })
+--
+-- Names and meanings are slime's (kebab-case on the command line). Defaults left nil
+-- here are chosen by rl.recipe.setup from the model: the embedded default model gets
+-- settings that learn on 2 CPU cores in minutes, a real checkpoint gets slime's.
+local M = {}
+
+local FLAGS = {
+  -- model and data
+  { name = "hf_checkpoint", type = "string", help = "HF model directory (Qwen2.5/Qwen3/Llama); default: the embedded math model" },
+  { name = "prompt_data", type = "string", help = "training prompts (.jsonl/.json); default: the default model's problems" },
+  { name = "input_key", type = "string", default = "question", help = "prompt field of a row" },
+  { name = "label_key", type = "string", default = "answer", help = "label field of a row" },
+  { name = "apply_chat_template", type = "bool", default = true, help = "format prompts with the tokenizer's chat template" },
+  { name = "rollout_shuffle", type = "bool", default = true, help = "shuffle the prompts each epoch" },
+  { name = "rollout_seed", type = "int", default = 42, help = "seed of the prompt order and the sampling" },
+  -- rollout
+  { name = "rollout_function", choices = { "default", "sleep" }, default = "default",
+    help = "default: generate and train; sleep: keep engines and router up and idle (profiling, load tests)" },
+  { name = "rollout_batch_size", type = "int", help = "prompts per rollout step (default 16)" },
+  { name = "n_samples_per_prompt", type = "int", default = 8, help = "responses per prompt (the GRPO group)" },
+  { name = "over_sampling_batch_size", type = "int", help = "prompts submitted at a time while filling the batch" },
+  { name = "dynamic_sampling_filter", choices = { "nonzero_std", "none" }, default = "nonzero_std",
+    help = "drop groups whose rewards are all equal" },
+  { name = "global_batch_size", type = "int", help = "samples per optimiser step (default: the whole rollout batch)" },
+  { name = "num_rollout", type = "int", default = 100, help = "rollout steps to run" },
+  { name = "rollout_max_response_len", type = "int", help = "max new tokens per response (default: 128 default model, 1024 otherwise)" },
+  { name = "rollout_temperature", type = "number", default = 1.0 },
+  { name = "rollout_top_p", type = "number", default = 1.0 },
+  { name = "rollout_top_k", type = "int", default = -1 },
+  -- loss and optimiser
+  { name = "advantage_estimator", choices = { "grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline" },
+    default = "grpo" },
+  { name = "kl_coef", type = "number", default = 0.0, help = "KL penalty in the reward" },
+  { name = "use_kl_loss", type = "bool", default = false, help = "add a KL loss against the initial model" },
+  { name = "kl_loss_coef", type = "number", default = 0.0 },
+  { name = "kl_loss_type", choices = { "k1", "k2", "k3", "low_var_kl" }, default = "low_var_kl" },
+  { name = "entropy_coef", type = "number", default = 0.0 },
+  { name = "eps_clip", type = "number", default = 0.2 },
+  { name = "eps_clip_high", type = "number", help = "upper clip (default: --eps-clip)" },
+  { name = "lr", type = "number", help = "learning rate (default: 1e-4 default model, 1e-6 otherwise)" },
+  { name = "weight_decay", type = "number", default = 0.0 },
+  { name = "clip_grad", type = "number", default = 1.0 },
+  { name = "micro_batch_size", type = "int", help = "samples per micro-batch (default 16)" },
+  { name = "max_tokens_per_gpu", type = "int", help = "dynamic micro-batches of at most this many tokens" },
+  -- checkpoints, dumps, eval
+  { name = "save", type = "string", help = "checkpoint directory (Megatron layout: iter_NNNNNNN/)" },
+  { name = "save_interval", type = "int", help = "save every N rollout steps (and at the end)" },
+  { name = "load", type = "string", help = "resume from this checkpoint directory (or iter_ directory)" },
+  { name = "save_debug_rollout_data", type = "string", help = "dump each step's samples: a path with {rollout_id}" },
+  { name = "load_debug_rollout_data", type = "string", help = "replay dumped steps instead of generating" },
+  { name = "eval_interval", type = "int", help = "evaluate every N rollout steps (and before the first)" },
+  { name = "eval_prompt_data", type = "list", of = "string",
+    help = "NAME PATH [NAME PATH ...] (default: the default model's held-out problems)" },
+  { name = "n_samples_per_eval_prompt", type = "int", default = 1 },
+  { name = "eval_max_response_len", type = "int" },
+  { name = "eval_temperature", type = "number", help = "(default: 0, greedy)" },
+  { name = "eval_max_prompts", type = "int", help = "evaluate on the first N prompts of each eval set" },
+  -- engines
+  { name = "num_engines", type = "int", default = 1, help = "inference engines behind the router" },
+  { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
+    help = "thread: engines in this process (weights handed over in memory); process: child processes" },
+  { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
+  { name = "progress", type = "bool", default = true, help = "progress bars for rollout and training" },
+}
+
+--- Appends the flags to `spec` (skipping names it already declares), then the
+--- metrics flags of rl.metrics.add_options; returns the spec.
+function M.add(spec)
+  spec = spec or {}
+  local have = {}
+  for _, o in ipairs(spec) do if type(o) == "table" and o.name then have[o.name] = true end end
+  for _, o in ipairs(FLAGS) do
+    if not have[o.name] then spec[#spec + 1] = o end
+  end
+  return require("rl.metrics").add_options(spec)
+end
+
+return M

@@ -1,0 +1,166 @@
+--- rl.reload: modules a recipe marked reloadable, re-read from disk between steps.
+--
+--   local rewards = rl.reload.watch("rewards.gsm8k_reward")   -- loads it now
+--   local reward = rewards:fn("reward")       -- always calls the current version's reward
+--   ...
+--   rl.reload.check()      -- at a step boundary: reload what changed on disk
+--
+-- A module whose file changed (size, mtime or content) is loaded again; the new
+-- version replaces the old one only when it loads without error. A syntax or load
+-- error is logged with file:line and the previous version keeps running. Each
+-- version's content hash (FNV-1a 64, hex) is `w.hash`; rl.reload.metrics() and
+-- rl.reload.trace_attrs() put the hashes into the step's metrics and each sample's
+-- trace, so a change is visible in the data.
+local ffi = require "ffi"
+local log = require "rl.log"
+
+local M = {}
+local Watch = {}
+Watch.__index = Watch
+
+local watched = {}   -- in watch order
+local by_name = {}
+
+local FNV_OFFSET = 14695981039346656037ULL
+local FNV_PRIME = 1099511628211ULL
+
+--- FNV-1a 64 of a string, as 16 hex digits.
+function M.hash(s)
+  local h = ffi.new("uint64_t", FNV_OFFSET)
+  local p = ffi.cast("const uint8_t*", s)
+  for i = 0, #s - 1 do
+    h = bit.bxor(h, p[i]) * FNV_PRIME
+  end
+  return bit.tohex(h, 16)
+end
+
+local function read(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- Runs the file's text as module `name`; returns the module value or nil, err.
+local function load_text(name, path, text)
+  local chunk, err = loadstring(text, "@" .. path)
+  if not chunk then return nil, err end
+  local ok, mod = xpcall(chunk, debug.traceback, name, path)
+  if not ok then return nil, mod end
+  if mod == nil then mod = true end
+  return mod
+end
+
+--- Watches module `name` (found on package.path, like require): loads it now and
+--- returns the watch. A module that cannot be found or loaded now raises (the
+--- recipe cannot start without it). Watching the same name twice returns the same watch.
+function M.watch(name)
+  if type(name) ~= "string" or name == "" then
+    error("rl.reload.watch: bad argument #1 'name' (module name expected, e.g. \"rewards.my_reward\")", 2)
+  end
+  if by_name[name] then return by_name[name] end
+  local path, err = package.searchpath(name, package.path)
+  if not path then
+    error(("rl.reload.watch: module '%s' not found:%s\nhint: reloadable modules are Lua files on package.path, "
+      .. "e.g. next to the recipe"):format(name, err), 2)
+  end
+  local text = assert(read(path))
+  local mod, lerr = load_text(name, path, text)
+  if not mod then error(("rl.reload.watch: %s: %s"):format(name, lerr), 2) end
+  package.loaded[name] = mod
+  local w = setmetatable({ name = name, path = path, module = mod, hash = M.hash(text), version = 1,
+                           _text = text, errors = 0 }, Watch)
+  watched[#watched + 1] = w
+  by_name[name] = w
+  return w
+end
+
+--- A function that calls the current version's `field` (so a reload takes effect
+--- without re-wiring the recipe).
+function Watch:fn(field)
+  return function(...)
+    local f = type(self.module) == "table" and self.module[field]
+    if type(f) ~= "function" then
+      error(("rl.reload: module '%s' (version %d, %s) has no function '%s'"):format(self.name, self.version, self.hash,
+        field), 2)
+    end
+    return f(...)
+  end
+end
+
+--- Re-reads the file; when its content changed, loads the new version. Returns
+--- true when a new version took effect, false when nothing changed, or nil, err
+--- when the new version failed to load (logged; the previous version stays).
+function Watch:check()
+  local text, rerr = read(self.path)
+  if not text then
+    local msg = ("rl.reload: %s: cannot read %s (%s); keeping version %d"):format(self.name, self.path, rerr, self.version)
+    if self._last_error ~= msg then log.error(msg) end
+    self._last_error = msg
+    return nil, msg
+  end
+  if text == self._text then return false end
+  local h = M.hash(text)
+  local mod, err = load_text(self.name, self.path, text)
+  if not mod then
+    self._text = text   -- do not report the same broken text again
+    self.errors = self.errors + 1
+    local msg = ("rl.reload: %s failed to load, keeping version %d (%s):\n%s"):format(self.name, self.version,
+      self.hash, tostring(err))
+    log.error(msg)
+    self._last_error = msg
+    return nil, msg
+  end
+  self._text, self._last_error = text, nil
+  self.module, self.hash, self.version = mod, h, self.version + 1
+  package.loaded[self.name] = mod
+  log.info(("rl.reload: %s reloaded: version %d (%s)"):format(self.name, self.version, h))
+  return true
+end
+
+--- Checks every watched module (at a step boundary). Returns the list of names
+--- that changed.
+function M.check()
+  local changed = {}
+  for _, w in ipairs(watched) do
+    if w:check() then changed[#changed + 1] = w.name end
+  end
+  return changed
+end
+
+--- The watches, in watch order.
+function M.list()
+  local out = {}
+  for i, w in ipairs(watched) do out[i] = w end
+  return out
+end
+
+--- Metrics of the watched modules: reload/<name>/version and reload/<name>/hash
+--- (the hash's first 12 hex digits as an integer, exact in a double).
+function M.metrics()
+  local m = {}
+  for _, w in ipairs(watched) do
+    m["reload/" .. w.name .. "/version"] = w.version
+    m["reload/" .. w.name .. "/hash"] = tonumber(w.hash:sub(1, 12), 16)
+  end
+  return m
+end
+
+--- Trace attrs naming each watched module's version: {["module.<name>"] = "<hash>"}.
+function M.trace_attrs()
+  local a = {}
+  for _, w in ipairs(watched) do a["module." .. w.name] = w.hash end
+  return a
+end
+
+--- Forgets every watch (tests).
+function M._reset()
+  watched, by_name = {}, {}
+end
+
+function Watch:__tostring()
+  return ("rl.reload.watch(%s, version %d, %s)"):format(self.name, self.version, self.hash)
+end
+
+return M

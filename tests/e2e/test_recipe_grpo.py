@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""End-to-end: `rlhost recipes/grpo_gsm8k.lua` on a tiny math model.
+
+The model is built by recipes/sft_warmup.lua with tiny sizes (seconds), then the
+GRPO recipe runs as a user runs it, with a real engine behind a real router:
+
+- a short run writes debug dumps, metrics JSONL, TensorBoard events (read back
+  with EventAccumulator when tensorboard is importable) and checkpoints;
+- --load resumes at the next rollout step with the data source where it was: the
+  resumed step's prompts equal those of an uninterrupted run's same step;
+- Ctrl-C stops after the step in flight, saves a checkpoint and exits 130;
+- the reward module reloads while the job runs: a syntax error is logged with
+  file:line and the old version keeps running; a good edit takes effect at the
+  next step, and its hash shows in the metrics and in each sample's trace.
+
+    RLHOST_BIN=build/rlhost python3 tests/e2e/test_recipe_grpo.py
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, SOURCE_DIR, RlhostTestCase, wait_for  # noqa: E402
+
+try:
+    from tensorboard.backend.event_processing import event_accumulator
+except Exception:  # pragma: no cover - depends on the machine
+    event_accumulator = None
+
+RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
+WARMUP = ["--steps", "4", "--train-size", "200", "--test-size", "8", "--hidden-size", "32", "--num-layers", "1",
+          "--num-heads", "2", "--intermediate-size", "64", "--max-merges", "60", "--batch-size", "8",
+          "--micro-batch-size", "8", "--max-new-tokens", "8", "--threads", "1", "--max-position-embeddings", "128"]
+
+# Prompts (first 60 chars) of every sample of a dump, in order.
+DUMP_PROMPTS = r"""
+local d = assert(rl.dump.load(arg[1]))
+local out = {}
+for i, s in ipairs(d.samples) do
+  local mods
+  for _, e in ipairs(s.trace and s.trace.events or {}) do
+    if e.name == "modules" then mods = e.attrs["module.rewards.gsm8k_reward"] end
+  end
+  out[i] = { prompt = type(s.prompt) == "string" and s.prompt or rl.json.encode(s.prompt), module = mods }
+end
+print(rl.json.encode(out))
+"""
+
+
+class GrpoRecipe(RlhostTestCase):
+    tmp_prefix = "rlhost-grpo-"
+    model = None
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls._models = tempfile.TemporaryDirectory(prefix="rlhost-grpo-model-")
+        cls.model = os.path.join(cls._models.name, "model")
+        r = subprocess.run([BIN, os.path.join(SOURCE_DIR, "recipes", "sft_warmup.lua"), "--out", cls.model, *WARMUP],
+                           capture_output=True, text=True, timeout=240)
+        if r.returncode != 0:
+            raise AssertionError("sft_warmup failed (%d):\n%s\n%s" % (r.returncode, r.stdout, r.stderr))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._models.cleanup()
+
+    def flags(self, *extra):
+        m = self.model
+        return ["--hf-checkpoint", m, "--prompt-data", m + "/data/train.jsonl",
+                "--eval-prompt-data", "heldout", m + "/data/test.jsonl", "--eval-interval", "2",
+                "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "12",
+                "--dynamic-sampling-filter", "none", "--threads", "1", "--lr", "1e-3", "--no-progress", *extra]
+
+    def run_recipe(self, *extra, recipe=RECIPE, timeout=180):
+        r = subprocess.run([BIN, "--no-control", recipe, *self.flags(*extra)], capture_output=True, text=True,
+                           timeout=timeout, env=self.env, cwd=self.dir)
+        if r.returncode != 0:
+            self.fail("recipe exited %d\n%s\n%s" % (r.returncode, r.stdout, r.stderr[-6000:]))
+        return r
+
+    def start_recipe(self, *extra, recipe=RECIPE, host_args=("--no-control",)):
+        log = open(os.path.join(self.dir, "recipe.log"), "w")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([BIN, *host_args, recipe, *self.flags(*extra)], stdout=log, stderr=subprocess.STDOUT,
+                             env=self.env, cwd=self.dir)
+        self.procs.append(p)
+        return p
+
+    def log_text(self):
+        with open(os.path.join(self.dir, "recipe.log")) as f:
+            return f.read()
+
+    def metrics(self, path):
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def dump_prompts(self, path):
+        script = self.write("dump_prompts.lua", DUMP_PROMPTS)
+        r = subprocess.run([BIN, "--no-control", script, path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_run_then_resume(self):
+        d = self.dir
+        r = self.run_recipe("--num-rollout", "2", "--save", d + "/ckpt", "--save-interval", "1",
+                            "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
+                            "--metrics-dir", d + "/m", "--use-tensorboard", "--tensorboard-dir", d + "/tb")
+        first = r.stderr.strip().splitlines()[0]
+        self.assertIn("GRPO on " + self.model, first)
+        for name in ("rollout_0.pt", "rollout_1.pt", "rollout_eval_0.pt", "rollout_eval_2.pt"):
+            self.assertTrue(os.path.exists(d + "/dump/" + name), name)
+        rows = self.metrics(d + "/m/metrics.jsonl")
+        steps = [m["rollout/step"] for m in rows if "rollout/step" in m]
+        self.assertEqual(steps, [0, 1])
+        self.assertEqual([m["eval/step"] for m in rows if "eval/step" in m], [0, 2])
+        step0 = next(m for m in rows if m.get("rollout/step") == 0)
+        for key in ("rollout/raw_reward", "rollout/response_len/mean", "train/loss", "train/pg_loss", "train/grad_norm",
+                    "perf/rollout_time", "perf/actor_train_time", "perf/update_weights_time", "perf/total_step_time",
+                    "reload/rewards.gsm8k_reward/version"):
+            self.assertIn(key, step0)
+        self.assertIn("eval/heldout", rows[0])
+        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
+            self.assertEqual(f.read().strip(), "2")
+        self.assertTrue(os.path.exists(d + "/ckpt/iter_0000002/model.safetensors"))
+        self.assertIn("done:", r.stderr)
+        self.assertIn(d + "/m/metrics.jsonl", r.stderr)
+        events = glob.glob(d + "/tb/events.out.tfevents.*")
+        self.assertEqual(len(events), 1, events)
+        if event_accumulator is not None:
+            acc = event_accumulator.EventAccumulator(events[0], size_guidance={event_accumulator.SCALARS: 0})
+            acc.Reload()
+            self.assertEqual([e.step for e in acc.Scalars("rollout/raw_reward")], [0, 1])
+            self.assertIn("eval/heldout", acc.Tags()["scalars"])
+
+        # Resume: one more step, from the data position the checkpoint saved.
+        r = self.run_recipe("--num-rollout", "3", "--load", d + "/ckpt", "--save", d + "/ckpt",
+                            "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt", "--metrics-dir", d + "/m2")
+        self.assertIn("resumed from " + d + "/ckpt: trainer step 2, next rollout 2", r.stderr)
+        self.assertEqual([m["rollout/step"] for m in self.metrics(d + "/m2/metrics.jsonl") if "rollout/step" in m], [2])
+        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
+            self.assertEqual(f.read().strip(), "3")
+
+        # The same three steps without interruption draw the same prompts at step 2.
+        r = self.run_recipe("--num-rollout", "3", "--save-debug-rollout-data", d + "/dump_a/rollout_{rollout_id}.pt")
+        resumed = [s["prompt"] for s in self.dump_prompts(d + "/dump/rollout_2.pt")]
+        straight = [s["prompt"] for s in self.dump_prompts(d + "/dump_a/rollout_2.pt")]
+        self.assertEqual(resumed, straight)
+        self.assertEqual(len(resumed), 8)
+
+    def test_ctrl_c_saves_and_exits_130(self):
+        d = self.dir
+        p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m")
+        wait_for(lambda: p.poll() is not None or "rollout 1 |" in self.log_text(), timeout=120, what="two steps")
+        self.assertIsNone(p.poll(), self.log_text())
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)
+        text = self.log_text()
+        self.assertEqual(p.returncode, 130, text)
+        self.assertIn("stopping after this step", text)
+        self.assertIn("stopped by Ctrl-C", text)
+        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
+            it = int(f.read())
+        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+
+    def test_reward_hot_reload(self):
+        d = self.dir
+        shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), d + "/recipes")
+        reward = d + "/recipes/rewards/gsm8k_reward.lua"
+        p = self.start_recipe("--num-rollout", "100000", "--metrics-dir", d + "/m",
+                              "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
+                              recipe=d + "/recipes/grpo_gsm8k.lua")
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="a step")
+        with open(reward, "a") as f:
+            f.write("\nthis is not lua\n")
+        wait_for(lambda: p.poll() is not None or "failed to load" in self.log_text(), timeout=60, what="the error")
+        self.assertIsNone(p.poll(), self.log_text())
+        self.assertIn("gsm8k_reward.lua:", self.log_text().split("failed to load", 1)[1])
+        with open(reward, "w") as f:
+            f.write("return { reward = function(s) return #s.response % 2 end }\n")
+
+        def reloaded():
+            rows = self.metrics(d + "/m/metrics.jsonl")
+            return [m for m in rows if m.get("reload/rewards.gsm8k_reward/version") == 2]
+        new = wait_for(reloaded, timeout=120, what="a step with the new reward")[0]
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)
+        self.assertEqual(p.returncode, 130, self.log_text())
+        rows = self.metrics(d + "/m/metrics.jsonl")
+        old = next(m for m in rows if "rollout/step" in m)
+        self.assertEqual(old["reload/rewards.gsm8k_reward/version"], 1)
+        self.assertNotEqual(old["reload/rewards.gsm8k_reward/hash"], new["reload/rewards.gsm8k_reward/hash"])
+        # each sample's trace names the reward version that scored it
+        first = self.dump_prompts(d + "/dump/rollout_0.pt")
+        later = self.dump_prompts(d + "/dump/rollout_%d.pt" % new["rollout/step"])
+        self.assertEqual(len({s["module"] for s in first}), 1)
+        self.assertEqual(len({s["module"] for s in later}), 1)
+        self.assertNotEqual(first[0]["module"], later[0]["module"])
+        self.assertEqual(int(later[0]["module"][:12], 16), new["reload/rewards.gsm8k_reward/hash"])
+
+    def test_attach_inspect_pause_change_resume(self):
+        d = self.dir
+        sock = d + "/recipe.sock"
+        p = self.start_recipe("--num-rollout", "100000", "--metrics-dir", d + "/m", host_args=("--control", sock))
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="a step")
+
+        def attach(code):
+            r = subprocess.run([BIN, "attach", sock, "-e", code], capture_output=True, text=True, timeout=60,
+                               env=self.env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout.strip()
+        job = "rl.recipe.current"
+        self.assertEqual(attach("return %s.last_batch.size" % job), "8")
+        self.assertEqual(attach("return #%s.last_samples[1].response > 0" % job), "true")
+        attach(job + ":pause()")
+        wait_for(lambda: "paused between steps" in self.log_text(), timeout=60, what="the pause")
+        steps = self.log_text().count("] rollout ")
+        time.sleep(1.5)
+        self.assertEqual(self.log_text().count("] rollout "), steps, "no step while paused")
+        attach(job + ".rollout.rollout_temperature = 0.5; " + job + ".rollout.reward = function(s) return 1 end")
+        attach(job + ":resume()")
+
+        def changed():
+            rows = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+            return [m for m in rows if m["rollout/step"] >= steps and m["rollout/raw_reward"] == 1]
+        wait_for(changed, timeout=120, what="a step with the new reward")
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)
+        self.assertEqual(p.returncode, 130, self.log_text())
+
+    def test_bad_flags(self):
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--hf-checkpoint", self.dir + "/nope"], capture_output=True,
+                           text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--hf-checkpoint", r.stderr)
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--hf-checkpoint", self.model, "--rollout-batch-size", "0"],
+                           capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--rollout-batch-size must be >= 1", r.stderr)
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--hf-checkpoint", self.model], capture_output=True,
+                           text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--prompt-data is required", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
