@@ -227,9 +227,9 @@ LossResult policy_loss(const LossOptions& o, const LossInputs& in) {
     loss = loss + o.kl_loss_coef * kl_loss;
     r.metrics["kl_loss"] = kl_loss.detach();
   }
-  if (in.rollout_logp.defined())
+  if (in.rollout_logp.defined())  // the behaviour (old) log-probs against the engine's, as slime reports it
     r.metrics["train_rollout_logprob_abs_diff"] =
-        red(masked_diff(logp.detach(), in.rollout_logp.detach().to(dt), mask).abs()).detach();
+        red(masked_diff(old_logp, in.rollout_logp.detach().to(dt), mask).abs()).detach();
 
   r.loss = loss;
   r.metrics["loss"] = loss.detach();

@@ -176,7 +176,8 @@ def policy_loss(o, logp, mask, advantages=None, old_logp=None, entropy=None, ref
         loss = loss + o["kl_loss_coef"] * kl_loss
         metrics["kl_loss"] = kl_loss
     if rollout_logp is not None:
-        metrics["train_rollout_logprob_abs_diff"] = red((logp - rollout_logp).abs())
+        # the behaviour (old) log-probs against the engine's, as slime reports it
+        metrics["train_rollout_logprob_abs_diff"] = red((old - rollout_logp).abs())
     metrics["loss"] = loss
     return loss, metrics
 
