@@ -44,6 +44,7 @@ local lazy = {
   tokenizer = "rl.tokenizer", engine = "rl.engine", rewards = "rl.rewards",
   data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace", mathgen = "rl.mathgen",
   router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
+  gzip = "rl.gzip", process = "rl.process", profile = "rl.profile",
 }
 
 return require("rl._lazy")(rl, lazy)
