@@ -92,9 +92,15 @@ local function report(r)
     p("  %-12s %8d ops  busy %10.3f ms  %5.1f%%", l.name, l.events, ms(l.busy), pct(l.util))
   end
   if r.util < 0.5 then
-    p("note: the %s was idle for more than half the span; the gaps above show what the host did meanwhile",
-      r.mode == "gpu" and "GPU" or "engine thread")
+    p(r.mode == "gpu" and "note: the GPU was idle for more than half the span; the gaps above show what the host did meanwhile"
+      or "note: the engine thread was idle for more than half the span (waiting for requests, or between steps)")
   end
+end
+
+-- A path relative to --profile-dir (per-worker directories stay visible).
+local function rel(path)
+  local root = opt.profile_dir:gsub("/+$", "") .. "/"
+  return path:sub(1, #root) == root and path:sub(#root + 1) or path
 end
 
 local reports, failed = {}, 0
@@ -122,7 +128,7 @@ if opt.all_ranks and #reports > 0 then
     lo, hi = math.min(lo, r.util), math.max(hi, r.util)
     local top = r.categories[1]
     p("%5s %10.3f %10.3f %6.1f%%  %-14s %s", tostring(r.rank or "?"), ms(r.span), ms(r.busy), pct(r.util),
-      top and top.name or "-", (r.path:match("([^/]+)$")))
+      top and top.name or "-", rel(r.path))
   end
   if #reports > 1 and hi - lo > 0.05 then
     p("warning: utilisation differs by %.1f points across ranks (%.1f%%..%.1f%%): look for a straggler or load imbalance",

@@ -10,6 +10,7 @@ local huge = math.huge
 local gauges = {}   -- name -> {key, value, time}
 local owners = {}   -- name -> the metrics key that claimed it first
 local warned = {}
+local name_cache = {}  -- metrics key -> Prometheus name (keys repeat every step)
 local last_log_time
 M.prefix = "rlhost_"
 
@@ -28,7 +29,8 @@ function M.update(metrics, now)
     if type(k) == "string" then
       if type(v) == "boolean" then v = v and 1 or 0 end
       if type(v) == "number" then
-        local name = M.name(k)
+        local name = name_cache[k]
+        if not name then name = M.name(k); name_cache[k] = name end
         local owner = owners[name]
         if owner == nil then
           owners[name], owner = k, k
