@@ -9,7 +9,8 @@
 -- Sinks (docs/observability.md): a one-line console summary per call, a JSONL file
 -- (the whole dict plus `time`) and TensorBoard event files written natively (every
 -- numeric key but the step key, as a scalar at that step). W&B: `wandb sync` the
--- TensorBoard directory.
+-- TensorBoard directory. Live: rl.metrics.serve{port} exposes the last value of
+-- every logged numeric key as a Prometheus gauge (lua/rl/_prometheus.lua).
 local rl = require "rl"
 local core = require "rl._core"
 local json = require "rl.json"
@@ -450,7 +451,7 @@ function M.serve(opts)
   end
   local http = require "rl.http"
   return http.serve {
-    host = opts.host or "127.0.0.1", port = opts.port or 0, allow_remote = opts.allow_remote, threads = 4,
+    host = opts.host or "127.0.0.1", port = opts.port or 0, allow_remote = opts.allow_remote, threads = 8,
     handler = function(req)
       if req.path == "/metrics" and (req.method == "GET" or req.method == "HEAD") then
         return { status = 200, headers = { ["content-type"] = "text/plain; version=0.0.4; charset=utf-8" },

@@ -66,6 +66,9 @@ function M.load(path)
   end
   local events, meta
   if type(doc) == "table" and json.is_array(doc) then
+    if #doc > 0 and (type(doc[1]) ~= "table" or doc[1].ph == nil) then
+      return nil, path .. ": not a Chrome trace: a JSON list whose items are not trace events (no 'ph')"
+    end
     events, meta = doc, {}
   elseif type(doc) == "table" and type(doc.traceEvents) == "table" then
     events, meta = doc.traceEvents, doc
