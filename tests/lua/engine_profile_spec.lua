@@ -80,7 +80,8 @@ describe("profiling walkthrough", function()
       eq(r.mode, "cpu")
       ok(r.busy > 0 and r.busy <= r.span, r.busy)
       ok(#r.categories >= 2, #r.categories)
-      ok(read(log):find("rollout sleep for", 1, true), read(log))
+      -- the hourly line, every --interval 1 s here
+      wait_for("a 'rollout sleep for' line", function() return read(log):find("rollout sleep for", 1, true) end, 30, log)
     end)
     idle:kill(2)  -- Ctrl-C
     local code = idle:wait(60)
