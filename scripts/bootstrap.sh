@@ -92,11 +92,12 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
     pip_install "${TEST_SPECS[@]}" || log "WARNING: could not install ${TEST_SPECS[*]}; parity tests will be skipped"
   fi
-  # promtool (Debian package `prometheus`) checks the engine's /metrics text.
-  if command -v promtool >/dev/null 2>&1; then
-    log "promtool: present"
+  # The Debian package `prometheus`: promtool checks the /metrics texts, and the
+  # server itself scrapes a run in tests/lua/engine_prometheus_spec.lua (tools/prometheus.lua).
+  if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+    log "prometheus, promtool: present"
   else
-    log "installing promtool (Debian package prometheus) for the /metrics check"
+    log "installing prometheus + promtool (Debian package prometheus) for the /metrics checks"
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
       || log "WARNING: could not install prometheus; the promtool check will be skipped"
   fi

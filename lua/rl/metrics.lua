@@ -9,11 +9,13 @@
 -- Sinks (docs/observability.md): a one-line console summary per call, a JSONL file
 -- (the whole dict plus `time`) and TensorBoard event files written natively (every
 -- numeric key but the step key, as a scalar at that step). W&B: `wandb sync` the
--- TensorBoard directory.
+-- TensorBoard directory. Live: rl.metrics.serve{port} exposes the last value of
+-- every logged numeric key as a Prometheus gauge (lua/rl/_prometheus.lua).
 local rl = require "rl"
 local core = require "rl._core"
 local json = require "rl.json"
 local log = require "rl.log"
+local prom = require "rl._prometheus"
 
 local cm = core.metrics
 local floor, huge = math.floor, math.huge
@@ -333,6 +335,7 @@ function Logger:_log(metrics, step_key, level)
     error(("rl.metrics.log: metrics[%q] must be the integer step, got %s"):format(step_key, tostring(step)), level)
   end
   local now = rl.time()
+  prom.update(metrics, now)
 
   if self._tb then
     local scalars, n = {}, 0
@@ -426,6 +429,38 @@ function M.log(metrics, step_key) M.get():_log(metrics, step_key, 3) end
 --- Closes the module's logger's files.
 function M.close()
   if current then current:close(); current = nil end
+end
+
+-- ---- Prometheus ------------------------------------------------------------------------
+
+--- The Prometheus exposition text of the last value logged under every numeric
+--- key (any logger), as rl.metrics.serve answers GET /metrics.
+function M.prometheus_text() return prom.text() end
+
+--- Serves GET /metrics (Prometheus text, version 0.0.4) on rl.http.serve:
+--- opts.host ("127.0.0.1"), opts.port (0: a free port), opts.allow_remote.
+--- Every later rl.metrics log call updates the gauges. Returns the server
+--- (`:url()`, `:port()`, `:stop()`) or nil, err (port busy).
+function M.serve(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then argerror("serve", 1, "opts", "table", type(opts)) end
+  for k in pairs(opts) do
+    if k ~= "host" and k ~= "port" and k ~= "allow_remote" then
+      error(("rl.metrics.serve: unknown option '%s' (expected host, port, allow_remote)"):format(tostring(k)), 2)
+    end
+  end
+  local http = require "rl.http"
+  return http.serve {
+    host = opts.host or "127.0.0.1", port = opts.port or 0, allow_remote = opts.allow_remote, threads = 8,
+    handler = function(req)
+      if req.path == "/metrics" and (req.method == "GET" or req.method == "HEAD") then
+        return { status = 200, headers = { ["content-type"] = "text/plain; version=0.0.4; charset=utf-8" },
+                 body = prom.text() }
+      end
+      if req.path == "/health" then return "ok" end
+      return { status = 404, headers = { ["content-type"] = "text/plain" }, body = "not found; try GET /metrics\n" }
+    end,
+  }
 end
 
 -- ---- options --------------------------------------------------------------------------------

@@ -114,3 +114,14 @@ function Timer.metrics() end
 --- Forgets one total, or all.
 ---@param name? string
 function Timer.reset(name) end
+
+--- The Prometheus exposition text of the last value logged under every
+--- numeric key (`train/loss` -> `rlhost_train_loss`), as serve() answers.
+---@return string
+function rl.metrics.prometheus_text() end
+
+--- Serves GET /metrics (Prometheus text 0.0.4) on 127.0.0.1 (port 0: a free one);
+--- every later log call updates the gauges.
+---@param opts? {host?: string, port?: integer, allow_remote?: boolean}
+---@return rl.http.Server|nil server, string|nil err
+function rl.metrics.serve(opts) end

@@ -13,6 +13,9 @@
 ---@field tokenizer rl.tokenizer
 ---@field metrics rl.metrics
 ---@field mathgen rl.mathgen
+---@field gzip rl.gzip
+---@field process rl.process
+---@field profile rl.profile
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------

@@ -104,6 +104,21 @@ function Rollout:worker_urls() end
 ---@field train_data rl.rollout.train_data
 rl.rollout = {}
 
+---@class rl.rollout.SleepOptions
+---@field interval? number seconds between "rollout sleep for N hours" lines (3600)
+---@field duration? number return "duration" after this many seconds (default: never)
+---@field stop? fun(): boolean polled every `poll` seconds; true returns "stopped"
+---@field poll? number (1)
+---@field router_url? string logged at the start
+---@field workers? string[] logged at the start
+---@field log? fun(line: string) instead of rl.log.info
+
+--- slime's sleep_rollout: keeps engines and router up and idle until Ctrl-C
+--- ("interrupted"), stop() ("stopped") or `duration` ("duration").
+---@param opts? rl.rollout.SleepOptions
+---@return "interrupted"|"stopped"|"duration"
+function rl.rollout.sleep(opts) end
+
 ---@param opts rl.rollout.Options
 ---@return rl.rollout.Rollout
 function rl.rollout.new(opts) end

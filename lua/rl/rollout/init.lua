@@ -338,4 +338,4 @@ end
 require("rl.rollout.loop")(M, Rollout)
 
 return require("rl._lazy")(M, { filters = "rl.rollout.filters", metrics = "rl.rollout.metrics",
-                               train_data = "rl.rollout.train_data" })
+                               train_data = "rl.rollout.train_data", sleep = "rl.rollout.sleep" })

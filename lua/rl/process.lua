@@ -1,0 +1,147 @@
+--- rl.process: side processes (Prometheus, a tool run by a test) without
+--- blocking the event loop.
+--
+--   local p = assert(rl.process.spawn({ "prometheus", "--config.file", cfg }, { log = "prom.log" }))
+--   ...; p:stop()                                   -- SIGTERM, SIGKILL after `grace` seconds
+--   local code, out = rl.process.run({ rl.process.self(), "tools/x.lua", "--flag" }, { timeout = 60 })
+--
+-- The program is looked up in PATH (through /bin/sh's exec, so arguments are
+-- never re-parsed by a shell). Waiting polls without blocking: other tasks run.
+local core = require "rl._core"
+local task = require "rl.task"
+
+local cr = core.router  -- spawn/kill/reap live there (runtime/router/router_process)
+local M = {}
+
+local Process = {}
+Process.__index = Process
+
+local SIGTERM, SIGKILL = 15, 9
+-- $0 is the log path, "$@" the program and its arguments: no quoting involved.
+local WRAP_LOG = 'exec "$@" >>"$0" 2>&1'
+local WRAP = 'exec "$@"'
+
+local function check_argv(fname, argv)
+  if type(argv) ~= "table" or #argv == 0 then
+    error(fname .. ": bad argument #1 'argv' (non-empty list of strings expected, got " .. type(argv) .. ")", 3)
+  end
+  for i, a in ipairs(argv) do
+    if type(a) ~= "string" and type(a) ~= "number" then
+      error(("%s: bad argument #1 'argv' (argv[%d] is a %s, string expected)"):format(fname, i, type(a)), 3)
+    end
+  end
+end
+
+--- The path of this rlhost binary.
+function M.self()
+  local p = io.popen("readlink /proc/" .. tostring(M.pid()) .. "/exe")
+  local s = p and p:read("*l")
+  if p then p:close() end
+  return s
+end
+
+--- This process's id.
+function M.pid()
+  local f = io.open("/proc/self/stat")
+  if not f then return nil end
+  local s = f:read("*l")
+  f:close()
+  return tonumber(s:match("^(%d+)"))
+end
+
+--- The full path of `name` in PATH (or `name` itself when it holds a slash and
+--- is executable), or nil.
+function M.which(name)
+  if type(name) ~= "string" or name == "" then return nil end
+  local function executable(p)
+    local f = io.open(p, "rb")
+    if not f then return false end
+    f:close()
+    local r = os.execute("test -x '" .. p:gsub("'", "'\\''") .. "'")
+    return r == 0 or r == true
+  end
+  if name:find("/", 1, true) then return executable(name) and name or nil end
+  for dir in (os.getenv("PATH") or "/usr/bin:/bin"):gmatch("[^:]+") do
+    local p = dir .. "/" .. name
+    if executable(p) then return p end
+  end
+  return nil
+end
+
+--- Starts argv[1] with the rest as arguments. opts.log: append stdout and
+--- stderr to this file (default: inherited). Returns a process handle
+--- {pid, argv, log} or nil, err.
+function M.spawn(argv, opts)
+  check_argv("rl.process.spawn", argv)
+  opts = opts or {}
+  if opts.log ~= nil and type(opts.log) ~= "string" then
+    error("rl.process.spawn: bad argument 'opts.log' (string expected, got " .. type(opts.log) .. ")", 2)
+  end
+  local prog = tostring(argv[1])
+  if not prog:find("/", 1, true) and not M.which(prog) then
+    return nil, ("rl.process.spawn: '%s' not found in PATH (%s)"):format(prog, os.getenv("PATH") or "")
+  end
+  local full = opts.log and { "/bin/sh", "-c", WRAP_LOG, opts.log } or { "/bin/sh", "-c", WRAP, "rl.process" }
+  for _, a in ipairs(argv) do full[#full + 1] = tostring(a) end
+  local pid, err = cr.spawn(full)
+  if not pid then return nil, "rl.process.spawn: " .. tostring(err) end
+  return setmetatable({ pid = pid, argv = argv, log = opts.log }, Process)
+end
+
+--- True while the process runs (reaps it once it has exited; then `code` is set).
+function Process:running()
+  if self.code then return false end
+  local code = cr.reap(self.pid)
+  if code == nil then return true end
+  self.code = code
+  return false
+end
+
+--- Waits (polling, other tasks run) until the process exits: its exit code
+--- (128 + signal when killed), or nil, "timeout" after `timeout` seconds.
+function Process:wait(timeout)
+  local deadline = timeout and (core.loop.now() + timeout)
+  while self:running() do
+    if deadline and core.loop.now() > deadline then return nil, "timeout" end
+    task.sleep(0.05)
+  end
+  return self.code
+end
+
+--- Sends `signal` (default SIGTERM = 15); false when the process is gone.
+function Process:kill(signal)
+  if self.code then return false end
+  return cr.kill(self.pid, signal or SIGTERM)
+end
+
+--- SIGTERM, then SIGKILL when it has not exited after `grace` seconds (5);
+--- returns the exit code.
+function Process:stop(grace)
+  if not self:running() then return self.code end
+  self:kill(SIGTERM)
+  local code = self:wait(grace or 5)
+  if code then return code end
+  self:kill(SIGKILL)
+  return self:wait(5)
+end
+
+--- Runs argv to completion: exit code and its combined stdout+stderr, or nil,
+--- err (could not start; or "timeout" — the process is killed).
+function M.run(argv, opts)
+  check_argv("rl.process.run", argv)
+  opts = opts or {}
+  local log = os.tmpname()
+  local p, err = M.spawn(argv, { log = log })
+  if not p then os.remove(log); return nil, err end
+  local code = p:wait(opts.timeout)
+  if not code then p:stop(1) end
+  local f = io.open(log, "rb")
+  local out = f and f:read("*a") or ""
+  if f then f:close() end
+  os.remove(log)
+  if not code then return nil, ("rl.process.run: %s did not finish within %s s; output:\n%s"):format(tostring(argv[1]), tostring(opts.timeout), out) end
+  return code, out
+end
+
+M.Process = Process
+return M
