@@ -235,6 +235,20 @@ class GrpoRecipe(RlhostTestCase):
         p.wait(timeout=120)
         self.assertEqual(p.returncode, 130, self.log_text())
 
+    def test_sleep_rollout_serves_until_ctrl_c(self):
+        import re
+        import urllib.request
+        p = self.start_recipe("--rollout-function", "sleep")
+        m = wait_for(lambda: p.poll() is not None or re.search(r"\(router (http://127.0.0.1:\d+)\)", self.log_text()),
+                     timeout=120, what="the sleep rollout")
+        self.assertIsNone(p.poll(), self.log_text())
+        with urllib.request.urlopen(m.group(1) + "/workers", timeout=10) as r:
+            self.assertEqual(len(json.loads(r.read())["workers"]), 1)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        self.assertEqual(p.returncode, 0, self.log_text())
+        self.assertIn("rollout sleep: stopped", self.log_text())
+
     def test_bad_flags(self):
         r = subprocess.run([BIN, "--no-control", RECIPE, "--hf-checkpoint", self.dir + "/nope"], capture_output=True,
                            text=True, timeout=60, env=self.env)

@@ -161,21 +161,13 @@ function Job:on_interrupt()
 end
 
 --- --rollout-function sleep: engines and router stay up and idle (profiling, load
---- tests) until Ctrl-C; logs where they are once an hour (interval_s for tests).
+--- tests) until Ctrl-C (rl.rollout.sleep, logging once an hour or every interval_s).
 function Job:sleep(interval_s)
-  interval_s = interval_s or 3600
   local urls = {}
   for i, e in ipairs(self.engines or {}) do urls[i] = e.url end
-  local function say()
-    log.info(("sleep rollout: router %s, engines %s (Ctrl-C to stop)"):format(self.router.url, table.concat(urls, " ")))
-  end
-  say()
-  local last = rl.now()
-  while not self.stopping do
-    rl.sleep(1)
-    if rl.now() - last >= interval_s then say(); last = rl.now() end
-  end
-  self:finish()
+  rl.rollout.sleep { router_url = self.router and self.router.url, workers = urls, interval = interval_s,
+                     stop = function() return self.stopping end }
+  self:finish(false)
 end
 
 --- Stops engines and router, closes the sinks and prints where everything went.
