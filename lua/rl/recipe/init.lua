@@ -39,6 +39,8 @@ end
 local function fill_defaults(opt, default_model)
   local function def(k, v) if opt[k] == nil then opt[k] = v end end
   def("rollout_batch_size", 16)
+  -- default model: two optimiser steps per rollout (PPO clipping acts on the second)
+  def("global_batch_size", default_model and math.floor(opt.rollout_batch_size * opt.n_samples_per_prompt / 2) or nil)
   def("over_sampling_batch_size", opt.rollout_batch_size)
   def("rollout_max_response_len", default_model and 128 or 1024)
   def("eval_max_response_len", opt.rollout_max_response_len)
@@ -48,7 +50,7 @@ local function fill_defaults(opt, default_model)
   def("micro_batch_size", 16)
   def("threads", nproc())
   def("eval_interval", default_model and 10 or false)
-  def("eval_max_prompts", default_model and 200 or false)
+  def("eval_max_prompts", false)
   if opt.over_sampling_batch_size < opt.rollout_batch_size then
     rl.args.usage_error(("--over-sampling-batch-size (%d) must be >= --rollout-batch-size (%d)"):format(
       opt.over_sampling_batch_size, opt.rollout_batch_size))
