@@ -4,25 +4,7 @@
 local rl = require "rl"
 local json = rl.json
 local dump = rl.dump
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  return d
-end
-
-local function write(path, bytes)
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read, write = read_file, write_file  -- spec.lua helpers
 
 -- n samples in groups of `per` with a traced span each.
 local function make_samples(n, per)

@@ -3,6 +3,7 @@
 -- start, requests, traces written after --num-steps, profile_rollout stop,
 -- analyze_profile on the engines' own traces, Ctrl-C.
 local rl = require "rl"
+local read = read_file  -- spec.lua helpers
 
 local SRC = os.getenv("RLHOST_SOURCE_DIR") or "."
 local BIN = os.getenv("RLHOST_BIN") or rl.process.self()
@@ -12,14 +13,6 @@ local function tool(name, ...)
   local code, out = rl.process.run({ BIN, "--no-control", SRC .. "/tools/" .. name .. ".lua", ... }, { timeout = 120 })
   assert(code, out)
   return code, out
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
 end
 
 local function wait_for(what, fn, timeout, log)

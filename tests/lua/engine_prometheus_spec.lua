@@ -3,18 +3,11 @@
 -- rl.metrics.serve endpoint; its HTTP API then returns sglang:* and rlhost_*
 -- series. Skips (with a message) when prometheus is not installed.
 local rl = require "rl"
+local read = read_file  -- spec.lua helpers
 
 local SRC = os.getenv("RLHOST_SOURCE_DIR") or "."
 local BIN = os.getenv("RLHOST_BIN") or rl.process.self()
 local STORIES = (os.getenv("RLHOST_SHARED_DATA") or "../shared/data") .. "/models/stories260K"
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
 
 local function free_port()
   local s = assert(rl.http.serve { port = 0, handler = function() return "x" end })

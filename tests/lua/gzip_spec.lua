@@ -1,9 +1,8 @@
 -- rl.gzip: in-memory gzip through zlib, checked against the gzip command.
 local rl = require "rl"
+local read, write = read_file, write_file  -- spec.lua helpers
 
 local function tmp() return os.tmpname() end
-local function write(path, bytes) local f = assert(io.open(path, "wb")); f:write(bytes); f:close() end
-local function read(path) local f = assert(io.open(path, "rb")); local s = f:read("*a"); f:close(); return s end
 
 describe("rl.gzip", function()
   it("round-trips text and binary, empty and large", function()

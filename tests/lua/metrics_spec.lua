@@ -1,19 +1,7 @@
 local rl = require "rl"
 local metrics = rl.metrics
 local json = rl.json
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  return d
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = read_file  -- spec.lua helpers
 
 local function lines_of(path)
   local out = {}

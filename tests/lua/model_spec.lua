@@ -4,12 +4,6 @@ local rl = require "rl"
 local SHARED = os.getenv("RLHOST_SHARED_DATA") or "../shared/data"
 local STORIES = SHARED .. "/models/stories260K"
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  return d
-end
-
 local TINY = {
   architectures = { "Qwen3ForCausalLM" }, model_type = "qwen3", vocab_size = 300, hidden_size = 32,
   intermediate_size = 48, num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 8,

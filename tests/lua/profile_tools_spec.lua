@@ -2,6 +2,7 @@
 -- (rl.http.serve) behind a real router, and synthetic SGLang-shaped traces.
 -- The tools run as child processes (rl.process.run), as a user runs them.
 local rl = require "rl"
+local write = write_file  -- spec.lua helpers
 
 local SRC = os.getenv("RLHOST_SOURCE_DIR") or "."
 local BIN = os.getenv("RLHOST_BIN") or rl.process.self()
@@ -11,19 +12,6 @@ local function tool(name, ...)
   local code, out = rl.process.run({ BIN, "--no-control", SRC .. "/tools/" .. name .. ".lua", ... }, { timeout = 60 })
   assert(code, out)
   return code, out
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p '" .. d .. "'") == 0)
-  return d
-end
-
-local function write(path, bytes)
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
 end
 
 -- A fake engine: records /start_profile and /stop_profile bodies; `fail` answers 500.
@@ -105,7 +93,7 @@ end)
 describe("analyze_profile", function()
   local dir
   before_each(function()
-    dir = tmpdir()
+    dir = tmpdir(true)
     write(dir .. "/1700000000.1-TP-0.trace.json.gz", rl.gzip.compress(rl.json.encode(gen.trace { rank = 0, extra_gap = 500 })))
     write(dir .. "/1700000000.1-TP-1.trace.json", rl.json.encode(gen.trace { rank = 1, extra_gap = 2000 }))
   end)
@@ -155,7 +143,7 @@ describe("analyze_profile", function()
   end, { timeout = 120 })
 
   it("names the argument or file on bad input", function()
-    local empty = tmpdir()
+    local empty = tmpdir(true)
     local code, out = tool("analyze_profile", "--profile-dir", empty)
     eq(code, 1, out)
     ok(out:find("--profile-dir '" .. empty .. "' holds no trace files", 1, true), out)

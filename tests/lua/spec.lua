@@ -40,6 +40,30 @@ function shared_data(path)
   return (os.getenv("RLHOST_SHARED_DATA") or (spec_dir .. "/../../../shared/data")) .. "/" .. path
 end
 
+--- A fresh temporary path (nothing is created there; mkdir = true makes the directory).
+function tmpdir(mkdir)
+  local d = os.tmpname()
+  os.remove(d)
+  if mkdir then assert(os.execute("mkdir -p '" .. d .. "'") == 0) end
+  return d
+end
+
+--- The file's bytes, or nil when it cannot be opened.
+function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+--- Writes bytes to path (raises when it cannot).
+function write_file(path, bytes)
+  local f = assert(io.open(path, "wb"))
+  f:write(bytes)
+  f:close()
+end
+
 function describe(name, fn)
   prefix[#prefix + 1] = name
   local saved = #before

@@ -4,6 +4,7 @@
 -- by the test-only RLHOST_CHECKPOINT_TEST_PAUSE hook) leaves the previous
 -- checkpoint loadable; bad checkpoints are nil, err naming the file.
 local rl = require "rl"
+local read, write = read_file, write_file  -- spec.lua helpers
 
 local TINY = {
   architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
@@ -15,26 +16,6 @@ local OPTIONS = { loss = { advantage_estimator = "grpo", entropy_coef = 0.01 },
                   optimizer = { lr = 2e-2, lr_decay_style = "cosine", lr_decay_iters = 6, lr_warmup_iters = 1,
                                 weight_decay = 0.1 },
                   micro_batch_size = 2 }
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  return d
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
 
 local function exists(path) return os.rename(path, path) ~= nil end
 

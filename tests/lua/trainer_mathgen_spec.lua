@@ -7,19 +7,7 @@ local rl = require "rl"
 local mathgen = require "rl.mathgen"
 local mtok = require "rl.mathgen.tokenizer"
 local warmup = require "rl.mathgen.warmup"
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  return d
-end
-
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = read_file  -- spec.lua helpers
 
 local OPS = {
   ["+"] = function(a, b) return a + b end, ["-"] = function(a, b) return a - b end,

@@ -11,12 +11,6 @@ local TINY = {
   max_position_embeddings = 64, rms_norm_eps = 1e-6,
 }
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  return d
-end
-
 local function batch_of(seqs, resp_len, rewards)
   local b = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {} }
   for i, s in ipairs(seqs) do
