@@ -83,6 +83,7 @@ return function(M, Rollout)
         self._pending[t] = true
       end
     end
+    local dropped = 0
     while #data < target do
       while remaining < target do submit(ds:get_samples(self.over_sampling_batch_size, n)) end
       local group = done:pop()
@@ -92,6 +93,12 @@ return function(M, Rollout)
         local reason = out.reason or "filtered"
         self.counters.drops[reason] = (self.counters.drops[reason] or 0) + 1
         remaining = remaining - 1
+        dropped = dropped + 1
+        if dropped == 10 * target then   -- slime would loop on silently
+          log.warn(("rl.rollout: the dynamic filter dropped %d groups for %d accepted of %d wanted in step %s; "
+            .. "do all rewards come out equal? (check the reward function, or turn the filter off)"):format(
+            dropped, #data, target, tostring(rollout_id)))
+        end
       elseif #data < target then
         data[#data + 1] = group
       end
