@@ -43,7 +43,7 @@ local lazy = {
   inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
   tokenizer = "rl.tokenizer", engine = "rl.engine", rewards = "rl.rewards",
   data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace", mathgen = "rl.mathgen",
-  router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
+  router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer", dist = "rl.dist",
 }
 
 return require("rl._lazy")(rl, lazy)

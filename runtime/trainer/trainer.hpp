@@ -15,6 +15,10 @@
 #include "nn/transformer.hpp"
 #include "trainer/losses.hpp"
 
+namespace rl::dist {
+class ProcessGroup;
+}
+
 namespace rl::trainer {
 
 struct OptimizerOptions {
@@ -98,6 +102,7 @@ class Trainer {
   torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
   Metrics optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx);
   double lr_at(int64_t step) const;
+  int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
                            const torch::Tensor& clipped, double divisor, bool token_mean,
                            const std::vector<int64_t>& rows);
@@ -107,6 +112,7 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
   int64_t step_ = 0;
+  bool params_broadcast_ = false;  // data parallel: rank 0's weights taken once
   std::vector<SampleStats> sample_stats_;
 };
 
