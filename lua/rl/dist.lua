@@ -40,7 +40,7 @@ local KNOWN = { rank = true, world_size = true, master_addr = true, master_port 
 --- Joins the process group. opts (all optional, default from the environment that
 --- `rlhost --nproc` or torchrun set): rank, world_size, master_addr (127.0.0.1),
 --- master_port, timeout (seconds, 300: rendezvous and every collective), backend
---- ("gloo"; "nccl" on CUDA builds), local_rank. world_size 1 (or no WORLD_SIZE):
+--- ("auto": nccl on CUDA builds with a GPU, else gloo), local_rank. world_size 1 (or no WORLD_SIZE):
 --- nothing to join. Returns true; a failed rendezvous raises naming it.
 function M.init(opts)
   local fname = "rl.dist.init"
@@ -56,7 +56,7 @@ function M.init(opts)
     end
     o[k] = v
   end
-  o.rank, o.world_size = o.rank or 0, o.world_size or 1
+  o.rank, o.world_size, o.backend = o.rank or 0, o.world_size or 1, o.backend or "auto"
   if o.world_size > 1 and not o.master_port then
     error(fname .. ": master_port is required with world_size > 1 so that the other ranks find rank 0 "
       .. "(hint: rlhost --nproc N sets MASTER_PORT)", 2)

@@ -128,7 +128,7 @@ local function post_json(url, path, body, timeout, api_key)
   if api_key then headers.authorization = "Bearer " .. api_key end
   local resp, err = http().request { method = "POST", url = url .. path, body = json.encode(body), headers = headers,
                                      timeout = timeout }
-  if not resp then return nil, ("POST %s%s: %s"):format(url, path, tostring(err)) end
+  if not resp then return nil, tostring(err) end  -- rl.http's error names the method and URL
   local r = json.decode(resp.body)
   if resp.status ~= 200 or (type(r) == "table" and r.success == false) then
     local msg = type(r) == "table" and (r.message or (r.error and r.error.message)) or resp.body
@@ -191,11 +191,11 @@ local function sync_distributed(self, engines, version, o)
     local name = ("rlhost_weights_%d_%d"):format(math.floor(require("rl._core").loop.now() * 1000), group_seq)
     local g = require("rl.torch")._dist.group_new(json.encode {
       rank = 0, world_size = #engines + 1, master_addr = o.master_address or "127.0.0.1", master_port = o.master_port or 0,
-      timeout = timeout, name = name,
+      timeout = timeout, name = name, backend = o.backend or "gloo",
     })
     local body = function(i)
       return { master_address = o.master_address or "127.0.0.1", master_port = g:port(), rank_offset = i,
-               world_size = #engines + 1, group_name = name, backend = "gloo", timeout = timeout }
+               world_size = #engines + 1, group_name = name, backend = o.backend or "gloo", timeout = timeout }
     end
     local okk, err = overlap(self._h:group_connect(g), engines, "/init_weights_update_group", body, timeout + 10)
     self._wsync = { key = key, group = g, name = name, engines = engines }
@@ -220,19 +220,29 @@ local function sync_distributed(self, engines, version, o)
 end
 
 --- Hands the current weights to engines (one or a list). opts: a version, or
---- {version, method, timeout, master_address}. method "auto" (default): thread-mode
+--- {version, method, timeout, master_address, backend}. method "auto" (default): thread-mode
 --- rl.engines in memory; process engines and anything with update_weights_from_disk
 --- through a safetensors directory on tmpfs. method "distributed": a c10d broadcast
 --- to engine servers (SGLang's /init_weights_update_group and
 --- /update_weights_from_distributed; the group is made on the first sync to an
---- engine set), every step bounded by `timeout` (s, default 120). The weight
+--- engine set; backend "gloo", or "nccl" for GPU engines on a CUDA build), every
+--- step bounded by `timeout` (s, default 120). The weight
 --- version becomes `version` (default: the trainer's step). On data-parallel ranks
 --- other than 0 it does nothing (rank 0 holds the same weights).
 --- Returns {seconds, weight_version} or nil, err (the first failure).
+local SYNC_OPTS = { version = true, method = true, timeout = true, master_address = true, master_port = true,
+                    backend = true }
+
 function Trainer:sync(engines, opts)
   local fname = "rl.trainer.Trainer:sync"
   task.need_task(fname)
   if type(opts) ~= "table" then opts = { version = opts } end
+  for k in pairs(opts) do
+    if not SYNC_OPTS[k] then
+      error(("%s: unknown option '%s' (version, method, timeout, master_address, master_port, backend)")
+        :format(fname, tostring(k)), 2)
+    end
+  end
   local method = opts.method or "auto"
   if method ~= "auto" and method ~= "distributed" and method ~= "disk" then
     error(fname .. ": bad argument 'opts.method' ('auto', 'disk' or 'distributed' expected, got '"

@@ -5,6 +5,8 @@
 // c10d work lives in runtime/trainer/dist.cpp; this file stays LibTorch-free.
 #include "base/log_text.hpp"
 
+#include <cstdlib>
+
 #include "engine/server.hpp"
 #include "net/http_server.hpp"
 #include "trainer/dist.hpp"
@@ -65,7 +67,9 @@ void EngineServer::on_init_weights_update_group(const Req& req, Res& res) {
   o.rank = int_field(body, "rank_offset", ep, 1, o.world_size - 1);
   o.name = string_field(body, "group_name", ep, kDefaultGroup);
   o.backend = string_field(body, "backend", ep, "gloo");
-  if (o.backend == "nccl" && engine_->options().device.rfind("cuda", 0) != 0)
+  const std::string& device = engine_->options().device;  // cpu | cuda | cuda:N
+  if (device.rfind("cuda:", 0) == 0) o.device_index = std::atoi(device.c_str() + 5);
+  if (o.backend == "nccl" && device.rfind("cuda", 0) != 0)
     throw BadRequest(std::string(ep) + ": backend 'nccl' needs an engine on a GPU; this one runs on " +
                      engine_->options().device, "use backend 'gloo'");
   if (o.backend != "gloo" && o.backend != "nccl")

@@ -23,5 +23,8 @@ int main(int argc, char** argv) {
     if (!ws || !*ws) return rl::run_nproc(*cli.host.nproc, cli.host.argv0);
     std::fprintf(stderr, "rlhost: WORLD_SIZE=%s is set (torchrun-style launch): --nproc is ignored\n", ws);
   }
+  // A data-parallel rank's output usually goes through a pipe (the launcher's line
+  // prefixer, a cluster log): line-buffer it so ranks' lines appear as they happen.
+  if (const char* ws = std::getenv("WORLD_SIZE"); ws && *ws) std::setvbuf(stdout, nullptr, _IOLBF, 0);
   return rl::lua::run_host(cli.host);
 }

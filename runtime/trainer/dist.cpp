@@ -102,8 +102,15 @@ ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
     throw Error("dist: rank " + std::to_string(o.rank) + " is outside [0, world_size " + std::to_string(o.world_size) +
                 ")");
   if (!(o.timeout_s > 0)) throw Error("dist: timeout must be > 0 seconds");
+  if (o.backend == "auto") {  // NCCL when this build and machine can, else Gloo
+#if defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL)
+    o.backend = torch::cuda::is_available() ? "nccl" : "gloo";
+#else
+    o.backend = "gloo";
+#endif
+  }
   if (o.backend != "gloo" && o.backend != "nccl")
-    throw Error("dist: unknown backend '" + o.backend + "'", "use gloo (CPU) or nccl (CUDA)");
+    throw Error("dist: unknown backend '" + o.backend + "'", "use gloo (CPU), nccl (CUDA) or auto");
 #if !(defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL))
   if (o.backend == "nccl") throw Error("dist: backend nccl needs a CUDA build of rlhost", "use backend gloo");
 #endif
@@ -180,8 +187,11 @@ void ProcessGroup::allreduce_sum(std::vector<at::Tensor>& tensors, const std::st
   c10d::AllreduceOptions ao;
   ao.timeout = impl_->timeout();
   for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
+    // Collectives need contiguous tensors on the group's device; stage others.
+    const bool direct = t.is_contiguous() && t.device() == impl_->device;
+    std::vector<at::Tensor> one{direct ? t : t.contiguous().to(impl_->device)};
     impl_->wait(impl_->backend->allreduce(one, ao), "all-reduce of " + what);
+    if (!direct) t.copy_(one[0]);
   }
 }
 

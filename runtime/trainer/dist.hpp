@@ -30,7 +30,7 @@ struct GroupOptions {
   int rank = 0;
   int world_size = 1;
   double timeout_s = 300;      // rendezvous and every collective
-  std::string backend = "gloo";  // gloo | nccl (nccl needs a CUDA build)
+  std::string backend = "gloo";  // gloo | nccl (a CUDA build) | auto (nccl when a GPU is there)
   int device_index = 0;        // nccl: the GPU of this rank (LOCAL_RANK)
   std::string name = "default";  // in error messages
 };

@@ -4,6 +4,7 @@
 --          (rl.rollout.train_data.split) and scatters the parts. Each rank writes
 --          OUT_DIR/rank<R>/ (the model) and OUT_DIR/rank<R>.json (metrics).
 --   die:   rank 1 exits with status 3 while rank 0 waits in a barrier.
+--   stall: rank 1 sleeps while rank 0's barrier times out (2 s).
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
 local mode, out = arg[1], arg[2]
 
@@ -21,6 +22,13 @@ end
 
 if mode == "init" then
   rl.dist.init { timeout = 2 }
+  return
+end
+
+if mode == "stall" then
+  rl.dist.init { timeout = 2 }
+  if rl.dist.rank() == 1 then rl.sleep(30) end
+  rl.dist.barrier()   -- rank 0: times out after 2 s
   return
 end
 

@@ -6,8 +6,9 @@ gradient all-reduce) and its failure modes.
   on the whole batch (every parameter within 1e-5), the same loss and grad norm,
   and both ranks hold identical weights.
 * A rank that dies makes `rlhost --nproc` exit with its status, the other rank
-  stopped; WORLD_SIZE without MASTER_PORT and a rendezvous nobody joins fail with
-  errors naming them, within the timeout.
+  stopped; a stuck rank makes the others' collective time out with an error naming
+  it; WORLD_SIZE without MASTER_PORT and a rendezvous nobody joins fail with errors
+  naming them, within the timeout.
 
 Standard library only (safetensors are read by hand).
 
@@ -103,6 +104,13 @@ class DataParallel(RlhostTestCase):
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
         self.assertIn("rank 1 exited with status 3; stopping the other ranks", p.stderr)
         self.assertLess(dt, 60)
+
+    def test_a_stuck_rank_times_out(self):
+        p, dt = self.run_rlhost(["--nproc", "2", SCRIPT, "stall", self.dir], timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("barrier (group 'default', rank 0 of 2, timeout 2 s)", p.stderr)
+        self.assertIn("rank 0 exited with status 1; stopping the other ranks", p.stderr)
+        self.assertLess(dt, 25)
 
     def test_world_size_without_master_port(self):
         p, _ = self.run_rlhost([SCRIPT, "init", self.dir], env={"WORLD_SIZE": "2", "RANK": "0"})

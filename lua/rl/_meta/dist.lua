@@ -7,7 +7,7 @@
 ---@field master_addr? string default: $MASTER_ADDR or 127.0.0.1
 ---@field master_port? integer default: $MASTER_PORT (required with world_size > 1)
 ---@field timeout? number seconds for the rendezvous and every collective (300)
----@field backend? "gloo"|"nccl" gloo (CPU); nccl needs a CUDA build
+---@field backend? "auto"|"gloo"|"nccl" auto (default): nccl on a CUDA build with a GPU, else gloo
 ---@field local_rank? integer default: $LOCAL_RANK (the GPU with nccl)
 
 ---@class rl.dist

@@ -53,6 +53,8 @@ function Trainer:logprobs(batch) end
 ---@field method? "auto"|"disk"|"distributed" auto: in memory for thread-mode engines, safetensors on tmpfs otherwise
 ---@field timeout? number distributed: seconds for every step of the sync (default 120)
 ---@field master_address? string distributed: the address engines reach the trainer at (127.0.0.1)
+---@field master_port? integer distributed: the trainer's store port (default: a free one)
+---@field backend? "gloo"|"nccl" distributed: the group's backend (gloo)
 
 --- Weights to engines (in memory for thread-mode engines, safetensors on tmpfs otherwise,
 --- or a c10d broadcast with method = "distributed"). No-op on data-parallel ranks > 0.
