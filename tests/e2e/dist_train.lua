@@ -4,6 +4,7 @@
 --          (rl.rollout.train_data.split) and scatters the parts. Each rank writes
 --          OUT_DIR/rank<R>/ (the model) and OUT_DIR/rank<R>.json (metrics).
 --   die:   rank 1 exits with status 3 while rank 0 waits in a barrier.
+--   sleep: both ranks print "ready R" and sleep (the test sends Ctrl-C to the launcher).
 --   stall: rank 1 sleeps while rank 0's barrier times out (2 s).
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
 local mode, out = arg[1], arg[2]
@@ -22,6 +23,12 @@ end
 
 if mode == "init" then
   rl.dist.init { timeout = 2 }
+  return
+end
+
+if mode == "sleep" then   -- Ctrl-C reaches every rank through the launcher
+  print("ready " .. rl.dist.rank())
+  rl.sleep(60)
   return
 end
 

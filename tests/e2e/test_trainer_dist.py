@@ -16,6 +16,7 @@ Standard library only (safetensors are read by hand).
 """
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -53,6 +54,27 @@ def max_diff(x, y):
 def load_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def children_of(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def open_status(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return f.read()
+    except OSError:
+        return "zombie"
 
 
 def free_port():
@@ -111,6 +133,30 @@ class DataParallel(RlhostTestCase):
         self.assertIn("barrier (group 'default', rank 0 of 2, timeout 2 s)", p.stderr)
         self.assertIn("rank 0 exited with status 1; stopping the other ranks", p.stderr)
         self.assertLess(dt, 25)
+
+    def test_ctrl_c_reaches_every_rank(self):
+        e = dict(self.env)
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            e.pop(k, None)
+        p = subprocess.Popen([BIN, "--no-control", "--nproc", "2", SCRIPT, "sleep", self.dir], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        seen = set()
+        while len(seen) < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "the launcher ended before both ranks were ready")
+            if "] ready " in line:
+                seen.add(line.strip())
+        ranks = children_of(p.pid)
+        self.assertEqual(len(ranks), 2, ranks)
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+        self.assertEqual(p.returncode, 130)
+        self.assertLess(time.time() - t0, 20)
+        for pid in ranks:
+            self.assertFalse(os.path.exists("/proc/%d" % pid) and "zombie" not in open_status(pid),
+                             "rank process %d still running" % pid)
 
     def test_world_size_without_master_port(self):
         p, _ = self.run_rlhost([SCRIPT, "init", self.dir], env={"WORLD_SIZE": "2", "RANK": "0"})
