@@ -190,7 +190,8 @@ local function sync_distributed(self, engines, version, o)
     group_seq = group_seq + 1
     local name = ("rlhost_weights_%d_%d"):format(math.floor(require("rl._core").loop.now() * 1000), group_seq)
     local g = require("rl.torch")._dist.group_new(json.encode {
-      rank = 0, world_size = #engines + 1, master_addr = o.master_address or "127.0.0.1", master_port = o.master_port or 0,
+      rank = 0, world_size = #engines + 1, master_addr = o.master_address or "127.0.0.1",
+      master_port = o.master_port or 0,
       timeout = timeout, name = name, backend = o.backend or "gloo",
     })
     local body = function(i)

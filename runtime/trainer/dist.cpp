@@ -130,9 +130,9 @@ ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    throw Error(impl_->where(g.rank == 0 ? "starting the store on " + g.master_addr + ":" + std::to_string(g.master_port)
-                                         : "connecting to the store at " + g.master_addr + ":" +
-                                               std::to_string(g.master_port)) + ": " + msg,
+    const std::string at = g.master_addr + ":" + std::to_string(g.master_port);
+    throw Error(impl_->where(g.rank == 0 ? "starting the store on " + at : "connecting to the store at " + at) + ": " +
+                    msg,
                 g.rank == 0 ? "is the port in use?" : "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
   }
   if (g.rank == 0) g.master_port = impl_->store->getPort();
@@ -171,8 +171,8 @@ void ProcessGroup::connect() {
                 "every rank must join within the timeout; check that all ranks started and agree on world_size");
   }
   log::info("dist: group '" + g.name + "' formed: rank " + std::to_string(g.rank) + " of " +
-            std::to_string(g.world_size) + " (" + g.backend + ", " + g.master_addr + ":" + std::to_string(g.master_port) +
-            ")");
+            std::to_string(g.world_size) + " (" + g.backend + ", " + g.master_addr + ":" +
+            std::to_string(g.master_port) + ")");
 }
 
 int ProcessGroup::rank() const { return impl_->o.rank; }
@@ -279,7 +279,8 @@ std::string ProcessGroup::scatter_bytes(const std::vector<std::string>& blobs, i
   lens = lv[0].cpu();
   const int64_t longest = std::max<int64_t>(1, lens.max().item<int64_t>());
   const int64_t mine = lens[rank()].item<int64_t>();
-  std::vector<at::Tensor> out{torch::empty({longest}, torch::TensorOptions().dtype(torch::kUInt8).device(impl_->device))};
+  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8).device(impl_->device);
+  std::vector<at::Tensor> out{torch::empty({longest}, u8)};
   std::vector<std::vector<at::Tensor>> in;
   if (rank() == root) {
     in.emplace_back();
