@@ -74,7 +74,10 @@ class Trainer {
   // parameters are trained in place.
   Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts);
 
-  // Trains on the batch: ceil(n / global_batch_size) optimiser steps. Returns
+  // Trains on the batch: ceil(n / global_batch_size) optimiser steps. With a
+  // data-parallel group (dist::default_group(), world_size W > 1) the batch is this
+  // rank's part, each step takes global_batch_size / W of it, and gradients and
+  // metrics are averaged over the ranks (docs/trainer.md, "Data parallel"). Returns
   // the train/ metrics of the last step plus perf/ (averaged over steps where
   // slime reports per step: see docs/trainer.md), and train/step.
   Metrics train(const TrainBatch& batch);

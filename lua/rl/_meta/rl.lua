@@ -13,6 +13,7 @@
 ---@field tokenizer rl.tokenizer
 ---@field metrics rl.metrics
 ---@field mathgen rl.mathgen
+---@field dist rl.dist
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------
