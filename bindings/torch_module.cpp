@@ -56,5 +56,8 @@ extern "C" __attribute__((visibility("default"))) int luaopen_rlhost_torch(lua_S
   lua_newtable(L);
   rl::lua::open_trainer(L, lua_gettop(L));
   lua_setfield(L, -2, "_trainer");
+  lua_newtable(L);  // private: wrapped by lua/rl/dist.lua
+  rl::lua::open_dist(L, lua_gettop(L));
+  lua_setfield(L, -2, "_dist");
   return 1;
 }

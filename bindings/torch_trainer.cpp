@@ -7,6 +7,9 @@
 //   handle:train(batch) -> op ("done", metrics_json)
 //   handle:sync(engine, version|nil) -> op ("done", json)   in-memory weights to a thread-mode engine
 //   handle:response_logprobs(batch) -> {{...}, ...}
+//   handle:weight_meta() -> {names, dtypes, shapes} json (what /update_weights_from_distributed takes)
+//   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
+//   handle:send_weights(group) -> op       broadcasts every parameter over it
 //   handle:step(), handle:lr()
 //   handle:save(root, iteration|nil, meta_json) -> op ("done", {path, iteration, files, seconds})
 //   handle:load(dir, weights) -> op ("done", trainer_state.json)
@@ -25,7 +28,9 @@
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "engine/engine_weights.hpp"
+#include "nn/weights.hpp"
 #include "trainer/checkpoint.hpp"
+#include "trainer/dist.hpp"
 #include "trainer/trainer.hpp"
 #include "trainer/trainer_options.hpp"
 
@@ -190,6 +195,40 @@ int l_sync(lua_State* L) {
   });
 }
 
+int l_weight_meta(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  json names = json::array(), dtypes = json::array(), shapes = json::array();
+  for (const auto& [name, t] : box.trainer->policy().named_parameters()) {
+    names.push_back(name);
+    dtypes.push_back(nn::dtype_config_name(t.scalar_type()));
+    shapes.push_back(t.sizes().vec());
+  }
+  const std::string s = json{{"names", names}, {"dtypes", dtypes}, {"shapes", shapes}}.dump();
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+int l_group_connect(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto g = group_from(L, 2);
+  return start_job(L, box, [g] {
+    g->connect();
+    return json{{"success", true}};
+  });
+}
+
+int l_send_weights(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto g = group_from(L, 2);
+  auto t = box.trainer;
+  return start_job(L, box, [t, g] {
+    const auto t0 = std::chrono::steady_clock::now();
+    dist::send_weights(*g, t->policy().named_parameters());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return json{{"success", true}, {"seconds", dt}};
+  });
+}
+
 int l_response_logprobs(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
@@ -293,6 +332,8 @@ void open_trainer(lua_State* L, int t) {
       {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"response_logprobs", entry<l_response_logprobs>},
       {"step", entry<l_step>},   {"lr", entry<l_lr>},  {"progress", entry<l_progress>},
       {"save", entry<l_save>},   {"load", entry<l_load>},
+      {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},
+      {"send_weights", entry<l_send_weights>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>}};

@@ -60,6 +60,9 @@ function M.new(opts)
   for k, v in pairs(opts) do
     if not RESERVED[k] then flat[k] = v end
   end
+  -- Data parallel (rlhost --nproc N, torchrun): join the group from the environment
+  -- first; the trainer all-reduces gradients over it.
+  require("rl.dist").ensure()
   local h = native().trainer_new(model._h, ref and ref._h, json.encode(flat))
   -- Where the weights came from: checkpoints copy tokenizer files from model_dir and
   -- record ref_dir so that a resumed run gets the same reference model.
@@ -135,22 +138,153 @@ local function tmp_dir()
   return os.getenv("TMPDIR") or "/tmp"
 end
 
---- Hands the current weights to engines (one or a list): in-process (thread
---- mode) engines get them in memory; process engines and servers (anything
---- with update_weights_from_disk) through a safetensors directory on tmpfs.
---- The weight version becomes `version` (default: the trainer's step).
+local function http() return require "rl.http" end
+
+-- POST url..path with a JSON body; → the decoded reply or nil, err (any non-200,
+-- or success = false).
+local function post_json(url, path, body, timeout, api_key)
+  local headers = { ["content-type"] = "application/json" }
+  if api_key then headers.authorization = "Bearer " .. api_key end
+  local resp, err = http().request { method = "POST", url = url .. path, body = json.encode(body), headers = headers,
+                                     timeout = timeout }
+  if not resp then return nil, tostring(err) end  -- rl.http's error names the method and URL
+  local r = json.decode(resp.body)
+  if resp.status ~= 200 or (type(r) == "table" and r.success == false) then
+    local msg = type(r) == "table" and (r.message or (r.error and r.error.message)) or resp.body
+    return nil, ("POST %s%s: HTTP %d: %s"):format(url, path, resp.status, tostring(msg))
+  end
+  return type(r) == "table" and r or { success = true }
+end
+
+-- Runs the trainer's job `op` and one POST per engine concurrently; → true or
+-- nil, the first error (the engines' errors first: they say more than a timeout).
+local function overlap(op, engines, path, body_of, timeout)
+  local tasks = {}
+  for i, eng in ipairs(engines) do
+    tasks[i] = task.spawn(function()
+      return { post_json(eng.url, path, body_of(i), timeout, eng._api_key) }
+    end)
+  end
+  local kind, payload = task.await_op(op, "rl.trainer.Trainer:sync")
+  local first
+  for i, t in ipairs(tasks) do
+    local r = t:wait()
+    if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, engines[i].url, tostring(r[2])) end
+  end
+  if first then return nil, first end
+  if kind ~= "done" then return nil, "trainer: " .. tostring(payload) end
+  return true
+end
+
+local group_seq = 0
+
+-- Drops the weight-update group (after a failure, or for another engine set).
+local function drop_group(self)
+  local ws = self._wsync
+  if not ws then return end
+  self._wsync = nil
+  for _, eng in ipairs(ws.engines) do
+    post_json(eng.url, "/destroy_weights_update_group", { group_name = ws.name }, 5, eng._api_key)
+  end
+  ws.group:close()
+end
+
+-- The broadcast path: one c10d group of the trainer (rank 0) and the engines
+-- (ranks 1..n), made on the first sync to this engine set; then per sync every
+-- parameter is broadcast while the engines' /update_weights_from_distributed
+-- calls receive it.
+local function sync_distributed(self, engines, version, o)
+  local timeout = o.timeout or 120
+  local key = {}
+  for i, eng in ipairs(engines) do
+    if type(eng) ~= "table" or type(eng.url) ~= "string" then
+      error(("rl.trainer.Trainer:sync: engines[%d] has no url (method 'distributed' talks to engine servers; "
+        .. "start thread-mode engines with serve = true)"):format(i), 3)
+    end
+    key[i] = eng.url
+  end
+  key = table.concat(key, " ")
+  if self._wsync and self._wsync.key ~= key then drop_group(self) end
+  if not self._wsync then
+    group_seq = group_seq + 1
+    local name = ("rlhost_weights_%d_%d"):format(math.floor(require("rl._core").loop.now() * 1000), group_seq)
+    local g = require("rl.torch")._dist.group_new(json.encode {
+      rank = 0, world_size = #engines + 1, master_addr = o.master_address or "127.0.0.1",
+      master_port = o.master_port or 0,
+      timeout = timeout, name = name, backend = o.backend or "gloo",
+    })
+    local body = function(i)
+      return { master_address = o.master_address or "127.0.0.1", master_port = g:port(), rank_offset = i,
+               world_size = #engines + 1, group_name = name, backend = o.backend or "gloo", timeout = timeout }
+    end
+    local okk, err = overlap(self._h:group_connect(g), engines, "/init_weights_update_group", body, timeout + 10)
+    self._wsync = { key = key, group = g, name = name, engines = engines }
+    if not okk then
+      drop_group(self)
+      return nil, "init_weights_update_group: " .. err
+    end
+  end
+  local ws = self._wsync
+  local meta = json.decode(self._h:weight_meta())
+  local body = function()
+    return { names = meta.names, dtypes = meta.dtypes, shapes = meta.shapes, group_name = ws.name,
+             flush_cache = true, weight_version = version }
+  end
+  local okk, err = overlap(self._h:send_weights(ws.group), engines, "/update_weights_from_distributed", body,
+    timeout + 10)
+  if not okk then
+    drop_group(self)
+    return nil, "update_weights_from_distributed: " .. err
+  end
+  return { weight_version = version }
+end
+
+--- Hands the current weights to engines (one or a list). opts: a version, or
+--- {version, method, timeout, master_address, backend}. method "auto" (default): thread-mode
+--- rl.engines in memory; process engines and anything with update_weights_from_disk
+--- through a safetensors directory on tmpfs. method "distributed": a c10d broadcast
+--- to engine servers (SGLang's /init_weights_update_group and
+--- /update_weights_from_distributed; the group is made on the first sync to an
+--- engine set; backend "gloo", or "nccl" for GPU engines on a CUDA build), every
+--- step bounded by `timeout` (s, default 120). The weight
+--- version becomes `version` (default: the trainer's step). On data-parallel ranks
+--- other than 0 it does nothing (rank 0 holds the same weights).
 --- Returns {seconds, weight_version} or nil, err (the first failure).
-function Trainer:sync(engines, version)
-  task.need_task("rl.trainer.Trainer:sync")
+local SYNC_OPTS = { version = true, method = true, timeout = true, master_address = true, master_port = true,
+                    backend = true }
+
+function Trainer:sync(engines, opts)
+  local fname = "rl.trainer.Trainer:sync"
+  task.need_task(fname)
+  if type(opts) ~= "table" then opts = { version = opts } end
+  for k in pairs(opts) do
+    if not SYNC_OPTS[k] then
+      error(("%s: unknown option '%s' (version, method, timeout, master_address, master_port, backend)")
+        :format(fname, tostring(k)), 2)
+    end
+  end
+  local method = opts.method or "auto"
+  if method ~= "auto" and method ~= "distributed" and method ~= "disk" then
+    error(fname .. ": bad argument 'opts.method' ('auto', 'disk' or 'distributed' expected, got '"
+      .. tostring(method) .. "')", 2)
+  end
+  if type(engines) == "string" then engines = { { url = engines } } end
   if type(engines) == "table" and engines[1] == nil and (engines._h or engines.url) then engines = { engines } end
-  version = tostring(version or self:step())
+  local version = tostring(opts.version or self:step())
   local t0 = require("rl._core").loop.now()
+  if not require("rl.dist").is_main() then return { seconds = 0, weight_version = version, skipped = true } end
+  if method == "distributed" then
+    local r, err = sync_distributed(self, engines, version, opts)
+    if not r then return nil, fname .. ": " .. err end
+    self.weight_version = version
+    return { seconds = require("rl._core").loop.now() - t0, weight_version = version }
+  end
   local dir
   local last
   for i, eng in ipairs(engines) do
     local r, err
-    if eng.mode == "thread" and eng._h then
-      r, err = await(self._h:sync(eng._h, version), "rl.trainer.Trainer:sync")
+    if eng.mode == "thread" and eng._h and method == "auto" then
+      r, err = await(self._h:sync(eng._h, version), fname)
     elseif eng.update_weights_from_disk then
       if not dir then
         dir = ("%s/rlhost-weights-%s-%s"):format(tmp_dir(), os.time() .. "-" .. math.random(1e6), version)
@@ -159,7 +293,7 @@ function Trainer:sync(engines, version)
       end
       r, err = eng:update_weights_from_disk(dir, version)
     else
-      error(("rl.trainer.Trainer:sync: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(i), 2)
+      error(("%s: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(fname, i), 2)
     end
     if not r then return nil, ("sync to engine %d failed: %s"):format(i, tostring(err)) end
     last = r

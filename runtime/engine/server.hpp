@@ -39,6 +39,9 @@ class HttpServer;
 namespace rl::profile {
 class TorchProfiler;
 }
+namespace rl::dist {
+class ProcessGroup;
+}
 
 namespace rl::engine {
 
@@ -109,6 +112,10 @@ class EngineServer {
   void on_resume_memory(const Req&, Res&);
   void on_start_profile(const Req&, Res&);
   void on_stop_profile(const Req&, Res&);
+  // server_weights.cpp: distributed weight sync (SGLang's endpoints)
+  void on_init_weights_update_group(const Req&, Res&);
+  void on_update_weights_from_distributed(const Req&, Res&);
+  void on_destroy_weights_update_group(const Req&, Res&);
   // server_openai.cpp
   void on_completions(const Req&, Res&);
   void on_chat_completions(const Req&, Res&);
@@ -148,6 +155,12 @@ class EngineServer {
   std::string prof_error_;                   // last auto-stop failure
   bool prof_hook_installed_ = false;
   void finish_profile_on_engine_thread();    // scheduler thread
+
+  // Weight-update groups by name (server_weights.cpp). A group's collectives run
+  // under its own mutex; groups_mu_ only guards the map.
+  std::mutex groups_mu_;
+  std::unordered_map<std::string, std::shared_ptr<dist::ProcessGroup>> weight_groups_;
+  std::shared_ptr<dist::ProcessGroup> weight_group(const std::string& name);
 };
 
 // EngineStats under their own names (plus SGLang's num_running_reqs /

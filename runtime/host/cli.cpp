@@ -34,6 +34,9 @@ options (before FILE.lua):
   --no-control          do not open a control socket
   --control-tcp PORT    also accept attach on 127.0.0.1:PORT (token required;
                         token from RLHOST_CONTROL_TOKEN or printed at start)
+  --nproc N             run N data-parallel ranks of FILE.lua (RANK, WORLD_SIZE,
+                        MASTER_ADDR, MASTER_PORT set; output prefixed [rank R]);
+                        ignored when WORLD_SIZE is already set (torchrun)
   --version             print the version
   -h, --help            print this help
 
@@ -150,6 +153,13 @@ CliResult parse_cli(int argc, char** argv) {
       if (!value(v) || !parse_port(v, port))
         return usage_error("--control-tcp needs a port number 1-65535, got '" + v + "'");
       r.host.control_tcp_port = port;
+    } else if (name == "--nproc") {
+      std::string v;
+      int n = 0;
+      if (!value(v) || v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
+          (n = std::stoi(v)) < 1)
+        return usage_error("--nproc needs a number of ranks >= 1, got '" + v + "'");
+      r.host.nproc = n;
     } else if (a.size() > 1 && a[0] == '-') {
       return usage_error("unknown option '" + a + "' (host options go before the recipe file)");
     } else {
@@ -160,6 +170,8 @@ CliResult parse_cli(int argc, char** argv) {
     r.host.script = argv[i++];
     for (; i < argc; ++i) r.host.script_args.emplace_back(argv[i]);
   }
+  if (r.host.nproc && (!r.host.script || r.host.interactive))
+    return usage_error("--nproc needs a script to run (rlhost --nproc N FILE.lua [args...]) and no -i");
   if (!r.host.script && r.host.eval_chunks.empty()) r.host.interactive = true;
   return r;
 }

@@ -27,6 +27,7 @@ struct HostOptions {
   std::string control_path;               // --control PATH ("" = default location)
   bool control = true;                    // --no-control disables the socket
   std::optional<int> control_tcp_port;    // --control-tcp PORT (127.0.0.1, token required)
+  std::optional<int> nproc;               // --nproc N: N data-parallel ranks (host/launcher.hpp)
   std::vector<std::string> argv0;         // the full command line, for `attach --list`
 };
 

@@ -1,9 +1,11 @@
 // rlhost: one native binary that runs Lua recipes on the rlhost runtime.
 #include <cstdio>
+#include <cstdlib>
 
 #include "bindings/host.hpp"
 #include "host/attach_client.hpp"
 #include "host/cli.hpp"
+#include "host/launcher.hpp"
 
 int main(int argc, char** argv) {
   rl::CliResult cli = rl::parse_cli(argc, argv);
@@ -16,5 +18,13 @@ int main(int argc, char** argv) {
     case rl::CliResult::kRun:
       break;
   }
+  if (cli.host.nproc) {
+    const char* ws = std::getenv("WORLD_SIZE");
+    if (!ws || !*ws) return rl::run_nproc(*cli.host.nproc, cli.host.argv0);
+    std::fprintf(stderr, "rlhost: WORLD_SIZE=%s is set (torchrun-style launch): --nproc is ignored\n", ws);
+  }
+  // A data-parallel rank's output usually goes through a pipe (the launcher's line
+  // prefixer, a cluster log): line-buffer it so ranks' lines appear as they happen.
+  if (const char* ws = std::getenv("WORLD_SIZE"); ws && *ws) std::setvbuf(stdout, nullptr, _IOLBF, 0);
   return rl::lua::run_host(cli.host);
 }

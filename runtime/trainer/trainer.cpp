@@ -6,6 +6,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "trainer/dist.hpp"
+
 namespace rl::trainer {
 
 namespace {
@@ -61,6 +63,33 @@ namespace {
 // The estimator's advantages without whitening (the trainer whitens over the step).
 torch::Tensor compute_advantages_unnormalized(Estimator est, const AdvantageInputs& in) {
   return compute_advantages(est, in).first;
+}
+
+// whiten() over the masked tokens of every rank's part of the step (flat a, mask).
+torch::Tensor whiten_across_ranks(dist::ProcessGroup& g, const torch::Tensor& a, const torch::Tensor& mask) {
+  torch::NoGradGuard ng;
+  const auto a64 = a.to(torch::kFloat64), m64 = mask.to(torch::kFloat64);
+  std::vector<torch::Tensor> s{torch::stack({(a64 * m64).sum(), (a64.square() * m64).sum(), m64.sum()})};
+  g.allreduce_sum(s, "the advantage statistics");
+  const double s1 = s[0][0].item<double>(), s2 = s[0][1].item<double>(), n = s[0][2].item<double>();
+  if (!(n > 1))
+    throw std::invalid_argument("trainer: whitening needs more than one masked token over all ranks; "
+                                "check the loss masks or disable normalize_advantages");
+  const double mean = s1 / n, var = (s2 / n - mean * mean) * (n / (n - 1));
+  const auto out = (a64 - mean) / std::sqrt(var + 1e-8);
+  return torch::where(mask.ne(0), out, torch::zeros({}, out.options())).to(a.scalar_type());
+}
+
+// Each rank's train/ metrics are its share of the step times world_size: their
+// mean over ranks is the whole step's value.
+void average_metrics(dist::ProcessGroup& g, Metrics& m) {
+  if (m.empty()) return;
+  std::vector<double> v;
+  for (const auto& [k, x] : m) v.push_back(x);
+  std::vector<torch::Tensor> t{torch::tensor(v, torch::kFloat64)};
+  g.allreduce_sum(t, "the step's metrics (" + std::to_string(m.size()) + " values)");
+  size_t i = 0;
+  for (auto& [k, x] : m) x = t[0][static_cast<int64_t>(i++)].item<double>() / g.world_size();
 }
 }  // namespace
 
@@ -172,6 +201,19 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     divisor += std::max(m, 1.0);
   }
   if (!token_mean) divisor = static_cast<double>(idx.size());
+  // Data parallel: every rank normalises by the whole step's count (all ranks'
+  // samples or tokens) over world_size, so that the averaged gradients equal one
+  // process's on the global batch.
+  auto group = dist::default_group();
+  const int world = group ? group->world_size() : 1;
+  double global_divisor = divisor, global_count = static_cast<double>(idx.size());
+  if (world > 1) {
+    std::vector<torch::Tensor> t{torch::tensor({divisor, global_count}, torch::kFloat64)};
+    group->allreduce_sum(t, "the step's loss normaliser");
+    global_divisor = t[0][0].item<double>();
+    global_count = t[0][1].item<double>();
+  }
+  const double loss_divisor = global_divisor / world;
 
   // Pass 1, no gradients: behaviour and reference log-probs and the advantages of
   // every micro-batch (whitening needs the whole step's statistics).
@@ -212,7 +254,8 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
       a.push_back(x.adv.reshape({-1}));
       m.push_back(x.p.mask.reshape({-1}));
     }
-    auto white = whiten(torch::cat(a).unsqueeze(0), torch::cat(m).unsqueeze(0)).reshape({-1});
+    auto white = world > 1 ? whiten_across_ranks(*group, torch::cat(a), torch::cat(m))
+                           : whiten(torch::cat(a).unsqueeze(0), torch::cat(m).unsqueeze(0)).reshape({-1});
     int64_t off = 0;
     for (auto& x : prep) {
       const int64_t n = x.adv.numel();
@@ -238,12 +281,17 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     li.entropy = entropy;
     li.ref_logp = x.ref_logp;
     li.rollout_logp = x.p.rollout_logp;
-    li.divisor = divisor;
+    li.divisor = loss_divisor;
     auto res = policy_loss(opts_.loss, li);
     res.loss.backward();
-    record_sample_stats(x.p, x.adv, logp.detach(), res.clipped, divisor, token_mean, x.rows);
+    record_sample_stats(x.p, x.adv, logp.detach(), res.clipped, global_divisor, token_mean, x.rows);
     ++micro_done_;
     for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
+  }
+  if (world > 1) {
+    // Before clipping: every rank then sees the same gradients and grad norm.
+    group->allreduce_mean_grads(params_, "gradients");
+    average_metrics(*group, m);
   }
   double grad_norm = 0;
   if (opts_.optim.clip_grad > 0) {
@@ -260,7 +308,7 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   const double dt = seconds_since(t0);
   m["train/grad_norm"] = grad_norm;
   m["train/lr"] = lr;
-  m["train/global_batch_size"] = static_cast<double>(idx.size());
+  m["train/global_batch_size"] = global_count;
   m["train/num_microbatches"] = static_cast<double>(mbs.size());
   m["perf/actor_train_time"] = dt;
   m["perf/actor_train_tok_per_s"] = dt > 0 ? tokens / dt : 0.0;
@@ -315,7 +363,8 @@ Metrics Trainer::train(const TrainBatch& b) {
   validate(b);
   const int64_t n = static_cast<int64_t>(b.tokens.size());
   sample_stats_.assign(static_cast<size_t>(n), SampleStats{});
-  const int64_t gbs = opts_.global_batch_size > 0 ? opts_.global_batch_size : n;
+  int64_t gbs = opts_.global_batch_size > 0 ? opts_.global_batch_size : n;
+  if (auto group = dist::default_group(); group && group->world_size() > 1) gbs = prepare_data_parallel(*group, n);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t micro_total = 0;
   for (int64_t s = 0; s < n; s += gbs) {
@@ -344,6 +393,37 @@ Metrics Trainer::train(const TrainBatch& b) {
   last["perf/step_time"] = seconds_since(t0);
   last["perf/train_steps"] = static_cast<double>(steps);
   return last;
+}
+
+// Data parallel, before the first step: rank 0's weights everywhere. Every call:
+// the per-rank step size (global_batch_size / world_size) and a check that all
+// ranks take the same number of steps (else they would wait on each other).
+int64_t Trainer::prepare_data_parallel(dist::ProcessGroup& g, int64_t n) {
+  const int world = g.world_size();
+  if (!params_broadcast_) {
+    torch::NoGradGuard ng;
+    g.broadcast(params_, 0, "the initial parameters");
+    policy_->weights_changed();
+    params_broadcast_ = true;
+  }
+  int64_t gbs = n;
+  if (opts_.global_batch_size > 0) {
+    if (opts_.global_batch_size % world != 0)
+      throw std::invalid_argument("trainer: global_batch_size " + std::to_string(opts_.global_batch_size) +
+                                  " is not divisible by world_size " + std::to_string(world) +
+                                  " (each rank takes global_batch_size / world_size samples per step)");
+    gbs = opts_.global_batch_size / world;
+  }
+  const double steps = static_cast<double>((n + gbs - 1) / gbs);
+  std::vector<torch::Tensor> t{torch::tensor({steps, steps * steps}, torch::kFloat64)};
+  g.allreduce_sum(t, "the step counts");
+  const double s1 = t[0][0].item<double>(), s2 = t[0][1].item<double>();
+  if (std::abs(s1 * s1 - world * s2) > 0.5)
+    throw std::invalid_argument("trainer: data-parallel ranks would take different numbers of optimiser steps "
+                                "(this rank: " + std::to_string(static_cast<int64_t>(steps)) + ", mean " +
+                                std::to_string(s1 / world) + "); give every rank an equal share of the batch "
+                                "(rl.rollout.train_data.split) and a global_batch_size that divides it");
+  return gbs;
 }
 
 std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b) {

@@ -16,6 +16,10 @@
 #include "nn/transformer.hpp"
 #include "trainer/losses.hpp"
 
+namespace rl::dist {
+class ProcessGroup;
+}
+
 namespace rl::trainer {
 
 struct OptimizerOptions {
@@ -71,7 +75,10 @@ class Trainer {
   // parameters are trained in place.
   Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts);
 
-  // Trains on the batch: ceil(n / global_batch_size) optimiser steps. Returns
+  // Trains on the batch: ceil(n / global_batch_size) optimiser steps. With a
+  // data-parallel group (dist::default_group(), world_size W > 1) the batch is this
+  // rank's part, each step takes global_batch_size / W of it, and gradients and
+  // metrics are averaged over the ranks (docs/trainer.md, "Data parallel"). Returns
   // the train/ metrics of the last step plus perf/ (averaged over steps where
   // slime reports per step: see docs/trainer.md), and train/step.
   Metrics train(const TrainBatch& batch);
@@ -102,6 +109,7 @@ class Trainer {
   torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
   Metrics optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx);
   double lr_at(int64_t step) const;
+  int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
                            const torch::Tensor& clipped, double divisor, bool token_mean,
                            const std::vector<int64_t>& rows);
@@ -111,6 +119,7 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
   int64_t step_ = 0;
+  bool params_broadcast_ = false;  // data parallel: rank 0's weights taken once
   std::vector<SampleStats> sample_stats_;
   std::atomic<int64_t> micro_done_{0}, micro_total_{0};
   std::vector<std::vector<float>> behaviour_logp_;  // per sample, during a multi-step train()

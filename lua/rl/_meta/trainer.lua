@@ -55,12 +55,21 @@ function Trainer:progress() end
 ---@return number[][]
 function Trainer:logprobs(batch) end
 
---- Weights to engines (in memory for thread-mode engines, safetensors on tmpfs otherwise).
----@param engines table|table[]
----@param version? string|integer default: the step
+---@class rl.trainer.SyncOptions
+---@field version? string|integer default: the step
+---@field method? "auto"|"disk"|"distributed" auto: in memory for thread-mode engines, safetensors on tmpfs otherwise
+---@field timeout? number distributed: seconds for every step of the sync (default 120)
+---@field master_address? string distributed: the address engines reach the trainer at (127.0.0.1)
+---@field master_port? integer distributed: the trainer's store port (default: a free one)
+---@field backend? "gloo"|"nccl" distributed: the group's backend (gloo)
+
+--- Weights to engines (in memory for thread-mode engines, safetensors on tmpfs otherwise,
+--- or a c10d broadcast with method = "distributed"). No-op on data-parallel ranks > 0.
+---@param engines table|table[]|string
+---@param opts? string|integer|rl.trainer.SyncOptions a version, or options
 ---@return {seconds: number, weight_version: string}|nil
 ---@return string|nil err
-function Trainer:sync(engines, version) end
+function Trainer:sync(engines, opts) end
 
 ---@return integer
 function Trainer:step() end

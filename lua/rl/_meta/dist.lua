@@ -1,0 +1,53 @@
+---@meta
+-- LuaLS type stubs for rl.dist (lua/rl/dist.lua over librlhost_torch.so). See docs/trainer.md, "Data parallel".
+
+---@class rl.dist.InitOptions
+---@field rank? integer default: $RANK
+---@field world_size? integer default: $WORLD_SIZE (1 when unset)
+---@field master_addr? string default: $MASTER_ADDR or 127.0.0.1
+---@field master_port? integer default: $MASTER_PORT (required with world_size > 1)
+---@field timeout? number seconds for the rendezvous and every collective (300)
+---@field backend? "auto"|"gloo"|"nccl" auto (default): nccl on a CUDA build with a GPU, else gloo
+---@field local_rank? integer default: $LOCAL_RANK (the GPU with nccl)
+
+---@class rl.dist
+local dist = {}
+
+--- Joins the process group (from the environment `rlhost --nproc` / torchrun set, overridden by opts).
+---@param opts? rl.dist.InitOptions
+---@return true
+function dist.init(opts) end
+
+--- Initialises from the environment when it asks for more than one rank and nothing is yet.
+---@return userdata|nil group
+function dist.ensure() end
+
+---@return integer
+function dist.rank() end
+---@return integer
+function dist.world_size() end
+---@return boolean true on rank 0
+function dist.is_main() end
+---@return boolean
+function dist.is_initialized() end
+
+--- Waits until every rank gets here.
+---@return true
+function dist.barrier() end
+
+--- Rank `root`'s (default 0) JSON-able value on every rank.
+---@param obj any
+---@param root? integer
+---@return any
+function dist.broadcast_object(obj, root) end
+
+--- Rank r gets list[r + 1] of rank `root`'s list (world_size values); other ranks pass nil.
+---@param list any[]|nil
+---@param root? integer
+---@return any
+function dist.scatter_object(list, root) end
+
+--- Leaves the group (the trainer stops all-reducing). Idempotent.
+function dist.destroy() end
+
+return dist

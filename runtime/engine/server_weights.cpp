@@ -1,0 +1,166 @@
+// Distributed weight sync, SGLang's endpoints: /init_weights_update_group joins a
+// c10d group as rank `rank_offset` (the trainer is rank 0 and hosts the store),
+// /update_weights_from_distributed receives every named tensor by broadcast from
+// rank 0 into the live weights, /destroy_weights_update_group leaves it. The
+// c10d work lives in runtime/trainer/dist.cpp; this file stays LibTorch-free.
+#include "base/log_text.hpp"
+
+#include <cstdlib>
+
+#include "engine/server.hpp"
+#include "net/http_server.hpp"
+#include "trainer/dist.hpp"
+
+namespace rl::engine {
+namespace {
+
+using nlohmann::json;
+
+void reply(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
+}
+
+const json& field(const json& body, const char* key, const char* endpoint) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) throw BadRequest(std::string(endpoint) + ": '" + key + "' is required");
+  return *it;
+}
+
+std::string string_field(const json& body, const char* key, const char* endpoint, const std::string& dflt = {}) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) {
+    if (!dflt.empty()) return dflt;
+    throw BadRequest(std::string(endpoint) + ": '" + key + "' is required (a string)");
+  }
+  if (!it->is_string()) throw BadRequest(std::string(endpoint) + ": '" + key + "' must be a string, got " + it->dump());
+  return it->get<std::string>();
+}
+
+int int_field(const json& body, const char* key, const char* endpoint, int lo, int hi) {
+  const json& v = field(body, key, endpoint);
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    throw BadRequest(std::string(endpoint) + ": '" + key + "' must be an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "], got " + v.dump());
+  return v.get<int>();
+}
+
+constexpr const char* kDefaultGroup = "weight_update_group";
+
+}  // namespace
+
+std::shared_ptr<dist::ProcessGroup> EngineServer::weight_group(const std::string& name) {
+  std::lock_guard lk(groups_mu_);
+  auto it = weight_groups_.find(name);
+  return it == weight_groups_.end() ? nullptr : it->second;
+}
+
+// {master_address, master_port, rank_offset, world_size, group_name, backend,
+//  timeout?}: blocks until every rank (the trainer included) has joined.
+void EngineServer::on_init_weights_update_group(const Req& req, Res& res) {
+  const char* ep = "init_weights_update_group";
+  const json body = parse_json_body(req);
+  dist::GroupOptions o;
+  o.master_addr = string_field(body, "master_address", ep);
+  o.master_port = int_field(body, "master_port", ep, 1, 65535);
+  o.world_size = int_field(body, "world_size", ep, 2, 1 << 20);
+  o.rank = int_field(body, "rank_offset", ep, 1, o.world_size - 1);
+  o.name = string_field(body, "group_name", ep, kDefaultGroup);
+  o.backend = string_field(body, "backend", ep, "gloo");
+  const std::string& device = engine_->options().device;  // cpu | cuda | cuda:N
+  if (device.rfind("cuda:", 0) == 0) o.device_index = std::atoi(device.c_str() + 5);
+  if (o.backend == "nccl" && device.rfind("cuda", 0) != 0)
+    throw BadRequest(std::string(ep) + ": backend 'nccl' needs an engine on a GPU; this one runs on " +
+                     engine_->options().device, "use backend 'gloo'");
+  if (o.backend != "gloo" && o.backend != "nccl")
+    throw BadRequest(std::string(ep) + ": unknown backend '" + o.backend + "'", "use gloo or nccl");
+  if (auto it = body.find("timeout"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0))
+      throw BadRequest(std::string(ep) + ": 'timeout' must be a positive number of seconds");
+    o.timeout_s = it->get<double>();
+  }
+  if (weight_group(o.name))
+    throw BadRequest(std::string(ep) + ": group '" + o.name + "' already exists",
+                     "POST /destroy_weights_update_group first, or use another group_name");
+  std::shared_ptr<dist::ProcessGroup> g;
+  try {
+    g = std::make_shared<dist::ProcessGroup>(o);
+    g->connect();
+  } catch (const rl::Error& e) {
+    reply(res, 500, {{"success", false}, {"message", e.what()}});
+    return;
+  }
+  {
+    std::lock_guard lk(groups_mu_);
+    weight_groups_[o.name] = g;
+  }
+  log::info("engine server: joined weight update group '" + o.name + "' as rank " + std::to_string(o.rank) + " of " +
+            std::to_string(o.world_size));
+  reply(res, 200, {{"success", true}, {"message", "Succeeded to initialize custom process group."}});
+}
+
+// {names, dtypes, shapes, group_name, flush_cache, weight_version}: receives each
+// tensor by broadcast from rank 0, then swaps them in between two engine steps.
+// The prefix cache is always flushed (its KV came from the old weights). A failed
+// receive leaves the group unusable: it is dropped (init again).
+void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) {
+  const char* ep = "update_weights_from_distributed";
+  const json body = parse_json_body(req);
+  const std::string name = string_field(body, "group_name", ep, kDefaultGroup);
+  auto g = weight_group(name);
+  if (!g)
+    throw BadRequest(std::string(ep) + ": no weight update group '" + name + "'",
+                     "POST /init_weights_update_group first");
+  dist::WeightMeta meta;
+  try {
+    meta.names = field(body, "names", ep).get<std::vector<std::string>>();
+    meta.dtypes = field(body, "dtypes", ep).get<std::vector<std::string>>();
+    meta.shapes = field(body, "shapes", ep).get<std::vector<std::vector<int64_t>>>();
+  } catch (const json::exception& e) {
+    throw BadRequest(std::string(ep) + ": names (strings), dtypes (strings) and shapes (lists of integers) "
+                     "expected: " + e.what());
+  }
+  std::optional<std::string> version;
+  if (auto it = body.find("weight_version"); it != body.end() && !it->is_null()) {
+    if (!it->is_string() && !it->is_number())
+      throw BadRequest(std::string(ep) + ": 'weight_version' must be a string, got " + it->dump());
+    version = it->is_string() ? it->get<std::string>() : it->dump();
+  }
+  try {
+    dist::receive_weights(*engine_, *g, meta, version);
+  } catch (const std::exception& e) {
+    const bool broken = std::string(e.what()).rfind("dist:", 0) == 0;
+    if (broken) {
+      std::lock_guard lk(groups_mu_);
+      weight_groups_.erase(name);
+    }
+    reply(res, broken ? 500 : 400, {{"success", false}, {"message", e.what()}});
+    return;
+  }
+  const std::string v = engine_->weight_version();
+  log::info("engine server: weights updated from group '" + name + "' (" + std::to_string(meta.names.size()) +
+            " tensors, version " + v + ")");
+  reply(res, 200, {{"success", true}, {"message", "Succeeded to update parameter online."}, {"weight_version", v}});
+}
+
+void EngineServer::on_destroy_weights_update_group(const Req& req, Res& res) {
+  const json body = parse_json_body(req, true);
+  const std::string name = string_field(body, "group_name", "destroy_weights_update_group", kDefaultGroup);
+  std::shared_ptr<dist::ProcessGroup> g;
+  {
+    std::lock_guard lk(groups_mu_);
+    auto it = weight_groups_.find(name);
+    if (it != weight_groups_.end()) {
+      g = std::move(it->second);
+      weight_groups_.erase(it);
+    }
+  }
+  if (!g) {
+    reply(res, 400, {{"success", false}, {"message", "destroy_weights_update_group: no group '" + name + "'"}});
+    return;
+  }
+  g.reset();
+  reply(res, 200, {{"success", true}, {"message", "Succeeded to destroy custom process group."}});
+}
+
+}  // namespace rl::engine

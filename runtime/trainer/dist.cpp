@@ -1,0 +1,361 @@
+// c10d process groups (docs/trainer.md, "Data parallel" and "Distributed weight
+// sync"). The only translation unit that includes c10d: TCPStore, Gloo, NCCL.
+#include "trainer/dist.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <cstdlib>
+#include <mutex>
+
+#include <torch/torch.h>
+
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "base/errors.hpp"
+#include "base/log_text.hpp"
+#include "engine/engine_weights.hpp"
+#include "nn/weights.hpp"
+
+namespace rl::dist {
+
+namespace {
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+int env_int(const char* name, const char* value, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (!*value || *end || v < lo || v > hi)
+    throw Error(std::string("dist: ") + name + "='" + value + "' is not an integer in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "]");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+std::optional<GroupOptions> options_from_env() {
+  const char* ws = std::getenv("WORLD_SIZE");
+  if (!ws || !*ws) return std::nullopt;
+  GroupOptions o;
+  o.world_size = env_int("WORLD_SIZE", ws, 1, 1 << 20);
+  const char* rank = std::getenv("RANK");
+  const char* port = std::getenv("MASTER_PORT");
+  const char* addr = std::getenv("MASTER_ADDR");
+  const std::string hint = "launch with `rlhost --nproc N script.lua` or torchrun, which set RANK, WORLD_SIZE, "
+                           "MASTER_ADDR and MASTER_PORT, or call rl.dist.init{...} with explicit values";
+  if (!rank || !*rank) throw Error("dist: WORLD_SIZE=" + std::string(ws) + " is set but RANK is not", hint);
+  o.rank = env_int("RANK", rank, 0, o.world_size - 1);
+  if (o.world_size > 1 && (!port || !*port))
+    throw Error("dist: WORLD_SIZE=" + std::string(ws) + " is set but MASTER_PORT is not", hint);
+  if (port && *port) o.master_port = env_int("MASTER_PORT", port, 1, 65535);
+  if (addr && *addr) o.master_addr = addr;
+  if (const char* lr = std::getenv("LOCAL_RANK"); lr && *lr) o.device_index = env_int("LOCAL_RANK", lr, 0, 1 << 16);
+  return o;
+}
+
+struct ProcessGroup::Impl {
+  GroupOptions o;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  torch::Device device = torch::kCPU;
+  std::mutex mu;  // one collective at a time from this process
+
+  std::string where(const std::string& op) const {
+    return "dist: " + op + " (group '" + o.name + "', rank " + std::to_string(o.rank) + " of " +
+           std::to_string(o.world_size) + ", timeout " + fmt_seconds(o.timeout_s) + " s)";
+  }
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  }
+  // Waits for `work` within the timeout; any failure becomes an rl::Error naming the op.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      if (!work->wait(timeout())) throw Error(where(op) + " did not finish in time");
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+      if (dt >= o.timeout_s * 0.95)
+        throw Error(where(op) + " timed out: " + msg, "a peer is gone or stuck; raise the timeout if it is just slow");
+      throw Error(where(op) + " failed: " + msg, "a peer exited or closed its connection");
+    }
+  }
+};
+
+ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
+  if (o.world_size < 1) throw Error("dist: world_size must be >= 1, got " + std::to_string(o.world_size));
+  if (o.rank < 0 || o.rank >= o.world_size)
+    throw Error("dist: rank " + std::to_string(o.rank) + " is outside [0, world_size " + std::to_string(o.world_size) +
+                ")");
+  if (!(o.timeout_s > 0)) throw Error("dist: timeout must be > 0 seconds");
+  if (o.backend == "auto") {  // NCCL when this build and machine can, else Gloo
+#if defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL)
+    o.backend = torch::cuda::is_available() ? "nccl" : "gloo";
+#else
+    o.backend = "gloo";
+#endif
+  }
+  if (o.backend != "gloo" && o.backend != "nccl")
+    throw Error("dist: unknown backend '" + o.backend + "'", "use gloo (CPU), nccl (CUDA) or auto");
+#if !(defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL))
+  if (o.backend == "nccl") throw Error("dist: backend nccl needs a CUDA build of rlhost", "use backend gloo");
+#endif
+  if (o.rank != 0 && o.master_port <= 0)
+    throw Error("dist: rank " + std::to_string(o.rank) + " needs master_port (rank 0's store)");
+  impl_->o = std::move(o);
+  auto& g = impl_->o;
+  if (g.backend == "nccl") impl_->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(g.device_index));
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(g.master_port);
+  so.isServer = g.rank == 0;
+  so.numWorkers = std::nullopt;
+  so.waitWorkers = false;
+  so.timeout = impl_->timeout();
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(g.master_addr, so);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    const std::string at = g.master_addr + ":" + std::to_string(g.master_port);
+    throw Error(impl_->where(g.rank == 0 ? "starting the store on " + at : "connecting to the store at " + at) + ": " +
+                    msg,
+                g.rank == 0 ? "is the port in use?" : "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
+  }
+  if (g.rank == 0) g.master_port = impl_->store->getPort();
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::connect() {
+  auto& im = *impl_;
+  std::lock_guard lk(im.mu);
+  if (im.backend) return;
+  const auto& g = im.o;
+  try {
+    if (g.backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(im.timeout());
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (g.master_addr == "127.0.0.1" || g.master_addr == "localhost")
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      opts->threads = 1;
+      im.backend = c10::make_intrusive<c10d::ProcessGroupGloo>(im.store, g.rank, g.world_size, opts);
+    } else {
+#if defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL)
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = im.timeout();
+      im.backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(im.store, g.rank, g.world_size, opts);
+#endif
+    }
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    throw Error(im.where("rendezvous of " + std::to_string(g.world_size) + " ranks at " + g.master_addr + ":" +
+                         std::to_string(g.master_port)) + " failed: " + msg,
+                "every rank must join within the timeout; check that all ranks started and agree on world_size");
+  }
+  log::info("dist: group '" + g.name + "' formed: rank " + std::to_string(g.rank) + " of " +
+            std::to_string(g.world_size) + " (" + g.backend + ", " + g.master_addr + ":" +
+            std::to_string(g.master_port) + ")");
+}
+
+int ProcessGroup::rank() const { return impl_->o.rank; }
+int ProcessGroup::world_size() const { return impl_->o.world_size; }
+int ProcessGroup::port() const { return impl_->o.master_port; }
+double ProcessGroup::timeout_s() const { return impl_->o.timeout_s; }
+const GroupOptions& ProcessGroup::options() const { return impl_->o; }
+
+void ProcessGroup::allreduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) {
+  connect();
+  std::lock_guard lk(impl_->mu);
+  c10d::AllreduceOptions ao;
+  ao.timeout = impl_->timeout();
+  for (auto& t : tensors) {
+    // Collectives need contiguous tensors on the group's device; stage others.
+    const bool direct = t.is_contiguous() && t.device() == impl_->device;
+    std::vector<at::Tensor> one{direct ? t : t.contiguous().to(impl_->device)};
+    impl_->wait(impl_->backend->allreduce(one, ao), "all-reduce of " + what);
+    if (!direct) t.copy_(one[0]);
+  }
+}
+
+void ProcessGroup::allreduce_mean_grads(const std::vector<at::Tensor>& params, const std::string& what) {
+  torch::NoGradGuard ng;
+  constexpr int64_t kBucket = int64_t(1) << 24;  // elements per flattened bucket
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    auto g = p.grad();
+    if (!g.defined()) {
+      g = torch::zeros_like(p);
+      p.mutable_grad() = g;
+    }
+    grads.push_back(g);
+  }
+  const double inv = 1.0 / world_size();
+  size_t i = 0;
+  while (i < grads.size()) {
+    // A bucket: consecutive gradients of one dtype and device, up to kBucket elements.
+    size_t j = i;
+    int64_t n = 0;
+    while (j < grads.size() && grads[j].scalar_type() == grads[i].scalar_type() &&
+           grads[j].device() == grads[i].device() && (j == i || n + grads[j].numel() <= kBucket))
+      n += grads[j++].numel();
+    std::vector<at::Tensor> flat_parts;
+    for (size_t k = i; k < j; ++k) flat_parts.push_back(grads[k].reshape({-1}));
+    std::vector<at::Tensor> buf{torch::cat(flat_parts).to(impl_->device)};
+    allreduce_sum(buf, what);
+    buf[0].mul_(inv);
+    int64_t off = 0;
+    for (size_t k = i; k < j; ++k) {
+      const int64_t m = grads[k].numel();
+      grads[k].copy_(buf[0].narrow(0, off, m).view_as(grads[k]));
+      off += m;
+    }
+    i = j;
+  }
+}
+
+void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what) {
+  connect();
+  std::lock_guard lk(impl_->mu);
+  c10d::BroadcastOptions bo;
+  bo.rootRank = root;
+  bo.timeout = impl_->timeout();
+  for (auto& t : tensors) {
+    // Collectives need contiguous tensors on the group's device; stage others.
+    const bool direct = t.is_contiguous() && t.device() == impl_->device;
+    std::vector<at::Tensor> one{direct ? t : t.contiguous().to(impl_->device)};
+    impl_->wait(impl_->backend->broadcast(one, bo), "broadcast of " + what);
+    if (!direct) t.copy_(one[0]);
+  }
+}
+
+void ProcessGroup::barrier() {
+  std::vector<at::Tensor> one{torch::zeros({1}, torch::TensorOptions().device(impl_->device))};
+  allreduce_sum(one, "barrier");
+}
+
+std::string ProcessGroup::broadcast_bytes(const std::string& blob, int root) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(impl_->device);
+  std::vector<at::Tensor> len{torch::tensor({static_cast<int64_t>(blob.size())}, i64)};
+  broadcast(len, root, "a byte length");
+  const int64_t n = len[0].cpu().item<int64_t>();
+  if (n == 0) return {};
+  auto buf = torch::empty({n}, torch::kUInt8);
+  if (rank() == root) std::memcpy(buf.data_ptr(), blob.data(), blob.size());
+  std::vector<at::Tensor> data{buf.to(impl_->device)};
+  broadcast(data, root, std::to_string(n) + " bytes");
+  auto out = data[0].cpu().contiguous();
+  return std::string(static_cast<const char*>(out.data_ptr()), static_cast<size_t>(n));
+}
+
+std::string ProcessGroup::scatter_bytes(const std::vector<std::string>& blobs, int root) {
+  const int W = world_size();
+  auto lens = torch::zeros({W}, torch::kInt64);
+  if (rank() == root) {
+    if (static_cast<int>(blobs.size()) != W)
+      throw Error("dist: scatter needs one entry per rank on the root: got " + std::to_string(blobs.size()) +
+                  " for world_size " + std::to_string(W));
+    for (int r = 0; r < W; ++r) lens[r] = static_cast<int64_t>(blobs[r].size());
+  }
+  std::vector<at::Tensor> lv{lens.to(impl_->device)};
+  broadcast(lv, root, "the scatter lengths");
+  lens = lv[0].cpu();
+  const int64_t longest = std::max<int64_t>(1, lens.max().item<int64_t>());
+  const int64_t mine = lens[rank()].item<int64_t>();
+  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8).device(impl_->device);
+  std::vector<at::Tensor> out{torch::empty({longest}, u8)};
+  std::vector<std::vector<at::Tensor>> in;
+  if (rank() == root) {
+    in.emplace_back();
+    for (int r = 0; r < W; ++r) {
+      auto t = torch::zeros({longest}, torch::kUInt8);
+      std::memcpy(t.data_ptr(), blobs[r].data(), blobs[r].size());
+      in[0].push_back(t.to(impl_->device));
+    }
+  }
+  connect();
+  {
+    std::lock_guard lk(impl_->mu);
+    c10d::ScatterOptions so;
+    so.rootRank = root;
+    so.timeout = impl_->timeout();
+    impl_->wait(impl_->backend->scatter(out, in, so), "scatter of " + std::to_string(longest) + " bytes per rank");
+  }
+  auto host = out[0].cpu().contiguous();
+  return std::string(static_cast<const char*>(host.data_ptr()), static_cast<size_t>(mine));
+}
+
+namespace {
+std::mutex g_default_mu;
+std::shared_ptr<ProcessGroup> g_default;
+}  // namespace
+
+std::shared_ptr<ProcessGroup> default_group() {
+  std::lock_guard lk(g_default_mu);
+  return g_default;
+}
+
+void set_default_group(std::shared_ptr<ProcessGroup> g) {
+  std::shared_ptr<ProcessGroup> old;
+  {
+    std::lock_guard lk(g_default_mu);
+    old = std::exchange(g_default, std::move(g));
+  }
+}
+
+// ---- weight sync -----------------------------------------------------------------------
+
+void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  torch::NoGradGuard ng;
+  for (const auto& [name, t] : params) {
+    std::vector<at::Tensor> one{t.detach()};
+    g.broadcast(one, 0, "weight " + name);
+  }
+}
+
+void receive_weights(engine::Engine& engine, ProcessGroup& g, const WeightMeta& meta,
+                     const std::optional<std::string>& weight_version) {
+  const size_t n = meta.names.size();
+  if (meta.dtypes.size() != n || meta.shapes.size() != n)
+    throw Error("update_weights_from_distributed: names, dtypes and shapes differ in length (" + std::to_string(n) +
+                ", " + std::to_string(meta.dtypes.size()) + ", " + std::to_string(meta.shapes.size()) + ")");
+  torch::NoGradGuard ng;
+  std::vector<std::pair<std::string, torch::Tensor>> got;
+  got.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::string dt = meta.dtypes[i];
+    if (dt.rfind("torch.", 0) == 0) dt = dt.substr(6);
+    torch::ScalarType st;
+    try {
+      st = nn::parse_dtype(dt);
+    } catch (const std::exception& e) {
+      throw Error("update_weights_from_distributed: dtypes[" + std::to_string(i) + "] ('" + meta.dtypes[i] +
+                  "'): " + e.what());
+    }
+    for (int64_t d : meta.shapes[i])
+      if (d < 0) throw Error("update_weights_from_distributed: shapes[" + std::to_string(i) + "] has a negative size");
+    std::vector<at::Tensor> one{torch::empty(meta.shapes[i], torch::TensorOptions().dtype(st))};
+    g.broadcast(one, 0, "weight " + meta.names[i]);
+    got.emplace_back(meta.names[i], one[0]);
+  }
+  engine::update_weights(engine, got, weight_version);
+}
+
+}  // namespace rl::dist

@@ -1,0 +1,100 @@
+// A c10d process group for data-parallel training and distributed weight sync:
+// TCPStore rendezvous (rank 0 hosts the store), Gloo on the CPU, NCCL when built
+// with CUDA and the group's tensors live on a GPU. Every collective is waited with
+// the group's timeout; expiry or a failed peer throws rl::Error naming the op,
+// the rank and the timeout, so nothing that uses a group can hang.
+//
+// LibTorch-free header (at::Tensor is only declared) so that the engine's HTTP
+// server, compiled without LibTorch, can hold groups; dist.cpp is the only file
+// that includes c10d.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+namespace rl::engine {
+class Engine;
+}
+
+namespace rl::dist {
+
+struct GroupOptions {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;         // rank 0 with port 0: an ephemeral port (port() tells it)
+  int rank = 0;
+  int world_size = 1;
+  double timeout_s = 300;      // rendezvous and every collective
+  std::string backend = "gloo";  // gloo | nccl (a CUDA build) | auto (nccl when a GPU is there)
+  int device_index = 0;        // nccl: the GPU of this rank (LOCAL_RANK)
+  std::string name = "default";  // in error messages
+};
+
+// torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK.
+// nullopt when WORLD_SIZE is unset; throws rl::Error naming a missing or bad
+// variable (WORLD_SIZE=2 without MASTER_PORT, RANK >= WORLD_SIZE, ...).
+std::optional<GroupOptions> options_from_env();
+
+class ProcessGroup {
+ public:
+  // Creates the store: rank 0 starts the TCPStore server (immediately; port()
+  // is then known), other ranks connect to it (retrying until the timeout).
+  explicit ProcessGroup(GroupOptions opts);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  // Forms the backend: blocks until every rank has joined, or throws on timeout.
+  // Idempotent; collectives call it first.
+  void connect();
+
+  int rank() const;
+  int world_size() const;
+  int port() const;
+  double timeout_s() const;
+  const GroupOptions& options() const;
+
+  // In place over all ranks (same tensors, same order on every rank).
+  void allreduce_sum(std::vector<at::Tensor>& tensors, const std::string& what);
+  // Averages gradients (after backward): flattened in buckets, summed, / world_size.
+  void allreduce_mean_grads(const std::vector<at::Tensor>& params, const std::string& what);
+  void broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what);
+  void barrier();
+  // A byte string from `root` to every rank (root's `blob` is returned everywhere).
+  std::string broadcast_bytes(const std::string& blob, int root);
+  // Rank i gets blobs[i] (blobs given on root only: world_size entries).
+  std::string scatter_bytes(const std::vector<std::string>& blobs, int root);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The group rl.dist.init set up (data parallel): the trainer all-reduces gradients
+// over it when world_size > 1. Null when none.
+std::shared_ptr<ProcessGroup> default_group();
+void set_default_group(std::shared_ptr<ProcessGroup> g);
+
+// ---- distributed weight sync (SGLang's /update_weights_from_distributed) ----------
+
+struct WeightMeta {
+  std::vector<std::string> names;
+  std::vector<std::string> dtypes;  // "float32", "bfloat16", ... ("torch." prefix allowed)
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+// The trainer's side (rank 0): broadcasts each tensor in order.
+void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params);
+// The engine's side: receives every tensor (generation goes on meanwhile), then
+// copies them into the engine's weights between two steps (its own layout and
+// dtype), flushes the prefix cache and sets the weight version. Throws rl::Error
+// naming a bad name, dtype or shape.
+void receive_weights(engine::Engine& engine, ProcessGroup& g, const WeightMeta& meta,
+                     const std::optional<std::string>& weight_version);
+
+}  // namespace rl::dist

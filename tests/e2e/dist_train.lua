@@ -1,0 +1,82 @@
+-- Driven by test_trainer_dist.py: `rlhost [--nproc N] dist_train.lua MODE OUT_DIR`.
+--   train: a tiny random Llama, two GRPO optimiser steps (token-mean loss, whitened
+--          advantages) on one fixed global batch of 8 samples; rank 0 splits it
+--          (rl.rollout.train_data.split) and scatters the parts. Each rank writes
+--          OUT_DIR/rank<R>/ (the model) and OUT_DIR/rank<R>.json (metrics).
+--   die:   rank 1 exits with status 3 while rank 0 waits in a barrier.
+--   sleep: both ranks print "ready R" and sleep (the test sends Ctrl-C to the launcher).
+--   stall: rank 1 sleeps while rank 0's barrier times out (2 s).
+--   init:  rl.dist.init{timeout = 2} (the test sets the environment).
+local mode, out = arg[1], arg[2]
+
+local TINY = {
+  architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
+  intermediate_size = 48, num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2,
+  max_position_embeddings = 64, rms_norm_eps = 1e-6,
+}
+
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+if mode == "init" then
+  rl.dist.init { timeout = 2 }
+  return
+end
+
+if mode == "sleep" then   -- Ctrl-C reaches every rank through the launcher
+  print("ready " .. rl.dist.rank())
+  rl.sleep(60)
+  return
+end
+
+if mode == "stall" then
+  rl.dist.init { timeout = 2 }
+  if rl.dist.rank() == 1 then rl.sleep(30) end
+  rl.dist.barrier()   -- rank 0: times out after 2 s
+  return
+end
+
+if mode == "die" then
+  rl.dist.init { timeout = 60 }
+  if rl.dist.rank() == 1 then os.exit(3) end
+  rl.dist.barrier()   -- never completes: the launcher stops this rank
+  return
+end
+
+-- The global batch: 8 samples of different lengths, rewards of both signs.
+local batch = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {}, total_lengths = {} }
+for i = 1, 8 do
+  local toks = { 1, 10 + i, 20 + i }
+  local resp = 2 + (i % 4)
+  for j = 1, resp do toks[#toks + 1] = 40 + ((i * 7 + j * 13) % 250) end
+  local mask = {}
+  for j = 1, resp do mask[j] = (j == 2 and i % 3 == 0) and 0 or 1 end
+  batch.tokens[i], batch.response_lengths[i], batch.loss_masks[i] = toks, resp, mask
+  batch.rewards[i] = (i % 2 == 0 and 1 or -1) * (0.5 + i / 10)
+  batch.total_lengths[i] = #toks
+end
+
+local ws = rl.dist.world_size()
+-- rank 0 decides the model directory and hands it to everyone (broadcast_object)
+local dir = rl.dist.broadcast_object(rl.dist.is_main() and assert(rl.model.init { config = TINY, seed = 7 }) or nil)
+local part = batch
+if ws > 1 then
+  part = rl.dist.scatter_object(rl.dist.is_main() and rl.rollout.train_data.split(batch, ws) or nil)
+end
+local tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2, clip_grad = 0.5 }, micro_batch_size = 2,
+  calculate_per_token_loss = true, normalize_advantages = true }
+local steps = {}
+for s = 1, 2 do
+  local m = assert(tr:train(part))
+  steps[s] = { loss = m["train/loss"], grad_norm = m["train/grad_norm"], pg_loss = m["train/pg_loss"],
+               global_batch_size = m["train/global_batch_size"] }
+end
+rl.dist.barrier()
+local r = rl.dist.rank()
+assert(tr:save_model(("%s/rank%d"):format(out, r)))
+write(("%s/rank%d.json"):format(out, r), rl.json.encode { rank = r, world_size = ws, samples = #part.tokens,
+                                                          steps = steps })
+print(("rank %d of %d trained on %d samples"):format(r, ws, #part.tokens))

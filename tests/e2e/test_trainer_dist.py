@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Data parallel over processes (`rlhost --nproc N`, rl.dist, the trainer's
+gradient all-reduce) and its failure modes.
+
+* 2 ranks on a split of one global batch end with the same weights as 1 process
+  on the whole batch (every parameter within 1e-5), the same loss and grad norm,
+  and both ranks hold identical weights.
+* A rank that dies makes `rlhost --nproc` exit with its status, the other rank
+  stopped; a stuck rank makes the others' collective time out with an error naming
+  it; WORLD_SIZE without MASTER_PORT and a rendezvous nobody joins fail with errors
+  naming them, within the timeout.
+
+Standard library only (safetensors are read by hand).
+
+    RLHOST_BIN=build/rlhost python3 tests/e2e/test_trainer_dist.py
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, RlhostTestCase  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_train.lua")
+
+
+def read_safetensors(path):
+    """{name: list of floats} of a float32 safetensors file."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        a, b = info["data_offsets"]
+        out[name] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+    return out
+
+
+def max_diff(x, y):
+    assert x.keys() == y.keys(), (sorted(x), sorted(y))
+    return max(max(abs(p - q) for p, q in zip(x[k], y[k])) for k in x)
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def children_of(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def open_status(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return f.read()
+    except OSError:
+        return "zombie"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DataParallel(RlhostTestCase):
+    def run_rlhost(self, args, env=None, timeout=180):
+        e = dict(self.env)
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            e.pop(k, None)
+        e.update(env or {})
+        t0 = time.time()
+        p = subprocess.run([BIN, "--no-control"] + args, env=e, capture_output=True, text=True, timeout=timeout)
+        return p, time.time() - t0
+
+    def test_two_ranks_equal_one_process(self):
+        one, two = os.path.join(self.dir, "one"), os.path.join(self.dir, "two")
+        os.makedirs(one)
+        os.makedirs(two)
+        p, _ = self.run_rlhost([SCRIPT, "train", one])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p, _ = self.run_rlhost(["--nproc", "2", SCRIPT, "train", two])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("[rank 1] rank 1 of 2 trained on 4 samples", p.stdout)
+        self.assertIn("[rank 0] rank 0 of 2 trained on 4 samples", p.stdout)
+
+        w1 = read_safetensors(os.path.join(one, "rank0", "model.safetensors"))
+        w2 = [read_safetensors(os.path.join(two, "rank%d" % r, "model.safetensors")) for r in range(2)]
+        diff = max_diff(w1, w2[0])
+        print("1 process vs 2 ranks: max |weight diff| %.3g over %d tensors" % (diff, len(w1)))
+        self.assertLessEqual(diff, 1e-5)
+        self.assertEqual(max_diff(w2[0], w2[1]), 0.0, "ranks hold identical weights")
+        # and training moved them (the comparison is not vacuous)
+        m1 = load_json(os.path.join(one, "rank0.json"))
+        m2 = [load_json(os.path.join(two, "rank%d.json" % r)) for r in range(2)]
+        for s in range(2):
+            a, b = m1["steps"][s], m2[0]["steps"][s]
+            for k in ("loss", "grad_norm", "pg_loss"):
+                self.assertAlmostEqual(a[k], b[k], delta=1e-5, msg="step %d %s" % (s + 1, k))
+                self.assertEqual(b[k], m2[1]["steps"][s][k], "ranks report the same %s" % k)
+            self.assertEqual(b["global_batch_size"], 8)
+        self.assertGreater(m1["steps"][0]["grad_norm"], 0)
+
+    def test_a_dying_rank_stops_the_launch(self):
+        p, dt = self.run_rlhost(["--nproc", "2", SCRIPT, "die", self.dir], timeout=120)
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        self.assertIn("rank 1 exited with status 3; stopping the other ranks", p.stderr)
+        self.assertLess(dt, 60)
+
+    def test_a_stuck_rank_times_out(self):
+        p, dt = self.run_rlhost(["--nproc", "2", SCRIPT, "stall", self.dir], timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("barrier (group 'default', rank 0 of 2, timeout 2 s)", p.stderr)
+        self.assertIn("rank 0 exited with status 1; stopping the other ranks", p.stderr)
+        self.assertLess(dt, 25)
+
+    def test_ctrl_c_reaches_every_rank(self):
+        e = dict(self.env)
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            e.pop(k, None)
+        p = subprocess.Popen([BIN, "--no-control", "--nproc", "2", SCRIPT, "sleep", self.dir], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        seen = set()
+        while len(seen) < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "the launcher ended before both ranks were ready")
+            if "] ready " in line:
+                seen.add(line.strip())
+        ranks = children_of(p.pid)
+        self.assertEqual(len(ranks), 2, ranks)
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+        self.assertEqual(p.returncode, 130)
+        self.assertLess(time.time() - t0, 20)
+        for pid in ranks:
+            self.assertFalse(os.path.exists("/proc/%d" % pid) and "zombie" not in open_status(pid),
+                             "rank process %d still running" % pid)
+
+    def test_world_size_without_master_port(self):
+        p, _ = self.run_rlhost([SCRIPT, "init", self.dir], env={"WORLD_SIZE": "2", "RANK": "0"})
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("MASTER_PORT is not", p.stderr)
+
+    def test_rendezvous_times_out(self):
+        env = {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        p, dt = self.run_rlhost([SCRIPT, "init", self.dir], env=env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("rendezvous of 2 ranks", p.stderr)
+        self.assertIn("timeout 2 s", p.stderr)
+        self.assertLess(dt, 30)
+
+    def test_nproc_usage(self):
+        p, _ = self.run_rlhost(["--nproc", "0", SCRIPT])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--nproc needs a number of ranks >= 1", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

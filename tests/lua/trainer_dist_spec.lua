@@ -1,0 +1,111 @@
+-- Distributed weight sync (tr:sync(engines, {method = "distributed"})): the trainer
+-- broadcasts its parameters over a c10d group to engines that joined it through
+-- SGLang's /init_weights_update_group; afterwards the engine computes exactly the
+-- trainer's log-probs. A dead engine or one that never joins fails the sync with
+-- a clear error within the timeout. (Data parallel: tests/e2e/test_trainer_dist.py.)
+local rl = require "rl"
+
+local STORIES = shared_data("models/stories260K")
+
+local function now() return require("rl._core").loop.now() end
+
+-- Samples from the engine: a train batch with its rollout log-probs.
+local function engine_batch(eng, n)
+  local b = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {}, rollout_log_probs = {} }
+  for i = 1, n do
+    local out = assert(eng:generate { input_ids = { 1, 403 + i }, return_logprob = true,
+      sampling_params = { temperature = 1.0, max_new_tokens = 10, sampling_seed = i, ignore_eos = true } })
+    local toks, lps, mask = { 1, 403 + i }, {}, {}
+    for j, it in ipairs(out.meta_info.output_token_logprobs) do
+      toks[#toks + 1], lps[j], mask[j] = it[2], it[1], 1
+    end
+    b.tokens[i], b.response_lengths[i], b.rewards[i] = toks, #lps, (i % 2 == 0) and 1 or -1
+    b.rollout_log_probs[i], b.loss_masks[i] = lps, mask
+  end
+  return b
+end
+
+-- |engine − trainer| on the log-prob of one more token after sample 1.
+local function gap(eng, tr, b)
+  local out = assert(eng:generate { input_ids = b.tokens[1], return_logprob = true,
+    sampling_params = { temperature = 1.0, max_new_tokens = 1, sampling_seed = 1 } })
+  local t = out.meta_info.output_token_logprobs[1]
+  local toks = {}
+  for j, x in ipairs(b.tokens[1]) do toks[j] = x end
+  toks[#toks + 1] = t[2]
+  local mine = tr:logprobs { tokens = { toks }, response_lengths = { 1 }, rewards = { 0 }, loss_masks = { { 1 } } }
+  return math.abs(mine[1][1] - t[1])
+end
+
+describe("rl.trainer distributed weight sync", function()
+  it("broadcasts the weights to a process engine, which then agrees with the trainer", function()
+    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4 }
+    local b = engine_batch(eng, 4)
+    for round = 1, 2 do   -- the second sync reuses the group made by the first
+      assert(tr:train(b))
+      local before = gap(eng, tr, b)
+      ok(before > 1e-4, "training moved the weights away from the engine's (" .. before .. ")")
+      local s, err = tr:sync(eng, { method = "distributed", timeout = 30 })
+      ok(s, err)
+      eq(s.weight_version, tostring(round))
+      eq(eng:stats().weight_version, tostring(round))
+      local after = gap(eng, tr, b)
+      ok(after <= 1e-5, "engine vs trainer after distributed sync " .. after)
+      print(("round %d: sync %.3f s, |logp gap| %.3g -> %.3g"):format(round, s.seconds, before, after))
+    end
+    -- The engine dies: the next sync fails with an error, well within its timeout.
+    require("rl.torch")._engine.kill(eng.pid, 9)
+    assert(tr:train(b))
+    local t0 = now()
+    local s, err = tr:sync(eng, { method = "distributed", timeout = 10 })
+    ok(s == nil, "sync to a dead engine fails")
+    ok(tostring(err):find("update_weights_from_distributed", 1, true), err)
+    ok(now() - t0 < 25, "failed within the timeout (" .. (now() - t0) .. " s)")
+    print("dead engine: " .. tostring(err):sub(1, 300))
+    eng:stop()
+  end, { timeout = 240 })
+
+  it("fails within the timeout when an engine never joins", function()
+    local tr = rl.trainer.new { model = STORIES }
+    local t0 = now()
+    local s, err = tr:sync({ url = "http://127.0.0.1:9" }, { method = "distributed", timeout = 3 })
+    ok(s == nil)
+    ok(tostring(err):find("init_weights_update_group", 1, true), err)
+    ok(tostring(err):find("127.0.0.1:9", 1, true), err)
+    ok(now() - t0 < 15, "within the timeout (" .. (now() - t0) .. " s)")
+    raises(function() tr:sync({ {} }, { method = "distributed" }) end, "has no url")
+    raises(function() tr:sync({ { url = "http://x" } }, { method = "nccl" }) end, "opts.method")
+  end, { timeout = 60 })
+
+  it("the engine names bad requests; a thread-mode engine's server takes the broadcast too", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1 })
+    local http = rl.http
+    local function post(path, body)
+      local r = assert(http.request { method = "POST", url = eng.url .. path, body = rl.json.encode(body),
+        headers = { ["content-type"] = "application/json" }, timeout = 10 })
+      return r.status, r.body
+    end
+    local st, body = post("/init_weights_update_group", { master_address = "127.0.0.1", rank_offset = 1,
+                                                          world_size = 2 })
+    eq(st, 400)
+    ok(body:find("master_port", 1, true), body)
+    st, body = post("/update_weights_from_distributed", { names = {}, dtypes = {}, shapes = {}, group_name = "nope" })
+    eq(st, 400)
+    ok(body:find("no weight update group 'nope'", 1, true), body)
+    st, body = post("/init_weights_update_group", { master_address = "127.0.0.1", master_port = 1, rank_offset = 1,
+                                                    world_size = 2, backend = "nccl" })
+    eq(st, 400)
+    ok(body:find("nccl", 1, true), body)
+    -- the same endpoints serve an engine in this process (thread mode with a server)
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 2 }
+    local b = engine_batch(eng, 2)
+    assert(tr:train(b))
+    local s, err = tr:sync({ eng }, { method = "distributed", timeout = 30, version = "v7" })
+    ok(s, err)
+    eq(eng:stats().weight_version, "v7")
+    local after = gap(eng, tr, b)
+    ok(after <= 1e-5, "thread engine vs trainer after distributed sync " .. after)
+    eng:stop()
+  end, { timeout = 60 })
+end)
