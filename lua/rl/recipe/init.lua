@@ -49,6 +49,8 @@ local function fill_defaults(opt, default_model)
   def("eps_clip_high", opt.eps_clip)
   def("micro_batch_size", 16)
   def("threads", nproc())
+  -- the default model is tiny: a whole rollout batch decodes in one wave
+  if default_model then def("max_running_requests", 256) end
   def("eval_interval", default_model and 10 or false)
   def("eval_max_prompts", false)
   if opt.over_sampling_batch_size < opt.rollout_batch_size then
@@ -123,7 +125,8 @@ end
 local function start_engines(opt, job)
   local engines, urls = {}, {}
   for i = 1, opt.num_engines do
-    local eng, err = rl.engine.start { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads }
+    local eng, err = rl.engine.start { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
+                                       max_running_requests = opt.max_running_requests }
     if not eng then
       for _, e in ipairs(engines) do e:stop() end
       error(("engine %d of %d did not start: %s"):format(i, opt.num_engines, tostring(err)), 0)

@@ -62,6 +62,8 @@ local FLAGS = {
   { name = "num_engines", type = "int", default = 1, help = "inference engines behind the router" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
     help = "thread: engines in this process (weights handed over in memory); process: child processes" },
+  { name = "max_running_requests", type = "int",
+    help = "sequences an engine decodes at once (default: 256 default model, the engine's 64 otherwise)" },
   { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
   { name = "progress", type = "bool", default = true, help = "progress bars for rollout and training" },
 }
