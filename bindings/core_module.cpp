@@ -25,6 +25,7 @@ void open_core(lua_State* L) {
   add_area(L, core, "router", open_router);
   add_area(L, core, "metrics", open_metrics);
   add_area(L, core, "dump", open_dump);
+  add_area(L, core, "timeline", open_timeline);
   lua_pushstring(L, RLHOST_VERSION);
   lua_setfield(L, core, "version");
   lua_getglobal(L, "package");
