@@ -25,6 +25,7 @@ local opt = rl.args {
 }
 
 local function fail(msg, hint)
+  if msg:find("(hint:", 1, true) then hint = nil end  -- the runtime's message has its own
   io.stderr:write("trace_timeline: ", msg, hint and ("\n  hint: " .. hint) or "", "\n")
   io.stderr:flush()
   rl.exit(1)
