@@ -39,18 +39,6 @@ local function read_file(path, max)
   return s
 end
 
--- Writes through a temporary name, so a reader never sees half a file.
-local function write_file(path, ...)
-  local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  if not f then fail("cannot write " .. path .. ": " .. tostring(err), "is the dump's folder writable?") end
-  local ok, werr = f:write(...)
-  f:close()
-  if not ok then os.remove(tmp); fail("cannot write " .. path .. ": " .. tostring(werr), "disk full?") end
-  local rok, rerr = os.rename(tmp, path)
-  if not rok then fail("cannot write " .. path .. ": " .. tostring(rerr)) end
-end
-
 local pt = opt.pt_path
 local pt_mtime = core.timeline.mtime(pt)
 if not pt_mtime then
@@ -90,13 +78,30 @@ local function fresh(path)
   return m ~= nil and m >= pt_mtime
 end
 
+-- The page: the template with the cache inlined (the writer escapes '<' in strings).
+local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
+local template_path = here .. "/trace_timeline/viewer.html"
+local template = read_file(template_path)
+if not template then fail("viewer template missing: " .. template_path, "the tools/ folder of the rlhost tree is incomplete") end
+local marker = "__TIMELINE_CACHE__"
+local at = template:find(marker, 1, true)
+if not at then fail(template_path .. ": no " .. marker .. " placeholder", "restore tools/trace_timeline/viewer.html") end
+local title = (stem:gsub("[<>&\"]", ""))
+local html_head = template:sub(1, at - 1):gsub("__TITLE__", function() return title end)
+local html_tail = template:sub(at + #marker)
+
 local header = (not opt.rebuild and fresh(cache_path)) and cache_header(cache_path) or nil
-local cache_text, how
+local how
 if header and (not want_perfetto or fresh(perfetto_path)) then
+  local ok, err = core.timeline.page(cache_path, html_path, html_head, html_tail)
+  if not ok then fail(err) end
   how = "reused"
 else
   local t0 = rl.now()
-  local res, err = core.timeline.build(pt, { pt_path = abs_pt, generated_at = rl.time(), perfetto = want_perfetto })
+  local res, err = core.timeline.build(pt, {
+    pt_path = abs_pt, generated_at = rl.time(), cache_path = cache_path, html_path = html_path,
+    html_head = html_head, html_tail = html_tail, perfetto_path = want_perfetto and perfetto_path or nil,
+  })
   if not res then
     fail(err, "expected a torch.save dump {'rollout_id', 'samples': [...]} from --save-debug-rollout-data or rl.dump.save")
   end
@@ -105,25 +110,9 @@ else
       pt, res.sample_count, res.traced_samples),
       "dumps keep sample.trace when the rollout ran with tracing on (rl.trace.enabled(true), the default)")
   end
-  cache_text = res.cache
-  write_file(cache_path, cache_text)
-  if res.perfetto then write_file(perfetto_path, res.perfetto) end
   header = { sample_count = res.sample_count, row_count = res.rows, pd_row_count = res.pd_rows }
   how = ("built in %.2f s"):format(rl.now() - t0)
 end
-
--- The page: the template with the cache inlined (the writer escapes '<' in strings).
-local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
-local template_path = here .. "/trace_timeline/viewer.html"
-local template = read_file(template_path)
-if not template then fail("viewer template missing: " .. template_path, "the tools/ folder of the rlhost tree is incomplete") end
-cache_text = cache_text or read_file(cache_path)
-local marker = "__TIMELINE_CACHE__"
-local at = template:find(marker, 1, true)
-if not at then fail(template_path .. ": no " .. marker .. " placeholder", "restore tools/trace_timeline/viewer.html") end
-local title = (stem:gsub("[<>&\"]", ""))
-local head = template:sub(1, at - 1):gsub("__TITLE__", function() return title end)
-write_file(html_path, head, cache_text, template:sub(at + #marker))
 
 print("pt: " .. pt)
 print("cache: " .. cache_path .. " (" .. how .. ")")

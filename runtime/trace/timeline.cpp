@@ -74,19 +74,31 @@ std::vector<Event> normalise(const Value& events, int64_t carrier_attempt) {
   out.reserve(events.items().size());
   for (const Value& e : events.items()) {
     if (!e.is(Kind::dict)) continue;
-    const Value* ts = e.get("ts");
+    // One pass over the record's keys (events have ~10; a lookup per field costs more).
+    const Value *ts = nullptr, *type = nullptr, *name = nullptr, *span_id = nullptr, *parent = nullptr,
+                *attempt = nullptr, *attrs = nullptr;
+    for (const auto& [k, v] : e.as_dict().items) {
+      if (!k.is(Kind::string)) continue;
+      const std::string& key = k.as_string();
+      switch (key.size()) {
+        case 2: if (key == "ts") ts = &v; break;
+        case 4: if (key == "type") type = &v; else if (key == "name") name = &v; break;
+        case 5: if (key == "attrs") attrs = &v; break;
+        case 7: if (key == "span_id") span_id = &v; else if (key == "attempt") attempt = &v; break;
+        case 14: if (key == "parent_span_id") parent = &v; break;
+        default: break;
+      }
+    }
     if (!is_number(ts)) continue;
     Event ev;
     ev.ts = ts->to_number();
     if (!std::isfinite(ev.ts)) continue;
-    std::string_view type = sv(e.get("type"));
-    ev.type = type == "span_start" ? 0 : type == "span_end" ? 1 : 2;
-    ev.name = sv(e.get("name"));
-    ev.span_id = sv(e.get("span_id"));
-    ev.parent = sv(e.get("parent_span_id"));
-    const Value* at = e.get("attempt");
-    ev.attempt = at && at->is(Kind::integer) ? at->as_int() : carrier_attempt;
-    const Value* attrs = e.get("attrs");
+    std::string_view t = sv(type);
+    ev.type = t == "span_start" ? 0 : t == "span_end" ? 1 : 2;
+    ev.name = sv(name);
+    ev.span_id = sv(span_id);
+    ev.parent = sv(parent);
+    ev.attempt = attempt && attempt->is(Kind::integer) ? attempt->as_int() : carrier_attempt;
     ev.attrs = attrs && attrs->is(Kind::dict) ? attrs : nullptr;
     ev.inferred = stack.empty() ? std::string_view() : stack.back();
     if (ev.type == 0 && !ev.span_id.empty()) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rollout/py_value.hpp"
@@ -68,5 +69,16 @@ std::string timeline_cache_json(const Timeline& t, const std::string& pt_path, d
 // Chrome trace event JSON: one thread (track) per sample, spans as "X" events,
 // instant events and unmatched ends as "i" events, times in µs from global_start.
 std::string timeline_perfetto_json(const Timeline& t, const std::string& pt_path);
+
+}  // namespace rl::trace
+
+namespace rl::trace {
+
+// Writes `parts` one after the other to `path` through `path.tmp` renamed over it, so
+// a reader never sees half a file. Throws rl::Error naming the path.
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts);
+
+// Reads a whole file; throws rl::Error naming the path.
+std::string read_file(const std::string& path);
 
 }  // namespace rl::trace

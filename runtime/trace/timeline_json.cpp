@@ -241,7 +241,9 @@ void row_json(Json& j, const TimelineRow& r) {
 
 std::string timeline_cache_json(const Timeline& t, const std::string& pt_path, double generated_at) {
   Json j;
-  j.out.reserve(4096 + t.rows.size() * 4096);
+  size_t items = 0;
+  for (const auto& r : t.rows) items += r.items.size();
+  j.out.reserve(4096 + t.rows.size() * 1024 + items * 640);  // typical sizes: one allocation, no regrowth
   // Header fields first: a reader can take cache_version / sample_count from the first bytes.
   j.raw("{\"cache_version\":1,\"sample_count\":"); j.integer(t.sample_count);
   j.raw(",\"row_count\":"); j.integer(static_cast<int64_t>(t.rows.size()));
