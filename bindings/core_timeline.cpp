@@ -2,13 +2,15 @@
 // tools/trace_timeline.lua. The big outputs (cache, page, Chrome trace) are written
 // from C++; Lua only gets them as strings when it asks (no *_path given).
 //   build(pt, {pt_path, generated_at, perfetto, cache_path, perfetto_path,
-//              html_path, html_head, html_tail})
+//              html_path, html_head, html_mid, html_tail, first_rows})
 //     -> {sample_count, traced_samples, rows, pd_rows, items [, cache] [, perfetto]}
 //        or nil, err (missing / corrupt file, not a dump, a file that cannot be written)
-//   page(cache_path, html_path, head, tail) -> true or nil, err: head .. cache .. tail
+//   page(cache_path, html_path, head, mid, tail [, first_rows]) -> true or nil, err
+//     the page: head, the cache's first rows, mid, the other rows, tail (write_timeline_page)
 //   mtime(path) -> seconds since the epoch (fractional), or nil when there is no such file
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -21,6 +23,8 @@
 namespace rl::lua {
 namespace {
 
+constexpr int64_t kFirstRows = 200;  // rows in the page's first part: more than a screen holds
+
 std::optional<std::string> opt_field(lua_State* L, const char* key) {
   auto v = arg::field_string(L, 2, key, "opts");
   return v ? std::optional<std::string>(std::string(*v)) : std::nullopt;
@@ -31,7 +35,8 @@ int l_build(lua_State* L) {
   std::string pt_path = path;
   double generated_at = 0;
   bool perfetto = false;
-  std::optional<std::string> cache_path, perfetto_path, html_path, html_head, html_tail;
+  std::optional<std::string> cache_path, perfetto_path, html_path, html_head, html_mid, html_tail;
+  size_t first_rows = kFirstRows;
   if (!lua_isnoneornil(L, 2)) {
     arg::table(L, 2, "opts");
     pt_path = opt_field(L, "pt_path").value_or(path);
@@ -41,8 +46,11 @@ int l_build(lua_State* L) {
     perfetto_path = opt_field(L, "perfetto_path");
     html_path = opt_field(L, "html_path");
     html_head = opt_field(L, "html_head");
+    html_mid = opt_field(L, "html_mid");
     html_tail = opt_field(L, "html_tail");
-    if (html_path && !(html_head && html_tail)) throw ArgError(2, "opts", "opts.html_path needs opts.html_head and opts.html_tail");
+    if (html_path && !(html_head && html_mid && html_tail))
+      throw ArgError(2, "opts", "opts.html_path needs opts.html_head, opts.html_mid and opts.html_tail");
+    first_rows = static_cast<size_t>(std::max<int64_t>(1, arg::field_integer(L, 2, "first_rows", "opts").value_or(kFirstRows)));
     perfetto = perfetto || perfetto_path.has_value();
   }
   std::string err, cache, trace_json;
@@ -58,7 +66,7 @@ int l_build(lua_State* L) {
         if (perfetto) trace_json = trace::timeline_perfetto_json(t, pt_path);
         if (cache_path) trace::write_file_atomic(*cache_path, {cache});
         if (perfetto_path) trace::write_file_atomic(*perfetto_path, {trace_json});
-        if (html_path) trace::write_file_atomic(*html_path, {*html_head, cache, *html_tail});
+        if (html_path) trace::write_timeline_page(*html_path, *html_head, *html_mid, *html_tail, cache, first_rows);
       }
     } catch (const Error& e) {
       err = e.what();
@@ -80,12 +88,14 @@ int l_page(lua_State* L) {
   const std::string cache_path(arg::string(L, 1, "cache_path"));
   const std::string html_path(arg::string(L, 2, "html_path"));
   const auto head = arg::string(L, 3, "head");
-  const auto tail = arg::string(L, 4, "tail");
+  const auto mid = arg::string(L, 4, "mid");
+  const auto tail = arg::string(L, 5, "tail");
+  const auto first_rows = static_cast<size_t>(std::max<int64_t>(1, arg::opt_integer(L, 6, "first_rows").value_or(kFirstRows)));
   std::string err;
   {
     try {
       const std::string cache = trace::read_file(cache_path);
-      trace::write_file_atomic(html_path, {head, cache, tail});
+      trace::write_timeline_page(html_path, head, mid, tail, cache, first_rows);
     } catch (const Error& e) {
       err = e.what();
     }

@@ -83,24 +83,28 @@ local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
 local template_path = here .. "/trace_timeline/viewer.html"
 local template = read_file(template_path)
 if not template then fail("viewer template missing: " .. template_path, "the tools/ folder of the rlhost tree is incomplete") end
-local marker = "__TIMELINE_CACHE__"
-local at = template:find(marker, 1, true)
-if not at then fail(template_path .. ": no " .. marker .. " placeholder", "restore tools/trace_timeline/viewer.html") end
+-- Two placeholders: the cache's first rows (painted at once) and the other rows.
+local at = template:find("__TIMELINE_CACHE__", 1, true)
+local at2 = template:find("__TIMELINE_REST__", 1, true)
+if not (at and at2 and at2 > at) then
+  fail(template_path .. ": no __TIMELINE_CACHE__ / __TIMELINE_REST__ placeholders", "restore tools/trace_timeline/viewer.html")
+end
 local title = (stem:gsub("[<>&\"]", ""))
 local html_head = template:sub(1, at - 1):gsub("__TITLE__", function() return title end)
-local html_tail = template:sub(at + #marker)
+local html_mid = template:sub(at + #"__TIMELINE_CACHE__", at2 - 1)
+local html_tail = template:sub(at2 + #"__TIMELINE_REST__")
 
 local header = (not opt.rebuild and fresh(cache_path)) and cache_header(cache_path) or nil
 local how
 if header and (not want_perfetto or fresh(perfetto_path)) then
-  local ok, err = core.timeline.page(cache_path, html_path, html_head, html_tail)
+  local ok, err = core.timeline.page(cache_path, html_path, html_head, html_mid, html_tail)
   if not ok then fail(err) end
   how = "reused"
 else
   local t0 = rl.now()
   local res, err = core.timeline.build(pt, {
     pt_path = abs_pt, generated_at = rl.time(), cache_path = cache_path, html_path = html_path,
-    html_head = html_head, html_tail = html_tail, perfetto_path = want_perfetto and perfetto_path or nil,
+    html_head = html_head, html_mid = html_mid, html_tail = html_tail, perfetto_path = want_perfetto and perfetto_path or nil,
   })
   if not res then
     fail(err, "expected a torch.save dump {'rollout_id', 'samples': [...]} from --save-debug-rollout-data or rl.dump.save")

@@ -78,6 +78,13 @@ namespace rl::trace {
 // a reader never sees half a file. Throws rl::Error naming the path.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts);
 
+// Writes the viewer page: head, the cache with only its first `first_rows` rows, mid,
+// a JSON array of the remaining rows, tail. The page parses and paints the first part
+// while the browser is still reading the rest. `cache` is timeline_cache_json's text
+// (one row per line). Throws rl::Error naming the path.
+void write_timeline_page(const std::string& path, std::string_view head, std::string_view mid, std::string_view tail,
+                         std::string_view cache, size_t first_rows);
+
 // Reads a whole file; throws rl::Error naming the path.
 std::string read_file(const std::string& path);
 

@@ -28,6 +28,21 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   }
 }
 
+void write_timeline_page(const std::string& path, std::string_view head, std::string_view mid, std::string_view tail,
+                         std::string_view cache, size_t first_rows) {
+  // Rows are separated by ",\n" and nothing else in the text has a raw newline.
+  size_t nl = std::string_view::npos, from = 0;
+  for (size_t k = 0; k < first_rows; ++k, from = nl + 1)
+    if ((nl = cache.find('\n', from)) == std::string_view::npos) break;
+  const size_t rows_end = cache.rfind("]}");
+  if (nl == std::string_view::npos || nl == 0 || cache[nl - 1] != ',' || rows_end == std::string_view::npos ||
+      rows_end < nl) {
+    write_file_atomic(path, {head, cache, mid, "[]", tail});
+    return;
+  }
+  write_file_atomic(path, {head, cache.substr(0, nl - 1), "]}", mid, "[", cache.substr(nl + 1, rows_end - nl - 1), "]", tail});
+}
+
 std::string read_file(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw Error("cannot read " + path + ": " + std::strerror(errno));

@@ -98,10 +98,10 @@ class TraceTimelineBrowserTest(RlhostTestCase):
         cls.browser.close()
         cls.pw.stop()
 
-    def make_dump(self, name, *flags):
+    def make_dump(self, name, *flags, samples=24):
         path = os.path.join(self.dir, name, name + ".pt")
         os.makedirs(os.path.dirname(path))
-        subprocess.run([BIN, "--no-control", DEMO, path, "--samples", "24"] + list(flags), check=True,
+        subprocess.run([BIN, "--no-control", DEMO, path, "--samples", str(samples)] + list(flags), check=True,
                        env=self.env, capture_output=True, timeout=60)
         return path
 
@@ -123,7 +123,7 @@ class TraceTimelineBrowserTest(RlhostTestCase):
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(url)
-        page.wait_for_function("window.__timeline && window.__timeline.ready", timeout=30000)
+        page.wait_for_function("window.__timeline && window.__timeline.prepared", timeout=30000)
         return page, errors
 
     def expanded(self, page):
@@ -131,14 +131,15 @@ class TraceTimelineBrowserTest(RlhostTestCase):
         page.wait_for_function("window.__timeline.redrawNow() > 0")
 
     def test_pd_dump(self):
-        url, out = self.serve(self.make_dump("pd", "--pd"))
-        self.assertIn("samples: 24", out)
+        # 240 rows: more than the page's first part (200 rows), so the rest loads after the first paint
+        url, out = self.serve(self.make_dump("pd", "--pd", samples=240))
+        self.assertIn("samples: 240", out)
         self.assertTrue(url.startswith("http://127.0.0.1:") and url.endswith("/pd.trace_timeline_viewer.html"), url)
         page, errors = self.open_page(url)
         t = page.evaluate("({rows: __timeline.rowCount, drawn: __timeline.drawnRows, virt: __timeline.virtualLanes})")
-        self.assertEqual(t["rows"], 24)
+        self.assertEqual(t["rows"], 240)
         self.assertGreater(t["drawn"], 5)
-        self.assertEqual(t["virt"], 48)  # one [P] and one [D] per sample
+        self.assertEqual(t["virt"], 480)  # one [P] and one [D] per sample
         self.assertGreater(page.evaluate(PIXELS_JS), 2000, "bars drawn on the canvas")
         page.screenshot(path=os.path.join(ARTIFACTS, "trace_timeline_pd_collapsed.png"))
 
@@ -161,8 +162,8 @@ class TraceTimelineBrowserTest(RlhostTestCase):
         page.screenshot(path=os.path.join(ARTIFACTS, "trace_timeline_pd_expanded.png"))
 
         page.fill("#filter", "gsm8k")
-        page.wait_for_function("window.__timeline.rowCount < 24")
-        self.assertEqual(page.evaluate("__timeline.rowCount"), 8)  # every third sample is gsm8k
+        page.wait_for_function("window.__timeline.rowCount < 240")
+        self.assertEqual(page.evaluate("__timeline.rowCount"), 80)  # every third sample is gsm8k
         self.assertEqual(errors, [])
         page.close()
 
