@@ -131,6 +131,9 @@ io.stdout:flush()
 if not opt.serve then return end
 
 local loopback = opt.host == "127.0.0.1" or opt.host == "localhost" or opt.host == "::1"
+if not loopback then
+  io.stderr:write(("trace_timeline: serving %s on %s: anyone who can reach it can read every file there\n"):format(dir, opt.host))
+end
 local srv, err = rl.http.serve { host = opt.host, port = opt.port, static_dir = dir, allow_remote = not loopback }
 if not srv then fail(err, "pick another --port (0 takes a free one), or --no-serve") end
 local name = html_path:match("([^/]*)$")
