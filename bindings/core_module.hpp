@@ -21,7 +21,8 @@ void open_router(lua_State* L, int t);   // core_router.cpp:  _core.router
 void open_metrics(lua_State* L, int t);  // core_metrics.cpp: _core.metrics
 void open_modules(lua_State* L, int t);  // core_modules.cpp: _core.modules (native module loading)
 void open_dump(lua_State* L, int t);     // core_dump.cpp:    _core.dump (torch.save-format dumps)
-void open_gzip(lua_State* L, int t);     // core_gzip.cpp:    _core.gzip (in-memory gzip)
+void open_gzip(lua_State* L, int t);      // core_gzip.cpp:     _core.gzip (in-memory gzip)
+void open_timeline(lua_State* L, int t);  // core_timeline.cpp: _core.timeline (trace timeline cache)
 
 // Pushes the rl.json array metatable (core_json.cpp): tables carrying it are
 // lists even when empty, for every encoder (JSON, dumps).

@@ -3,7 +3,8 @@
 # Debian packages (compiler, CMake, LuaJIT, spdlog, Catch2, libcurl, nlohmann-json,
 # cpp-httplib, readline, ccache) and the `torch` wheel from PyPI for LibTorch;
 # with --test-deps also the Python peers of the parity tests and benchmarks
-# (and tensorboard, which reads back our event files).
+# (and tensorboard, which reads back our event files), and headless Chromium
+# (Debian `chromium`) with Playwright (PyPI) for the browser tests.
 # Already-installed pieces are left as they are; a second run does nothing.
 set -euo pipefail
 
@@ -113,5 +114,20 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "sglang-router: present"
   else
     pip_install sglang-router || log "WARNING: could not install sglang-router; the router benchmark skips that peer"
+  fi
+  # Browser tests (tests/browser): the system Chromium driven by Playwright's Python
+  # package. `playwright install` is never run: the tests use /usr/bin/chromium.
+  if command -v chromium >/dev/null 2>&1; then
+    log "chromium: present"
+  else
+    log "installing chromium (Debian package) for the browser tests"
+    { "${sudo_cmd[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+        --no-install-recommends chromium >/dev/null; } || log "WARNING: could not install chromium; the browser tests will be skipped"
+  fi
+  if "$PY" -c "import playwright.sync_api" 2>/dev/null; then
+    log "playwright: present"
+  else
+    log "installing playwright from PyPI (drives the system chromium in the browser tests)"
+    pip_install playwright || log "WARNING: could not install playwright; the browser tests will be skipped"
   fi
 fi

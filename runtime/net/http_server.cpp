@@ -99,6 +99,22 @@ bool HttpServer::is_loopback(const std::string& host) {
   return false;
 }
 
+// What a response may be compressed with. The packaged httplib (0.11) compresses
+// every text response with Brotli at quality 11 when the client accepts "br" (every
+// browser does): ~10 s per MB, so the trace viewer's page of a few MB timed out.
+// Brotli is never offered to httplib; loopback clients get no compression at all
+// (it only costs CPU on both ends); others may still get gzip.
+static void limit_compression(httplib::Request& req) {
+  auto it = req.headers.find("Accept-Encoding");
+  if (it == req.headers.end()) return;
+  const bool loopback = req.remote_addr.rfind("127.", 0) == 0 || req.remote_addr == "::1";
+  if (loopback || it->second.find("gzip") == std::string::npos) {
+    req.headers.erase("Accept-Encoding");
+  } else {
+    it->second = "gzip";
+  }
+}
+
 HttpServer::HttpServer(HttpServerOptions opts) : opts_(std::move(opts)), svr_(std::make_unique<BindableServer>()) {
   if (opts_.threads < 1) throw Error(opts_.name + ": threads must be >= 1");
   const size_t threads = static_cast<size_t>(opts_.threads);
@@ -131,8 +147,11 @@ HttpServer::HttpServer(HttpServerOptions opts) : opts_(std::move(opts)), svr_(st
   // Connections with a request in progress, so stop() lets them finish (see
   // close_connections). From routing to after the response is written.
   svr_->set_pre_routing_handler([busy = busy_](const httplib::Request& req, httplib::Response&) {
-    std::lock_guard<std::mutex> lock(busy->mu);
-    busy->peers.insert(req.remote_addr + ":" + std::to_string(req.remote_port));
+    {
+      std::lock_guard<std::mutex> lock(busy->mu);
+      busy->peers.insert(req.remote_addr + ":" + std::to_string(req.remote_port));
+    }
+    limit_compression(const_cast<httplib::Request&>(req));  // httplib owns a mutable Request
     return httplib::Server::HandlerResponse::Unhandled;
   });
   svr_->set_logger([busy = busy_](const httplib::Request& req, const httplib::Response&) {

@@ -61,10 +61,28 @@ class Reader {
     return stack_.back();
   }
   size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
-  std::vector<Value> pop_mark() {
+  // Pops the innermost MARK; the items above it stay on the stack from the returned index.
+  size_t take_mark() {
     if (marks_.empty()) fail("no MARK to pop to", "the pickle is corrupt");
     const size_t m = marks_.back();
     marks_.pop_back();
+    return m;
+  }
+  // Moves stack[m..] into `out` as key/value pairs or items, without a temporary vector
+  // (a dump has a container per event and per attrs: one allocation less each).
+  void move_pairs(size_t m, std::vector<std::pair<Value, Value>>& out, const char* opname) {
+    if ((stack_.size() - m) % 2) fail(std::string(opname) + " with an odd number of items", "the pickle is corrupt");
+    out.reserve(out.size() + (stack_.size() - m) / 2);
+    for (size_t i = m; i < stack_.size(); i += 2) out.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
+    stack_.resize(m);
+  }
+  void move_items(size_t m, std::vector<Value>& out) {
+    out.reserve(out.size() + (stack_.size() - m));
+    for (size_t i = m; i < stack_.size(); ++i) out.push_back(std::move(stack_[i]));
+    stack_.resize(m);
+  }
+  std::vector<Value> pop_mark() {
+    const size_t m = take_mark();
     std::vector<Value> items(std::make_move_iterator(stack_.begin() + static_cast<ptrdiff_t>(m)),
                              std::make_move_iterator(stack_.end()));
     stack_.resize(m);
@@ -182,10 +200,9 @@ Value Reader::run() {
       case ')': push(Value::tuple()); break;
       case 0x8f: push(Value::list()); break;  // EMPTY_SET: sets load as lists
       case 'd': {
-        auto items = pop_mark();
-        if (items.size() % 2) fail("DICT with an odd number of items", "the pickle is corrupt");
+        const size_t m = take_mark();
         Value v = Value::dict();
-        for (size_t i = 0; i < items.size(); i += 2) v.as_dict().items.emplace_back(std::move(items[i]), std::move(items[i + 1]));
+        move_pairs(m, v.as_dict().items, "DICT");
         push(std::move(v));
         break;
       }
@@ -203,9 +220,13 @@ Value Reader::run() {
       }
       case 'a': { Value v = pop(); list_at_top("APPEND").items.push_back(std::move(v)); break; }
       case 'e': case 0x90: {  // APPENDS, ADDITEMS (a set is a list here)
-        auto items = pop_mark();
-        auto& l = list_at_top(op_ == 'e' ? "APPENDS" : "ADDITEMS").items;
-        l.insert(l.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+        const size_t m = take_mark();
+        if (m <= floor()) fail("stack underflow", "the pickle is corrupt");
+        Value& target = stack_[m - 1];
+        if (!target.is(Value::Kind::list))
+          fail(std::string(op_ == 'e' ? "APPENDS" : "ADDITEMS") + " to a " + target.type_name() + ", not a list",
+               "the pickle is corrupt");
+        move_items(m, target.as_list().items);
         break;
       }
       case 's': {
@@ -215,10 +236,12 @@ Value Reader::run() {
         break;
       }
       case 'u': {
-        auto items = pop_mark();
-        if (items.size() % 2) fail("SETITEMS with an odd number of items", "the pickle is corrupt");
-        auto& dict = dict_at_top("SETITEMS").items;
-        for (size_t i = 0; i < items.size(); i += 2) dict.emplace_back(std::move(items[i]), std::move(items[i + 1]));
+        const size_t m = take_mark();
+        if (m <= floor()) fail("stack underflow", "the pickle is corrupt");
+        Value& target = stack_[m - 1];
+        if (!target.is(Value::Kind::dict))
+          fail(std::string("SETITEMS to a ") + target.type_name() + ", not a dict", "the pickle is corrupt");
+        move_pairs(m, target.as_dict().items, "SETITEMS");
         break;
       }
       case 'c': {
@@ -426,10 +449,15 @@ class Checker {
                   "dumps hold plain dicts, lists, numbers, strings and tensors");
     const void* id = v.identity();
     if (!id) return;
-    auto [it, first] = state_.try_emplace(id, 1);
-    if (!first) {
-      if (it->second == 1) throw Error(where_ + ": the object graph has a cycle at " + path(), "dumps must be trees");
-      return;  // shared and already checked
+    // A container held by one Value is met once: only shared ones can close a cycle
+    // or come again, so only they are remembered (most of a dump is unshared).
+    const bool shared = v.use_count() > 1;
+    if (shared) {
+      auto [it, first] = state_.try_emplace(id, 1);
+      if (!first) {
+        if (it->second == 1) throw Error(where_ + ": the object graph has a cycle at " + path(), "dumps must be trees");
+        return;  // shared and already checked
+      }
     }
     if (v.is(K::tensor)) {
       v.as_tensor().check_bounds(where_ + " at " + path());
@@ -448,8 +476,7 @@ class Checker {
         path_.pop_back();
       }
     }
-    it = state_.find(id);
-    it->second = 2;
+    if (shared) state_.find(id)->second = 2;
   }
 
  private:

@@ -134,6 +134,16 @@ void Tensor::check_bounds(const std::string& where) const {
                 "the file is truncated or corrupt");
 }
 
+long Value::use_count() const {
+  switch (kind()) {
+    case Kind::list: return std::get<std::shared_ptr<List>>(v_).use_count();
+    case Kind::tuple: return std::get<std::shared_ptr<Tuple>>(v_).use_count();
+    case Kind::dict: return std::get<std::shared_ptr<Dict>>(v_).use_count();
+    case Kind::tensor: return std::get<std::shared_ptr<Tensor>>(v_).use_count();
+    default: return 0;
+  }
+}
+
 const void* Value::identity() const {
   switch (kind()) {
     case Kind::list: return std::get<std::shared_ptr<List>>(v_).get();

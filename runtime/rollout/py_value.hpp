@@ -71,7 +71,7 @@ class Value {
   Value(const char* s) : v_(std::string(s)) {}
   Value(Bytes b) : v_(std::move(b)) {}
   Value(BigInt b) : v_(std::move(b)) {}
-  Value(Global g) : v_(std::move(g)) {}
+  Value(Global g) : v_(std::make_shared<const Global>(std::move(g))) {}
   Value(std::shared_ptr<List> l) : v_(std::move(l)) {}
   Value(std::shared_ptr<Tuple> t) : v_(std::move(t)) {}
   Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}
@@ -94,7 +94,7 @@ class Value {
   const std::string& as_string() const { return std::get<std::string>(v_); }
   const Bytes& as_bytes() const { return std::get<Bytes>(v_); }
   const BigInt& as_big_int() const { return std::get<BigInt>(v_); }
-  const Global& as_global() const { return std::get<Global>(v_); }
+  const Global& as_global() const { return *std::get<std::shared_ptr<const Global>>(v_); }
   List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
   Tuple& as_tuple() const { return *std::get<std::shared_ptr<Tuple>>(v_); }
   Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
@@ -103,6 +103,9 @@ class Value {
   std::vector<Value>& items() const { return is(Kind::tuple) ? as_tuple().items : as_list().items; }
   // Identity of a container (list, tuple, dict, tensor) for sharing and cycle checks; nullptr for scalars.
   const void* identity() const;
+  // How many Values hold this container (0 for scalars): one means no other path
+  // reaches it, so walks need not remember it.
+  long use_count() const;
 
   // dict lookup by string key (nullptr when absent or not a dict).
   const Value* get(std::string_view key) const;
@@ -117,8 +120,9 @@ class Value {
 
  private:
   // Order matters: Kind is the variant index.
+  // Global is held by pointer: it is rare, and inline it would double every Value's size.
   std::variant<None, bool, int64_t, BigInt, double, std::string, Bytes, std::shared_ptr<List>, std::shared_ptr<Tuple>,
-               std::shared_ptr<Dict>, std::shared_ptr<Tensor>, Global>
+               std::shared_ptr<Dict>, std::shared_ptr<Tensor>, std::shared_ptr<const Global>>
       v_;
 };
 
