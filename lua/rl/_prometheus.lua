@@ -39,7 +39,8 @@ function M.update(metrics, now)
           gauges[name] = { key = k, value = v, time = now }
         elseif not warned[k] then
           warned[k] = true
-          require("rl.log").warn("rl.metrics: '%s' and '%s' both map to the Prometheus name %s; only the first is exported",
+          -- debug, not warn: slime's own keys collide (eval/x/truncated_ratio, eval/x-truncated_ratio)
+          require("rl.log").debug("rl.metrics: '%s' and '%s' both map to the Prometheus name %s; only the first is exported",
             owner, k, name)
         end
       end
