@@ -156,9 +156,18 @@ class GrpoRecipe(RlhostTestCase):
 
     def test_ctrl_c_saves_and_exits_130(self):
         d = self.dir
-        p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m")
+        p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m",
+                              "--metrics-port", "0")
         wait_for(lambda: p.poll() is not None or "rollout 1 |" in self.log_text(), timeout=120, what="two steps")
         self.assertIsNone(p.poll(), self.log_text())
+        # the trainer's live /metrics, as Prometheus scrapes it
+        import re
+        import urllib.request
+        url = re.search(r"trainer metrics for Prometheus: (\S+)", self.log_text()).group(1)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        self.assertIn("rlhost_train_loss ", text)
+        self.assertIn("rlhost_rollout_raw_reward ", text)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=120)
         text = self.log_text()

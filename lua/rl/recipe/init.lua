@@ -172,6 +172,12 @@ function M.setup(opt, setup_opts)
     if job.resumed then assert(job.trainer:sync(job.engines)) end
   end
   job.metrics = assert(rl.metrics.configure(opt))
+  if opt.metrics_port then   -- the trainer's live /metrics (tools/prometheus.lua --trainer-url)
+    local srv, serr = rl.metrics.serve { port = opt.metrics_port }
+    if not srv then rl.args.usage_error("--metrics-port " .. opt.metrics_port .. ": " .. tostring(serr)) end
+    job.metrics_server = srv
+    log.info("trainer metrics for Prometheus: " .. srv:url() .. "/metrics")
+  end
 
   local ro_opts = {
     url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = setup_opts.reward or "gsm8k",

@@ -189,8 +189,10 @@ function Job:finish(last_rollout)
   add("debug dumps", opt.save_debug_rollout_data)
   add("metrics", self.metrics.jsonl_path)
   add("tensorboard", self.metrics.tensorboard_dir)
+  add("prometheus", self.metrics_server and (self.metrics_server:url() .. "/metrics"))
   log.info("done:\n" .. table.concat(lines, "\n"))
   self.metrics:close()
+  if self.metrics_server then self.metrics_server:stop() end
   if self.router then self.router:stop() end
   for _, eng in ipairs(self.engines or {}) do eng:stop() end
   if self.stopping and last_rollout ~= false then rl.exit(130) end

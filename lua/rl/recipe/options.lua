@@ -65,6 +65,8 @@ local FLAGS = {
   { name = "max_running_requests", type = "int",
     help = "sequences an engine decodes at once (default: 256 default model, the engine's 64 otherwise)" },
   { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
+  { name = "metrics_port", type = "int",
+    help = "serve the step metrics for Prometheus at http://127.0.0.1:PORT/metrics (0: a free port)" },
   { name = "progress", type = "bool", default = true, help = "progress bars for rollout and training" },
 }
 
