@@ -44,7 +44,7 @@ def svg(steps, evals, path):
         out.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="3.5" fill="#c0392b"/>')
     name = evals[0][3] if evals else "held-out"
     out.append(f'<text x="{L + 10}" y="{T - 22}" fill="#4a78a8">— rollout reward (T=1, groups kept by the filter)</text>')
-    out.append(f'<text x="{L + 10}" y="{T - 8}" fill="#c0392b">● {name} accuracy (greedy)</text>')
+    out.append(f'<text x="{L + 10}" y="{T - 8}" fill="#c0392b">● {name} accuracy (pass@1, sampled at the eval temperature)</text>')
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")

@@ -100,4 +100,25 @@ void post_op_text(HostContext* ctx, const std::shared_ptr<std::atomic<bool>>& al
   });
 }
 
+int OpThread::start(lua_State* L, std::function<std::string()> fn) {
+  join();
+  HostContext* c = &HostContext::get(L);
+  const uint64_t op = c->new_op();
+  busy->store(true);
+  job = std::thread([c, alive = alive, busy = busy, op, fn = std::move(fn)] {
+    bool ok = true;
+    std::string text;
+    try {
+      text = fn();
+    } catch (const std::exception& e) {
+      ok = false;
+      text = e.what();
+    }
+    busy->store(false);
+    post_op_text(c, alive, op, ok, std::move(text));
+  });
+  lua_pushnumber(L, static_cast<lua_Number>(op));
+  return 1;
+}
+
 }  // namespace rl::lua

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "base/event_loop.hpp"
@@ -66,5 +67,25 @@ class HostContext {
 // ("error", text) — unless `alive` went false meanwhile (the owner was stopped).
 void post_op_text(HostContext* ctx, const std::shared_ptr<std::atomic<bool>>& alive, uint64_t op, bool ok,
                   std::string text);
+
+// A userdata's helper thread for blocking work started from Lua, one job at a
+// time; each job's text (or exception message) completes an op. The owner calls
+// stop() before it goes away: no event is delivered after that.
+struct OpThread {
+  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
+  std::thread job;
+
+  bool is_busy() const { return busy->load(); }
+  void join() {
+    if (job.joinable()) job.join();
+  }
+  void stop() {
+    alive->store(false);
+    join();
+  }
+  // Starts fn on the thread and pushes the op id (the caller checked is_busy()).
+  int start(lua_State* L, std::function<std::string()> fn);
+};
 
 }  // namespace rl::lua

@@ -36,16 +36,10 @@ struct GroupBox : LiveObject {
   dist::GroupOptions opts;
   std::shared_ptr<dist::ProcessGroup> group;  // set at new (rank 0) or by connect
   bool is_default = false;
-  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
-  std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
-  std::thread job;
+  OpThread worker;
 
-  void join() {
-    if (job.joinable()) job.join();
-  }
   void close() {
-    alive->store(false);
-    join();
+    worker.stop();
     if (is_default && dist::default_group() == group) dist::set_default_group(nullptr);
     group.reset();
   }
@@ -100,28 +94,8 @@ int l_group_new(lua_State* L) {
 
 // Runs fn on the handle's helper thread; its text completes the op.
 int start_job(lua_State* L, GroupBox& box, std::function<std::string()> fn) {
-  if (box.busy->load()) throw ArgError(1, "group", "the group is busy with another collective");
-  box.join();
-  HostContext& ctx = HostContext::get(L);
-  const uint64_t op = ctx.new_op();
-  HostContext* c = &ctx;
-  auto alive = box.alive;
-  auto busy = box.busy;
-  busy->store(true);
-  box.job = std::thread([c, alive, busy, op, fn = std::move(fn)] {
-    bool ok = true;
-    std::string text;
-    try {
-      text = fn();
-    } catch (const std::exception& e) {
-      ok = false;
-      text = e.what();
-    }
-    busy->store(false);
-    post_op_text(c, alive, op, ok, std::move(text));
-  });
-  lua_pushnumber(L, static_cast<lua_Number>(op));
-  return 1;
+  if (box.worker.is_busy()) throw ArgError(1, "group", "the group is busy with another collective");
+  return box.worker.start(L, std::move(fn));
 }
 
 std::shared_ptr<dist::ProcessGroup> connected(GroupBox& box) {

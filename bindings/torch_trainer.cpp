@@ -42,17 +42,9 @@ const char kTrainerMt = 0;
 
 struct TrainerBox : LiveObject {
   std::shared_ptr<trainer::Trainer> trainer;
-  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
-  std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
-  std::thread job;
+  OpThread worker;
 
-  void join() {
-    if (job.joinable()) job.join();
-  }
-  ~TrainerBox() {
-    alive->store(false);
-    join();
-  }
+  ~TrainerBox() { worker.stop(); }
 };
 
 TrainerBox& check_box(lua_State* L, int idx) {
@@ -119,28 +111,8 @@ trainer::TrainBatch batch_arg(lua_State* L, int idx) {
 
 // Runs fn on the trainer's helper thread; its JSON result completes the op.
 int start_job(lua_State* L, TrainerBox& box, std::function<json()> fn) {
-  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
-  box.join();
-  HostContext& ctx = HostContext::get(L);
-  const uint64_t op = ctx.new_op();
-  HostContext* c = &ctx;
-  auto alive = box.alive;
-  auto busy = box.busy;
-  busy->store(true);
-  box.job = std::thread([c, alive, busy, op, fn = std::move(fn)] {
-    bool ok = true;
-    std::string text;
-    try {
-      text = fn().dump();
-    } catch (const std::exception& e) {
-      ok = false;
-      text = e.what();
-    }
-    busy->store(false);
-    post_op_text(c, alive, op, ok, std::move(text));
-  });
-  lua_pushnumber(L, static_cast<lua_Number>(op));
-  return 1;
+  if (box.worker.is_busy()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
+  return box.worker.start(L, [fn = std::move(fn)] { return fn().dump(); });
 }
 
 // trainer_new(policy, ref|nil, opts_json) -> handle (bad options raise)
@@ -231,7 +203,7 @@ int l_send_weights(lua_State* L) {
 
 int l_response_logprobs(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
-  if (box.busy->load()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
+  if (box.worker.is_busy()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
   auto batch = batch_arg(L, 2);
   box.trainer->validate(batch);
   auto lps = box.trainer->response_logprobs(batch);

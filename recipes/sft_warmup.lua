@@ -11,6 +11,7 @@ local opt = rl.args(warmup.options {
   { name = "out", type = "string", required = true, help = "model directory to write (replaced if it holds a model)" },
 })
 if opt.steps < 1 or opt.batch_size < 1 then rl.args.usage_error("--steps and --batch-size must be >= 1") end
+if opt.final_noise < 0 or opt.final_noise > 1 then rl.args.usage_error("--final-noise is a share: 0..1") end
 if #opt.step_weights ~= 3 then rl.args.usage_error("--step-weights takes three weights (1-, 2- and 3-step problems)") end
 
 -- Problems → tokenizer → random Llama → SFT on the answers → held-out accuracy
@@ -23,5 +24,7 @@ print(("loss         %.3f -> %.3f over %d steps"):format(report.loss_curve[1].lo
   report.loss_curve[#report.loss_curve].loss, opt.steps))
 print(("accuracy     %.3f greedy, %.3f at temperature 1 (%d held-out problems)"):format(
   report.accuracy.greedy, report.accuracy.temperature_1, report.accuracy.problems))
+print(("final off    %.2f greedy, %.2f at temperature 1 (final line is not the last worked result)"):format(
+  report.final_mismatch_rate.greedy, report.final_mismatch_rate.temperature_1))
 print(("time         %.0f s (training %.0f s, %.0f tok/s; evaluation %.0f s)"):format(report.seconds,
   report.train_seconds, report.tokens_per_second, report.eval_seconds))

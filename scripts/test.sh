@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite: sets up this machine (idempotent), builds (CPU-only) and
 # runs every test under ctest; then the boundary tests again under ASan/UBSan, and,
-# where the CUDA toolkit is installed, a compile of the CUDA/NCCL paths.
+# where the CUDA toolkit is installed, a build of the CUDA/NCCL paths that runs the
+# LibTorch specs on the CPU.
 #   RLHOST_TEST_ASAN=0       skip the sanitizer stage
 #   RLHOST_TEST_CUDA_BUILD=0 skip the CUDA compile stage
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RLHOST_BUILD_DIR:-$root/build}"
 stage() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
+# With ccache, the CUDA build reuses the CPU build's objects of every file that does
+# not see LibTorch (same flags, build dirs side by side under the checkout).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 
 stage "bootstrap (with the Python peers of the parity tests)"
 "$root/scripts/bootstrap.sh" --test-deps
@@ -35,8 +39,12 @@ if [ "${RLHOST_TEST_CUDA_BUILD:-1}" != 0 ] && command -v nvcc >/dev/null; then
   stage "compile the CUDA/NCCL paths (-DRLHOST_CUDA=ON)"
   cuda="$build-cuda"
   [ -f "$cuda/build.ninja" ] || cmake -S "$root" -B "$cuda" -G Ninja -DRLHOST_CUDA=ON \
+      -DCMAKE_BUILD_TYPE="${RLHOST_BUILD_TYPE:-RelWithDebInfo}" \
       -DRLHOST_TESTS=ON -DRLHOST_BENCH=OFF >/dev/null
-  cmake --build "$cuda" -j "$(nproc)" --target rlhost_torch rlhost_torch_tests
-  "$cuda/tests/rlhost_torch_tests"   # the CUDA build loads and runs on a machine without a GPU
+  cmake --build "$cuda" -j "$(nproc)" --target rlhost rlhost_torch
+  # The CUDA build loads and runs on a machine without a GPU: the specs that drive
+  # LibTorch (models, engines, trainer, data parallel over c10d) with this binary.
+  ctest --test-dir "$cuda" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" \
+      -R '^lua/(torch|model|engine|trainer)'
 fi
 stage "done"

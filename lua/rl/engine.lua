@@ -92,13 +92,7 @@ local FLAGS = {
   "weight_version", "api_key",
 }
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_file = require("rl._fs").read_file
 
 local function tail(path, n)
   local s = read_file(path) or ""

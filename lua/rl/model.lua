@@ -40,21 +40,8 @@ function M.load(path, opts)
   return wrap(h, path)
 end
 
-local function read_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, err end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text)
-  local f, err = io.open(path, "wb")
-  if not f then return nil, err end
-  f:write(text)
-  f:close()
-  return true
-end
+local fs = require("rl._fs")
+local read_file, write_file = fs.read_file, fs.write_file
 
 -- GPT-2's byte → printable character map, as UTF-8 strings.
 local function byte_chars()

@@ -34,13 +34,7 @@ function M.hash(s)
   return bit.tohex(h, 16)
 end
 
-local function read(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, err end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = require("rl._fs").read_file
 
 -- Runs the file's text as module `name`; returns the module value or nil, err.
 local function load_text(name, path, text)

@@ -63,6 +63,11 @@ json stats_json(const EngineStats& s) {
   };
 }
 
+void reply_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
+}
+
 json error_json(int code, const std::string& message) {
   const char* type = code == 400 ? "BadRequest" : code == 401 ? "Unauthorized" : code == 404 ? "NotFound"
                      : code == 503 ? "ServiceUnavailable" : "InternalServerError";

@@ -174,4 +174,7 @@ nlohmann::json parse_json_body(const httplib::Request& req, bool allow_empty = f
 // {"error": {"message", "type": "BadRequest", "code": 400}}
 nlohmann::json error_json(int code, const std::string& message);
 
+// Sets res to `status` with j as its JSON body.
+void reply_json(httplib::Response& res, int status, const nlohmann::json& j);
+
 }  // namespace rl::engine

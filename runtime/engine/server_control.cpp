@@ -14,11 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-void reply(httplib::Response& res, int status, const json& j) {
-  res.status = status;
-  res.set_content(j.dump(), "application/json");
-}
-
 std::optional<std::string> opt_string(const json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
@@ -55,7 +50,7 @@ std::vector<std::string> string_list(const json& body, const char* key, const st
 
 void EngineServer::on_flush_cache(const Req&, Res& res) {
   if (!engine_->flush_cache()) {
-    reply(res, 400, error_json(400, "flush_cache: requests are running or queued; the cache was not flushed "
+    reply_json(res, 400, error_json(400, "flush_cache: requests are running or queued; the cache was not flushed "
                                     "(hint: retry when /v1/loads shows none, or abort them first)"));
     return;
   }
@@ -73,7 +68,7 @@ void EngineServer::on_abort_request(const Req& req, Res& res) {
   int64_t n = 0;
   if (all) n = engine_->abort_all();
   else n = abort_rid(*rid);
-  reply(res, 200, {{"success", true}, {"aborted", n}});
+  reply_json(res, 200, {{"success", true}, {"aborted", n}});
 }
 
 // {"model_path": DIR, "weight_version"?: "..."}: SGLang's in-place reload. A
@@ -89,12 +84,12 @@ void EngineServer::on_update_weights_from_disk(const Req& req, Res& res) {
   try {
     engine_->update_weights_from_disk(*path, version);
   } catch (const rl::Error& e) {
-    reply(res, 400, {{"success", false}, {"message", e.what()}, {"num_paused_requests", 0}});
+    reply_json(res, 400, {{"success", false}, {"message", e.what()}, {"num_paused_requests", 0}});
     return;
   }
   const std::string v = engine_->weight_version();
   log::info("engine server: weights updated from " + *path + " (version " + v + ")");
-  reply(res, 200, {{"success", true},
+  reply_json(res, 200, {{"success", true},
                    {"message", "Succeeded to update model weights."},
                    {"weight_version", v},
                    {"num_paused_requests", 0}});
@@ -104,7 +99,7 @@ void EngineServer::on_release_memory(const Req& req, Res& res) {
   const json body = parse_json_body(req, true);
   const auto tags = string_list(body, "tags", {"kv_cache", "weights"});
   engine_->release_memory(tags);
-  reply(res, 200, {{"success", true}, {"message", "memory released"}});
+  reply_json(res, 200, {{"success", true}, {"message", "memory released"}});
 }
 
 void EngineServer::on_resume_memory(const Req& req, Res& res) {
@@ -113,10 +108,10 @@ void EngineServer::on_resume_memory(const Req& req, Res& res) {
   try {
     engine_->resume_memory(tags);
   } catch (const rl::Error& e) {
-    reply(res, 400, {{"success", false}, {"message", e.what()}});
+    reply_json(res, 400, {{"success", false}, {"message", e.what()}});
     return;
   }
-  reply(res, 200, {{"success", true}, {"message", "memory resumed"}});
+  reply_json(res, 200, {{"success", true}, {"message", "memory resumed"}});
 }
 
 // ---- profiler --------------------------------------------------------------------------
@@ -185,7 +180,7 @@ void EngineServer::on_start_profile(const Req& req, Res& res) {
     std::lock_guard sk(prof_state_mu_);
     prof_error_.clear();
   }
-  reply(res, 200, {{"success", true},
+  reply_json(res, 200, {{"success", true},
                    {"message", "Start profiling." + std::string(by_stage ? " (profile_by_stage: one trace holds both stages)" : "")},
                    {"output_dir", po.output_dir.string()},
                    {"num_steps", steps > 0 ? json(steps) : json(nullptr)}});
@@ -205,12 +200,12 @@ void EngineServer::on_stop_profile(const Req&, Res& res) {
   if (!prof_error_.empty()) {
     const std::string e = prof_error_;
     prof_error_.clear();
-    reply(res, 500, error_json(500, "stop_profile: " + e));
+    reply_json(res, 500, error_json(500, "stop_profile: " + e));
     return;
   }
   if (!was_running && prof_paths_.empty())
     throw BadRequest("stop_profile: no profile is running", "POST /start_profile first");
-  reply(res, 200, {{"success", true},
+  reply_json(res, 200, {{"success", true},
                    {"message", was_running ? "Stop profiling." : "The profile had already stopped after num_steps."},
                    {"path", prof_paths_.empty() ? json(nullptr) : json(prof_paths_.back())},
                    {"paths", prof_paths_}});

@@ -16,11 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-void reply(httplib::Response& res, int status, const json& j) {
-  res.status = status;
-  res.set_content(j.dump(), "application/json");
-}
-
 const json& field(const json& body, const char* key, const char* endpoint) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) throw BadRequest(std::string(endpoint) + ": '" + key + "' is required");
@@ -87,7 +82,7 @@ void EngineServer::on_init_weights_update_group(const Req& req, Res& res) {
     g = std::make_shared<dist::ProcessGroup>(o);
     g->connect();
   } catch (const rl::Error& e) {
-    reply(res, 500, {{"success", false}, {"message", e.what()}});
+    reply_json(res, 500, {{"success", false}, {"message", e.what()}});
     return;
   }
   {
@@ -96,7 +91,7 @@ void EngineServer::on_init_weights_update_group(const Req& req, Res& res) {
   }
   log::info("engine server: joined weight update group '" + o.name + "' as rank " + std::to_string(o.rank) + " of " +
             std::to_string(o.world_size));
-  reply(res, 200, {{"success", true}, {"message", "Succeeded to initialize custom process group."}});
+  reply_json(res, 200, {{"success", true}, {"message", "Succeeded to initialize custom process group."}});
 }
 
 // {names, dtypes, shapes, group_name, flush_cache, weight_version}: receives each
@@ -134,13 +129,13 @@ void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) 
       std::lock_guard lk(groups_mu_);
       weight_groups_.erase(name);
     }
-    reply(res, broken ? 500 : 400, {{"success", false}, {"message", e.what()}});
+    reply_json(res, broken ? 500 : 400, {{"success", false}, {"message", e.what()}});
     return;
   }
   const std::string v = engine_->weight_version();
   log::info("engine server: weights updated from group '" + name + "' (" + std::to_string(meta.names.size()) +
             " tensors, version " + v + ")");
-  reply(res, 200, {{"success", true}, {"message", "Succeeded to update parameter online."}, {"weight_version", v}});
+  reply_json(res, 200, {{"success", true}, {"message", "Succeeded to update parameter online."}, {"weight_version", v}});
 }
 
 void EngineServer::on_destroy_weights_update_group(const Req& req, Res& res) {
@@ -156,11 +151,11 @@ void EngineServer::on_destroy_weights_update_group(const Req& req, Res& res) {
     }
   }
   if (!g) {
-    reply(res, 400, {{"success", false}, {"message", "destroy_weights_update_group: no group '" + name + "'"}});
+    reply_json(res, 400, {{"success", false}, {"message", "destroy_weights_update_group: no group '" + name + "'"}});
     return;
   }
   g.reset();
-  reply(res, 200, {{"success", true}, {"message", "Succeeded to destroy custom process group."}});
+  reply_json(res, 200, {{"success", true}, {"message", "Succeeded to destroy custom process group."}});
 }
 
 }  // namespace rl::engine

@@ -131,6 +131,29 @@ describe("rl.mathgen", function()
     os.execute("rm -rf " .. dir)
   end, { timeout = 120 })
 
+  it("makes noisy final lines that are wrong but keep the working, and measures them", function()
+    local r = rl.pyrandom.new(5)
+    local by_steps = {}
+    for _ = 1, 300 do
+      local p = mathgen.problem(r)
+      local n = warmup.noisy(p, r)
+      eq(n.question, p.question)
+      local body, final = n.answer:match("^(.*)\n#### (%d+)$")
+      eq(body, p.answer:match("^(.*)\n#### %d+$"), "the working is kept")
+      ok(tonumber(final) ~= p.value and tonumber(final) >= 0, "the final line is wrong: " .. n.answer)
+      local first = tonumber(p.answer:match("=%$?(%d+)"))
+      if p.steps > 1 and first ~= p.value then
+        eq(tonumber(final), first, "multi-step: the first line's result")
+      else
+        ok(math.abs(tonumber(final) - p.value) <= 3, "off by 1 to 3: " .. n.answer)
+      end
+      by_steps[p.steps] = true
+    end
+    ok(by_steps[1] and by_steps[2] and by_steps[3])
+    eq(warmup.final_mismatch_rate { "a 2+3=5.\n#### 5", "2*3=6. 6+1=7.\n#### 6", "#### 4", "x 4-1=$3\n#### 3" }, 0.25)
+    eq(warmup.final_mismatch_rate {}, 0)
+  end)
+
   it("builds a tiny warm model whose SFT loss falls, deterministically, and caches it", function()
     local dir = tmpdir()
     local t0 = rl.now()
@@ -145,6 +168,7 @@ describe("rl.mathgen", function()
     local m = assert(rl.model.load(dir))
     eq(m:num_parameters(), report.parameters)
     ok(report.accuracy.greedy >= 0 and report.accuracy.greedy <= 1)
+    ok(report.final_mismatch_rate.greedy >= 0 and report.final_mismatch_rate.temperature_1 <= 1)
     eq(rl.json.decode(read(dir .. "/warmup.json")).parameters, report.parameters)
     print(("tiny warm-up: loss %.3f -> %.3f, %.1f s"):format(first, last, secs))
     -- the cache: built once with the same code, the same bytes for the same seed

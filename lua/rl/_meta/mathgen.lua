@@ -47,3 +47,18 @@ function rl.mathgen.write_jsonl(path, problems) end
 ---@param opts? table
 ---@return string dir
 function rl.mathgen.default_model(opts) end
+
+--- The warm-up build behind recipes/sft_warmup.lua (require "rl.mathgen.warmup").
+---@class rl.mathgen.warmup
+rl.mathgen.warmup = {}
+
+--- p with a wrong final "#### N" line (the first worked line's result, or off by 1 to 3);
+--- the warm-up's noisy labels. r is an rl.pyrandom.
+---@param p rl.mathgen.Problem
+---@return rl.mathgen.Problem
+function rl.mathgen.warmup.noisy(p, r) end
+
+--- Share of responses whose final "#### N" is not the result of their last worked line.
+---@param texts string[]
+---@return number
+function rl.mathgen.warmup.final_mismatch_rate(texts) end

@@ -16,7 +16,7 @@ local mtok = require "rl.mathgen.tokenizer"
 local M = {}
 
 --- Bump when the defaults or the code change what build writes: it names the cache entry.
-M.VERSION = 1
+M.VERSION = 2
 
 --- The build options as an rl.args spec (appended to spec when given); the defaults
 --- are the default model's.
@@ -30,13 +30,15 @@ function M.options(spec)
     { name = "max_factor", type = "int", default = mathgen.DEFAULTS.max_factor, help = "largest count, price or multiplier" },
     { name = "step_weights", type = "list", of = "number", default = mathgen.DEFAULTS.steps,
       help = "weights of 1-, 2- and 3-step problems" },
+    { name = "final_noise", type = "number", default = 0.4,
+      help = "share of SFT answers whose final '#### N' line is wrong (noisy labels GRPO can correct)" },
     { name = "max_merges", type = "int", default = 1000, help = "BPE merges at most (the vocabulary's size)" },
-    { name = "hidden_size", type = "int", default = 192 },
+    { name = "hidden_size", type = "int", default = 128 },
     { name = "num_layers", type = "int", default = 4 },
     { name = "num_heads", type = "int", default = 4 },
     { name = "intermediate_size", type = "int", default = 512 },
     { name = "max_position_embeddings", type = "int", default = 384 },
-    { name = "steps", type = "int", default = 250, help = "optimiser steps" },
+    { name = "steps", type = "int", default = 400, help = "optimiser steps" },
     { name = "batch_size", type = "int", default = 32, help = "problems per optimiser step" },
     { name = "micro_batch_size", type = "int", default = 32 },
     { name = "lr", type = "number", default = 4e-3 },
@@ -98,6 +100,30 @@ function M.evaluate(dir, problems, opts)
   return correct / #problems, texts
 end
 
+--- p with its final line wrong: the first worked line's result when that differs,
+--- else the answer off by 1 to 3 (never negative). r is an rl.pyrandom.
+function M.noisy(p, r)
+  local first = tonumber(p.answer:match("=%$?(%d+)"))
+  local wrong = first ~= p.value and first or nil
+  if not wrong then
+    local d = r:randbelow(3) + 1
+    wrong = (p.value > d and r:random() < 0.5) and p.value - d or p.value + d
+  end
+  return { question = p.question, answer = p.answer:gsub("#### %d+$", "#### " .. wrong), value = p.value }
+end
+
+--- Share of responses whose final line is not the result of their last worked line.
+function M.final_mismatch_rate(texts)
+  local n = 0
+  for _, t in ipairs(texts) do
+    local last, final
+    for v in t:gmatch("=%$?(%d+)") do last = v end
+    final = t:match("####%s*(%d+)")
+    if last and final and last ~= final then n = n + 1 end
+  end
+  return #texts > 0 and n / #texts or 0
+end
+
 --- One epoch of batches: lists of indices 1..n in a seeded shuffled order (the
 --- remainder that does not fill a batch waits for the next epoch's order).
 function M.batches(n, size, seed)
@@ -154,8 +180,12 @@ function M.build(opt, dir)
   local params = tr.model:num_parameters()
   log("sft_warmup: %d train / %d test problems, vocab %d, %.2fM parameters", #train, #test, tok.vocab_size,
     params / 1e6)
-  local seqs = {}
+  -- Noisy labels, as in scraped data: a share of the answers work the problem
+  -- right but end on a wrong "#### N" line. The warm model learns that habit and
+  -- GRPO, rewarded on the final line only, has a real behaviour to correct.
+  local seqs, noise = {}, rl.pyrandom.new(opt.seed * 7919 + 17)
   for i, p in ipairs(train) do
+    if noise:random() < opt.final_noise then p = M.noisy(p, noise) end
     local prompt, answer = M.encode(tok, p)
     for _, id in ipairs(answer) do prompt[#prompt + 1] = id end
     seqs[i] = { tokens = prompt, n = #answer }
@@ -196,15 +226,18 @@ function M.build(opt, dir)
   eopt.temperature = 0
   local acc0, texts = M.evaluate(dir, test, eopt)
   eopt.temperature = 1
-  local acc1 = M.evaluate(dir, test, eopt)
-  log("held-out accuracy: %.3f greedy, %.3f at temperature 1 (%d problems)", acc0, acc1, #test)
+  local acc1, texts1 = M.evaluate(dir, test, eopt)
+  local mis0, mis1 = M.final_mismatch_rate(texts), M.final_mismatch_rate(texts1)
+  log("held-out accuracy: %.3f greedy, %.3f at temperature 1 (%d problems); final line off its working: %.2f, %.2f",
+    acc0, acc1, #test, mis0, mis1)
 
   sh("mkdir -p " .. q(dir .. "/data"))
   assert(mathgen.write_jsonl(dir .. "/data/train.jsonl", train))
   assert(mathgen.write_jsonl(dir .. "/data/test.jsonl", test))
   local report = {
     version = M.VERSION, options = opt, parameters = params, vocab_size = tok.vocab_size,
-    accuracy = { greedy = acc0, temperature_1 = acc1, problems = #test }, loss_curve = curve,
+    accuracy = { greedy = acc0, temperature_1 = acc1, problems = #test },
+    final_mismatch_rate = { greedy = mis0, temperature_1 = mis1 }, loss_curve = curve,
     train_seconds = train_seconds, eval_seconds = rl.now() - t_eval, seconds = rl.now() - t0,
     tokens_per_second = tokens / train_seconds, example = { question = test[1].question, response = texts[1] },
   }

@@ -41,11 +41,12 @@ local function fill_defaults(opt, default_model)
   def("rollout_batch_size", 16)
   -- default model: two optimiser steps per rollout (PPO clipping acts on the second)
   def("global_batch_size", default_model and math.floor(opt.rollout_batch_size * opt.n_samples_per_prompt / 2) or nil)
-  def("over_sampling_batch_size", opt.rollout_batch_size)
+  -- default model: twice the prompts per sampling round, so one round usually fills the batch
+  def("over_sampling_batch_size", default_model and 2 * opt.rollout_batch_size or opt.rollout_batch_size)
   def("rollout_max_response_len", default_model and 128 or 1024)
   def("eval_max_response_len", opt.rollout_max_response_len)
-  def("eval_temperature", 0.0)
-  def("lr", default_model and 1e-4 or 1e-6)
+  def("eval_temperature", opt.rollout_temperature)  -- slime: eval_temperature falls back to rollout_temperature
+  def("lr", default_model and 2e-4 or 1e-6)
   def("eps_clip_high", opt.eps_clip)
   def("micro_batch_size", 16)
   def("threads", nproc())
@@ -102,7 +103,7 @@ local function make_trainer(opt, job)
   local topts = {
     loss = { advantage_estimator = opt.advantage_estimator, eps_clip = opt.eps_clip, eps_clip_high = opt.eps_clip_high,
              use_kl_loss = opt.use_kl_loss, kl_loss_coef = opt.kl_loss_coef, kl_loss_type = opt.kl_loss_type,
-             entropy_coef = opt.entropy_coef },
+             entropy_coef = opt.entropy_coef, calculate_per_token_loss = opt.calculate_per_token_loss },
     optimizer = { lr = opt.lr, weight_decay = opt.weight_decay, clip_grad = opt.clip_grad },
     global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
