@@ -17,6 +17,7 @@ local reward_module = rl.reload.watch("rewards.gsm8k_reward")
 
 -- Model, prompts, engines behind a router, trainer (or resume), metric sinks, rollout.
 local job = rl.recipe.setup(opt, { reward = reward_module:fn("reward") })
+if not job.is_main then return job:train_worker() end   -- `--nproc N`: ranks > 0 train on their share
 if opt.rollout_function == "sleep" then return job:sleep() end
 
 local rollout, trainer = job.rollout, job.trainer

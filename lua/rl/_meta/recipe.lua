@@ -29,6 +29,9 @@ function rl.recipe.options(spec) end
 ---@field last_groups table[]|nil
 ---@field stopping boolean|nil set by Ctrl-C: the loop ends after this step
 ---@field paused boolean|nil
+---@field rank integer data-parallel rank (0 when not distributed)
+---@field world_size integer data-parallel ranks (1 when not distributed)
+---@field is_main boolean rank 0: engines, rollout, eval, checkpoints, metrics
 local Job = {}
 
 --- Model, prompts, eval sets, engines + router, trainer (or resume), sinks, rollout.
@@ -43,7 +46,12 @@ function rl.recipe.setup(opt, setup_opts) end
 ---@return table[] samples
 function Job:rollout_step(rollout_id) end
 
+--- A data-parallel rank > 0 (`rlhost --nproc N`): trains on the share rank 0
+--- scatters each step until rank 0 finishes. The recipe's whole loop on that rank.
+function Job:train_worker() end
+
 --- Trains on the batch (micro-batch bar) and syncs the engines → train metrics.
+--- With several ranks, rank 0 splits the batch balanced by length and scatters it.
 ---@param batch table
 ---@return table
 function Job:train_and_sync(batch) end

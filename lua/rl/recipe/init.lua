@@ -36,7 +36,7 @@ end
 
 -- Defaults that depend on the model: the default model learns on 2 CPU cores in
 -- minutes with these; a real checkpoint gets slime's.
-local function fill_defaults(opt, default_model)
+local function fill_defaults(opt, default_model, world_size)
   local function def(k, v) if opt[k] == nil then opt[k] = v end end
   def("rollout_batch_size", 16)
   -- default model: two optimiser steps per rollout (PPO clipping acts on the second)
@@ -49,7 +49,7 @@ local function fill_defaults(opt, default_model)
   def("lr", default_model and 2e-4 or 1e-6)
   def("eps_clip_high", opt.eps_clip)
   def("micro_batch_size", 16)
-  def("threads", nproc())
+  def("threads", math.max(1, math.floor(nproc() / world_size)))   -- the cores shared by the local ranks
   -- the default model is tiny: a whole rollout batch decodes in one wave
   if default_model then def("max_running_requests", 256) end
   def("eval_interval", default_model and 10 or false)
@@ -145,16 +145,24 @@ end
 function M.setup(opt, setup_opts)
   setup_opts = setup_opts or {}
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
+  -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
+  -- engines, rollout, eval and checkpoints; every rank trains on its share.
+  job.rank, job.world_size = rl.dist.rank(), rl.dist.world_size()
+  job.is_main = job.rank == 0
+  if job.world_size > 1 then rl.dist.init { timeout = opt.dist_timeout } end
   if opt.hf_checkpoint then
     job.model_dir = opt.hf_checkpoint:gsub("/+$", "")
-    log.info(("GRPO on %s with prompts %s"):format(job.model_dir, tostring(opt.prompt_data)))
+    if job.is_main then log.info(("GRPO on %s with prompts %s"):format(job.model_dir, tostring(opt.prompt_data))) end
   else
-    log.info("no --hf-checkpoint: running on the embedded default model (a small Llama trained by rlhost on "
-      .. "generated GSM8K-format problems). The real run: " .. REAL_RUN)
     job.default_model = true
-    job.model_dir = rl.mathgen.default_model()
+    if job.is_main then
+      log.info("no --hf-checkpoint: running on the embedded default model (a small Llama trained by rlhost on "
+        .. "generated GSM8K-format problems). The real run: " .. REAL_RUN)
+      job.model_dir = rl.mathgen.default_model()
+    end
+    job.model_dir = rl.dist.broadcast_object(job.model_dir)   -- built once, by rank 0
   end
-  fill_defaults(opt, job.default_model)
+  fill_defaults(opt, job.default_model, job.world_size)
   rl.torch.set_num_threads(opt.threads)
   rl.torch.manual_seed(opt.rollout_seed)
   local tok, err = rl.tokenizer.load(job.model_dir)
@@ -166,6 +174,11 @@ function M.setup(opt, setup_opts)
   job.eval_datasets = eval_sets(opt, job)
 
   job.trainer, job.resumed = make_trainer(opt, job)
+  if not job.is_main then   -- a training rank: job:train_worker() is its whole loop
+    job:on_interrupt()
+    M.current = job
+    return job
+  end
   if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
   job.start_rollout = job.resumed and job.resumed.next_rollout or 0
   if not opt.load_debug_rollout_data then   -- a replay needs no engines

@@ -62,7 +62,17 @@ end
 function Job:train_and_sync(batch)
   local tr = self.trainer
   self.last_batch = batch
-  local m, err = self:timed("train", tr.train, tr, batch, { progress = self.opt.progress and "train" })
+  local mine = batch
+  if self.world_size > 1 then   -- data parallel: each rank trains on a length-balanced share
+    local parts, msgs = rl.rollout.train_data.split(batch, self.world_size), { false }
+    for r = 2, self.world_size do
+      parts[r].samples = nil   -- the sample objects (traces) stay on rank 0
+      msgs[r] = { batch = parts[r] }
+    end
+    self:timed("scatter", rl.dist.scatter_object, msgs)
+    mine = parts[1]
+  end
+  local m, err = self:timed("train", tr.train, tr, mine, { progress = self.opt.progress and "train" })
   if not m then error("train step failed: " .. tostring(err), 0) end
   for k, v in pairs(m) do self.step_metrics[k] = v end
   if self.engines then
@@ -71,6 +81,20 @@ function Job:train_and_sync(batch)
     self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
   end
   return m
+end
+
+--- A data-parallel rank > 0: trains on the share rank 0 scatters each step (the
+--- trainer all-reduces the gradients), until rank 0 finishes.
+function Job:train_worker()
+  local tr = self.trainer
+  while true do
+    local msg = rl.dist.scatter_object(nil)
+    if msg.stop then break end
+    local m, err = tr:train(msg.batch)
+    if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(err)), 0) end
+    self.step_metrics = m
+  end
+  log.info(("rank %d: done after trainer step %d"):format(self.rank, tr:step()))
 end
 
 -- The console line: reward, accuracy, length, KL, and the step time split.
@@ -106,6 +130,11 @@ end
 function Job:maybe_eval(rollout_id, final)
   local every = self.opt.eval_interval
   if not every or #self.eval_datasets == 0 then return end
+  if not self.engines then   -- --load-debug-rollout-data replays without engines: nothing to evaluate
+    if not self.eval_skip_logged then log.info("eval skipped: --load-debug-rollout-data replays without engines") end
+    self.eval_skip_logged = true
+    return
+  end
   if not final and rollout_id % every ~= 0 then return end
   if final and self.last_eval == rollout_id then return end
   local t0 = rl.now()
@@ -155,6 +184,10 @@ end
 --- Ctrl-C stops at the next step boundary, after saving; a second Ctrl-C cancels.
 function Job:on_interrupt()
   rl.on_interrupt(function()
+    if not self.is_main then   -- a training rank: rank 0 decides when to stop
+      log.info(("rank %d: Ctrl-C: rank 0 finishes its step and stops every rank"):format(self.rank))
+      return
+    end
     self.stopping = true
     log.warn("Ctrl-C: stopping after this step (checkpoint and dumps are written); Ctrl-C again to abort now")
   end)
@@ -175,6 +208,11 @@ function Job:finish(last_rollout)
   if self.finished then return end
   self.finished = true
   rl.on_interrupt(nil)
+  if self.world_size > 1 and self.is_main then   -- the training ranks stop too
+    local stop = {}
+    for r = 1, self.world_size do stop[r] = { stop = true } end
+    rl.dist.scatter_object(stop)
+  end
   local opt, lines = self.opt, {}
   local function add(k, v) if v then lines[#lines + 1] = ("  %-18s %s"):format(k, v) end end
   local m, e = self.last or {}, self.last_eval_metrics or {}

@@ -38,6 +38,8 @@ local FLAGS = {
   { name = "kl_loss_coef", type = "number", default = 0.0 },
   { name = "kl_loss_type", choices = { "k1", "k2", "k3", "low_var_kl" }, default = "low_var_kl" },
   { name = "entropy_coef", type = "number", default = 0.0 },
+  { name = "dist_timeout", type = "number", default = 1800,
+    help = "seconds a data-parallel collective may wait (ranks > 0 wait through rank 0's rollout and eval)" },
   { name = "calculate_per_token_loss", type = "bool", default = false,
     help = "average the loss over all tokens of the batch (default: per sample, then over samples)" },
   { name = "eps_clip", type = "number", default = 0.2 },
