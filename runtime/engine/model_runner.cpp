@@ -112,7 +112,7 @@ void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::T
       os << "update_weights: " << name << " has shape " << t.sizes() << " but the engine's is " << dst.sizes();
       throw Error(os.str());
     }
-    dst.copy_(t);
+    nn::copy_weight(dst, t);
   }
   model_->weights_changed();
 }

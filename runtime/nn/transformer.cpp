@@ -120,13 +120,13 @@ std::unique_ptr<Transformer> Transformer::from_pretrained(const std::filesystem:
 void Transformer::load(const model::TensorSet& tensors) {
   model::validate_tensors(tensors, config_);
   torch::NoGradGuard no_grad;
-  for (auto& [name, param] : params_) param.copy_(tensor_from_view(*tensors.find(name)));
+  for (auto& [name, param] : params_) copy_weight(param, tensor_from_view(*tensors.find(name)));
   weights_changed();
 }
 
 void Transformer::weights_changed() {
   torch::NoGradGuard no_grad;
-  if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) lm_head_.copy_(embed_);
+  if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
 }
 
 void Transformer::init_random(uint64_t seed) {

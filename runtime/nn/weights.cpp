@@ -1,8 +1,11 @@
 #include "nn/weights.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 namespace rl::nn {
 namespace {
@@ -15,7 +18,39 @@ bool is_norm(const std::string& name) {
   return ends_with(name, "layernorm.weight") || ends_with(name, "_norm.weight") || name == "model.norm.weight";
 }
 
+template <size_t kBytes>
+void transpose_tiles(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
+  constexpr int64_t kTile = 64;
+  const int64_t col_tiles = (cols + kTile - 1) / kTile;
+  at::parallel_for(0, col_tiles, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t ct = begin; ct < end; ++ct) {
+      const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t r1 = std::min(rows, r0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r)
+            std::memcpy(d + (c * ld + r) * kBytes, s + (r * cols + c) * kBytes, kBytes);
+      }
+    }
+  });
+}
+
 }  // namespace
+
+void copy_weight(const torch::Tensor& dst, const torch::Tensor& src) {
+  const size_t bytes = dst.element_size();
+  const bool tiled = dst.device().is_cpu() && src.device().is_cpu() && dst.dim() == 2 && dst.stride(0) == 1 &&
+                     dst.size(0) > 1 && dst.sizes() == src.sizes() && dst.scalar_type() == src.scalar_type() &&
+                     src.is_contiguous() && (bytes == 4 || bytes == 2);
+  if (!tiled) {
+    dst.copy_(src);
+    return;
+  }
+  auto* d = static_cast<char*>(dst.data_ptr());
+  const auto* s = static_cast<const char*>(src.data_ptr());
+  if (bytes == 4) transpose_tiles<4>(d, s, dst.size(0), dst.size(1), dst.stride(1));
+  else transpose_tiles<2>(d, s, dst.size(0), dst.size(1), dst.stride(1));
+}
 
 torch::ScalarType scalar_type(model::DType d) {
   switch (d) {

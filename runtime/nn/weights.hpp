@@ -23,6 +23,12 @@ const char* dtype_config_name(torch::ScalarType t);      // config.json spelling
 // A CPU tensor holding a copy of the view's bytes.
 torch::Tensor tensor_from_view(const model::TensorView& view);
 
+// dst.copy_(src), fast for the engine's CPU inference layout: when dst is an
+// [out, in] view of [in, out] storage (dst.stride(0) == 1) and src is contiguous with
+// the same dtype, a transpose in 64 × 64 tiles on LibTorch's threads (the generic copy
+// walks a column stride per element, several times slower); otherwise copy_.
+void copy_weight(const torch::Tensor& dst, const torch::Tensor& src);
+
 // normal(0, std) for weight matrices and embeddings, ones for norms, zeros for
 // biases; values drawn in float32 on the CPU from one generator seeded with `seed`,
 // in parameter order, so the result does not depend on dtype or device.

@@ -11,6 +11,7 @@
 #include "model_fixtures.hpp"
 #include "nn/greedy.hpp"
 #include "nn/transformer.hpp"
+#include "nn/weights.hpp"
 
 using rl::nn::CachedBatch;
 using rl::nn::Transformer;
@@ -268,4 +269,27 @@ CATCH_TEST_CASE("the inference layout (transposed, fused q/k/v and gate/up) comp
       CATCH_CHECK((ref.logits(ref.forward(ids)) - fast.logits(fast.forward(ids))).abs().max().item<double>() < 1e-5);
     }
   }
+}
+
+CATCH_TEST_CASE("copy_weight writes the inference layout exactly as copy_ does", "[model]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{130, 67}, {64, 64}, {1, 9}, {3, 200}}) {
+      auto src = torch::randn({rows, cols}).to(dtype);
+      // a transposed view, and a narrow of a wider fused matrix (the q/k/v layout)
+      auto plain = torch::zeros({cols, rows}, dtype).t();
+      auto fused = torch::zeros({cols, rows + 5}, dtype);
+      auto part = fused.narrow(1, 3, rows).t();
+      rl::nn::copy_weight(plain, src);
+      rl::nn::copy_weight(part, src);
+      CATCH_CHECK(torch::equal(plain, src));
+      CATCH_CHECK(torch::equal(part, src));
+      CATCH_CHECK(fused.narrow(1, 0, 3).abs().sum().item<double>() == 0);  // neighbours untouched
+      CATCH_CHECK(fused.narrow(1, rows + 3, 2).abs().sum().item<double>() == 0);
+    }
+  }
+  // other layouts and dtype conversions fall back to copy_
+  auto dst = torch::zeros({4, 5});
+  auto src = torch::randn({4, 5}, torch::kFloat64);
+  rl::nn::copy_weight(dst, src);
+  CATCH_CHECK(torch::allclose(dst, src.to(torch::kFloat32)));
 }
