@@ -1,7 +1,11 @@
 #include "nn/logprobs.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <ATen/autocast_mode.h>
 
 namespace rl::nn {
 namespace {
@@ -10,84 +14,110 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int64_t kLogitsPerChunk = int64_t(1) << 25;
+// The forward pass keeps every chunk's log-softmax for the backward pass (instead
+// of recomputing the lm_head matmul there) while all of them fit this many logits
+// (256 MiB of float32); past it, each chunk is recomputed in the backward pass.
+constexpr int64_t kKeptLogits = int64_t(1) << 26;
 
+// Logits in the compute dtype (the weight's, or autocast's lower precision), then
+// float32 and scaled, as the engine computes them.
 torch::Tensor scaled_logits(const torch::Tensor& h, const torch::Tensor& w, double temperature) {
-  auto z = torch::matmul(h, w.t()).to(torch::kFloat32);
+  auto z = torch::matmul(h.to(w.scalar_type()), w.t()).to(torch::kFloat32);
   return temperature == 1.0 ? z : z / temperature;
 }
 
 struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
   static variable_list forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight, torch::Tensor targets,
-                               double temperature, bool with_entropy, int64_t chunk) {
+                               double temperature, bool with_entropy, int64_t chunk, int64_t compute_dtype,
+                               int64_t keep_logits) {
     const int64_t n = hidden.size(0);
+    const auto dt = static_cast<torch::ScalarType>(compute_dtype);
+    const auto w = weight.to(dt);
     auto opts = hidden.options().dtype(torch::kFloat32);
     auto logprobs = torch::empty({n}, opts);
     auto lse = torch::empty({n}, opts);
     auto entropy = with_entropy ? torch::empty({n}, opts) : torch::zeros({0}, opts);
-    // One chunk covers everything: keep its log-softmax for the backward pass
-    // instead of recomputing the lm_head matmul (same memory bound either way).
-    const bool keep = n <= chunk;
-    torch::Tensor kept;
+    const bool keep = n * weight.size(0) <= std::max(keep_logits, chunk * weight.size(0));
+    std::vector<torch::Tensor> kept;
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t len = std::min(chunk, n - s);
-      auto z = scaled_logits(hidden.narrow(0, s, len), weight, temperature);
+      auto z = scaled_logits(hidden.narrow(0, s, len), w, temperature);
       auto l = torch::logsumexp(z, -1);
       lse.narrow(0, s, len).copy_(l);
       auto logp = z.sub_(l.unsqueeze(1));  // in place: z becomes log p
       logprobs.narrow(0, s, len).copy_(logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
       if (with_entropy) entropy.narrow(0, s, len).copy_(-(logp.exp() * logp).sum(-1));  // no cancellation
-      if (keep) kept = logp;
+      if (keep) kept.push_back(logp);
     }
-    ctx->save_for_backward({hidden, weight, targets, lse, entropy, kept});
+    std::vector<torch::Tensor> saved{hidden, weight, targets, lse, entropy};
+    saved.insert(saved.end(), kept.begin(), kept.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["with_entropy"] = with_entropy;
+    ctx->saved_data["compute_dtype"] = compute_dtype;
     return {logprobs, entropy};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     auto hidden = saved[0], weight = saved[1], targets = saved[2], lse = saved[3], entropy = saved[4];
-    const auto& kept = saved[5];
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const auto dt = static_cast<torch::ScalarType>(ctx->saved_data["compute_dtype"].toInt());
+    const bool kept = saved.size() > 5;
+    const auto w = weight.to(dt);
     auto g_lp = grads[0];
     auto g_ent = with_entropy ? grads[1] : torch::Tensor();
     const int64_t n = hidden.size(0);
     auto grad_hidden = torch::empty_like(hidden);
     auto grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
-    for (int64_t s = 0; s < n; s += chunk) {
+    for (int64_t s = 0, c = 0; s < n; s += chunk, ++c) {
       const int64_t len = std::min(chunk, n - s);
       auto h = hidden.narrow(0, s, len);
-      auto logp = kept.defined() ? kept
-                                 : scaled_logits(h, weight, temperature).sub_(lse.narrow(0, s, len).unsqueeze(1));
-      auto p = torch::exp(logp);
-      // d logprob / dz = onehot(target) - p;  d entropy / dz = -p (log p + H)
-      torch::Tensor gz = torch::zeros_like(p);
-      if (g_lp.defined()) {
-        auto g = g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1);
-        gz = -p * g;
-        gz.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), g);
-      }
+      auto logp = kept ? saved[5 + c] : scaled_logits(h, w, temperature).sub_(lse.narrow(0, s, len).unsqueeze(1));
+      // d logprob / dz = onehot(target) - p;  d entropy / dz = -p (log p + H).
+      // gz is built in place over p: no other vocabulary-sized temporaries.
+      auto gz = torch::exp(logp);
       if (g_ent.defined()) {
         auto g = g_ent.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1);
-        gz -= g * p * (logp + entropy.narrow(0, s, len).unsqueeze(1));
+        auto scale = g_lp.defined() ? g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1) : torch::zeros_like(g);
+        // -p * (g_lp + g_ent * (log p + H))
+        gz.mul_(((logp + entropy.narrow(0, s, len).unsqueeze(1)).mul_(g)).add_(scale)).neg_();
+      } else if (g_lp.defined()) {
+        gz.mul_(g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1).neg());
+      } else {
+        gz.zero_();
       }
-      if (temperature != 1.0) gz = gz / temperature;
-      auto gz_w = gz.to(weight.scalar_type());
-      grad_hidden.narrow(0, s, len).copy_(torch::matmul(gz_w, weight));
-      grad_weight.addmm_(gz.t(), h.to(torch::kFloat32));
+      if (g_lp.defined())
+        gz.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1));
+      if (temperature != 1.0) gz.div_(temperature);
+      auto gz_c = gz.to(dt);
+      grad_hidden.narrow(0, s, len).copy_(torch::matmul(gz_c, w));
+      if (dt == torch::kFloat32) grad_weight.addmm_(gz.t(), h.to(torch::kFloat32));
+      else grad_weight.add_(torch::matmul(gz_c.t(), h.to(dt)));
     }
     return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+// The dtype the lm_head matmul runs in: the weight's, or under autocast (the
+// trainer's bf16 mixed precision) autocast's lower-precision dtype, as torch.autocast
+// would run the matmul.
+torch::ScalarType compute_dtype(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  const auto dev = hidden.device().type();
+  if (weight.scalar_type() == torch::kFloat32 && at::autocast::is_autocast_available(dev) &&
+      at::autocast::is_autocast_enabled(dev))
+    return at::autocast::get_autocast_dtype(dev);
+  return weight.scalar_type();
+}
 
 }  // namespace
 
 TokenLogprobs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                             double temperature, bool with_entropy, int64_t chunk_tokens) {
+                             double temperature, bool with_entropy, int64_t chunk_tokens, int64_t keep_logits) {
   if (hidden.dim() != 2 || weight.dim() != 2 || hidden.size(1) != weight.size(1))
     throw std::invalid_argument("token_logprobs: hidden must be [N, H] and weight [V, H], got " +
                                 std::to_string(hidden.dim()) + "-d and " + std::to_string(weight.dim()) + "-d");
@@ -102,7 +132,9 @@ TokenLogprobs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& w
                               " outside the vocabulary [0, " + std::to_string(weight.size(0)) + ")");
   }
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, kLogitsPerChunk / weight.size(0));
-  auto out = ChunkedLogprob::apply(hidden, weight, t, temperature, with_entropy, chunk);
+  auto out = ChunkedLogprob::apply(hidden, weight, t, temperature, with_entropy, chunk,
+                                   static_cast<int64_t>(compute_dtype(hidden, weight)),
+                                   keep_logits < 0 ? kKeptLogits : keep_logits);
   return {out[0], with_entropy ? out[1] : torch::Tensor()};
 }
 

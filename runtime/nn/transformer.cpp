@@ -31,7 +31,12 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
   for (const auto& spec : config_.expected_tensors()) {
-    const bool proj = spec.shape.size() == 2 && (ends_with(spec.name, "_proj.weight") || spec.name == "lm_head.weight");
+    // A tied embedding in the inference layout is the lm_head matrix itself, stored
+    // [hidden, vocab]: the embedding lookup gathers its columns (a few per step), and
+    // loads and syncs fill one matrix instead of a copy plus a transposed copy.
+    const bool tied_embed = spec.name == "model.embed_tokens.weight" && config_.tie_word_embeddings;
+    const bool proj = spec.shape.size() == 2 &&
+                      (ends_with(spec.name, "_proj.weight") || spec.name == "lm_head.weight" || tied_embed);
     params_.emplace_back(spec.name, transposed && proj ? torch::empty({spec.shape[1], spec.shape[0]}, options).t()
                                                        : torch::empty(spec.shape, options));
   }
@@ -43,8 +48,6 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   embed_ = get("model.embed_tokens.weight");
   final_norm_ = get("model.norm.weight");
   lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
-  if (transposed && config_.tie_word_embeddings)
-    lm_head_ = torch::empty({embed_.size(1), embed_.size(0)}, options).t();  // filled by weights_changed()
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
@@ -120,7 +123,8 @@ std::unique_ptr<Transformer> Transformer::from_pretrained(const std::filesystem:
 void Transformer::load(const model::TensorSet& tensors) {
   model::validate_tensors(tensors, config_);
   torch::NoGradGuard no_grad;
-  for (auto& [name, param] : params_) copy_weight(param, tensor_from_view(*tensors.find(name)));
+  // Straight from the mapped files into the parameters (the set outlives the copies).
+  for (auto& [name, param] : params_) copy_weight(param, tensor_over_view(*tensors.find(name)));
   weights_changed();
 }
 

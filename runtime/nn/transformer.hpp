@@ -27,8 +27,8 @@ struct ModelOptions {
   // transposed [out, in] views under their HF names), so small-batch matmuls
   // stream them without MKL repacking them every call (1.4x at batch 1), and
   // q/k/v and gate/up each share one matrix so they run as one matmul. A tied
-  // lm_head gets its own copy in that layout (refreshed by load(), init_random()
-  // and weights_changed()). Training keeps the default layout.
+  // embedding is stored that way too ([hidden, vocab], the lm_head's layout; the
+  // embedding lookup gathers its columns). Training keeps the default layout.
   bool inference_layout = false;
 };
 
@@ -54,7 +54,8 @@ class Transformer {
   torch::Tensor parameter(const std::string& name) const;  // throws naming unknown names
   void set_requires_grad(bool on);
   // After writing parameters in place from outside (copy_ into named_parameters()):
-  // refreshes derived copies (the inference layout's tied lm_head).
+  // refreshes anything derived from them (nothing in the current layouts; kept as
+  // the one place to do it, and called by every writer).
   void weights_changed();
   const torch::Tensor& lm_head_weight() const { return lm_head_; }
 

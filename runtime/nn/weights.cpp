@@ -6,6 +6,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace rl::nn {
 namespace {
@@ -18,22 +21,63 @@ bool is_norm(const std::string& name) {
   return ends_with(name, "layernorm.weight") || ends_with(name, "_norm.weight") || name == "model.norm.weight";
 }
 
-template <size_t kBytes>
-void transpose_tiles(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
+// d[c * ld + r] = s[r * cols + c] for a row-major [rows, cols] source, in 64 x 64
+// tiles (both sides stay in L1) spread over LibTorch's intra-op threads; inside a
+// tile, whole kBlock x kBlock blocks go through `block` (kBlock loads, kBlock
+// stores in SIMD registers), the ragged edges element by element.
+template <size_t kBytes, int64_t kBlock, class Block>
+void transpose_tiles(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld, Block&& block) {
   constexpr int64_t kTile = 64;
+  const auto one = [&](int64_t r, int64_t c) { std::memcpy(d + (c * ld + r) * kBytes, s + (r * cols + c) * kBytes, kBytes); };
   const int64_t col_tiles = (cols + kTile - 1) / kTile;
   at::parallel_for(0, col_tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t ct = begin; ct < end; ++ct) {
       const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
       for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
         const int64_t r1 = std::min(rows, r0 + kTile);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r)
-            std::memcpy(d + (c * ld + r) * kBytes, s + (r * cols + c) * kBytes, kBytes);
+        int64_t c = c0;
+        for (; c + kBlock <= c1; c += kBlock) {
+          int64_t r = r0;
+          for (; r + kBlock <= r1; r += kBlock) block(d + (c * ld + r) * kBytes, s + (r * cols + c) * kBytes, cols, ld);
+          for (; r < r1; ++r)
+            for (int64_t k = c; k < c + kBlock; ++k) one(r, k);
+        }
+        for (; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) one(r, c);
       }
     }
   });
 }
+
+// One 4 x 4 block: dst row j (stride ld) = src column j (src rows of stride cols).
+template <size_t kBytes>
+void block4_scalar(char* d, const char* s, int64_t cols, int64_t ld) {
+  for (int64_t j = 0; j < 4; ++j)
+    for (int64_t i = 0; i < 4; ++i) std::memcpy(d + (j * ld + i) * kBytes, s + (i * cols + j) * kBytes, kBytes);
+}
+
+#if defined(__x86_64__)
+void block4_f32(char* d, const char* s, int64_t cols, int64_t ld) {
+  const auto* src = reinterpret_cast<const float*>(s);
+  auto* dst = reinterpret_cast<float*>(d);
+  __m128 a = _mm_loadu_ps(src), b = _mm_loadu_ps(src + cols), c = _mm_loadu_ps(src + 2 * cols),
+         e = _mm_loadu_ps(src + 3 * cols);
+  _MM_TRANSPOSE4_PS(a, b, c, e);
+  _mm_storeu_ps(dst, a);
+  _mm_storeu_ps(dst + ld, b);
+  _mm_storeu_ps(dst + 2 * ld, c);
+  _mm_storeu_ps(dst + 3 * ld, e);
+}
+
+void transpose_f32(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
+  // SSE 4 x 4 blocks: measured faster here than AVX 8 x 8 ones (store streams).
+  transpose_tiles<4, 4>(d, s, rows, cols, ld, block4_f32);
+}
+#else
+void transpose_f32(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
+  transpose_tiles<4, 4>(d, s, rows, cols, ld, block4_scalar<4>);
+}
+#endif
 
 }  // namespace
 
@@ -48,8 +92,8 @@ void copy_weight(const torch::Tensor& dst, const torch::Tensor& src) {
   }
   auto* d = static_cast<char*>(dst.data_ptr());
   const auto* s = static_cast<const char*>(src.data_ptr());
-  if (bytes == 4) transpose_tiles<4>(d, s, dst.size(0), dst.size(1), dst.stride(1));
-  else transpose_tiles<2>(d, s, dst.size(0), dst.size(1), dst.stride(1));
+  if (bytes == 4) transpose_f32(d, s, dst.size(0), dst.size(1), dst.stride(1));
+  else transpose_tiles<2, 4>(d, s, dst.size(0), dst.size(1), dst.stride(1), block4_scalar<2>);
 }
 
 torch::ScalarType scalar_type(model::DType d) {
@@ -106,6 +150,18 @@ torch::Tensor tensor_from_view(const model::TensorView& view) {
     throw std::runtime_error(view.file + ": tensor '" + view.name + "' holds " + std::to_string(view.nbytes) +
                              " bytes, its shape needs " + std::to_string(t.nbytes()));
   std::memcpy(t.data_ptr(), view.data, view.nbytes);  // copy: the mapping may be unaligned or go away
+  return t;
+}
+
+torch::Tensor tensor_over_view(const model::TensorView& view) {
+  const auto type = scalar_type(view.dtype);
+  const auto align = static_cast<uintptr_t>(c10::elementSize(type));
+  if (reinterpret_cast<uintptr_t>(view.data) % align != 0) return tensor_from_view(view);
+  auto t = torch::from_blob(const_cast<void*>(static_cast<const void*>(view.data)), view.shape,
+                            torch::TensorOptions().dtype(type));
+  if (static_cast<size_t>(t.nbytes()) != view.nbytes)
+    throw std::runtime_error(view.file + ": tensor '" + view.name + "' holds " + std::to_string(view.nbytes) +
+                             " bytes, its shape needs " + std::to_string(t.nbytes()));
   return t;
 }
 

@@ -22,6 +22,10 @@ const char* dtype_config_name(torch::ScalarType t);      // config.json spelling
 
 // A CPU tensor holding a copy of the view's bytes.
 torch::Tensor tensor_from_view(const model::TensorView& view);
+// A CPU tensor over the view's bytes, without a copy, valid while the view's
+// storage (the mapped file) is; a copy when the bytes are not aligned to the
+// element size. Read-only use: copying from it into parameters.
+torch::Tensor tensor_over_view(const model::TensorView& view);
 
 // dst.copy_(src), fast for the engine's CPU inference layout: when dst is an
 // [out, in] view of [in, out] storage (dst.stride(0) == 1) and src is contiguous with

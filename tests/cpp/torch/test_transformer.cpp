@@ -6,6 +6,7 @@
 #define CATCH_CONFIG_PREFIX_ALL
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <fstream>
 
 #include "model_fixtures.hpp"
@@ -143,16 +144,25 @@ CATCH_TEST_CASE("chunked token log-probs and their gradients match the direct fo
   auto targets = torch::randint(0, 29, {13}, gen, torch::kInt64);
   auto g_lp = torch::randn({13}, gen, torch::kFloat64).to(torch::kFloat32);
   auto g_ent = torch::randn({13}, gen, torch::kFloat64).to(torch::kFloat32);
-  for (auto [temperature, chunk] : {std::pair{1.0, 4}, std::pair{0.7, 4}, std::pair{0.7, 0}}) {
-    CATCH_INFO("temperature " << temperature << ", chunk " << chunk << " (0: one chunk, kept for backward)");
-    auto got = rl::nn::token_logprobs(hidden, weight, targets, temperature, true, chunk);
-    auto logp = torch::log_softmax(torch::matmul(hidden, weight.t()) / temperature, -1);
+  struct Case {
+    double temperature;
+    int64_t chunk, keep;  // chunk 0: one chunk; keep 0: recompute each chunk in backward, -1: keep them all
+    bool entropy;
+  };
+  for (auto c : {Case{1.0, 4, 0, true}, Case{0.7, 4, 0, true}, Case{0.7, 4, -1, true}, Case{0.7, 0, -1, true},
+                 Case{1.0, 4, 0, false}, Case{0.7, 4, -1, false}}) {
+    CATCH_INFO("temperature " << c.temperature << ", chunk " << c.chunk << ", keep " << c.keep << ", entropy "
+                              << c.entropy);
+    auto got = rl::nn::token_logprobs(hidden, weight, targets, c.temperature, c.entropy, c.chunk, c.keep);
+    auto logp = torch::log_softmax(torch::matmul(hidden, weight.t()) / c.temperature, -1);
     auto want_lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
     auto want_ent = -(logp.exp() * logp).sum(-1);
     CATCH_CHECK(torch::allclose(got.logprobs, want_lp, 1e-5, 1e-5));
-    CATCH_CHECK(torch::allclose(got.entropy, want_ent, 1e-5, 1e-5));
-    auto g1 = torch::autograd::grad({(got.logprobs * g_lp).sum() + (got.entropy * g_ent).sum()}, {hidden, weight});
-    auto g2 = torch::autograd::grad({(want_lp * g_lp).sum() + (want_ent * g_ent).sum()}, {hidden, weight});
+    if (c.entropy) CATCH_CHECK(torch::allclose(got.entropy, want_ent, 1e-5, 1e-5));
+    const double e = c.entropy ? 1.0 : 0.0;
+    auto got_ent = c.entropy ? got.entropy : torch::zeros_like(want_ent);
+    auto g1 = torch::autograd::grad({(got.logprobs * g_lp).sum() + (got_ent * g_ent).sum() * e}, {hidden, weight});
+    auto g2 = torch::autograd::grad({(want_lp * g_lp).sum() + (want_ent * g_ent).sum() * e}, {hidden, weight});
     CATCH_CHECK(torch::allclose(g1[0], g2[0], 1e-5, 1e-5));
     CATCH_CHECK(torch::allclose(g1[1], g2[1], 1e-5, 1e-5));
   }
@@ -286,6 +296,22 @@ CATCH_TEST_CASE("copy_weight writes the inference layout exactly as copy_ does",
       CATCH_CHECK(fused.narrow(1, 0, 3).abs().sum().item<double>() == 0);  // neighbours untouched
       CATCH_CHECK(fused.narrow(1, rows + 3, 2).abs().sum().item<double>() == 0);
     }
+  }
+  // weights straight from a mapped file: a view when aligned, a copy when not
+  std::vector<std::byte> bytes(4 * 6 + 1);
+  const float values[6] = {1.5f, -2.f, 3.25f, 4.f, -5.5f, 6.f};
+  for (size_t off : {size_t(0), size_t(1)}) {
+    std::memcpy(bytes.data() + off, values, sizeof values);
+    rl::model::TensorView view;
+    view.name = "w";
+    view.shape = {2, 3};
+    view.data = bytes.data() + off;
+    view.nbytes = sizeof values;
+    auto t = rl::nn::tensor_over_view(view);
+    CATCH_CHECK(torch::equal(t, torch::tensor({1.5f, -2.f, 3.25f, 4.f, -5.5f, 6.f}).view({2, 3})));
+    CATCH_CHECK((t.data_ptr() == static_cast<const void*>(view.data)) == (off == 0));
+    view.nbytes = 4 * 5;  // a truncated tensor is an error, not a read past its end
+    CATCH_CHECK_THROWS_WITH(rl::nn::tensor_over_view(view), Catch::Contains("its shape needs 24"));
   }
   // other layouts and dtype conversions fall back to copy_
   auto dst = torch::zeros({4, 5});
