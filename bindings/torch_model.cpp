@@ -133,7 +133,7 @@ int l_parameters(lua_State* L) {
   for (const auto& [name, t] : params) {
     lua_createtable(L, 0, 3);
     set_string(L, "name", name);
-    set_string(L, "dtype", c10::toString(t.scalar_type()));
+    set_string(L, "dtype", nn::dtype_config_name(t.scalar_type()));
     lua_createtable(L, static_cast<int>(t.dim()), 0);
     for (int64_t d = 0; d < t.dim(); ++d) {
       lua_pushnumber(L, static_cast<double>(t.size(d)));

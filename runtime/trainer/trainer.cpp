@@ -6,6 +6,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include <ATen/autocast_mode.h>
+
 #include "trainer/dist.hpp"
 
 namespace rl::trainer {
@@ -15,6 +17,34 @@ constexpr double kPi = 3.14159265358979323846;
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// torch.autocast(device, dtype) for one forward pass, on this thread: ops on the
+// autocast lists run in `dtype`, everything else as before; restored (and the
+// cast-weight cache dropped) on exit. The backward pass runs outside it, as in PyTorch.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType dev, bool on, torch::ScalarType dtype) : dev_(dev), on_(on) {
+    if (!on_) return;
+    prev_enabled_ = at::autocast::is_autocast_enabled(dev_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(dev_);
+    at::autocast::set_autocast_enabled(dev_, true);
+    at::autocast::set_autocast_dtype(dev_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(dev_, prev_enabled_);
+    at::autocast::set_autocast_dtype(dev_, prev_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType dev_;
+  bool on_, prev_enabled_ = false;
+  torch::ScalarType prev_dtype_ = torch::kBFloat16;
+};
 }  // namespace
 
 // A micro-batch, right-padded: ids [B, L]; per response token (R = longest
@@ -40,6 +70,10 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
     throw std::invalid_argument("trainer: kl_coef (reward shaping) and kl_loss_coef (loss) are exclusive; set one");
   if (opts_.micro_batch_size < 1) throw std::invalid_argument("trainer: micro_batch_size must be >= 1");
   if (opts_.optim.lr < 0 || !std::isfinite(opts_.optim.lr)) throw std::invalid_argument("trainer: lr must be >= 0");
+  if (opts_.bf16 && policy_->options().dtype != torch::kFloat32)
+    throw std::invalid_argument(std::string("trainer: bf16 mixed precision keeps float32 master weights, but the policy "
+                                            "was loaded as ") + c10::toString(policy_->options().dtype) +
+                                "; load it with dtype = \"float32\", or drop bf16 to train in the model's dtype");
   policy_->set_requires_grad(true);
   if (ref_) ref_->set_requires_grad(false);
   for (auto& [name, t] : policy_->named_parameters()) params_.push_back(t);
@@ -140,6 +174,7 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
 // through the chunked log-softmax, then scattered into [B, R].
 torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy) {
   const int64_t B = p.ids.size(0), R = p.mask.size(1);
+  AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
   auto hidden = m.forward(p.ids);  // [B, L, H]
   std::vector<int64_t> rows, cols, targets_v;
   const auto ids = p.ids.accessor<int64_t, 2>();

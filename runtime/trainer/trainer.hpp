@@ -45,6 +45,10 @@ struct TrainerOptions {
   int64_t global_batch_size = 0;       // samples per optimiser step; 0 = the whole batch
   int64_t micro_batch_size = 1;        // samples per micro-batch (when max_tokens_per_micro_batch == 0)
   int64_t max_tokens_per_micro_batch = 0;  // dynamic micro-batching by a token budget
+  // Megatron's --bf16: mixed precision. Parameters, gradients and AdamW state stay
+  // float32 (the master weights); forward passes run under autocast, so matmuls and
+  // attention compute in bfloat16 (RMSNorm, softmax and the loss in float32).
+  bool bf16 = false;
 };
 
 // One rollout's train data (rl.rollout.train_data.convert): per sample, the token ids

@@ -104,6 +104,12 @@ TrainerOptions trainer_options_from_json(const json& j) {
       {"normalize_advantages", [&](const json& v, const std::string& k) { o.normalize_advantages = boolean(v, k); }},
       {"global_batch_size", [&](const json& v, const std::string& k) { o.global_batch_size = integer(v, k); }},
       {"micro_batch_size", [&](const json& v, const std::string& k) { o.micro_batch_size = integer(v, k); }},
+      {"bf16", [&](const json& v, const std::string& k) { o.bf16 = boolean(v, k); }},
+      {"fp16", [&](const json& v, const std::string& k) {
+         if (boolean(v, k))
+           throw std::invalid_argument("trainer option 'fp16': float16 mixed precision needs loss scaling, which is "
+                                       "not implemented; use bf16 = true");
+       }},
       {"max_tokens_per_gpu", [&](const json& v, const std::string& k) { o.max_tokens_per_micro_batch = integer(v, k); }},
   };
   for (const auto& [key, value] : j.items()) {

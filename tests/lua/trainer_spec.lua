@@ -181,6 +181,34 @@ describe("rl.trainer", function()
     os.remove((path:gsub("%.jsonl$", "")))
   end, { timeout = 120 })
 
+  it("bf16 mixed precision: float32 master weights, bf16 compute, the float32 step within rounding", function()
+    local dir = assert(rl.model.init { config = TINY, seed = 7, dir = tmpdir() })
+    local b = batch_of({ { 1, 2, 3, 40, 41, 42, 43 }, { 1, 2, 3, 50, 51, 52, 53 } }, 4, { 1, -1 })
+    local function trainer(bf16)
+      return rl.trainer.new { model = dir, bf16 = bf16, loss = { entropy_coef = 0.01 }, optimizer = { lr = 5e-3 },
+                              micro_batch_size = 2 }
+    end
+    local t32, t16 = trainer(false), trainer(true)
+    local l32, l16 = t32:logprobs(b), t16:logprobs(b)
+    local worst = 0
+    for i = 1, #l32 do
+      for j = 1, #l32[i] do worst = math.max(worst, math.abs(l32[i][j] - l16[i][j])) end
+    end
+    ok(worst > 1e-5, ("the matmuls ran in bf16 (log-prob gap %g)"):format(worst))
+    ok(worst < 0.05, ("bf16 log-probs within rounding of float32 (gap %g)"):format(worst))
+    local m32, m16 = assert(t32:train(b)), assert(t16:train(b))
+    near(m16["train/entropy_loss"], m32["train/entropy_loss"], 0.01 * m32["train/entropy_loss"])
+    near(m16["train/loss"], m32["train/loss"], 1e-3)
+    near(m16["train/grad_norm"], m32["train/grad_norm"], 0.05 * m32["train/grad_norm"])
+    for _, p in ipairs(t16.model:parameters()) do eq(p.dtype, "float32", p.name) end
+    for _ = 1, 2 do assert(t16:train(b)) end
+    local after = t16:logprobs(b)
+    ok(mean(after[1]) > mean(l16[1]) and mean(after[2]) < mean(l16[2]), "bf16 GRPO moves log-probs the right way")
+    raises(function() rl.trainer.new { model = dir, dtype = "bfloat16", bf16 = true } end, "float32 master weights")
+    raises(function() rl.trainer.new { model = dir, fp16 = true } end, "loss scaling")
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 120 })
+
   it("names bad options and bad batches", function()
     raises(function() rl.trainer.new { model = STORIES, loss = { eps_clp = 0.2 } } end, "did you mean 'eps_clip'")
     raises(function() rl.trainer.new { model = STORIES, loss = { eps_clip_c = 0.5 } } end, "must be > 1")

@@ -8,7 +8,7 @@
 ---@class rl.model.Parameter
 ---@field name string Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
 ---@field shape integer[]
----@field dtype string
+---@field dtype "float32"|"bfloat16"|"float16"
 
 ---@class rl.model.Model
 ---@field config table config.json as read (typed fields normalised: head_dim, num_key_value_heads, ...)

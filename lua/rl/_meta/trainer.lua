@@ -22,6 +22,7 @@
 ---@field kl_coef? number
 ---@field gamma? number
 ---@field normalize_advantages? boolean
+---@field bf16? boolean mixed precision: float32 master weights, forward passes under bf16 autocast
 
 ---@class rl.trainer.Trainer
 ---@field model rl.model.Model

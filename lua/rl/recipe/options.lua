@@ -47,6 +47,8 @@ local FLAGS = {
   { name = "lr", type = "number", help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
   { name = "weight_decay", type = "number", default = 0.0 },
   { name = "clip_grad", type = "number", default = 1.0 },
+  { name = "bf16", type = "bool", default = false,
+    help = "bf16 mixed precision in the trainer (float32 master weights; for CUDA builds)" },
   { name = "micro_batch_size", type = "int", help = "samples per micro-batch (default 16)" },
   { name = "max_tokens_per_gpu", type = "int", help = "dynamic micro-batches of at most this many tokens" },
   -- checkpoints, dumps, eval
