@@ -216,8 +216,9 @@ class GrpoRecipe(RlhostTestCase):
         d = self.dir
         shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), d + "/recipes")
         reward = d + "/recipes/rewards/gsm8k_reward.lua"
+        # (also runs the trainer's flags that change the loss and precision: per-token loss, bf16)
         p = self.start_recipe("--num-rollout", "100000", "--metrics-dir", d + "/m", "--calculate-per-token-loss",
-                              "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
+                              "--bf16", "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
                               recipe=d + "/recipes/grpo_gsm8k.lua")
         wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="a step")
         with open(reward, "a") as f:
