@@ -516,17 +516,7 @@ int l_parser_finish(lua_State* L) {
   return 0;
 }
 
-int l_parser_gc(lua_State* L) {
-  if (auto* p = static_cast<ParserBox*>(lua_touserdata(L, 1))) p->~ParserBox();
-  return 0;
-}
-
 // ---- state ---------------------------------------------------------------------------
-int l_state_gc(lua_State* L) {
-  if (auto* p = static_cast<StatePtr*>(lua_touserdata(L, 1))) p->~StatePtr();
-  return 0;
-}
-
 }  // namespace
 
 void open_http(lua_State* L, int t) {
@@ -535,7 +525,7 @@ void open_http(lua_State* L, int t) {
   new (mem) StatePtr(std::make_shared<HttpState>());
   lua_newtable(L);
   lua_pushliteral(L, "rl.http.state:__gc");
-  lua_pushcclosure(L, entry<l_state_gc>, 1);
+  lua_pushcclosure(L, entry<destroy_udata<StatePtr>>, 1);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   registry_set(L, &kStateKey);
@@ -549,7 +539,7 @@ void open_http(lua_State* L, int t) {
       {"feed", entry<l_parser_feed>},
       {"finish", entry<l_parser_finish>},
   };
-  make_metatable(L, &kParserMt, "rl.http.SseParser:", parser_methods, std::size(parser_methods), entry<l_parser_gc>);
+  make_metatable(L, &kParserMt, "rl.http.SseParser:", parser_methods, std::size(parser_methods), entry<destroy_udata<ParserBox>>);
 
   static const Reg regs[] = {
       {"request", entry<l_request>},     {"stats", entry<l_stats>},     {"configure", entry<l_configure>},

@@ -140,11 +140,6 @@ int l_tb_path(lua_State* L) {
   return 1;
 }
 
-int l_tb_gc(lua_State* L) {
-  if (auto* p = static_cast<TensorBoardBox*>(lua_touserdata(L, 1))) p->~TensorBoardBox();
-  return 0;
-}
-
 // ---- JSONL --------------------------------------------------------------------------
 int l_jsonl_open(lua_State* L) {
   const std::string path(arg::string(L, 1, "path"));
@@ -185,11 +180,6 @@ int l_jsonl_path(lua_State* L) {
   return 1;
 }
 
-int l_jsonl_gc(lua_State* L) {
-  if (auto* p = static_cast<JsonlBox*>(lua_touserdata(L, 1))) p->~JsonlBox();
-  return 0;
-}
-
 }  // namespace
 
 void open_metrics(lua_State* L, int t) {
@@ -200,13 +190,13 @@ void open_metrics(lua_State* L, int t) {
       {"path", entry<l_tb_path>},
   };
   make_metatable(L, &kTensorBoardMt, "rl.metrics.TensorBoardWriter:", tb_methods, std::size(tb_methods),
-                 entry<l_tb_gc>);
+                 entry<destroy_udata<TensorBoardBox>>);
   static const Reg jsonl_methods[] = {
       {"write", entry<l_jsonl_write>},
       {"close", entry<l_jsonl_close>},
       {"path", entry<l_jsonl_path>},
   };
-  make_metatable(L, &kJsonlMt, "rl.metrics.JsonlWriter:", jsonl_methods, std::size(jsonl_methods), entry<l_jsonl_gc>);
+  make_metatable(L, &kJsonlMt, "rl.metrics.JsonlWriter:", jsonl_methods, std::size(jsonl_methods), entry<destroy_udata<JsonlBox>>);
   static const Reg regs[] = {
       {"tensorboard_open", entry<l_tensorboard_open>},
       {"jsonl_open", entry<l_jsonl_open>},

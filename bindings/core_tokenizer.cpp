@@ -190,11 +190,6 @@ int l_info(lua_State* L) {
   return 1;
 }
 
-int l_tokenizer_gc(lua_State* L) {
-  if (auto* p = static_cast<TokenizerBox*>(lua_touserdata(L, 1))) p->~TokenizerBox();
-  return 0;
-}
-
 // ---- incremental decoding ---------------------------------------------------------------------
 int l_decoder(lua_State* L) {
   auto* box = static_cast<TokenizerBox*>(check_udata(L, 1, &kTokenizerMt, "tok", "rl.tokenizer handle"));
@@ -222,11 +217,6 @@ int l_decoder_finish(lua_State* L) {
   return 1;
 }
 
-int l_decoder_gc(lua_State* L) {
-  if (auto* p = static_cast<DecoderBox*>(lua_touserdata(L, 1))) p->~DecoderBox();
-  return 0;
-}
-
 }  // namespace
 
 void open_tokenizer(lua_State* L, int t) {
@@ -237,13 +227,13 @@ void open_tokenizer(lua_State* L, int t) {
       {"info", entry<l_info>},               {"decoder", entry<l_decoder>},
   };
   make_metatable(L, &kTokenizerMt, "rl.tokenizer.Tokenizer:", tokenizer_methods, std::size(tokenizer_methods),
-                 entry<l_tokenizer_gc>);
+                 entry<destroy_udata<TokenizerBox>>);
   static const Reg decoder_methods[] = {
       {"push", entry<l_decoder_push>},
       {"finish", entry<l_decoder_finish>},
   };
   make_metatable(L, &kDecoderMt, "rl.tokenizer.Decoder:", decoder_methods, std::size(decoder_methods),
-                 entry<l_decoder_gc>);
+                 entry<destroy_udata<DecoderBox>>);
   static const Reg regs[] = {
       {"load", entry<l_load>},
   };

@@ -182,11 +182,6 @@ int l_close(lua_State* L) {
   return 0;
 }
 
-int l_gc(lua_State* L) {
-  if (auto* p = static_cast<GroupBox*>(lua_touserdata(L, 1))) p->~GroupBox();
-  return 0;
-}
-
 }  // namespace
 
 std::shared_ptr<dist::ProcessGroup> group_from(lua_State* L, int idx) {
@@ -201,7 +196,7 @@ void open_dist(lua_State* L, int t) {
       {"scatter", entry<l_scatter>}, {"set_default", entry<l_set_default>}, {"rank", entry<l_rank>},
       {"world_size", entry<l_world_size>}, {"port", entry<l_port>},      {"close", entry<l_close>},
   };
-  make_metatable(L, &kGroupMt, "rl.dist.Group:", methods, std::size(methods), entry<l_gc>);
+  make_metatable(L, &kGroupMt, "rl.dist.Group:", methods, std::size(methods), entry<destroy_udata<GroupBox>>);
   static const Reg regs[] = {{"env", entry<l_env>}, {"group_new", entry<l_group_new>}};
   register_functions(L, t, "rl.dist.", regs);
 }

@@ -220,11 +220,6 @@ int l_save(lua_State* L) {
   return 1;
 }
 
-int l_gc(lua_State* L) {
-  if (auto* p = static_cast<ModelBox*>(lua_touserdata(L, 1))) p->~ModelBox();
-  return 0;
-}
-
 }  // namespace
 
 std::shared_ptr<nn::Transformer> model_from(lua_State* L, int idx) {
@@ -239,7 +234,7 @@ void open_model(lua_State* L, int t) {
       {"logits", entry<l_logits>},           {"generate", entry<l_generate>},
       {"save", entry<l_save>},
   };
-  make_metatable(L, &kModelMt, "rl.model.Model:", methods, std::size(methods), entry<l_gc>);
+  make_metatable(L, &kModelMt, "rl.model.Model:", methods, std::size(methods), entry<destroy_udata<ModelBox>>);
   static const Reg regs[] = {
       {"model_load", entry<l_load>},
       {"model_init", entry<l_init>},

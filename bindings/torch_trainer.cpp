@@ -292,11 +292,6 @@ int l_progress(lua_State* L) {
   return 2;
 }
 
-int l_gc(lua_State* L) {
-  if (auto* p = static_cast<TrainerBox*>(lua_touserdata(L, 1))) p->~TrainerBox();
-  return 0;
-}
-
 }  // namespace
 
 void open_trainer(lua_State* L, int t) {
@@ -307,7 +302,7 @@ void open_trainer(lua_State* L, int t) {
       {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},
       {"send_weights", entry<l_send_weights>},
   };
-  make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<l_gc>);
+  make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<destroy_udata<TrainerBox>>);
   static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>}};
   register_functions(L, t, "rl.trainer.", regs);
 }

@@ -97,6 +97,12 @@ void register_functions(lua_State* L, int table_idx, std::string_view prefix, co
 // Userdata types: a metatable registered under `key` with `methods` as __index
 // (public names `prefix` + name, e.g. "rl.http.Server:") and `gc` as __gc.
 void make_metatable(lua_State* L, const void* key, const char* prefix, const Reg* methods, size_t n, lua_CFunction gc);
+// The __gc of a userdata that holds a T built in place (placement new): runs ~T.
+template <class T>
+int destroy_udata(lua_State* L) {
+  if (auto* p = static_cast<T*>(lua_touserdata(L, 1))) p->~T();
+  return 0;
+}
 // The userdata at idx if its metatable is the one registered under `key`; else an
 // ArgError naming argument `name` and saying `what` was expected.
 void* check_udata(lua_State* L, int idx, const void* key, const char* name, const char* what);

@@ -82,7 +82,7 @@ describe("rl.rollout over the router and a real engine", function()
     end
     eq(m["rollout/reward/ok"] % 4, 0)
     ok(m["rollout/reward/ok"] >= 8)
-    eq(m["rollout/generate_failed"], 0)
+    eq(m["rollout/generate_failed"], 0, "generate failed: " .. tostring(ro.last_generate_error))
     local all = rl.rollout.metrics.rollout_metrics(0, groups, ro.last_rollout_time, m)
     eq(all["perf/request/count"], 8)
     eq(all["perf/request/profiled_count"], 8)

@@ -63,6 +63,7 @@
 ---@field aborted boolean
 ---@field counters table
 ---@field last_rollout_time number seconds of the last generate_rollout
+---@field last_generate_error? string the error of the last sample whose generation failed
 local Rollout = {}
 
 ---@param rollout_id integer

@@ -274,6 +274,7 @@ function Rollout:generate_and_rm(sample, params, evaluation)
       if task.is_cancelled(err) then error(err, 0) end
       self.counters.failed = self.counters.failed + 1
       sample.status, sample.generate_error = sample_mod.FAILED, tostring(err)
+      self.last_generate_error = sample.generate_error
       log.warn(("rl.rollout: generate of sample %s failed: %s"):format(tostring(sample.index), tostring(err)))
       return sample
     end
