@@ -24,7 +24,8 @@ local round = best(function()
 end)
 thread:stop()
 local proc = assert(rl.engine.start { model = model, mode = "process", threads = 1 })
-local ptmpfs = best(function() assert(tr:sync(proc)) end)
+local pshm = best(function() assert(tr:sync(proc, { method = "shm" })) end)
+local ptmpfs = best(function() assert(tr:sync(proc, { method = "disk" })) end)
 -- c10d (Gloo) broadcast over loopback; the first sync also forms the group, best-of
 -- keeps the steady state.
 local pdist = best(function() assert(tr:sync(proc, { method = "distributed" })) end)
@@ -35,6 +36,8 @@ end)
 proc:stop()
 os.execute("rm -rf '" .. disk .. "'")
 print(("RESULT what=thread_engine in_memory_s=%.3f disk_round_trip_s=%.3f ratio=%.2f"):format(mem, round, mem / round))
+print(("RESULT what=process_engine shared_memory_s=%.3f disk_round_trip_s=%.3f ratio=%.2f"):format(pshm, pround,
+  pshm / pround))
 print(("RESULT what=process_engine tmpfs_s=%.3f disk_round_trip_s=%.3f ratio=%.2f"):format(ptmpfs, pround, ptmpfs / pround))
 print(("RESULT what=process_engine distributed_s=%.3f disk_round_trip_s=%.3f ratio=%.2f"):format(pdist, pround,
   pdist / pround))

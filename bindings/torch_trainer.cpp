@@ -10,15 +10,19 @@
 //   handle:weight_meta() -> {names, dtypes, shapes} json (what /update_weights_from_distributed takes)
 //   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
 //   handle:send_weights(group) -> op       broadcasts every parameter over it
+//   handle:shm_write(layout_json, buffer) -> op  every parameter into an engine's shared-memory buffer
+//   handle:shm_forget(id)                  unmaps that engine's file
 //   handle:step(), handle:lr()
 //   handle:save(root, iteration|nil, meta_json) -> op ("done", {path, iteration, files, seconds})
 //   handle:load(dir, weights) -> op ("done", trainer_state.json)
 //   _trainer.checkpoint_resolve(path) -> dir, trainer_state_json | nil, err
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +32,7 @@
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "engine/engine_weights.hpp"
+#include "nn/shared_weights.hpp"
 #include "nn/weights.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/dist.hpp"
@@ -40,8 +45,16 @@ namespace {
 using nlohmann::json;
 const char kTrainerMt = 0;
 
+// Engines' shared-memory files this trainer has mapped, by layout id (made on
+// the helper thread on first use, dropped by shm_forget or with the trainer).
+struct ShmWriters {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<nn::SharedWeightsWriter>> by_id;
+};
+
 struct TrainerBox : LiveObject {
   std::shared_ptr<trainer::Trainer> trainer;
+  std::shared_ptr<ShmWriters> shm = std::make_shared<ShmWriters>();
   OpThread worker;
 
   ~TrainerBox() { worker.stop(); }
@@ -201,6 +214,48 @@ int l_send_weights(lua_State* L) {
   });
 }
 
+// shm_write(layout_json, buffer): the layout is what the engine's /init_weights_shm replied
+int l_shm_write(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  const std::string text(arg::string(L, 2, "layout"));
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw ArgError(2, "layout", "JSON text expected");
+  auto layout = std::make_shared<nn::SharedLayout>(nn::SharedLayout::from_json(j));
+  const int64_t buffer = arg::integer(L, 3, "buffer");
+  if (buffer < 0 || buffer >= layout->buffers)
+    throw ArgError(3, "buffer", "0.." + std::to_string(layout->buffers - 1) + " expected, got " + std::to_string(buffer));
+  auto t = box.trainer;
+  auto shm = box.shm;
+  return start_job(L, box, [t, shm, layout, buffer] {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<nn::SharedWeightsWriter> w;
+    {
+      std::lock_guard lk(shm->mu);
+      auto& slot = shm->by_id[layout->id];
+      if (!slot) slot = std::make_shared<nn::SharedWeightsWriter>(*layout);
+      w = slot;
+    }
+    w->write(static_cast<int>(buffer), t->policy().named_parameters());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return json{{"success", true}, {"seconds", dt}};
+  });
+}
+
+int l_shm_forget(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  const std::string id(arg::string(L, 2, "id"));
+  std::shared_ptr<nn::SharedWeightsWriter> gone;  // unmapped outside the lock
+  {
+    std::lock_guard lk(box.shm->mu);
+    auto it = box.shm->by_id.find(id);
+    if (it != box.shm->by_id.end()) {
+      gone = std::move(it->second);
+      box.shm->by_id.erase(it);
+    }
+  }
+  return 0;
+}
+
 int l_response_logprobs(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   if (box.worker.is_busy()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
@@ -300,7 +355,8 @@ void open_trainer(lua_State* L, int t) {
       {"step", entry<l_step>},   {"lr", entry<l_lr>},  {"progress", entry<l_progress>},
       {"save", entry<l_save>},   {"load", entry<l_load>},
       {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},
-      {"send_weights", entry<l_send_weights>},
+      {"send_weights", entry<l_send_weights>}, {"shm_write", entry<l_shm_write>},
+      {"shm_forget", entry<l_shm_forget>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<destroy_udata<TrainerBox>>);
   static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>}};

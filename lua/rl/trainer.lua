@@ -239,17 +239,91 @@ local function sync_distributed(self, engines, version, o)
   return { weight_version = version }
 end
 
+-- The shared-memory path (same machine, CPU engines): per engine URL, the layout
+-- its /init_weights_shm described and the buffer to write next.
+local function drop_shm(self, url)
+  local st = self._shm and self._shm[url]
+  if not st then return end
+  self._shm[url] = nil
+  self._h:shm_forget(st.id)
+end
+
+local function sync_shm(self, eng, version, timeout, fname)
+  self._shm = self._shm or {}
+  for attempt = 1, 2 do
+    local st = self._shm[eng.url]
+    if not st then
+      local r, err = post_json(eng.url, "/init_weights_shm", {}, timeout, eng._api_key)
+      if not r then return nil, "init_weights_shm: " .. err, "init" end
+      st = { layout = json.encode(r), id = r.id, next = r.next_buffer }
+      self._shm[eng.url] = st
+    end
+    local w, werr = await(self._h:shm_write(st.layout, st.next), fname)
+    if not w then
+      drop_shm(self, eng.url)
+      return nil, "writing shared weights: " .. tostring(werr)
+    end
+    local r, err = post_json(eng.url, "/update_weights_from_shm",
+      { id = st.id, buffer = st.next, weight_version = version }, timeout, eng._api_key)
+    if r then
+      st.next = r.next_buffer
+      return r
+    end
+    drop_shm(self, eng.url)
+    -- The engine released or re-shared its weights: share them anew, once.
+    if attempt == 2 or not err:find("no shared weights", 1, true) then return nil, "update_weights_from_shm: " .. err end
+  end
+end
+
+-- One engine of a non-distributed sync: in memory, shared memory or files.
+local function sync_one(self, eng, i, method, version, opts, files, fname)
+  if type(eng) ~= "table" then
+    error(("%s: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(fname, i), 3)
+  end
+  if eng.mode == "thread" and eng._h and method == "auto" then
+    local r, err = await(self._h:sync(eng._h, version), fname)
+    return r, err, "memory"
+  end
+  if method == "shm" or (method == "auto" and eng.mode == "process") then
+    if type(eng.url) ~= "string" then
+      error(("%s: engines[%d] has no url (method 'shm' talks to engine servers)"):format(fname, i), 3)
+    end
+    local r, err, stage = sync_shm(self, eng, version, opts.timeout or 120, fname)
+    if r or method == "shm" or stage ~= "init" then return r, err, "shm" end
+    -- auto: this engine cannot share its weights now (on a GPU, /dev/shm full,
+    -- weights released): files this time, shared memory tried again next time.
+    self._shm_warned = self._shm_warned or {}
+    if not self._shm_warned[eng.url] then
+      self._shm_warned[eng.url] = true
+      require("rl.log").warn("rl.trainer: %s cannot share its weights (%s); syncing it through files", eng.url, err)
+    end
+  end
+  if not eng.update_weights_from_disk then
+    error(("%s: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(fname, i), 3)
+  end
+  local d, err = files()
+  if not d then return nil, err end
+  local r, uerr = eng:update_weights_from_disk(d, version)
+  return r, uerr, "disk"
+end
+
 --- Hands the current weights to engines (one or a list). opts: a version, or
 --- {version, method, timeout, master_address, backend}. method "auto" (default): thread-mode
---- rl.engines in memory; process engines and anything with update_weights_from_disk
---- through a safetensors directory on tmpfs. method "distributed": a c10d broadcast
+--- rl.engines in memory; process-mode rl.engines through shared memory ("shm", falling
+--- back to "disk" with a warning when the engine cannot share its weights); anything
+--- else with update_weights_from_disk through a safetensors directory on tmpfs ("disk").
+--- method "shm": engine servers on this machine, CPU engines (rlhost's
+--- /init_weights_shm + /update_weights_from_shm): the trainer writes the weights in the
+--- engine's layout into the one of two shared buffers the engine is not reading, and
+--- the engine switches buffers between two steps. method "distributed": a c10d broadcast
 --- to engine servers (SGLang's /init_weights_update_group and
 --- /update_weights_from_distributed; the group is made on the first sync to an
 --- engine set; backend "gloo", or "nccl" for GPU engines on a CUDA build), every
 --- step bounded by `timeout` (s, default 120). The weight
 --- version becomes `version` (default: the trainer's step). On data-parallel ranks
 --- other than 0 it does nothing (rank 0 holds the same weights).
---- Returns {seconds, weight_version} or nil, err (the first failure).
+--- Returns {seconds, weight_version, methods} (methods[i]: how engine i got them,
+--- "memory", "shm" or "disk"; absent for "distributed") or nil, err (the first failure).
 local SYNC_OPTS = { version = true, method = true, timeout = true, master_address = true, master_port = true,
                     backend = true }
 
@@ -264,8 +338,8 @@ function Trainer:sync(engines, opts)
     end
   end
   local method = opts.method or "auto"
-  if method ~= "auto" and method ~= "distributed" and method ~= "disk" then
-    error(fname .. ": bad argument 'opts.method' ('auto', 'disk' or 'distributed' expected, got '"
+  if method ~= "auto" and method ~= "distributed" and method ~= "disk" and method ~= "shm" then
+    error(fname .. ": bad argument 'opts.method' ('auto', 'shm', 'disk' or 'distributed' expected, got '"
       .. tostring(method) .. "')", 2)
   end
   if type(engines) == "string" then engines = { { url = engines } } end
@@ -280,27 +354,27 @@ function Trainer:sync(engines, opts)
     return { seconds = require("rl._core").loop.now() - t0, weight_version = version }
   end
   local dir
-  local last
-  for i, eng in ipairs(engines) do
-    local r, err
-    if eng.mode == "thread" and eng._h and method == "auto" then
-      r, err = await(self._h:sync(eng._h, version), fname)
-    elseif eng.update_weights_from_disk then
-      if not dir then
-        dir = ("%s/rlhost-weights-%s-%s"):format(tmp_dir(), os.time() .. "-" .. math.random(1e6), version)
-        local ok, serr = self.model:save(dir)
-        if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
-      end
-      r, err = eng:update_weights_from_disk(dir, version)
-    else
-      error(("%s: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(fname, i), 2)
+  local function files()  -- one safetensors directory on tmpfs for every "disk" engine of this sync
+    if not dir then
+      dir = ("%s/rlhost-weights-%s-%s"):format(tmp_dir(), os.time() .. "-" .. math.random(1e6), version)
+      local ok, serr = self.model:save(dir)
+      if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
     end
-    if not r then return nil, ("sync to engine %d failed: %s"):format(i, tostring(err)) end
-    last = r
+    return dir
+  end
+  local last, methods = nil, {}
+  for i, eng in ipairs(engines) do
+    local r, err, how = sync_one(self, eng, i, method, version, opts, files, fname)
+    if not r then
+      if dir then os.execute("rm -rf '" .. dir .. "'") end
+      return nil, ("sync to engine %d failed: %s"):format(i, tostring(err))
+    end
+    last, methods[i] = r, how
   end
   if dir then os.execute("rm -rf '" .. dir .. "'") end
   self.weight_version = last and last.weight_version or version
-  return { seconds = require("rl._core").loop.now() - t0, weight_version = last and last.weight_version or version }
+  return { seconds = require("rl._core").loop.now() - t0, weight_version = last and last.weight_version or version,
+           methods = methods }
 end
 
 --- Writes the policy as a Hugging Face directory (config.json + safetensors).

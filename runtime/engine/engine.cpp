@@ -263,9 +263,14 @@ void EngineImpl::update_weights_from_disk(const fs::path& dir, const std::option
 
 void EngineImpl::update_weights_in_memory(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                                           const std::optional<std::string>& version) {
+  update_weights_with([&](ModelRunner& r) { r.copy_weights(tensors); }, "update_weights", version);
+}
+
+void EngineImpl::update_weights_with(const std::function<void(ModelRunner&)>& fn, const char* what,
+                                     const std::optional<std::string>& version) {
   run_between_steps([&] {
-    if (!runner_->has_weights()) throw Error("update_weights: weights are released", "resume them first");
-    runner_->copy_weights(tensors);
+    if (!runner_->has_weights()) throw Error(std::string(what) + ": weights are released", "resume them first");
+    fn(*runner_);
     blocks_->flush();
     weight_version_ = version ? *version : next_version(weight_version_);
     publish_stats();

@@ -22,6 +22,7 @@
 #include "engine/scheduler.hpp"
 #include "model/config.hpp"
 #include "nn/kv_cache.hpp"
+#include "nn/shared_weights.hpp"
 #include "nn/transformer.hpp"
 
 namespace rl::engine {
@@ -41,6 +42,11 @@ class ModelRunner {
   void restore_weights();  // from the last directory loaded
   void load_weights_from(const std::filesystem::path& dir);
   void copy_weights(const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+  // Moves the weights into a new two-buffer shared-memory file in `dir` (the
+  // previous one, if any, goes once nothing reads it) and describes it.
+  const nn::SharedLayout& share_weights(const std::string& dir);
+  // Reads buffer `k` of the shared file `id` from now on (a writer has filled it).
+  void use_shared_buffer(const std::string& id, int k);
   nn::Transformer& model() { return *model_; }
 
   // One step: computes every sequence's uncomputed tokens, writes their K/V and
@@ -55,6 +61,7 @@ class ModelRunner {
   std::unique_ptr<nn::Transformer> model_;
   nn::KVCache cache_;
   std::filesystem::path weights_dir_;  // last update_weights_from_disk directory (empty: the model)
+  std::unique_ptr<nn::SharedWeights> shared_;  // weights in shared memory (share_weights), or none
 };
 
 class EngineImpl final : public Engine {
@@ -70,6 +77,10 @@ class EngineImpl final : public Engine {
                                 const std::optional<std::string>& weight_version = {}) override;
   void update_weights_in_memory(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                                 const std::optional<std::string>& weight_version);
+  // Between steps: fn changes the weights, then the prefix cache is flushed and the
+  // version moves on (`what` names the call in errors).
+  void update_weights_with(const std::function<void(ModelRunner&)>& fn, const char* what,
+                           const std::optional<std::string>& weight_version);
   void release_memory(const std::vector<std::string>& tags) override;
   void resume_memory(const std::vector<std::string>& tags) override;
   void run_between_steps(const std::function<void()>& fn) override;

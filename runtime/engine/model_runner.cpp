@@ -86,7 +86,10 @@ void ModelRunner::free_cache() {
   cache_.block_size = bs;
 }
 
-void ModelRunner::free_weights() { model_.reset(); }
+void ModelRunner::free_weights() {
+  shared_.reset();
+  model_.reset();
+}
 
 void ModelRunner::restore_weights() {
   model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_, true});
@@ -114,6 +117,23 @@ void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::T
     }
     nn::copy_weight(dst, t);
   }
+  model_->weights_changed();
+}
+
+const nn::SharedLayout& ModelRunner::share_weights(const std::string& dir) {
+  shared_ = std::make_unique<nn::SharedWeights>(model_->named_parameters(), dir);
+  return shared_->layout();
+}
+
+void ModelRunner::use_shared_buffer(const std::string& id, int k) {
+  if (!shared_ || shared_->layout().id != id)
+    throw Error("update_weights_from_shm: the engine has no shared weights '" + id + "'" +
+                    (shared_ ? " (it shares '" + shared_->layout().id + "' now)" : ""),
+                "its weights were released or shared anew: POST /init_weights_shm again");
+  if (k == shared_->layout().active)
+    throw Error("update_weights_from_shm: buffer " + std::to_string(k) + " is the one the engine reads",
+                "write the other buffer (the reply's next_buffer)");
+  shared_->activate(k);
   model_->weights_changed();
 }
 

@@ -149,6 +149,8 @@ void EngineServer::add_routes() {
       {"POST", "/init_weights_update_group", true, &EngineServer::on_init_weights_update_group},
       {"POST", "/update_weights_from_distributed", true, &EngineServer::on_update_weights_from_distributed},
       {"POST", "/destroy_weights_update_group", true, &EngineServer::on_destroy_weights_update_group},
+      {"POST", "/init_weights_shm", true, &EngineServer::on_init_weights_shm},
+      {"POST", "/update_weights_from_shm", true, &EngineServer::on_update_weights_from_shm},
       {"POST", "/release_memory_occupation", true, &EngineServer::on_release_memory},
       {"POST", "/resume_memory_occupation", true, &EngineServer::on_resume_memory},
       {"POST", "/start_profile", true, &EngineServer::on_start_profile},

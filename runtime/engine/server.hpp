@@ -116,6 +116,8 @@ class EngineServer {
   void on_init_weights_update_group(const Req&, Res&);
   void on_update_weights_from_distributed(const Req&, Res&);
   void on_destroy_weights_update_group(const Req&, Res&);
+  void on_init_weights_shm(const Req&, Res&);
+  void on_update_weights_from_shm(const Req&, Res&);
   // server_openai.cpp
   void on_completions(const Req&, Res&);
   void on_chat_completions(const Req&, Res&);

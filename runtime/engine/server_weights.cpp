@@ -3,10 +3,15 @@
 // /update_weights_from_distributed receives every named tensor by broadcast from
 // rank 0 into the live weights, /destroy_weights_update_group leaves it. The
 // c10d work lives in runtime/trainer/dist.cpp; this file stays LibTorch-free.
+// rlhost's own pair for a trainer on the same machine: /init_weights_shm moves
+// the weights into a two-buffer /dev/shm file and describes it,
+// /update_weights_from_shm switches to the buffer the trainer has filled
+// (engine/engine_shm.hpp).
 #include "base/log_text.hpp"
 
 #include <cstdlib>
 
+#include "engine/engine_shm.hpp"
 #include "engine/server.hpp"
 #include "net/http_server.hpp"
 #include "trainer/dist.hpp"
@@ -38,6 +43,15 @@ int int_field(const json& body, const char* key, const char* endpoint, int lo, i
     throw BadRequest(std::string(endpoint) + ": '" + key + "' must be an integer in [" + std::to_string(lo) + ", " +
                      std::to_string(hi) + "], got " + v.dump());
   return v.get<int>();
+}
+
+// weight_version: a string, or a number taken as its text; absent: none.
+std::optional<std::string> weight_version_field(const json& body, const char* endpoint) {
+  auto it = body.find("weight_version");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string() && !it->is_number())
+    throw BadRequest(std::string(endpoint) + ": 'weight_version' must be a string, got " + it->dump());
+  return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
 constexpr const char* kDefaultGroup = "weight_update_group";
@@ -115,12 +129,7 @@ void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) 
     throw BadRequest(std::string(ep) + ": names (strings), dtypes (strings) and shapes (lists of integers) "
                      "expected: " + e.what());
   }
-  std::optional<std::string> version;
-  if (auto it = body.find("weight_version"); it != body.end() && !it->is_null()) {
-    if (!it->is_string() && !it->is_number())
-      throw BadRequest(std::string(ep) + ": 'weight_version' must be a string, got " + it->dump());
-    version = it->is_string() ? it->get<std::string>() : it->dump();
-  }
+  const std::optional<std::string> version = weight_version_field(body, ep);
   try {
     dist::receive_weights(*engine_, *g, meta, version);
   } catch (const std::exception& e) {
@@ -156,6 +165,41 @@ void EngineServer::on_destroy_weights_update_group(const Req& req, Res& res) {
   }
   g.reset();
   reply_json(res, 200, {{"success", true}, {"message", "Succeeded to destroy custom process group."}});
+}
+
+// {} -> {success, id, path, buffer_bytes, buffers, active, tensors, next_buffer}
+void EngineServer::on_init_weights_shm(const Req& req, Res& res) {
+  parse_json_body(req, true);
+  json out;
+  try {
+    out = share_weights(*engine_);
+  } catch (const rl::Error& e) {
+    reply_json(res, 400, {{"success", false}, {"message", e.what()}});
+    return;
+  }
+  out["next_buffer"] = 1 - out["active"].get<int>();
+  out["success"] = true;
+  out["message"] = "Weights are in shared memory.";
+  reply_json(res, 200, out);
+}
+
+// {id, buffer, weight_version?} -> {success, weight_version, next_buffer}
+void EngineServer::on_update_weights_from_shm(const Req& req, Res& res) {
+  const char* ep = "update_weights_from_shm";
+  const json body = parse_json_body(req);
+  const std::string id = string_field(body, "id", ep);
+  const int buffer = int_field(body, "buffer", ep, 0, 1);
+  const std::optional<std::string> version = weight_version_field(body, ep);
+  try {
+    update_weights_from_shm(*engine_, id, buffer, version);
+  } catch (const rl::Error& e) {
+    reply_json(res, 400, {{"success", false}, {"message", e.what()}});
+    return;
+  }
+  const std::string v = engine_->weight_version();
+  log::info("engine server: weights updated from shared buffer " + std::to_string(buffer) + " (version " + v + ")");
+  reply_json(res, 200, {{"success", true}, {"message", "Succeeded to update model weights."}, {"weight_version", v},
+                        {"next_buffer", 1 - buffer}});
 }
 
 }  // namespace rl::engine

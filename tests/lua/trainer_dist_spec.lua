@@ -1,8 +1,11 @@
--- Distributed weight sync (tr:sync(engines, {method = "distributed"})): the trainer
--- broadcasts its parameters over a c10d group to engines that joined it through
--- SGLang's /init_weights_update_group; afterwards the engine computes exactly the
--- trainer's log-probs. A dead engine or one that never joins fails the sync with
--- a clear error within the timeout. (Data parallel: tests/e2e/test_trainer_dist.py.)
+-- Weight sync to engine servers. Distributed (tr:sync(engines, {method =
+-- "distributed"})): the trainer broadcasts its parameters over a c10d group to
+-- engines that joined it through SGLang's /init_weights_update_group. Shared
+-- memory (method "shm", auto for process engines): the trainer writes the
+-- engine's spare buffer and the engine switches to it. Afterwards the engine
+-- computes exactly the trainer's log-probs. A dead engine or one that never joins
+-- fails the sync with a clear error within the timeout. (Data parallel:
+-- tests/e2e/test_trainer_dist.py.)
 local rl = require "rl"
 
 local STORIES = shared_data("models/stories260K")
@@ -106,6 +109,85 @@ describe("rl.trainer distributed weight sync", function()
     eq(eng:stats().weight_version, "v7")
     local after = gap(eng, tr, b)
     ok(after <= 1e-5, "thread engine vs trainer after distributed sync " .. after)
+    eng:stop()
+  end, { timeout = 60 })
+end)
+
+describe("rl.trainer shared-memory weight sync", function()
+  it("a process engine takes the weights through shared memory, buffer after buffer", function()
+    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4 }
+    local b = engine_batch(eng, 4)
+    for round = 1, 3 do  -- buffers 1, 0, 1
+      assert(tr:train(b))
+      local before = gap(eng, tr, b)
+      ok(before > 1e-4, "training moved the weights away from the engine's (" .. before .. ")")
+      local s, err = tr:sync(eng)  -- auto: shared memory for a process engine
+      ok(s, err)
+      eq(s.methods[1], "shm")
+      eq(eng:stats().weight_version, tostring(round))
+      local after = gap(eng, tr, b)
+      ok(after <= 1e-5, "engine vs trainer after shared-memory sync " .. after)
+      print(("round %d: sync %.3f s, |logp gap| %.3g -> %.3g"):format(round, s.seconds, before, after))
+    end
+    -- Released weights: shared memory cannot be set up, auto falls back to files,
+    -- which fail too (the error says so); once resumed, shared memory again (a new file).
+    assert(eng:release_memory { "weights" })
+    assert(tr:train(b))
+    local s, err = tr:sync(eng)
+    ok(s == nil and tostring(err):find("weights are released", 1, true), err)
+    assert(eng:resume_memory { "weights" })
+    s, err = tr:sync(eng)
+    ok(s, err)
+    eq(s.methods[1], "shm")
+    ok(gap(eng, tr, b) <= 1e-5, "after release and resume")
+    -- Files still work on demand, and shared memory after them.
+    assert(tr:train(b))
+    s = assert(tr:sync(eng, { method = "disk" }))
+    eq(s.methods[1], "disk")
+    ok(gap(eng, tr, b) <= 1e-5, "after a disk sync")
+    assert(tr:train(b))
+    s = assert(tr:sync(eng, { method = "shm", version = "v9" }))
+    eq(eng:stats().weight_version, "v9")
+    ok(gap(eng, tr, b) <= 1e-5, "after a disk sync, shared memory again")
+    eng:stop()
+  end, { timeout = 240 })
+
+  it("the engine names bad requests; a thread-mode engine's server shares too", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1 })
+    local function post(path, body)
+      local r = assert(rl.http.request { method = "POST", url = eng.url .. path, body = rl.json.encode(body),
+        headers = { ["content-type"] = "application/json" }, timeout = 10 })
+      return r.status, r.body
+    end
+    local st, body = post("/update_weights_from_shm", { buffer = 1 })
+    eq(st, 400)
+    ok(body:find("'id' is required", 1, true), body)
+    st, body = post("/update_weights_from_shm", { id = "nope", buffer = 1 })
+    eq(st, 400)
+    ok(body:find("no shared weights 'nope'", 1, true) and body:find("init_weights_shm", 1, true), body)
+    st, body = post("/init_weights_shm", {})
+    eq(st, 200)
+    local layout = rl.json.decode(body)
+    eq(layout.active, 0)
+    eq(layout.next_buffer, 1)
+    st, body = post("/update_weights_from_shm", { id = layout.id, buffer = 2 })
+    eq(st, 400)
+    ok(body:find("'buffer' must be an integer in [0, 1]", 1, true), body)
+    st, body = post("/update_weights_from_shm", { id = layout.id, buffer = 0 })
+    eq(st, 400)
+    ok(body:find("is the one the engine reads", 1, true), body)
+    os.remove(layout.path)  -- this test is the writer here: it drops the name
+
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 2 }
+    local b = engine_batch(eng, 2)
+    assert(tr:train(b))
+    local s, err = tr:sync({ eng }, { method = "shm", version = "v3" })
+    ok(s, err)
+    eq(s.methods[1], "shm")
+    eq(eng:stats().weight_version, "v3")
+    ok(gap(eng, tr, b) <= 1e-5, "thread engine vs trainer after shared-memory sync")
+    raises(function() tr:sync({ {} }, { method = "shm" }) end, "has no url")
     eng:stop()
   end, { timeout = 60 })
 end)

@@ -135,10 +135,12 @@ describe("rl.trainer", function()
     agree = math.abs(tr:logprobs(ext)[1][1] - next_tok[1])
     ok(agree <= 1e-5, "synced engine vs trainer " .. agree)
     eng:stop()
-    -- a process engine gets the weights through a safetensors directory
+    -- a process engine gets the weights through a safetensors directory on demand
+    -- (auto picks shared memory: trainer_dist_spec.lua)
     local peng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
-    local ps = assert(tr:sync(peng))
+    local ps = assert(tr:sync(peng, { method = "disk" }))
     eq(ps.weight_version, "1")
+    eq(ps.methods[1], "disk")
     local pout = assert(peng:generate { input_ids = b.tokens[1], return_logprob = true,
       sampling_params = { temperature = 1.0, max_new_tokens = 1, sampling_seed = 1 } })
     local pt = pout.meta_info.output_token_logprobs[1]

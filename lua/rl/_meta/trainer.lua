@@ -58,17 +58,18 @@ function Trainer:logprobs(batch) end
 
 ---@class rl.trainer.SyncOptions
 ---@field version? string|integer default: the step
----@field method? "auto"|"disk"|"distributed" auto: in memory for thread-mode engines, safetensors on tmpfs otherwise
----@field timeout? number distributed: seconds for every step of the sync (default 120)
+---@field method? "auto"|"shm"|"disk"|"distributed" auto: in memory for thread-mode engines, shared memory for process-mode ones, safetensors on tmpfs otherwise
+---@field timeout? number distributed, shm: seconds for every step of the sync (default 120)
 ---@field master_address? string distributed: the address engines reach the trainer at (127.0.0.1)
 ---@field master_port? integer distributed: the trainer's store port (default: a free one)
 ---@field backend? "gloo"|"nccl" distributed: the group's backend (gloo)
 
---- Weights to engines (in memory for thread-mode engines, safetensors on tmpfs otherwise,
---- or a c10d broadcast with method = "distributed"). No-op on data-parallel ranks > 0.
+--- Weights to engines (in memory for thread-mode engines, shared memory for process-mode
+--- ones, safetensors on tmpfs otherwise, or a c10d broadcast with method = "distributed").
+--- methods[i] says how engine i got them. No-op on data-parallel ranks > 0.
 ---@param engines table|table[]|string
 ---@param opts? string|integer|rl.trainer.SyncOptions a version, or options
----@return {seconds: number, weight_version: string}|nil
+---@return {seconds: number, weight_version: string, methods?: ("memory"|"shm"|"disk")[]}|nil
 ---@return string|nil err
 function Trainer:sync(engines, opts) end
 

@@ -48,7 +48,7 @@ local FLAGS = {
   { name = "weight_decay", type = "number", default = 0.0 },
   { name = "clip_grad", type = "number", default = 1.0 },
   { name = "bf16", type = "bool", default = false,
-    help = "bf16 mixed precision in the trainer (float32 master weights; for CUDA builds)" },
+    help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
   { name = "micro_batch_size", type = "int", help = "samples per micro-batch (default 16)" },
   { name = "max_tokens_per_gpu", type = "int", help = "dynamic micro-batches of at most this many tokens" },
   -- checkpoints, dumps, eval
