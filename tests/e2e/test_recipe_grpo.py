@@ -134,6 +134,7 @@ class GrpoRecipe(RlhostTestCase):
             self.assertEqual(f.read().strip(), "2")
         self.assertTrue(os.path.exists(d + "/ckpt/iter_0000002/model.safetensors"))
         self.assertIn("done:", r.stderr)
+        self.assertIn("weight sync to 1 engine(s): memory", r.stderr)
         self.assertIn(d + "/m/metrics.jsonl", r.stderr)
         events = glob.glob(d + "/tb/events.out.tfevents.*")
         self.assertEqual(len(events), 1, events)
@@ -157,6 +158,14 @@ class GrpoRecipe(RlhostTestCase):
         straight = [s["prompt"] for s in self.dump_prompts(d + "/dump_a/rollout_2.pt")]
         self.assertEqual(resumed, straight)
         self.assertEqual(len(resumed), 8)
+
+    def test_process_engines_take_weights_through_shared_memory(self):
+        d = self.dir
+        r = self.run_recipe("--num-rollout", "2", "--engine-mode", "process", "--num-engines", "2",
+                            "--metrics-dir", d + "/m")
+        self.assertIn("weight sync to 2 engine(s): shm, shm", r.stderr)
+        rows = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual([m["rollout/weight_version"] for m in rows], [1, 2])
 
     def test_data_parallel_two_ranks(self):
         d = self.dir

@@ -79,6 +79,11 @@ function Job:train_and_sync(batch)
     local r, serr = self:timed("sync", tr.sync, tr, self.engines)
     if not r then error("weight sync failed: " .. tostring(serr), 0) end
     self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
+    local how = table.concat(r.methods or {}, ", ")
+    if how ~= self.sync_methods then  -- said once, and again when it changes
+      self.sync_methods = how
+      log.info("weight sync to %d engine(s): %s (%.3f s)", #self.engines, how, r.seconds or 0)
+    end
   end
   return m
 end
