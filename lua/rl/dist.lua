@@ -154,6 +154,25 @@ function M.scatter_object(list, root)
   return json.decode(await(g:scatter(blobs, root), fname)).v
 end
 
+--- Every rank's obj (a JSON-able value), as a list by rank (list[r + 1] is rank r's), on
+--- rank `root` (default 0); other ranks get nil. Every rank must call it. Small values
+--- (per-sample stats): one broadcast per rank.
+function M.gather_object(obj, root)
+  local fname = "rl.dist.gather_object"
+  root = root or 0
+  local ok, enc = pcall(json.encode, { v = obj })
+  if not ok then error(fname .. ": bad argument #1 'obj' (not JSON-able: " .. tostring(enc) .. ")", 2) end
+  local g = group()
+  if not g then return { obj } end
+  task.need_task(fname)
+  local me, out = M.rank(), {}
+  for r = 0, M.world_size() - 1 do
+    local text = await(g:broadcast(r == me and enc or nil, r), fname)
+    if me == root then out[r + 1] = json.decode(text).v end
+  end
+  return me == root and out or nil
+end
+
 --- Leaves the group (the trainer stops all-reducing). Idempotent.
 function M.destroy()
   if state.group then state.group:close() end

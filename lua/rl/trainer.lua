@@ -105,19 +105,22 @@ function Trainer:train(batch, opts)
   end
   if not ok then error(r, 0) end
   if not r then return nil, err end
-  -- The trainer's part of each sample's trace (batch.samples: the sample objects,
-  -- as rl.rollout.train_data.convert puts them): an actor_train event.
-  if type(batch.samples) == "table" then
-    local trace = require "rl.trace"
-    for i, st in ipairs(r.samples) do
-      local s = batch.samples[i]
-      if s then
-        trace.event(s, "actor_train", { train_step = st.step, advantage = st.advantage, loss_weight = st.loss_weight,
-                                        clipped_token_frac = st.clipped_frac, logp_mean = st.logp_mean })
-      end
+  if type(batch.samples) == "table" then M.trace_samples(batch.samples, r.samples) end
+  return r.metrics, r.samples
+end
+
+--- The trainer's part of each sample's trace: an actor_train event on samples[i]
+--- (the sample objects, as rl.rollout.train_data.convert puts them in batch.samples)
+--- from stats[i] (what Trainer:train returns second; on data parallel ranks, gathered).
+function M.trace_samples(samples, stats)
+  local trace = require "rl.trace"
+  for i, st in ipairs(stats or {}) do
+    local s = samples[i]
+    if s then
+      trace.event(s, "actor_train", { train_step = st.step, advantage = st.advantage, loss_weight = st.loss_weight,
+                                      clipped_token_frac = st.clipped_frac, logp_mean = st.logp_mean })
     end
   end
-  return r.metrics, r.samples
 end
 
 --- Log-probs of each sample's response tokens under the current weights.

@@ -68,15 +68,18 @@ if ws > 1 then
 end
 local tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2, clip_grad = 0.5 }, micro_batch_size = 2,
   calculate_per_token_loss = true, normalize_advantages = true }
-local steps = {}
+local steps, stats = {}, nil
 for s = 1, 2 do
-  local m = assert(tr:train(part))
+  local m
+  m, stats = assert(tr:train(part))
   steps[s] = { loss = m["train/loss"], grad_norm = m["train/grad_norm"], pg_loss = m["train/pg_loss"],
                global_batch_size = m["train/global_batch_size"] }
 end
+-- every rank's per-sample stats of the last step, on rank 0 (what the recipe puts in traces)
+local gathered = rl.dist.gather_object(stats)
 rl.dist.barrier()
 local r = rl.dist.rank()
 assert(tr:save_model(("%s/rank%d"):format(out, r)))
 write(("%s/rank%d.json"):format(out, r), rl.json.encode { rank = r, world_size = ws, samples = #part.tokens,
-                                                          steps = steps })
+                                                          steps = steps, gathered = gathered or false })
 print(("rank %d of %d trained on %d samples"):format(r, ws, #part.tokens))

@@ -120,6 +120,17 @@ class DataParallel(RlhostTestCase):
                 self.assertEqual(b[k], m2[1]["steps"][s][k], "ranks report the same %s" % k)
             self.assertEqual(b["global_batch_size"], 8)
         self.assertGreater(m1["steps"][0]["grad_norm"], 0)
+        # rl.dist.gather_object: rank 0 holds both ranks' per-sample stats, by rank; the
+        # advantages are the ones one process computed for the same samples (whitened
+        # over the global batch)
+        self.assertEqual(m2[1]["gathered"], False)
+        parts = m2[0]["gathered"]
+        self.assertEqual([len(p) for p in parts], [4, 4])
+        self.assertEqual(len(m1["gathered"][0]), 8)
+        adv_one = sorted(s["advantage"] for s in m1["gathered"][0])
+        adv_two = sorted(s["advantage"] for p in parts for s in p)
+        for a, b in zip(adv_one, adv_two):
+            self.assertAlmostEqual(a, b, delta=1e-5)
 
     def test_a_dying_rank_stops_the_launch(self):
         p, dt = self.run_rlhost(["--nproc", "2", SCRIPT, "die", self.dir], timeout=120)

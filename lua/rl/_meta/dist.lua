@@ -47,6 +47,13 @@ function dist.broadcast_object(obj, root) end
 ---@return any
 function dist.scatter_object(list, root) end
 
+--- Every rank's JSON-able value, as a list by rank (list[r + 1] is rank r's), on rank
+--- `root` (default 0); other ranks get nil. Every rank must call it.
+---@param obj any
+---@param root? integer
+---@return any[]|nil
+function dist.gather_object(obj, root) end
+
 --- Leaves the group (the trainer stops all-reducing). Idempotent.
 function dist.destroy() end
 

@@ -111,3 +111,9 @@ function rl.trainer.new(opts) end
 ---@return rl.trainer.Trainer|nil
 ---@return table|string extra_or_err the table given to save, or the error
 function rl.trainer.load(path, opts) end
+
+--- An actor_train trace event on samples[i] from stats[i] (the second result of
+--- Trainer:train, e.g. gathered from data-parallel ranks).
+---@param samples table[] sample objects
+---@param stats table[] {advantage, loss_weight, clipped_frac, logp_mean, step} each
+function rl.trainer.trace_samples(samples, stats) end

@@ -62,11 +62,11 @@ end
 function Job:train_and_sync(batch)
   local tr = self.trainer
   self.last_batch = batch
-  local mine = batch
+  local mine, theirs = batch, {}
   if self.world_size > 1 then   -- data parallel: each rank trains on a length-balanced share
     local parts, msgs = rl.rollout.train_data.split(batch, self.world_size), { false }
     for r = 2, self.world_size do
-      parts[r].samples = nil   -- the sample objects (traces) stay on rank 0
+      theirs[r], parts[r].samples = parts[r].samples, nil   -- the sample objects (traces) stay on rank 0
       msgs[r] = { batch = parts[r] }
     end
     self:timed("scatter", rl.dist.scatter_object, msgs)
@@ -74,6 +74,12 @@ function Job:train_and_sync(batch)
   end
   local m, err = self:timed("train", tr.train, tr, mine, { progress = self.opt.progress and "train" })
   if not m then error("train step failed: " .. tostring(err), 0) end
+  if self.world_size > 1 then   -- the other ranks' per-sample stats into their samples' traces
+    local stats = rl.dist.gather_object(nil)
+    for r = 2, self.world_size do
+      if theirs[r] then rl.trainer.trace_samples(theirs[r], stats[r]) end
+    end
+  end
   for k, v in pairs(m) do self.step_metrics[k] = v end
   if self.engines then
     local r, serr = self:timed("sync", tr.sync, tr, self.engines)
@@ -95,8 +101,9 @@ function Job:train_worker()
   while true do
     local msg = rl.dist.scatter_object(nil)
     if msg.stop then break end
-    local m, err = tr:train(msg.batch)
-    if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(err)), 0) end
+    local m, stats = tr:train(msg.batch)
+    if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(stats)), 0) end
+    rl.dist.gather_object(stats)   -- rank 0 puts them in its samples' traces
     self.step_metrics = m
   end
   log.info(("rank %d: done after trainer step %d"):format(self.rank, tr:step()))
