@@ -87,10 +87,13 @@ void transpose_f32(char* d, const char* s, int64_t rows, int64_t cols, int64_t l
 void copy_weight(const torch::Tensor& dst, const torch::Tensor& src) {
   const size_t bytes = dst.element_size();
   const bool tiled = dst.device().is_cpu() && src.device().is_cpu() && dst.dim() == 2 && dst.stride(0) == 1 &&
-                     dst.size(0) > 1 && dst.sizes() == src.sizes() && dst.scalar_type() == src.scalar_type() &&
-                     src.is_contiguous() && (bytes == 4 || bytes == 2);
+                     dst.size(0) > 1 && dst.sizes() == src.sizes() && src.is_contiguous() && (bytes == 4 || bytes == 2);
   if (!tiled) {
     dst.copy_(src);
+    return;
+  }
+  if (dst.scalar_type() != src.scalar_type()) {  // e.g. float32 master weights into a bfloat16 engine:
+    copy_weight(dst, src.to(dst.scalar_type()));  // convert in order (vectorised), then transpose
     return;
   }
   auto* d = static_cast<char*>(dst.data_ptr());

@@ -313,9 +313,14 @@ CATCH_TEST_CASE("copy_weight writes the inference layout exactly as copy_ does",
     view.nbytes = 4 * 5;  // a truncated tensor is an error, not a read past its end
     CATCH_CHECK_THROWS_WITH(rl::nn::tensor_over_view(view), Catch::Contains("its shape needs 24"));
   }
-  // other layouts and dtype conversions fall back to copy_
+  // other layouts fall back to copy_
   auto dst = torch::zeros({4, 5});
   auto src = torch::randn({4, 5}, torch::kFloat64);
   rl::nn::copy_weight(dst, src);
   CATCH_CHECK(torch::allclose(dst, src.to(torch::kFloat32)));
+  // float32 into a transposed bfloat16 matrix (a bf16 engine): rounded exactly as copy_ rounds
+  auto f32 = torch::randn({70, 33});
+  auto bt = torch::zeros({33, 70}, torch::kBFloat16).t();
+  rl::nn::copy_weight(bt, f32);
+  CATCH_CHECK(torch::equal(bt, f32.to(torch::kBFloat16)));
 }
