@@ -81,7 +81,8 @@ local function start_thread(opts)
   local h, err = native().start(o)
   if not h then return nil, err end
   local url = h:url()
-  return setmetatable({ _h = h, mode = "thread", url = url ~= "" and url or nil }, Engine)
+  -- _api_key: for clients of its server in this process (tr:sync's shm and distributed methods)
+  return setmetatable({ _h = h, mode = "thread", url = url ~= "" and url or nil, _api_key = opts.api_key }, Engine)
 end
 
 -- ---- process mode ------------------------------------------------------------------

@@ -76,9 +76,32 @@ void transpose_f32(char* d, const char* s, int64_t rows, int64_t cols, int64_t l
   // stores measured no faster over a whole model's weights.
   transpose_tiles<4, 4>(d, s, rows, cols, ld, block4_f32);
 }
+
+// 4 x 4 blocks of 2-byte values (bfloat16, float16): four 8-byte rows interleaved
+// by 16 then by 32 bits give the four columns.
+void block4_b16(char* d, const char* s, int64_t cols, int64_t ld) {
+  const int64_t sb = cols * 2, db = ld * 2;
+  const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + sb));
+  const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 2 * sb));
+  const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 3 * sb));
+  const __m128i ab = _mm_unpacklo_epi16(a, b), ce = _mm_unpacklo_epi16(c, e);
+  const __m128i lo = _mm_unpacklo_epi32(ab, ce), hi = _mm_unpackhi_epi32(ab, ce);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(d), lo);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(d + db), _mm_srli_si128(lo, 8));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(d + 2 * db), hi);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(d + 3 * db), _mm_srli_si128(hi, 8));
+}
+
+void transpose_b16(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
+  transpose_tiles<2, 4>(d, s, rows, cols, ld, block4_b16);
+}
 #else
 void transpose_f32(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
   transpose_tiles<4, 4>(d, s, rows, cols, ld, block4_scalar<4>);
+}
+void transpose_b16(char* d, const char* s, int64_t rows, int64_t cols, int64_t ld) {
+  transpose_tiles<2, 4>(d, s, rows, cols, ld, block4_scalar<2>);
 }
 #endif
 
@@ -99,7 +122,7 @@ void copy_weight(const torch::Tensor& dst, const torch::Tensor& src) {
   auto* d = static_cast<char*>(dst.data_ptr());
   const auto* s = static_cast<const char*>(src.data_ptr());
   if (bytes == 4) transpose_f32(d, s, dst.size(0), dst.size(1), dst.stride(1));
-  else transpose_tiles<2, 4>(d, s, dst.size(0), dst.size(1), dst.stride(1), block4_scalar<2>);
+  else transpose_b16(d, s, dst.size(0), dst.size(1), dst.stride(1));
 }
 
 torch::ScalarType scalar_type(model::DType d) {
