@@ -75,6 +75,20 @@ CATCH_TEST_CASE("shared weights: move, write the other buffer, switch", "[model]
   }
 }
 
+CATCH_TEST_CASE("shared weights: a bfloat16 engine takes float32 weights, rounded as copy_ rounds", "[model][shm]") {
+  const auto cfg = rl::test::tiny_config("qwen2");
+  Transformer eng(cfg, rl::nn::ModelOptions{torch::kBFloat16, torch::kCPU, true});
+  eng.init_random(3);
+  SharedWeights shared(eng.named_parameters(), shm_dir());
+  CATCH_CHECK(shared.layout().tensors[0].dtype == "bfloat16");
+  Transformer trainer(cfg);
+  trainer.init_random(9);
+  SharedWeightsWriter(shared.layout()).write(1, trainer.named_parameters());
+  shared.activate(1);
+  for (const auto& [name, t] : trainer.named_parameters())
+    CATCH_CHECK(torch::equal(eng.parameter(name), t.to(torch::kBFloat16)));
+}
+
 CATCH_TEST_CASE("shared weights: another model, bad buffers and bad layouts are errors", "[model][shm]") {
   const auto cfg = rl::test::tiny_config("qwen3");
   auto eng = engine_model(cfg, 3);
