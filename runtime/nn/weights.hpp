@@ -28,9 +28,10 @@ torch::Tensor tensor_from_view(const model::TensorView& view);
 torch::Tensor tensor_over_view(const model::TensorView& view);
 
 // dst.copy_(src), fast for the engine's CPU inference layout: when dst is an
-// [out, in] view of [in, out] storage (dst.stride(0) == 1) and src is contiguous with
-// the same dtype, a transpose in 64 × 64 tiles on LibTorch's threads (the generic copy
-// walks a column stride per element, several times slower); otherwise copy_.
+// [out, in] view of [in, out] storage (dst.stride(0) == 1) and src is contiguous, a
+// transpose in 64 × 64 tiles on LibTorch's threads (the generic copy walks a column
+// stride per element, several times slower); float32 into bfloat16 is rounded inside
+// the tiles exactly as copy_ rounds, other dtype pairs are converted first; otherwise copy_.
 void copy_weight(const torch::Tensor& dst, const torch::Tensor& src);
 
 // normal(0, std) for weight matrices and embeddings, ones for norms, zeros for

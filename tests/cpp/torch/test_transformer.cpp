@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "model_fixtures.hpp"
 #include "nn/greedy.hpp"
@@ -318,9 +319,21 @@ CATCH_TEST_CASE("copy_weight writes the inference layout exactly as copy_ does",
   auto src = torch::randn({4, 5}, torch::kFloat64);
   rl::nn::copy_weight(dst, src);
   CATCH_CHECK(torch::allclose(dst, src.to(torch::kFloat32)));
-  // float32 into a transposed bfloat16 matrix (a bf16 engine): rounded exactly as copy_ rounds
+  // float32 into a transposed bfloat16 matrix (a bf16 engine): rounded exactly as copy_
+  // rounds (ties to even, infinities kept, NaN stays NaN), SIMD blocks and ragged edges
   auto f32 = torch::randn({70, 33});
+  auto acc = f32.accessor<float, 2>();
+  const float specials[] = {1.0f + 1.0f / 256,  // a tie, rounds down to even
+                            1.0f + 3.0f / 256,  // a tie, rounds up to even
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 3.4e38f, -0.0f, 1e-40f};
+  for (int i = 0; i < 8; ++i) acc[i % 4][i] = specials[i], acc[69 - i][32 - i] = specials[i];
   auto bt = torch::zeros({33, 70}, torch::kBFloat16).t();
   rl::nn::copy_weight(bt, f32);
-  CATCH_CHECK(torch::equal(bt, f32.to(torch::kBFloat16)));
+  auto want = f32.to(torch::kBFloat16);
+  auto nan = torch::isnan(f32);
+  CATCH_CHECK(torch::equal(torch::isnan(bt), nan));
+  CATCH_CHECK(torch::equal(bt.masked_fill(nan, 0), want.masked_fill(nan, 0)));
+  CATCH_CHECK(bt[0][0].item<float>() == 1.0f);  // spot checks of the ties
+  CATCH_CHECK(bt[1][1].item<float>() == 1.0f + 4.0f / 256);
 }
