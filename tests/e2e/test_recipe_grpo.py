@@ -159,6 +159,29 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(resumed, straight)
         self.assertEqual(len(resumed), 8)
 
+    def test_rollout_shuffle_orders_prompts_by_seed(self):
+        # --rollout-shuffle (the default) orders --prompt-data as slime does each epoch:
+        # random.Random(--rollout-seed + epoch).shuffle of the row indices; off, the file's order.
+        import random
+        d = self.dir
+        with open(self.model + "/data/train.jsonl") as f:
+            questions = [json.loads(line)["question"] for line in f if line.strip()]
+        drawn = {}
+        for name, extra in (("seed1", ["--rollout-seed", "1"]), ("seed2", ["--rollout-seed", "2"]),
+                            ("off", ["--no-rollout-shuffle"])):
+            self.run_recipe("--num-rollout", "1", "--save-debug-rollout-data",
+                            d + "/" + name + "/rollout_{rollout_id}.pt", *extra)
+            drawn[name] = [s["prompt"] for s in self.dump_prompts(d + "/" + name + "/rollout_0.pt")][::4]
+            self.assertEqual(len(drawn[name]), 2, name)
+        for seed in (1, 2):
+            order = list(range(len(questions)))
+            random.Random(seed).shuffle(order)
+            for prompt, row in zip(drawn["seed%d" % seed], order):
+                self.assertIn(questions[row], prompt, "seed %d draws row %d first" % (seed, row))
+        self.assertNotEqual(drawn["seed1"], drawn["seed2"])
+        for prompt, question in zip(drawn["off"], questions):
+            self.assertIn(question, prompt)
+
     def test_process_engines_take_weights_through_shared_memory(self):
         d = self.dir
         r = self.run_recipe("--num-rollout", "2", "--engine-mode", "process", "--num-engines", "2",

@@ -64,9 +64,12 @@ local function fill_defaults(opt, default_model, world_size)
   end
 end
 
-local function load_data(opt, path, tok, what)
+-- Prompts of `path`; `what` names the flag in errors. shuffle: each epoch's order is
+-- slime's (random.Random(--rollout-seed + epoch).shuffle), used for the training prompts
+-- under --rollout-shuffle; eval sets keep the file's order, as slime's do.
+local function load_data(opt, path, tok, what, shuffle)
   local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key,
-    apply_chat_template = opt.apply_chat_template, tokenizer = tok, shuffle = opt.rollout_shuffle and what == "train",
+    apply_chat_template = opt.apply_chat_template, tokenizer = tok, shuffle = shuffle or false,
     seed = opt.rollout_seed })
   if not ds then rl.args.usage_error(("%s: %s"):format(what, tostring(err))) end
   return ds
@@ -170,7 +173,7 @@ function M.setup(opt, setup_opts)
   job.tokenizer = tok
   local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
   if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
-  job.data = load_data(opt, prompts, tok, "--prompt-data")
+  job.data = load_data(opt, prompts, tok, "--prompt-data", opt.rollout_shuffle)
   job.eval_datasets = eval_sets(opt, job)
 
   job.trainer, job.resumed = make_trainer(opt, job)
