@@ -5,6 +5,9 @@
 --   ...
 --   rl.reload.check()      -- at a step boundary: reload what changed on disk
 --
+-- A recipe's own functions reload too: define them as fields of a table above
+-- `local edits = rl.reload.inline(parts)`; `edits:fn("filter")` calls the current version.
+--
 -- A module whose file changed (size, mtime or content) is loaded again; the new
 -- version replaces the old one only when it loads without error. A syntax or load
 -- error is logged with file:line and the previous version keeps running. Each
@@ -83,6 +86,82 @@ function Watch:fn(field)
   end
 end
 
+-- ---- a recipe's own parts (rl.reload.inline) ----------------------------------------------
+
+local loading        -- the file running again up to its rl.reload.inline call
+local REACHED = {}   -- metatable of the value that stops that run at the call
+local CALL = "rl.reload.inline("
+
+-- Lines 1..line of text.
+local function head(text, line)
+  local pos = 1
+  for _ = 1, line do
+    local nl = text:find("\n", pos, true)
+    if not nl then return text end
+    pos = nl + 1
+  end
+  return text:sub(1, pos - 1)
+end
+
+-- Runs a file's text up to its rl.reload.inline call; → the parts table and the text
+-- above the call (what the version hash covers), or nil, err.
+local function load_inline(name, path, text)
+  if not text:find(CALL, 1, true) then
+    return nil, path .. " does not call " .. CALL .. "...): not run (what follows the parts would start the "
+      .. "recipe again)"
+  end
+  local chunk, err = loadstring(text, "@" .. path)
+  if not chunk then return nil, err end
+  local outer = loading
+  loading = path
+  local ok, r = xpcall(chunk, function(e)
+    if getmetatable(e) == REACHED then return e end
+    return debug.traceback(e, 2)
+  end, name, path)
+  loading = outer
+  if ok then return nil, path .. " ran to its end without reaching " .. CALL .. "...)" end
+  if getmetatable(r) ~= REACHED then return nil, r end
+  return r.parts, nil, head(text, r.line)
+end
+
+--- The parts table of a file that calls rl.reload.inline, read as a reload does:
+--- the file runs from the top and stops at the call (tests of a recipe's functions).
+--- → parts, or nil, err.
+function M.inline_parts(path)
+  local text, err = read(path)
+  if not text then return nil, err end
+  local parts, lerr = load_inline(path:match("([^/]+)%.lua$") or path, path, text)
+  return parts, lerr
+end
+
+--- Makes the functions a recipe defines in its own file reloadable: `parts` is the
+--- table they are fields of, defined above this call in the same file (definitions
+--- only: a reload runs the file again from the top and stops at this call). Returns
+--- the watch (named after the file: "grpo_gsm8k"); `w:fn("filter")` always calls the
+--- current version. The version hash covers the file down to this call, so an edit
+--- below it (the loop) is no new version; that part runs as it started.
+function M.inline(parts, name)
+  local info = debug.getinfo(2, "Sl")
+  if type(parts) ~= "table" then
+    error("rl.reload.inline: bad argument #1 'parts' (table of the recipe's functions expected, got "
+      .. type(parts) .. ")", 2)
+  end
+  if loading then error(setmetatable({ parts = parts, line = info.currentline }, REACHED), 0) end
+  if info.source:sub(1, 1) ~= "@" then
+    error("rl.reload.inline: called from " .. info.short_src .. ", not from a file (hint: call it in a recipe file, "
+      .. "below the functions it makes reloadable)", 2)
+  end
+  local path = info.source:sub(2)
+  name = name or path:match("([^/]+)%.lua$") or path
+  if by_name[name] then return by_name[name] end
+  local text = assert(read(path))
+  local w = setmetatable({ name = name, path = path, module = parts, hash = M.hash(head(text, info.currentline)),
+                           version = 1, _text = text, errors = 0, inline = true }, Watch)
+  watched[#watched + 1] = w
+  by_name[name] = w
+  return w
+end
+
 --- Re-reads the file; when its content changed, loads the new version. Returns
 --- true when a new version took effect, false when nothing changed, or nil, err
 --- when the new version failed to load (logged; the previous version stays).
@@ -95,8 +174,18 @@ function Watch:check()
     return nil, msg
   end
   if text == self._text then return false end
-  local h = M.hash(text)
-  local mod, err = load_text(self.name, self.path, text)
+  local mod, err, hashed
+  if self.inline then
+    mod, err, hashed = load_inline(self.name, self.path, text)
+  else
+    mod, err = load_text(self.name, self.path, text)
+    hashed = text
+  end
+  local h = mod and M.hash(hashed)
+  if mod and h == self.hash then   -- an inline watch's file changed below the call only
+    self._text, self._last_error = text, nil
+    return false
+  end
   if not mod then
     self._text = text   -- do not report the same broken text again
     self.errors = self.errors + 1
@@ -108,7 +197,7 @@ function Watch:check()
   end
   self._text, self._last_error = text, nil
   self.module, self.hash, self.version = mod, h, self.version + 1
-  package.loaded[self.name] = mod
+  if not self.inline then package.loaded[self.name] = mod end
   log.info(("rl.reload: %s reloaded: version %d (%s)"):format(self.name, self.version, h))
   return true
 end

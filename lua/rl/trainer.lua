@@ -5,7 +5,7 @@
 --                                        kl_loss_coef = 0.01 },
 --                               optimizer = { lr = 1e-6, lr_decay_style = "cosine", lr_decay_iters = 100 },
 --                               global_batch_size = 64, micro_batch_size = 4 }
---   local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })
+--   local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })   -- batch.advantage_estimator
 --   local metrics = assert(tr:train(batch))      -- train/loss, train/pg_clipfrac, perf/step_time, ...
 --   tr:sync(engine)                              -- new weights to the engines
 --   tr:save("/ckpt", { extra = { data = ds:state() } })   -- /ckpt/iter_0000001 + latest pointer
@@ -83,9 +83,17 @@ end
 --- optimiser steps. Returns the metrics of the last step and per-sample stats
 --- ({advantage, loss_weight, clipped_frac, logp_mean, step} in batch order), or
 --- nil, err (a bad batch raises naming the field). With batch.samples, each sample's
---- trace gets an actor_train event with those stats.
+--- trace gets an actor_train event with those stats. batch.advantage_estimator (set
+--- by convert) must be the loss's advantage_estimator: rewards normalised for one
+--- estimator and trained with another would be a silent mistake, so it raises.
 function Trainer:train(batch, opts)
   task.need_task("rl.trainer.Trainer:train")
+  local est = type(batch) == "table" and batch.advantage_estimator
+  if est ~= nil and est ~= (self.options.advantage_estimator or "grpo") then
+    error(("rl.trainer.Trainer:train: batch.advantage_estimator is '%s' but this trainer's loss uses '%s' "
+      .. "(hint: give rl.rollout.train_data.convert the estimator of rl.trainer.new{loss = "
+      .. "{advantage_estimator = ...}})"):format(tostring(est), self.options.advantage_estimator or "grpo"), 2)
+  end
   local op = self._h:train(batch)
   local poll
   if opts and opts.progress then   -- a bar over micro-batches while the helper thread trains

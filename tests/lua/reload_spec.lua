@@ -72,6 +72,83 @@ describe("rl.reload", function()
   end)
 end)
 
+describe("rl.reload.inline", function()
+  local rpath = dir .. "/inline_recipe.lua"
+  -- A recipe-shaped file: parts, the inline call, then a "loop" that must never run on reload.
+  local function recipe(body, loop)
+    local f = assert(io.open(rpath, "w"))
+    f:write("local edit = {}\n" .. body .. "\nlocal w = rl.reload.inline(edit)\n"
+      .. "INLINE_LOOP_RUNS = (INLINE_LOOP_RUNS or 0) + 1\n" .. (loop or "") .. "\nreturn w\n")
+    f:close()
+  end
+
+  it("reloads a recipe's own functions, never runs what follows the call", function()
+    recipe("function edit.f(x) return x + 1 end")
+    INLINE_LOOP_RUNS = 0
+    local w = dofile(rpath)
+    eq(INLINE_LOOP_RUNS, 1)
+    eq(w.name, "inline_recipe")
+    eq(w.inline, true)
+    local f = w:fn("f")
+    eq(f(1), 2)
+    eq(dofile(rpath), w, "the same file twice: the same watch")
+    INLINE_LOOP_RUNS = 0
+
+    recipe("function edit.f(x) return x + 10 end")
+    eq(w:check(), true)
+    eq(f(1), 11, "the new version, through the same function")
+    eq(w.version, 2)
+    eq(INLINE_LOOP_RUNS, 0, "the reload stopped at rl.reload.inline")
+    local h2 = w.hash
+
+    recipe("function edit.f(x) return x + 10 end", "print('a changed loop')")
+    eq(w:check(), false, "an edit below the call is no new version")
+    eq(w.version, 2)
+    eq(w.hash, h2)
+
+    recipe("function edit.f(x) return x + 20 end end")            -- syntax error
+    local r, err = w:check()
+    eq(r, nil)
+    ok(err:find("inline_recipe.lua:2:", 1, true), err)
+    eq(f(1), 11, "the previous version keeps running")
+
+    recipe("function edit.f(x) return x + 30 end\nerror('boom above the call')")
+    r, err = w:check()
+    eq(r, nil)
+    ok(err:find("inline_recipe.lua:3: boom above the call", 1, true), err)
+    eq(INLINE_LOOP_RUNS, 0)
+
+    local f2 = assert(io.open(rpath, "w"))                           -- the call removed
+    f2:write("local edit = {}\nfunction edit.f(x) return 0 end\nINLINE_LOOP_RUNS = 99\n")
+    f2:close()
+    r, err = w:check()
+    eq(r, nil)
+    ok(err:find("does not call rl.reload.inline(", 1, true), err)
+    eq(INLINE_LOOP_RUNS, 0, "a file without the call is not run")
+    eq(f(1), 11)
+
+    recipe("function edit.f(x) return x + 40 end")
+    eq(w:check(), true)
+    eq(f(1), 41)
+    eq(w.version, 3)
+    eq(rl.reload.metrics()["reload/inline_recipe/version"], 3)
+    eq(rl.reload.trace_attrs()["module.inline_recipe"], w.hash)
+    eq(INLINE_LOOP_RUNS, 0)
+  end)
+
+  it("reads a file's parts as a reload does, and checks its argument", function()
+    recipe("function edit.g() return 'g' end")
+    INLINE_LOOP_RUNS = 0
+    local parts = assert(rl.reload.inline_parts(rpath))
+    eq(parts.g(), "g")
+    eq(INLINE_LOOP_RUNS, 0)
+    local _, err = rl.reload.inline_parts(dir .. "/nope.lua")
+    ok(err ~= nil)
+    raises(function() rl.reload.inline("edit") end, "bad argument #1 'parts'")
+    raises(function() loadstring("rl.reload.inline({})")() end, "not from a file")
+  end)
+end)
+
 describe("rl.progress", function()
   it("renders counts, percentage, rates and ETA", function()
     local lines = {}

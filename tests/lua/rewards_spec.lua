@@ -140,6 +140,35 @@ describe("rl.rewards.normalize", function()
     raises(function() rewards.normalize({ { reward = 1 } }) end, "no group_index")
     raises(function() rewards.normalize(s, { estimator = "ppo" }) end, "unknown estimator")
   end)
+  it("normalize_group: the library's per group, or a recipe's own", function()
+    eq(rewards.normalize_group({ 2, 4 }, "reinforce_plus_plus_baseline"), { -1, 1 })
+    eq(rewards.normalize_group({ 2, 4 }, "reinforce_plus_plus"), { 2, 4 })
+    eq(rewards.normalize_group({ 3 }), { 0 })
+    eq(rewards.normalize_group({ 1, 3 }, "grpo", { std = false }), { -1, 1 })
+    raises(function() rewards.normalize_group({ 1 }, "ppo") end, "unknown estimator")
+    -- the same numbers through normalize (groups by group_index, nil rewards skipped)
+    local samples = { { group_index = 4, reward = 1 }, { group_index = 9, reward = 0.25 },
+                      { group_index = 4, reward = 0 }, { group_index = 9, reward = nil }, { group_index = 4, reward = 1 },
+                      { group_index = 9, reward = 0.75 } }
+    local lib = rewards.normalize(samples, { estimator = "gspo" })
+    local g4 = rewards.normalize_group({ 1, 0, 1 }, "gspo")
+    eq({ lib[1], lib[3], lib[5] }, g4)
+    eq(lib[4], nil)
+    -- a recipe's function: called once per group with the group's rewards and the estimator
+    local calls = {}
+    local out = rewards.normalize(samples, { estimator = "cispo", normalize_group = function(rs, est)
+      calls[#calls + 1] = { rs, est }
+      local o = {}
+      for i, r in ipairs(rs) do o[i] = 10 * r end
+      return o
+    end })
+    eq(calls, { { { 1, 0, 1 }, "cispo" }, { { 0.25, 0.75 }, "cispo" } })
+    eq(out, { 10, 2.5, 0, nil, 10, 7.5 })
+    raises(function() rewards.normalize(samples, { normalize_group = function() return 1 end }) end,
+      "normalize_group returned number for group 4")
+    raises(function() rewards.normalize(samples, { normalize_group = function() return { 1 } end }) end,
+      "normalize_group gave nil for reward 2 of group 4")
+  end)
 end)
 
 describe("rl.rewards.remote", function()

@@ -181,6 +181,22 @@ describe("rl.rollout.train_data", function()
     local r = train_data.convert({ group(0, { 1, 0 }) }, { estimator = "reinforce_plus_plus" })
     eq(r.rewards, { 1, 0 })
   end)
+  it("records the estimator on the batch; takes a per-group normalisation", function()
+    local b = train_data.convert({ group(0, { 1, 0, 1, 0 }) }, { estimator = "reinforce_plus_plus_baseline" })
+    eq(b.advantage_estimator, "reinforce_plus_plus_baseline")
+    eq(b.rewards, { 0.5, -0.5, 0.5, -0.5 })
+    eq(train_data.convert({ group(0, { 1, 0 }) }).advantage_estimator, "grpo")
+    eq(train_data.convert({ group(0, { 1, 0 }) }, { estimator = function(_, raw) return raw end }).advantage_estimator,
+      nil)
+    for _, part in ipairs(train_data.split(b, 2)) do eq(part.advantage_estimator, "reinforce_plus_plus_baseline") end
+    local seen
+    local c = train_data.convert({ group(0, { 1, 0 }), group(1, { 0, 0 }) }, { estimator = "gspo",
+      normalize_group = function(rs, est) seen = est; return { rs[1] + 1, rs[2] + 1 } end })
+    eq(seen, "gspo")
+    eq(c.rewards, { 2, 1, 1, 1 })
+    eq(c.raw_reward, { 1, 0, 0, 0 })
+    eq(c.advantage_estimator, "gspo")
+  end)
   it("splits across ranks with balanced total lengths", function()
     local parts, sums = train_data.balanced_partitions({ 10, 9, 1, 1, 8, 2 }, 2)
     eq(#parts[1], 3)

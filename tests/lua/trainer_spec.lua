@@ -165,6 +165,11 @@ describe("rl.trainer", function()
     local groups = ro:generate_rollout(0)
     local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })
     local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-4 }, micro_batch_size = 4 }
+    -- the batch records the estimator its rewards were normalised for; the trainer checks it is its own
+    local other = rl.rollout.train_data.convert(groups, { estimator = "reinforce_plus_plus" })
+    raises(function() tr:train(other) end,
+      "batch.advantage_estimator is 'reinforce_plus_plus' but this trainer's loss uses 'grpo'")
+    eq(tr:step(), 0, "nothing trained on the mismatched batch")
     local m, per_sample = assert(tr:train(batch))
     eq(#per_sample, batch.size)
     ok(m["train/train_rollout_logprob_abs_diff"] <= 1e-5, m["train/train_rollout_logprob_abs_diff"])

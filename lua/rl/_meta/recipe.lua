@@ -36,7 +36,7 @@ local Job = {}
 
 --- Model, prompts, eval sets, engines + router, trainer (or resume), sinks, rollout.
 ---@param opt table rl.args result of rl.recipe.options
----@param setup_opts? {reward?: function|string, sample_hooks?: function|function[]} and rl.rollout.new overrides
+---@param setup_opts? {reward?: function|string, dynamic_filter?: function|string, sample_hooks?: function|function[]} and rl.rollout.new overrides (dynamic_filter is off under --dynamic-sampling-filter none)
 ---@return rl.recipe.Job
 function rl.recipe.setup(opt, setup_opts) end
 
@@ -50,11 +50,16 @@ function Job:rollout_step(rollout_id) end
 --- scatters each step until rank 0 finishes. The recipe's whole loop on that rank.
 function Job:train_worker() end
 
---- Trains on the batch (micro-batch bar) and syncs the engines → train metrics.
---- With several ranks, rank 0 splits the batch balanced by length and scatters it.
+--- Step 3: trains on the batch (micro-batch bar) → train metrics. With several ranks,
+--- rank 0 splits the batch balanced by length and scatters it. The trainer raises when
+--- batch.advantage_estimator is not its loss's.
 ---@param batch table
 ---@return table
-function Job:train_and_sync(batch) end
+function Job:train(batch) end
+
+--- Step 4: the trainer's weights to the engines (nothing without engines).
+---@return {seconds: number, weight_version: string, methods: string[]}|nil
+function Job:sync() end
 
 --- Logs the step's metrics (rollout/, train/, perf/ times, reload/) to the sinks.
 function Job:log_step() end

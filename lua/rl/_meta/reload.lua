@@ -11,6 +11,7 @@ rl.reload = {}
 ---@field hash string FNV-1a 64 of the current version's text (16 hex digits)
 ---@field version integer 1, then +1 per successful reload
 ---@field errors integer failed reloads
+---@field inline boolean|nil a recipe's own parts (rl.reload.inline)
 local Watch = {}
 
 --- Watches module `name` (found on package.path like require) and loads it now;
@@ -18,6 +19,16 @@ local Watch = {}
 ---@param name string
 ---@return rl.reload.Watch
 function rl.reload.watch(name) end
+
+--- Makes the functions a recipe defines in its own file reloadable: `parts` is the table
+--- they are fields of, defined above this call (definitions only: a reload runs the file
+--- again from the top and stops at this call). The watch is named after the file
+--- ("grpo_gsm8k"); its hash covers the file down to the call, so edits below it are no
+--- new version. A file that no longer makes the call is not run (error, previous version stays).
+---@param parts table
+---@param name? string default: the file's name without .lua
+---@return rl.reload.Watch
+function rl.reload.inline(parts, name) end
 
 --- A function calling the current version's `field`.
 ---@param field string

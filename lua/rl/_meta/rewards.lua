@@ -34,10 +34,19 @@ function rl.rewards.evaluate(fn, sample, opts) end
 
 --- Group-normalised rewards by group_index (nil for skipped samples), and the raw values.
 ---@param samples rl.rewards.Sample[]
----@param opts? {estimator?: string|fun(samples: table, raw: table): table, std?: boolean, eps?: number, reward_key?: string}
+---@param opts? {estimator?: string|fun(samples: table, raw: table): table, normalize_group?: fun(rewards: number[], estimator: string): number[], std?: boolean, eps?: number, reward_key?: string}
 ---@return (number|nil)[] normalized
 ---@return (number|nil)[] raw
 function rl.rewards.normalize(samples, opts) end
+
+--- One group's normalised rewards (the library's per-group default): grpo/gspo/cispo
+--- reward − mean over (unbiased std + eps), reinforce_plus_plus_baseline reward − mean,
+--- reinforce_plus_plus raw.
+---@param rewards number[]
+---@param estimator? string default "grpo"
+---@param opts? {std?: boolean, eps?: number}
+---@return number[]
+function rl.rewards.normalize_group(rewards, estimator, opts) end
 
 --- The scalar reward of a sample (reward, or reward[reward_key]).
 ---@return number|nil

@@ -165,11 +165,12 @@ function rl.rollout.metrics.eval_metrics(results, rollout_id, opts) end
 ---@field rollout_ids integer[]
 ---@field loss_masks integer[][]
 ---@field rollout_log_probs? number[][]
+---@field advantage_estimator? string the estimator the rewards were normalised for (the trainer checks it)
 
 ---@class rl.rollout.train_data
 rl.rollout.train_data = {}
 ---@param samples table
----@param opts? {estimator?: string|function, normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
+---@param opts? {estimator?: string|function, normalize_group?: fun(rewards: number[], estimator: string): number[], normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
 ---@return rl.rollout.TrainBatch
 ---@return table<string, number> metrics
 function rl.rollout.train_data.convert(samples, opts) end

@@ -40,6 +40,8 @@ local Trainer = {}
 ---@field seconds number
 
 --- Optimiser steps over the batch (waits in the task) → metrics of the last step, or nil, err.
+--- Raises when batch.advantage_estimator (set by rl.rollout.train_data.convert) is not the
+--- loss's advantage_estimator.
 ---@param batch rl.trainer.Batch
 ---@return table<string, number>|nil
 ---@return string|nil err

@@ -143,8 +143,9 @@ local function start_engines(opt, job)
 end
 
 --- Sets the job up (see the module comment). setup_opts: reward (function or
---- rl.rewards name, default "gsm8k"), sample_hooks (extra hooks), and any
---- rl.rollout.new option to override. Returns the job.
+--- rl.rewards name, default "gsm8k"), dynamic_filter (function or rl.rollout.filters
+--- name, default --dynamic-sampling-filter's; off under --dynamic-sampling-filter none),
+--- sample_hooks (extra hooks), and any rl.rollout.new option to override. Returns the job.
 function M.setup(opt, setup_opts)
   setup_opts = setup_opts or {}
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
@@ -198,7 +199,9 @@ function M.setup(opt, setup_opts)
 
   local ro_opts = {
     url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = setup_opts.reward or "gsm8k",
-    dynamic_filter = opt.dynamic_sampling_filter ~= "none" and opt.dynamic_sampling_filter or nil,
+    -- the recipe's filter, else the library's by name; --dynamic-sampling-filter none turns either off
+    dynamic_filter = opt.dynamic_sampling_filter ~= "none" and (setup_opts.dynamic_filter or opt.dynamic_sampling_filter)
+      or nil,
     rollout_batch_size = opt.rollout_batch_size, n_samples_per_prompt = opt.n_samples_per_prompt,
     over_sampling_batch_size = opt.over_sampling_batch_size, rollout_max_response_len = opt.rollout_max_response_len,
     rollout_temperature = opt.rollout_temperature, rollout_top_p = opt.rollout_top_p, rollout_top_k = opt.rollout_top_k,
@@ -207,7 +210,7 @@ function M.setup(opt, setup_opts)
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
   }
   for k, v in pairs(setup_opts) do
-    if k ~= "reward" and k ~= "sample_hooks" then ro_opts[k] = v end
+    if k ~= "reward" and k ~= "sample_hooks" and k ~= "dynamic_filter" then ro_opts[k] = v end
   end
   job.rollout = rl.rollout.new(ro_opts)
   job:on_interrupt()

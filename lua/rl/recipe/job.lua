@@ -58,8 +58,10 @@ function Job:rollout_step(rollout_id)
   return groups, samples
 end
 
---- Trains on the batch (with a micro-batch bar) and hands the weights to the engines.
-function Job:train_and_sync(batch)
+--- Step 3: trains on the batch (with a micro-batch bar; data parallel: each rank on a
+--- length-balanced share). The trainer checks batch.advantage_estimator against its
+--- loss. Returns the train metrics (also in the step's metrics).
+function Job:train(batch)
   local tr = self.trainer
   self.last_batch = batch
   local mine, theirs = batch, {}
@@ -81,17 +83,23 @@ function Job:train_and_sync(batch)
     end
   end
   for k, v in pairs(m) do self.step_metrics[k] = v end
-  if self.engines then
-    local r, serr = self:timed("sync", tr.sync, tr, self.engines)
-    if not r then error("weight sync failed: " .. tostring(serr), 0) end
-    self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
-    local how = table.concat(r.methods or {}, ", ")
-    if how ~= self.sync_methods then  -- said once, and again when it changes
-      self.sync_methods = how
-      log.info("weight sync to %d engine(s): %s (%.3f s)", #self.engines, how, r.seconds or 0)
-    end
-  end
   return m
+end
+
+--- Step 4: hands the trainer's weights to the engines (none with
+--- --load-debug-rollout-data); the step's metrics get rollout/weight_version.
+function Job:sync()
+  if not self.engines then return end
+  local tr = self.trainer
+  local r, serr = self:timed("sync", tr.sync, tr, self.engines)
+  if not r then error("weight sync failed: " .. tostring(serr), 0) end
+  self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
+  local how = table.concat(r.methods or {}, ", ")
+  if how ~= self.sync_methods then  -- said once, and again when it changes
+    self.sync_methods = how
+    log.info("weight sync to %d engine(s): %s (%.3f s)", #self.engines, how, r.seconds or 0)
+  end
+  return r
 end
 
 --- A data-parallel rank > 0: trains on the share rank 0 scatters each step (the

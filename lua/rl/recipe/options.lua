@@ -23,7 +23,7 @@ local FLAGS = {
   { name = "n_samples_per_prompt", type = "int", default = 8, help = "responses per prompt (the GRPO group)" },
   { name = "over_sampling_batch_size", type = "int", help = "prompts submitted at a time while filling the batch" },
   { name = "dynamic_sampling_filter", choices = { "nonzero_std", "none" }, default = "nonzero_std",
-    help = "drop groups whose rewards are all equal" },
+    help = "nonzero_std: drop groups whose rewards are all equal (the recipe's filter when it has one); none: keep all" },
   { name = "global_batch_size", type = "int", help = "samples per optimiser step (default: the whole rollout batch)" },
   { name = "num_rollout", type = "int", default = 100, help = "rollout steps to run" },
   { name = "rollout_max_response_len", type = "int", help = "max new tokens per response (default: 128 default model, 1024 otherwise)" },

@@ -132,32 +132,66 @@ function M.value(sample, reward_key)
   return r
 end
 
+local ESTIMATORS = { grpo = true, gspo = true, cispo = true, reinforce_plus_plus = true,
+                     reinforce_plus_plus_baseline = true }
+
+local function check_estimator(est, fname)
+  if type(est) == "function" or ESTIMATORS[est] then return end
+  error(fname .. ": unknown estimator '" .. tostring(est) ..
+    "' (grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline, or a function)", 3)
+end
+
+--- One group's normalised rewards, in order (the library's default per group).
+---   estimator: grpo | gspo | cispo: reward − mean, / (std + eps) unless opts.std = false;
+---              reinforce_plus_plus_baseline: reward − mean; reinforce_plus_plus: raw.
+---   opts: std (default true), eps (1e-6).
+--- std is the unbiased one, as torch.std; a group of one sample keeps reward − mean = 0.
+function M.normalize_group(rewards, estimator, opts)
+  estimator = estimator or "grpo"
+  check_estimator(estimator, "rl.rewards.normalize_group")
+  local n, out = #rewards, {}
+  if estimator == "reinforce_plus_plus" then
+    for i = 1, n do out[i] = rewards[i] end
+    return out
+  end
+  local use_std = estimator ~= "reinforce_plus_plus_baseline" and not (opts and opts.std == false) and n > 1
+  local eps = opts and opts.eps or 1e-6
+  local sum = 0
+  for i = 1, n do sum = sum + rewards[i] end
+  local mean = sum / n
+  local std = 0
+  if use_std then
+    local ss = 0
+    for i = 1, n do ss = ss + (rewards[i] - mean) ^ 2 end
+    std = math.sqrt(ss / (n - 1))
+  end
+  for i = 1, n do
+    local v = rewards[i] - mean
+    if use_std then v = v / (std + eps) end
+    out[i] = v
+  end
+  return out
+end
+
 --- Group-normalised rewards: for each sample, in order, the value the loss uses
 --- (nil for skipped samples). Groups are formed by `group_index`, not position.
----   estimator: grpo | gspo | cispo (mean, then / (std + eps) unless std = false),
----              reinforce_plus_plus_baseline (mean only), reinforce_plus_plus (raw),
----              or a function(samples, raw) -> normalized
+---   estimator: a name of normalize_group's, or a function(samples, raw) -> normalized
+---   normalize_group: function(rewards, estimator) -> values, one group's (default
+---     M.normalize_group with std and eps), e.g. a recipe's own normalisation
 ---   std (default true), eps (1e-6), reward_key.
---- std is the unbiased one, as torch.std; a group of one sample keeps reward − mean = 0.
 function M.normalize(samples, opts)
   opts = opts or {}
   local est = opts.estimator or "grpo"
-  local mean_only = est == "reinforce_plus_plus_baseline"
-  if not (type(est) == "function" or est == "grpo" or est == "gspo" or est == "cispo" or mean_only or
-          est == "reinforce_plus_plus") then
-    error("rl.rewards.normalize: unknown estimator '" .. tostring(est) ..
-      "' (grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline, or a function)", 2)
-  end
+  check_estimator(est, "rl.rewards.normalize")
   local raw = {}
   for i, s in ipairs(samples) do raw[i] = M.value(s, opts.reward_key) end
   if type(est) == "function" then return est(samples, raw), raw end
-  if est == "reinforce_plus_plus" then
+  local per_group = opts.normalize_group
+  if est == "reinforce_plus_plus" and not per_group then
     local out = {}
     for i = 1, #samples do out[i] = raw[i] end
     return out, raw
   end
-  local use_std = not mean_only and opts.std ~= false
-  local eps = opts.eps or 1e-6
   local groups, order = {}, {}
   for i, s in ipairs(samples) do
     if raw[i] ~= nil then
@@ -169,19 +203,20 @@ function M.normalize(samples, opts)
   end
   local out = {}
   for _, g in ipairs(order) do
-    local idx = groups[g]
-    local n, sum = #idx, 0
-    for _, i in ipairs(idx) do sum = sum + raw[i] end
-    local mean = sum / n
-    local std = 0
-    if use_std and n > 1 then
-      local ss = 0
-      for _, i in ipairs(idx) do ss = ss + (raw[i] - mean) ^ 2 end
-      std = math.sqrt(ss / (n - 1))
+    local idx, rs = groups[g], {}
+    for k, i in ipairs(idx) do rs[k] = raw[i] end
+    local vals
+    if per_group then vals = per_group(rs, est) else vals = M.normalize_group(rs, est, opts) end
+    if type(vals) ~= "table" then
+      error(("rl.rewards.normalize: normalize_group returned %s for group %s (expected a list of %d numbers)")
+        :format(type(vals), tostring(g), #rs), 2)
     end
-    for _, i in ipairs(idx) do
-      local v = raw[i] - mean
-      if use_std and n > 1 then v = v / (std + eps) end
+    for k, i in ipairs(idx) do
+      local v = vals[k]
+      if type(v) ~= "number" then
+        error(("rl.rewards.normalize: normalize_group gave %s for reward %d of group %s (expected a number; "
+          .. "it returns one value per reward, in order)"):format(type(v), k, tostring(g)), 2)
+      end
       out[i] = v
     end
   end

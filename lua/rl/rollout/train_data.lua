@@ -25,9 +25,13 @@ end
 
 --- The train batch of a rollout step. samples: a list of samples or of groups.
 --- opts:
----   estimator (grpo): the normalisation of rl.rewards.normalize (grpo, gspo,
----     cispo, reinforce_plus_plus, reinforce_plus_plus_baseline) or a function
----     (samples, raw) -> values (slime's custom reward post-process)
+---   estimator (grpo): the advantage estimator the batch is for (grpo, gspo, cispo,
+---     reinforce_plus_plus, reinforce_plus_plus_baseline): its normalisation of
+---     rl.rewards.normalize, recorded as batch.advantage_estimator, which the trainer
+---     checks against its loss's; or a function (samples, raw) -> values (slime's
+---     custom reward post-process; nothing recorded)
+---   normalize_group: function(rewards, estimator) -> values, one group's
+---     normalisation in place of the library's (rl.rewards.normalize_group)
 ---   normalize (true): false keeps raw rewards (slime's --disable-rewards-normalization)
 ---   std (true): false skips the division by std (--disable-grpo-std-normalization)
 ---   reward_key, global_batch_size (trim to a multiple of it; "dynamic" or nil: keep all)
@@ -49,7 +53,8 @@ function M.convert(samples, opts)
     for i, s in ipairs(keep) do raw[i] = rewards.value(s, opts.reward_key) end
     norm = raw
   else
-    norm, raw = rewards.normalize(keep, { estimator = est, std = opts.std, reward_key = opts.reward_key })
+    norm, raw = rewards.normalize(keep, { estimator = est, std = opts.std, reward_key = opts.reward_key,
+                                          normalize_group = opts.normalize_group })
   end
   local n = #keep
   local gbs = opts.global_batch_size
@@ -86,6 +91,7 @@ function M.convert(samples, opts)
   end
   if not has_lp then b.rollout_log_probs = nil end
   b.size = n
+  if type(est) == "string" then b.advantage_estimator = est end
   local m = { ["rollout/skipped_samples"] = skipped, ["rollout/trimmed_samples"] = #keep - n }
   if n > 0 then
     local rs, rr, rl_ = 0, 0, 0
@@ -97,7 +103,7 @@ end
 
 --- The rows of batch for the given indices, as a batch.
 function M.select(batch, idx)
-  local out = { size = #idx }
+  local out = { size = #idx, advantage_estimator = batch.advantage_estimator }
   for _, f in ipairs(M.FIELDS) do
     if batch[f] then
       local col = {}
