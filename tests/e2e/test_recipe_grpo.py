@@ -56,6 +56,21 @@ end
 print(rl.json.encode(out))
 """
 
+# Per sample of a dump: the verdict of the recipe's dynamic_filter span and the recipe's version.
+FILTER_SPANS = r"""
+local d = assert(rl.dump.load(arg[1]))
+local out = {}
+for i, s in ipairs(d.samples) do
+  local row = {}
+  for _, e in ipairs(s.trace and s.trace.events or {}) do
+    if e.name == "dynamic_filter" and e.type == "span_end" then row.keep = e.attrs.keep end
+    if e.name == "modules" then row.module = e.attrs["module.grpo_gsm8k"] end
+  end
+  out[i] = row
+end
+print(rl.json.encode(out))
+"""
+
 
 class GrpoRecipe(RlhostTestCase):
     tmp_prefix = "rlhost-grpo-"
@@ -279,6 +294,52 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(len({s["module"] for s in later}), 1)
         self.assertNotEqual(first[0]["module"], later[0]["module"])
         self.assertEqual(int(later[0]["module"][:12], 16), new["reload/rewards.gsm8k_reward/hash"])
+
+    def test_recipe_functions_reload(self):
+        # The recipe's own filter and normalisation (above rl.reload.inline) reload like the reward.
+        d = self.dir
+        shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), d + "/recipes")
+        recipe = d + "/recipes/grpo_gsm8k.lua"
+        with open(d + "/recipes/rewards/gsm8k_reward.lua", "w") as f:   # a reward that varies within groups
+            f.write("return { reward = function(s) return #s.response % 2 end }\n")
+        sock = d + "/recipe.sock"
+        p = self.start_recipe("--num-rollout", "100000", "--metrics-dir", d + "/m", "--dynamic-sampling-filter",
+                              "nonzero_std", "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
+                              recipe=recipe, host_args=("--control", sock))
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="a step")
+        with open(recipe) as f:
+            text = f.read()
+        head = "function edit.normalize(rewards, estimator)\n"
+        self.assertIn(head, text)
+        with open(recipe, "w") as f:   # every advantage 7: visible in the trained batch
+            f.write(text.replace(head, head + "  do local o = {} for i = 1, #rewards do o[i] = 7 end return o end\n"))
+
+        def reloaded():
+            rows = self.metrics(d + "/m/metrics.jsonl")
+            return [m for m in rows if m.get("reload/grpo_gsm8k/version") == 2]
+        new = wait_for(reloaded, timeout=120, what="a step with the edited recipe")[0]
+        sevens = ("local n, b = 0, rl.recipe.current.last_batch; "
+                  "for _, v in ipairs(b.rewards) do if v == 7 then n = n + 1 end end; return n + 1000 * b.size")
+        r = subprocess.run([BIN, "attach", sock, "-e", sevens], capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "8008", "all 8 rewards of the last batch are the edited function's 7")
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)
+        self.assertEqual(p.returncode, 130, self.log_text())
+        self.assertIn("rl.reload: grpo_gsm8k reloaded: version 2", self.log_text())
+        first = next(m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m)
+        self.assertEqual(first["reload/grpo_gsm8k/version"], 1)
+        # each kept sample's trace: the filter's span (the recipe's custom span) and the recipe's version
+        script = self.write("filter_spans.lua", FILTER_SPANS)
+        for step, version in ((0, first), (new["rollout/step"], new)):
+            r = subprocess.run([BIN, "--no-control", script, d + "/dump/rollout_%d.pt" % step], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rows = json.loads(r.stdout)
+            self.assertEqual(len(rows), 8)
+            for row in rows:
+                self.assertEqual(row["keep"], True)
+                self.assertEqual(int(row["module"][:12], 16), version["reload/grpo_gsm8k/hash"])
 
     def test_attach_inspect_pause_change_resume(self):
         d = self.dir
