@@ -97,6 +97,13 @@ class GrpoRecipe(RlhostTestCase):
                 "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "12",
                 "--dynamic-sampling-filter", "none", "--threads", "1", "--lr", "1e-3", "--no-progress", *extra]
 
+    def recipe_copy(self):
+        """recipes/ copied into the test's directory, with a reward that varies within groups."""
+        shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), self.dir + "/recipes")
+        with open(self.dir + "/recipes/rewards/gsm8k_reward.lua", "w") as f:
+            f.write("return { reward = function(s) return #s.response % 2 end }\n")
+        return self.dir + "/recipes/grpo_gsm8k.lua"
+
     def run_recipe(self, *extra, recipe=RECIPE, timeout=180, host_args=("--no-control",)):
         r = subprocess.run([BIN, *host_args, recipe, *self.flags(*extra)], capture_output=True, text=True,
                            timeout=timeout, env=self.env, cwd=self.dir)
@@ -207,10 +214,7 @@ class GrpoRecipe(RlhostTestCase):
 
     def test_data_parallel_two_ranks(self):
         d = self.dir
-        shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), d + "/recipes")
-        recipe = d + "/recipes/grpo_gsm8k.lua"
-        with open(d + "/recipes/rewards/gsm8k_reward.lua", "w") as f:   # a reward that varies within groups
-            f.write("return { reward = function(s) return #s.response % 2 end }\n")
+        recipe = self.recipe_copy()
         # live: rank 0 runs the engine, router, rollout, eval and checkpoint; rank 1 trains
         r = self.run_recipe("--num-rollout", "2", "--save", d + "/live", "--metrics-dir", d + "/mlive",
                             "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt", recipe=recipe,
@@ -298,10 +302,7 @@ class GrpoRecipe(RlhostTestCase):
     def test_recipe_functions_reload(self):
         # The recipe's own filter and normalisation (above rl.reload.inline) reload like the reward.
         d = self.dir
-        shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), d + "/recipes")
-        recipe = d + "/recipes/grpo_gsm8k.lua"
-        with open(d + "/recipes/rewards/gsm8k_reward.lua", "w") as f:   # a reward that varies within groups
-            f.write("return { reward = function(s) return #s.response % 2 end }\n")
+        recipe = self.recipe_copy()
         sock = d + "/recipe.sock"
         p = self.start_recipe("--num-rollout", "100000", "--metrics-dir", d + "/m", "--dynamic-sampling-filter",
                               "nonzero_std", "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
