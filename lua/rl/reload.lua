@@ -105,8 +105,17 @@ end
 
 -- Runs a file's text up to its rl.reload.inline call; → the parts table and the text
 -- above the call (what the version hash covers), or nil, err.
+-- Whether some line calls rl.reload.inline outside a -- comment.
+local function calls_inline(text)
+  for line in text:gmatch("[^\n]+") do
+    local at, comment = line:find(CALL, 1, true), line:find("--", 1, true)
+    if at and (not comment or at < comment) then return true end
+  end
+  return false
+end
+
 local function load_inline(name, path, text)
-  if not text:find(CALL, 1, true) then
+  if not calls_inline(text) then
     return nil, path .. " does not call " .. CALL .. "...): not run (what follows the parts would start the "
       .. "recipe again)"
   end
@@ -123,6 +132,10 @@ local function load_inline(name, path, text)
   if getmetatable(r) ~= REACHED then return nil, r end
   return r.parts, nil, head(text, r.line)
 end
+
+--- The path of the file a reload is running up to its rl.reload.inline call, else nil
+--- (rl.recipe.setup refuses to start a job then).
+function M.loading() return loading end
 
 --- The parts table of a file that calls rl.reload.inline, read as a reload does:
 --- the file runs from the top and stops at the call (tests of a recipe's functions).

@@ -127,6 +127,20 @@ describe("rl.reload.inline", function()
     eq(INLINE_LOOP_RUNS, 0, "a file without the call is not run")
     eq(f(1), 11)
 
+    f2 = assert(io.open(rpath, "w"))                                 -- the call commented out
+    f2:write("local edit = {}\n-- local w = rl.reload.inline(edit)\nINLINE_LOOP_RUNS = 99\n")
+    f2:close()
+    r, err = w:check()
+    ok(err:find("does not call rl.reload.inline(", 1, true), err)
+    f2 = assert(io.open(rpath, "w"))                                 -- the call not reached: setup refuses
+    f2:write("local edit = {}\nif false then rl.reload.inline(edit) end\nrl.recipe.setup({})\nINLINE_LOOP_RUNS = 99\n")
+    f2:close()
+    r, err = w:check()
+    ok(err:find("rl.recipe.setup: called while rl.reload re-reads", 1, true), err)
+    eq(rl.reload.loading(), nil)
+    eq(INLINE_LOOP_RUNS, 0)
+    eq(f(1), 11)
+
     recipe("function edit.f(x) return x + 40 end")
     eq(w:check(), true)
     eq(f(1), 41)

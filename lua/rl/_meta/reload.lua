@@ -30,6 +30,18 @@ function rl.reload.watch(name) end
 ---@return rl.reload.Watch
 function rl.reload.inline(parts, name) end
 
+--- The parts table of a file that calls rl.reload.inline, read as a reload reads it
+--- (from the top, stopping at the call): for tests of a recipe's functions.
+---@param path string
+---@return table|nil parts
+---@return string|nil err
+function rl.reload.inline_parts(path) end
+
+--- The file a reload is running up to its rl.reload.inline call, else nil
+--- (rl.recipe.setup raises then: the call was not reached).
+---@return string|nil
+function rl.reload.loading() end
+
 --- A function calling the current version's `field`.
 ---@param field string
 ---@return function

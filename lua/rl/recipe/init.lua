@@ -147,6 +147,12 @@ end
 --- name, default --dynamic-sampling-filter's; off under --dynamic-sampling-filter none),
 --- sample_hooks (extra hooks), and any rl.rollout.new option to override. Returns the job.
 function M.setup(opt, setup_opts)
+  local reloading = require("rl.reload").loading()
+  if reloading then
+    error(("rl.recipe.setup: called while rl.reload re-reads %s for its functions; the reload stops at "
+      .. "rl.reload.inline(...), which this run did not reach (is the call inside a branch or a block comment?)")
+      :format(reloading), 2)
+  end
   setup_opts = setup_opts or {}
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
