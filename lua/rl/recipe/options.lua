@@ -14,7 +14,7 @@ local FLAGS = {
   { name = "input_key", type = "string", default = "question", help = "prompt field of a row" },
   { name = "label_key", type = "string", default = "answer", help = "label field of a row" },
   { name = "apply_chat_template", type = "bool", default = true, help = "format prompts with the tokenizer's chat template" },
-  { name = "rollout_shuffle", type = "bool", default = true, help = "shuffle the prompts each epoch" },
+  { name = "rollout_shuffle", type = "bool", default = true, help = "shuffle --prompt-data each epoch, in slime's order for --rollout-seed" },
   { name = "rollout_seed", type = "int", default = 42, help = "seed of the prompt order and the sampling" },
   -- rollout
   { name = "rollout_function", choices = { "default", "sleep" }, default = "default",
