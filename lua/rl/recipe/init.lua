@@ -193,8 +193,14 @@ function M.setup(opt, setup_opts)
     log.info("trainer metrics for Prometheus: " .. srv:url() .. "/metrics")
   end
 
+  local reward = setup_opts.reward or "gsm8k"
+  if opt.rm_type then   -- slime's --rm-type: a built-in reward, per-sample metadata.rm_type first
+    local ok, fn = pcall(rl.rewards.by_rm_type, opt.rm_type)
+    if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn)) end
+    reward = fn
+  end
   local ro_opts = {
-    url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = setup_opts.reward or "gsm8k",
+    url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = reward, reward_key = opt.reward_key,
     dynamic_filter = opt.dynamic_sampling_filter ~= "none" and opt.dynamic_sampling_filter or nil,
     rollout_batch_size = opt.rollout_batch_size, n_samples_per_prompt = opt.n_samples_per_prompt,
     over_sampling_batch_size = opt.over_sampling_batch_size, rollout_max_response_len = opt.rollout_max_response_len,
