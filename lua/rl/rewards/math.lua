@@ -28,8 +28,20 @@ local M = {}
 --- Hendrycks' normalisation (kept under its old name).
 M.normalize = hendrycks.normalize
 
+-- label text -> its two normalisations: a group's samples share one label (bounded cache).
+local label_cache, cached = {}, 0
+local function truth_forms(truth)
+  if truth == nil then return {} end
+  local hit = label_cache[truth]
+  if hit then return hit end
+  hit = { hendrycks.normalize(truth), mathnorm.normalize(truth) }
+  if cached >= 4096 then label_cache, cached = {}, 0 end
+  label_cache[truth], cached = hit, cached + 1
+  return hit
+end
+
 function M.grade_mathd(given, truth)
-  return hendrycks.normalize(truth) == hendrycks.normalize(given)
+  return truth_forms(truth)[1] == hendrycks.normalize(given)
 end
 
 local function unknown_letters(s)
@@ -53,8 +65,10 @@ local function equal_under_sympy(truth, given)
   return expr.zero((diff:gsub("%^", "**")))
 end
 
+local function canonical_int(s) return s == "0" or s:find("^%-?[1-9]%d*$") ~= nil end
+
 function M.grade_sympy(given, truth)
-  local t, g = mathnorm.normalize(truth), mathnorm.normalize(given)
+  local t, g = truth_forms(truth)[2], mathnorm.normalize(given)
   if t == nil or g == nil then return false end
   if t == g then return true end
   if g == "" then return false end
@@ -70,6 +84,8 @@ function M.grade_sympy(given, truth)
       same = a == b
     elseif mathnorm.str_is_int(a) ~= mathnorm.str_is_int(b) then
       same = false
+    elseif canonical_int(a) and canonical_int(b) then
+      same = a == b   -- exact integers written canonically: equal values, equal texts
     else
       same = equal_under_sympy(a, b)
     end
