@@ -19,6 +19,21 @@ local function last_plain(s, needle)
   end
 end
 
+-- Counting braces from `from` on, the index where the count first drops back to 0, or nil.
+local function closing_brace(s, from)
+  local depth = 0
+  for j = from, #s do
+    local c = byte(s, j)
+    if c == 123 then
+      depth = depth + 1
+    elseif c == 125 then
+      depth = depth - 1
+      if depth == 0 then return j end
+    end
+  end
+  return nil
+end
+
 function M.last_boxed(s)
   if type(s) ~= "string" then return nil end
   local b, f = last_plain(s, "\\boxed"), last_plain(s, "\\fbox")
@@ -28,17 +43,8 @@ function M.last_boxed(s)
   if not open then return nil end
   -- Only whitespace may sit between \boxed and its brace.
   if open > start + len and not find(sub(s, start + len, open - 1), "^%s*$") then return nil end
-  local depth = 0
-  for j = open, #s do
-    local c = byte(s, j)
-    if c == 123 then
-      depth = depth + 1
-    elseif c == 125 then
-      depth = depth - 1
-      if depth == 0 then return sub(s, open + 1, j - 1) end
-    end
-  end
-  return nil  -- unbalanced: no answer
+  local close = closing_brace(s, open)
+  return close and sub(s, open + 1, close - 1)  -- unbalanced: no answer
 end
 
 --- slime's extract_answer: nil unless s contains "\boxed"; then the last "\boxed"
@@ -48,20 +54,9 @@ function M.slime_boxed(s)
   if type(s) ~= "string" then return nil end
   local at = last_plain(s, "\\boxed")
   if not at then return nil end
-  local depth = 0
-  for j = at, #s do
-    local c = byte(s, j)
-    if c == 123 then
-      depth = depth + 1
-    elseif c == 125 then
-      depth = depth - 1
-      if depth == 0 then
-        if sub(s, at, at + 6) ~= "\\boxed{" then return nil end
-        return sub(s, at + 7, j - 1)
-      end
-    end
-  end
-  return nil
+  local close = closing_brace(s, at)
+  if not close or sub(s, at, at + 6) ~= "\\boxed{" then return nil end
+  return sub(s, at + 7, close - 1)
 end
 
 function M.after_hashes(s)

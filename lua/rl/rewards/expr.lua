@@ -272,28 +272,24 @@ function parse_unary(st)
   return parse_power(st)
 end
 
-local function parse_product(st)
-  local v = parse_unary(st)
-  while true do
-    local t = st.toks[st.i]
-    if not (t and t[1] == "op" and (t[2] == "*" or t[2] == "/")) then return v end
-    st.i = st.i + 1
-    local r = parse_unary(st)
-    v = t[2] == "*" and OPS.mul(v, r) or OPS.div(v, r)
+-- A left-associative level: operands from `operand`, joined by the operators in `ops` (op -> OPS fn).
+local function binary_level(operand, ops)
+  return function(st)
+    local v = operand(st)
+    while true do
+      local t = st.toks[st.i]
+      local fn = t and t[1] == "op" and ops[t[2]]
+      if not fn then return v end
+      st.i = st.i + 1
+      local r = operand(st)
+      st.last = { v, r }
+      v = fn(v, r)
+    end
   end
 end
 
-function parse_sum(st)
-  local v = parse_product(st)
-  while true do
-    local t = st.toks[st.i]
-    if not (t and t[1] == "op" and (t[2] == "+" or t[2] == "-")) then return v end
-    st.i = st.i + 1
-    local r = parse_product(st)
-    st.last = { v, r }
-    v = t[2] == "+" and OPS.add(v, r) or OPS.sub(v, r)
-  end
-end
+local parse_product = binary_level(parse_unary, { ["*"] = OPS.mul, ["/"] = OPS.div })
+parse_sum = binary_level(parse_product, { ["+"] = OPS.add, ["-"] = OPS.sub })
 
 local function finite(x) return x == x and x ~= huge and x ~= -huge end
 
