@@ -172,6 +172,12 @@ function OPS.pow(a, b)
     if e < 0 then p, q = q, p end
     return rat(p, q)
   end
+  if a.p and b.p and b.q == 1 then   -- a huge integer power: exact for 0 and ±1, else a double compared exactly
+    if a.p == 0 and b.p < 0 then error("zoo", 0) end
+    if a.q == 1 and (a.p == 0 or a.p == 1) then return rat(a.p, 1) end
+    if a.q == 1 and a.p == -1 then return rat(b.p % 2 == 0 and 1 or -1, 1) end
+    return { v = a.v ^ b.v, flt = true }
+  end
   if a.p and b.p and a.p >= 0 and b.q <= 16 then
     local rp, rq = exact_root(a.p, b.q), exact_root(a.q, b.q)
     if rp and rq then return OPS.pow(rat(rp, rq), rat(b.p, 1)) end

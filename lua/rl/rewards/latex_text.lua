@@ -3,6 +3,8 @@
 --
 --   latex_text.convert(s) -> text, or nil where the converter gives up (\sqrt with no argument)
 --
+-- A \frac whose arguments run out at the end stays "%s/%s" and the rest is read on.
+--
 -- Rules: \frac{a}{b} → "a/b" (no parentheses), \sqrt[n]{x} → "√(x)", groups lose
 -- their braces, symbol macros become their Unicode character (\pi → π, \cdot → ·,
 -- \times → ×, \infty → ∞, \le → ≤, Greek letters, ...), \mathbb{R} → ℝ, \mbox{..}
@@ -44,6 +46,15 @@ local function is_blank(ch) return ch == " " or ch == "\t" or ch == "\n" or ch =
 local function macro(cs, i, n)
   local j = i + 1
   if j > n then return "", j end
+  if cs[j] == "\\" then   -- a line break: "\\*" and "\\[..]" swallow their star and spacing
+    local k = j + 1
+    if cs[k] == "*" then k = k + 1 end
+    if cs[k] == "[" then
+      while k <= n and cs[k] ~= "]" do k = k + 1 end
+      k = k + 1
+    end
+    return "\n", k
+  end
   if not is_letter(cs[j]) then
     return PUNCT[cs[j]] or "", j + 1
   end
@@ -52,16 +63,18 @@ local function macro(cs, i, n)
   local name = table.concat(cs, "", j, k - 1)
   while k <= n and is_blank(cs[k]) do k = k + 1 end
   if name == "frac" then
-    local a, b
-    a, k = read_arg(cs, k, n)
-    if a then b, k = read_arg(cs, k, n) end
+    -- Arguments running out at the end: the template is left as it is and the text goes on after \frac.
+    local a, b, k2 = nil, nil, k
+    a, k2 = read_arg(cs, k2, n)
+    if a then b, k2 = read_arg(cs, k2, n) end
     if not (a and b) then return "%s/%s", k end
-    return a .. "/" .. b, k
+    return a .. "/" .. b, k2
   elseif name == "sqrt" then
     local p = k
     while p <= n and is_blank(cs[p]) do p = p + 1 end
     if cs[p] == "[" then
       while p <= n and cs[p] ~= "]" do p = p + 1 end
+      if p > n then error("unclosed [", 0) end
       k = p + 1
     end
     local a
@@ -80,11 +93,12 @@ local function macro(cs, i, n)
   return SYMBOL[name] or "", k
 end
 
--- One argument: a group's text, a macro's text or one character; nil at the end.
+-- One argument: a group's text, a macro's text or one character; "" at a closing brace; nil at the end.
 function read_arg(cs, i, n)
   while i <= n and is_blank(cs[i]) do i = i + 1 end
   if i > n then return nil, i end
   local ch = cs[i]
+  if ch == "}" then return "", i end
   if ch == "{" then
     local depth, j = 1, i + 1
     while j <= n do
