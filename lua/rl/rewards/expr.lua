@@ -18,6 +18,8 @@
 -- moved at the later ones) and must vanish to 1e-9 relative.
 -- Anything else sympy would fail on (an unknown name, a comparison, a stray
 -- character, a complex or infinite value) is not 0.
+local pytext = require "rl.rewards.pytext"
+
 local M = {}
 
 local floor, abs, huge = math.floor, math.abs, math.huge
@@ -61,10 +63,17 @@ local function tokenize(s)
     if text then
       toks[#toks + 1] = { kind, text }
       i = i + #text
-    elseif c:find("[%a_]") then
-      local name = s:match("^[%w_]+", i)
-      toks[#toks + 1] = { "name", name }
-      i = i + #name
+    elseif c:find("[%a_]") or (c:byte() >= 192 and pytext.isalpha(s:sub(i, i + pytext.width(s, i) - 1))) then
+      -- A Python identifier: ASCII word characters and Unicode letters.
+      local j = i
+      while j <= #s do
+        local w = pytext.width(s, j)
+        local ch = s:sub(j, j + w - 1)
+        if not (ch:find("^[%w_]$") or (w > 1 and pytext.isalpha(ch))) then break end
+        j = j + w
+      end
+      toks[#toks + 1] = { "name", s:sub(i, j - 1) }
+      i = j
     elseif s:sub(i, i + 1) == "**" then
       toks[#toks + 1] = { "op", "**" }; i = i + 2
     elseif c:find("[%+%-%*/%(%)!]") then
@@ -91,8 +100,19 @@ local function expand(toks)
       if FUNCS[name] or CONSTS[name] or name:find("_", 1, true) then
         out[#out + 1] = t
       else
-        for ch in name:gmatch(".") do
-          out[#out + 1] = ch:find("%d") and { "int", ch } or { "name", ch }
+        -- One symbol per letter; a run of digits is one number ("a10" = 10a).
+        local j = 1
+        while j <= #name do
+          local run = name:match("^%d+", j)
+          if run then
+            if run:find("^0%d") then return nil end   -- sympy cannot read "x02"
+            out[#out + 1] = { "int", run }
+            j = j + #run
+          else
+            local w = pytext.width(name, j)
+            out[#out + 1] = { "name", name:sub(j, j + w - 1) }
+            j = j + w
+          end
         end
       end
     else
@@ -184,6 +204,8 @@ function OPS.pow(a, b)
   end
   local r = combine(a, b, a.v ^ b.v)
   if a.p and b.p then r.irr = true end
+  -- sympy keeps x**2.0 apart from x**2: a symbolic base to a float power only cancels its like.
+  if a.irr and b.flt and not b.p then r.v = r.v * 1.0009765625 end
   return r
 end
 

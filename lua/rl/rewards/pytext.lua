@@ -31,6 +31,12 @@ local function decode(s, i)
 end
 M.decode = decode
 
+--- Bytes taken by the UTF-8 character starting at byte i.
+function M.width(s, i)
+  local _, w = decode(s, i)
+  return w
+end
+
 local function encode(cp)
   if cp < 0x80 then return char(cp) end
   if cp < 0x800 then return char(0xC0 + floor(cp / 64), 0x80 + cp % 64) end
