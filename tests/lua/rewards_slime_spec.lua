@@ -97,6 +97,9 @@ local CASES = {
     { "\\$5", "5", 1 }, { "50\\%", "50", 1 }, { "50%", "0.5", 0 }, { "90^\\circ", "90", 1 }, { "-5", "5", 0 },
     { "07", "7", 1 }, { "7.", "7", 1 }, { "5!", "120", 0 }, { "\\sqrt{16}", "4", 0 }, { "\\sqrt[3]{8}", "2", 0 },
     { "22/7", "\\pi", 0 }, { "\\sqrt{2}", "1.414", 0 }, { "\\frac{\\sqrt{6}}{3}", "\\sqrt{\\frac{2}{3}}", 1 },
+    -- sympy's reading: a float exponent stays apart from the integer one, digit runs in names are one
+    -- number, Unicode letters are symbols
+    { "e^2.", "e^2", 0 }, { "x^2.0", "x^2", 0 }, { "a10", "10a", 1 }, { "\\left(\\mathbb{R}\\right)", "\\mathbb{R}", 1 },
   } },
 }
 

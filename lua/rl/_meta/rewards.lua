@@ -122,3 +122,63 @@ function answer.after_hashes(s) end
 function answer.last_number(s) end
 ---@return number|nil
 function answer.number(s) end
+
+-- The pieces of slime's graders (require "rl.rewards.<name>").
+
+---@class rl.rewards.hendrycks
+local hendrycks = {}
+--- Hendrycks' MATH normalisation, as slime's grade_answer_mathd applies it.
+---@return string|nil
+function hendrycks.normalize(s) end
+--- X of a whole-string "\text{X}", else nil.
+---@return string|nil
+function hendrycks.text_inner(s) end
+
+---@class rl.rewards.mathnorm
+local mathnorm = {}
+--- The normalisation of slime's sympy grader.
+---@return string|nil
+function mathnorm.normalize(s) end
+---@return string[]
+function mathnorm.split_tuple(s) end
+---@return boolean
+function mathnorm.is_frac(s) end
+---@return boolean
+function mathnorm.str_is_int(s) end
+
+---@class rl.rewards.expr
+local expr = {}
+--- Whether "(truth)-(given)", read as sympy reads it, simplifies to 0.
+---@param text string
+---@return boolean
+function expr.zero(text) end
+
+---@class rl.rewards.latex_text
+local latex_text = {}
+--- LaTeX rendered as text as pylatexenc does for slime (nil where it gives up).
+---@return string|nil
+function latex_text.convert(s) end
+
+---@class rl.rewards.pytext
+local pytext = {}
+--- Python's float(s) (Unicode digits, underscores), or nil.
+---@return number|nil
+function pytext.float(s) end
+---@return string
+function pytext.strip(s) end
+---@return string
+function pytext.lower(s) end
+---@return string
+function pytext.strip_commas(s) end
+---@return string[]
+function pytext.chars(s) end
+---@return integer
+function pytext.len(s) end
+---@return integer|nil
+function pytext.digit(ch) end
+---@return boolean
+function pytext.isspace(ch) end
+---@return boolean
+function pytext.isalpha(ch) end
+---@return integer
+function pytext.width(s, i) end
