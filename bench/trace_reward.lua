@@ -1,5 +1,6 @@
--- rlhost side of bench/trace_reward.sh: span open+close cost and GSM8K reward
--- throughput, printed as RESULT lines.
+-- rlhost side of bench/trace_reward.sh: span open+close cost, GSM8K reward
+-- throughput, and slime's math / deepscaler graders (rl.rewards.math,
+-- rl.rewards.deepscaler) on boxed answers, printed as RESULT lines.
 --   rlhost bench/trace_reward.lua GSM8K_JSONL [spans=200000] [passes=5]
 local path = assert(arg[1], "usage: rlhost bench/trace_reward.lua GSM8K_JSONL [spans] [passes]")
 local n_spans = tonumber(arg[2]) or 200000
@@ -47,3 +48,24 @@ for _ = 1, passes do
   bestr = math.min(bestr, os.clock() - t0)
 end
 print(("RESULT impl=lua what=reward rows=%d right=%d per_s=%.0f"):format(#rows, right, #rows / bestr))
+
+-- slime's graders: each GSM8K answer boxed, right and off by one (the wrong ones
+-- run every rule: both normalisations, tuples, the integer checks).
+local mathr, deepscaler = require "rl.rewards.math", require "rl.rewards.deepscaler"
+local boxed = {}
+for line in io.lines(path) do
+  local t = gsm8k.target(rl.json.decode(line).answer)
+  local n = ("%.0f"):format(t)
+  boxed[#boxed + 1] = { "So the total is \\boxed{" .. n .. "}.", n }
+  boxed[#boxed + 1] = { "So the total is \\boxed{" .. ("%.0f"):format(t + 1) .. "}.", n }
+end
+for _, g in ipairs { { "math", mathr.score, "" }, { "deepscaler", deepscaler.score, "<think>...</think>" } } do
+  local best_g, right_g = math.huge, 0
+  for _ = 1, passes do
+    right_g = 0
+    local t0 = os.clock()
+    for _, r in ipairs(boxed) do right_g = right_g + g[2](g[3] .. r[1], r[2]) end
+    best_g = math.min(best_g, os.clock() - t0)
+  end
+  print(("RESULT impl=lua what=%s rows=%d right=%d per_s=%.0f"):format(g[1], #boxed, right_g, #boxed / best_g))
+end

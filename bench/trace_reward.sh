@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Span open+close cost (rl.trace vs a Python span with slime's trace_span
-# semantics) and GSM8K reward throughput (rl.rewards.gsm8k vs a Python `re`
-# grader), same run, CPU time. (Tracing on vs off over a whole rollout needs the
-# rollout loop; not measured here.)
-#   SPANS=200000 PASSES=5 bench/trace_reward.sh
+# semantics), GSM8K reward throughput (rl.rewards.gsm8k vs a Python `re`
+# grader) and slime's math/deepscaler graders (rl.rewards.math/deepscaler; with
+# SLIME_DIR=<a slime checkout> also slime's own, which need sympy and pylatexenc),
+# same run, CPU time. (Tracing on vs off over a whole rollout needs the rollout
+# loop; not measured here.)
+#   SPANS=200000 PASSES=5 [SLIME_DIR=../slime] bench/trace_reward.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD:-$root/build}"
 data="${GSM8K:-$root/../shared/data/gsm8k/test.jsonl}"
 ours="$("$build/rlhost" --no-control "$root/bench/trace_reward.lua" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
-peer="$(python3 "$root/bench/trace_reward.py" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
+peer="$(${PYTHON:-python3} "$root/bench/trace_reward.py" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
 echo "$ours"; echo "$peer"
 python3 - "$ours" "$peer" <<'PY'
 import sys
@@ -25,4 +27,12 @@ print("  + building rlhost's records on first read: %.0f ns per span; open+close
 lr, pr = rows[("lua", "reward")], rows[("python", "reward")]
 print("GSM8K reward: rlhost %s/s, python re %s/s -> %.2fx; right answers %s vs %s of %s"
       % (lr["per_s"], pr["per_s"], float(lr["per_s"]) / float(pr["per_s"]), lr["right"], pr["right"], lr["rows"]))
+for what in ("math", "deepscaler"):
+    lm, pm = rows[("lua", what)], rows.get(("python", what))
+    if pm:
+        print("slime %s grader: rlhost %s/s, slime %s/s -> %.1fx; right answers %s vs %s of %s"
+              % (what, lm["per_s"], pm["per_s"], float(lm["per_s"]) / float(pm["per_s"]), lm["right"], pm["right"], lm["rows"]))
+    else:
+        print("slime %s grader: rlhost %s/s, right %s of %s (SLIME_DIR unset: no slime figure)"
+              % (what, lm["per_s"], lm["right"], lm["rows"]))
 PY

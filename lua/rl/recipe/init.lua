@@ -154,6 +154,12 @@ function M.setup(opt, setup_opts)
       :format(reloading), 2)
   end
   setup_opts = setup_opts or {}
+  local reward = setup_opts.reward or "gsm8k"
+  if opt.rm_type then   -- slime's --rm-type: a built-in reward, per-sample metadata.rm_type first
+    local ok, fn = pcall(rl.rewards.by_rm_type, opt.rm_type)
+    if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn):gsub("^[^:]*:%d+: ", "")) end
+    reward = fn
+  end
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
   -- engines, rollout, eval and checkpoints; every rank trains on its share.
@@ -204,7 +210,7 @@ function M.setup(opt, setup_opts)
   end
 
   local ro_opts = {
-    url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = setup_opts.reward or "gsm8k",
+    url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = reward, reward_key = opt.reward_key,
     -- the recipe's filter, else the library's by name; --dynamic-sampling-filter none turns either off
     dynamic_filter = opt.dynamic_sampling_filter ~= "none" and (setup_opts.dynamic_filter or opt.dynamic_sampling_filter)
       or nil,

@@ -14,6 +14,9 @@ local FLAGS = {
   { name = "input_key", type = "string", default = "question", help = "prompt field of a row" },
   { name = "label_key", type = "string", default = "answer", help = "label field of a row" },
   { name = "apply_chat_template", type = "bool", default = true, help = "format prompts with the tokenizer's chat template" },
+  { name = "rm_type", type = "string",
+    help = "a built-in reward in place of the recipe's: math, deepscaler, dapo, gsm8k, random, boxed_<type> (a sample's metadata.rm_type wins)" },
+  { name = "reward_key", type = "string", help = "field of a table reward to train on (dapo: score)" },
   { name = "rollout_shuffle", type = "bool", default = true, help = "shuffle --prompt-data each epoch, in slime's order for --rollout-seed" },
   { name = "rollout_seed", type = "int", default = 42, help = "seed of the prompt order and the sampling" },
   -- rollout

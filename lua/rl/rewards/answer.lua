@@ -1,6 +1,7 @@
 --- rl.rewards.answer: pulling the final answer out of a model's response.
 --
 --   answer.last_boxed(s)    content of the last \boxed{...} (or \fbox{...}), braces balanced
+--   answer.slime_boxed(s)   the last \boxed{...} exactly as slime's math graders extract it
 --   answer.after_hashes(s)  the text after the last "####" (GSM8K's answer line)
 --   answer.last_number(s)   the last number in s ("1,234.5", "-3", ".5")
 --   answer.number(s)        s read as a number (thousands separators, $, %, trailing "." dropped), or nil
@@ -18,6 +19,21 @@ local function last_plain(s, needle)
   end
 end
 
+-- Counting braces from `from` on, the index where the count first drops back to 0, or nil.
+local function closing_brace(s, from)
+  local depth = 0
+  for j = from, #s do
+    local c = byte(s, j)
+    if c == 123 then
+      depth = depth + 1
+    elseif c == 125 then
+      depth = depth - 1
+      if depth == 0 then return j end
+    end
+  end
+  return nil
+end
+
 function M.last_boxed(s)
   if type(s) ~= "string" then return nil end
   local b, f = last_plain(s, "\\boxed"), last_plain(s, "\\fbox")
@@ -27,17 +43,20 @@ function M.last_boxed(s)
   if not open then return nil end
   -- Only whitespace may sit between \boxed and its brace.
   if open > start + len and not find(sub(s, start + len, open - 1), "^%s*$") then return nil end
-  local depth = 0
-  for j = open, #s do
-    local c = byte(s, j)
-    if c == 123 then
-      depth = depth + 1
-    elseif c == 125 then
-      depth = depth - 1
-      if depth == 0 then return sub(s, open + 1, j - 1) end
-    end
-  end
-  return nil  -- unbalanced: no answer
+  local close = closing_brace(s, open)
+  return close and sub(s, open + 1, close - 1)  -- unbalanced: no answer
+end
+
+--- slime's extract_answer: nil unless s contains "\boxed"; then the last "\boxed"
+--- up to the brace that closes its first "{" (braces counted from "\boxed" on),
+--- and only when that is exactly "\boxed{...}" (no blank before the brace).
+function M.slime_boxed(s)
+  if type(s) ~= "string" then return nil end
+  local at = last_plain(s, "\\boxed")
+  if not at then return nil end
+  local close = closing_brace(s, at)
+  if not close or sub(s, at, at + 6) ~= "\\boxed{" then return nil end
+  return sub(s, at + 7, close - 1)
 end
 
 function M.after_hashes(s)

@@ -1,7 +1,7 @@
 --- rl.rewards: reward functions and what the rollout does with them.
 --
 --   local rewards = rl.rewards
---   local fn = rewards.get("gsm8k")                 -- fn(sample) -> reward
+--   local fn = rewards.get("gsm8k")                 -- fn(sample) -> reward; also "math", "deepscaler", "dapo"
 --   local r, outcome, err = rewards.evaluate(fn, sample, { timeout = 10 })
 --   rewards.normalize(samples, { estimator = "grpo" })
 --
@@ -12,7 +12,7 @@
 local M = {}
 
 local lazy = { gsm8k = "rl.rewards.gsm8k", math = "rl.rewards.math", answer = "rl.rewards.answer",
-               remote = "rl.rewards.remote" }
+               remote = "rl.rewards.remote", deepscaler = "rl.rewards.deepscaler", dapo = "rl.rewards.dapo" }
 
 local BUILTIN = {
   gsm8k = function(opts)
@@ -23,6 +23,14 @@ local BUILTIN = {
     local m = require "rl.rewards.math"
     return function(sample) return (m.score(sample.response, sample.label)) end
   end,
+  deepscaler = function()
+    local d = require "rl.rewards.deepscaler"
+    return function(sample) return (d.score(sample.response, sample.label)) end
+  end,
+  dapo = function()
+    local d = require "rl.rewards.dapo"
+    return function(sample) return d.score(sample.response, sample.label) end
+  end,
   remote = function(opts)
     return require("rl.rewards.remote").new(opts)
   end,
@@ -31,8 +39,10 @@ local BUILTIN = {
   end,
 }
 
---- The reward function called `name` (gsm8k, math, remote, random); opts go to its constructor.
---- "boxed_<name>" first replaces the response by its last \boxed{} content (as slime's rm_type prefix).
+--- The reward function called `name` (slime's --rm-type names: math, deepscaler, dapo,
+--- remote, random; and gsm8k); opts go to its constructor. "boxed_<name>" first
+--- replaces the response by its last \boxed{} content, "" when there is none
+--- (slime's rm_type prefix, with slime's box extraction).
 function M.get(name, opts)
   if type(name) ~= "string" then
     error("rl.rewards.get: bad argument #1 'name' (string expected, got " .. type(name) .. ")", 2)
@@ -50,8 +60,25 @@ function M.get(name, opts)
   if not base then return fn end
   local answer = require "rl.rewards.answer"
   return function(sample)
-    local view = setmetatable({ response = answer.last_boxed(sample.response or "") or "" }, { __index = sample })
+    local view = setmetatable({ response = answer.slime_boxed(sample.response or "") or "" }, { __index = sample })
     return fn(view)
+  end
+end
+
+--- The reward slime's rollout picks per sample: the built-in named by the sample's
+--- metadata.rm_type when it has one, else `default` (a name or a function).
+--- Names are trimmed; an unknown name raises when the sample is graded.
+function M.by_rm_type(default, opts)
+  local fallback = type(default) == "function" and default or M.get(default, opts)
+  local made = {}
+  return function(sample)
+    local md = type(sample.metadata) == "table" and sample.metadata or nil
+    local name = md and md.rm_type
+    if type(name) ~= "string" or name:match("^%s*(.-)%s*$") == "" then return fallback(sample) end
+    name = name:match("^%s*(.-)%s*$")
+    local fn = made[name]
+    if not fn then fn = M.get(name, opts); made[name] = fn end
+    return fn(sample)
   end
 end
 

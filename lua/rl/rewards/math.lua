@@ -1,101 +1,120 @@
---- rl.rewards.math: boxed-answer math grading — 1 when the last \boxed{} of the
---- response matches the label, else 0 (no box: 0).
+--- rl.rewards.math: slime's `math` reward (its grade_answer_verl) — 1 when the
+--- last \boxed{} of the response is the label's answer, else 0.
 --
--- A match is equality after the normalisation of Hendrycks' MATH grader (what
--- slime's `math` reward applies first: \dfrac/\tfrac → \frac, no \left/\right,
--- degrees, \$, trailing \text{ units}, \%, "x = " prefixes, \sqrt3 → \sqrt{3},
--- \frac12 → \frac{1}{2}, a/b → \frac{a}{b}, 0.5 → \frac{1}{2}, no spaces), or
--- numeric equality of the two (integers, decimals, thousands separators,
--- fractions). Symbolic equivalence (sympy) is not attempted.
+--   math.score(response, label)   -> 1|0, { pred, target }
+--   math.equal(given, truth)      mathd or sympy match (what deepscaler uses too)
+--   math.grade_mathd(given, truth), math.grade_sympy(given, truth)
+--
+-- The answer is the last "\boxed{...}" (answer.slime_boxed: \fbox and "\boxed {"
+-- do not count); no box is 0. A label holding "\boxed" is reduced to its box. An
+-- empty, nil, false or 0 label scores 0 (Python's falsy ground truth).
+--
+-- Two answers match when
+--   * their Hendrycks normalisations are equal (rl.rewards.hendrycks), or
+--   * their sympy-grader normalisations (rl.rewards.mathnorm) are equal, or,
+--     element by element for tuples and intervals (same brackets, same count):
+--     two integer fractions a/b must be written the same (2/4 is not 1/2); an
+--     integer never matches a non-integer ("\frac{4}{1}" is not 4, 0x1a is not
+--     26); otherwise the difference must simplify to 0 (rl.rewards.expr), tried
+--     only with at most 2 distinct letters and no "^{", "^(" or large exponents.
 local answer = require "rl.rewards.answer"
+local hendrycks = require "rl.rewards.hendrycks"
+local mathnorm = require "rl.rewards.mathnorm"
+local expr = require "rl.rewards.expr"
+local pytext = require "rl.rewards.pytext"
 
 local M = {}
 
-local function plain_replace(s, from, to)
-  local out, i = {}, 1
-  while true do
-    local a, b = s:find(from, i, true)
-    if not a then break end
-    out[#out + 1] = s:sub(i, a - 1)
-    out[#out + 1] = to
-    i = b + 1
-  end
-  out[#out + 1] = s:sub(i)
-  return table.concat(out)
+--- Hendrycks' normalisation (kept under its old name).
+M.normalize = hendrycks.normalize
+
+-- label text -> its two normalisations: a group's samples share one label (bounded cache).
+local label_cache, cached = {}, 0
+local function truth_forms(truth)
+  if truth == nil then return {} end
+  local hit = label_cache[truth]
+  if hit then return hit end
+  hit = { hendrycks.normalize(truth), mathnorm.normalize(truth) }
+  if cached >= 4096 then label_cache, cached = {}, 0 end
+  label_cache[truth], cached = hit, cached + 1
+  return hit
 end
 
--- \frac12 -> \frac{1}{2}, \frac1{2} -> \frac{1}{2}
-local function fix_fracs(s)
-  local parts = {}
-  for part in (s .. "\\frac"):gmatch("(.-)\\frac") do parts[#parts + 1] = part end
-  local out = parts[1]
-  for i = 2, #parts do
-    local p = parts[i]
-    out = out .. "\\frac"
-    if p:sub(1, 1) == "{" or #p < 2 then
-      out = out .. p
+function M.grade_mathd(given, truth)
+  return truth_forms(truth)[1] == hendrycks.normalize(given)
+end
+
+local function unknown_letters(s)
+  s = hendrycks.replace(hendrycks.replace(s, "sqrt", ""), "frac", "")
+  local seen, n = {}, 0
+  for _, ch in ipairs(pytext.chars(s)) do
+    if not seen[ch] and pytext.isalpha(ch) then seen[ch] = true; n = n + 1 end
+  end
+  return n
+end
+
+local function allow_eval(s)
+  if unknown_letters(s) > 2 then return false end
+  if s:find("^{", 1, true) or s:find("^(", 1, true) then return false end
+  return not (s:find("%^%d+%^") or s:find("%^%d%d+"))
+end
+
+local function equal_under_sympy(truth, given)
+  local diff = "(" .. truth .. ")-(" .. given .. ")"
+  if not allow_eval(diff) then return false end
+  return expr.zero((diff:gsub("%^", "**")))
+end
+
+local function canonical_int(s) return s == "0" or s:find("^%-?[1-9]%d*$") ~= nil end
+
+function M.grade_sympy(given, truth)
+  local t, g = truth_forms(truth)[2], mathnorm.normalize(given)
+  if t == nil or g == nil then return false end
+  if t == g then return true end
+  if g == "" then return false end
+  local te, ge = mathnorm.split_tuple(t), mathnorm.split_tuple(g)
+  if #te > 1 and (mathnorm.first_char(t) ~= mathnorm.first_char(g) or mathnorm.last_char(t) ~= mathnorm.last_char(g)) then
+    return false
+  end
+  if #te ~= #ge then return false end
+  for k = 1, #te do
+    local a, b = te[k], ge[k]
+    local same
+    if mathnorm.is_frac(a) and mathnorm.is_frac(b) then
+      same = a == b
+    elseif mathnorm.str_is_int(a) ~= mathnorm.str_is_int(b) then
+      same = false
+    elseif canonical_int(a) and canonical_int(b) then
+      same = a == b   -- exact integers written canonically: equal values, equal texts
     else
-      local a, b = p:sub(1, 1), p:sub(2, 2)
-      if b ~= "{" then
-        out = out .. "{" .. a .. "}{" .. b .. "}" .. p:sub(3)
-      else
-        out = out .. "{" .. a .. "}" .. p:sub(2)
-      end
+      same = equal_under_sympy(a, b)
     end
+    if not same then return false end
   end
-  return out
+  return #te > 0
 end
 
-local function fix_a_slash_b(s)
-  local a, b = s:match("^(%-?%d+)/(%d+)$")
-  if a then return "\\frac{" .. a .. "}{" .. b .. "}" end
-  return s
-end
-
-local function fix_sqrt(s)
-  return (s:gsub("\\sqrt(%w)", "\\sqrt{%1}"))
-end
-
---- Hendrycks' normalisation of an answer string.
-function M.normalize(s)
-  s = tostring(s)
-  s = s:gsub("\n", "")
-  s = plain_replace(s, "\\!", "")
-  s = plain_replace(s, "\\\\", "\\")
-  s = plain_replace(plain_replace(s, "tfrac", "frac"), "dfrac", "frac")
-  s = plain_replace(plain_replace(s, "\\left", ""), "\\right", "")
-  s = plain_replace(plain_replace(s, "^{\\circ}", ""), "^\\circ", "")
-  s = plain_replace(s, "\\$", "")
-  local units = s:find("\\text{ ", 1, true)
-  if units then s = s:sub(1, units - 1) end
-  s = plain_replace(plain_replace(s, "\\%", ""), "%", "")
-  s = plain_replace(plain_replace(s, " .", " 0."), "{.", "{0.")
-  if s == "" then return s end
-  if s:sub(1, 1) == "." then s = "0" .. s end
-  local lhs, rhs = s:match("^([^=]*)=([^=]*)$")
-  if lhs and #lhs <= 2 then s = rhs end
-  s = fix_sqrt(s)
-  s = s:gsub(" ", "")
-  s = fix_fracs(s)
-  if s == "0.5" then s = "\\frac{1}{2}" end
-  return fix_a_slash_b(s)
-end
-
---- True when `given` and `truth` are the same answer.
+--- True when `given` and `truth` are the same answer (mathd or sympy match).
 function M.equal(given, truth)
   if given == nil or truth == nil then return false end
-  local a, b = M.normalize(given), M.normalize(truth)
-  if a == b then return true end
-  local x, y = answer.number(a), answer.number(b)
-  return x ~= nil and y ~= nil and math.abs(x - y) <= 1e-9
+  given, truth = tostring(given), tostring(truth)
+  return M.grade_mathd(given, truth) or M.grade_sympy(given, truth)
 end
 
---- 1 or 0, and {pred, target}. The label may itself hold a \boxed{} answer.
-function M.score(response, label)
-  if label == nil or label == "" then return 0, { pred = nil, target = nil } end
+--- The label as slime reads it: nil for a falsy label, the box of a boxed one.
+function M.target(label)
+  if label == nil or label == "" or label == false or label == 0 then return nil end
   local truth = tostring(label)
-  if truth:find("\\boxed", 1, true) then truth = answer.last_boxed(truth) or truth end
-  local given = answer.last_boxed(response or "")
+  if truth:find("\\boxed", 1, true) then return answer.slime_boxed(truth) end
+  return truth
+end
+
+--- 1 or 0, and {pred, target}.
+function M.score(response, label)
+  local truth = M.target(label)
+  if truth == nil then return 0, { pred = nil, target = nil } end
+  local given = answer.slime_boxed(response or "")
+  if given == nil then return 0, { pred = nil, target = truth } end
   return M.equal(given, truth) and 1 or 0, { pred = given, target = truth }
 end
 
