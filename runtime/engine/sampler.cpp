@@ -1,5 +1,7 @@
 #include "engine/sampler.hpp"
 
+#include "nn/batch_invariant.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -137,19 +139,22 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
     const SampleRow& r = rows[static_cast<size_t>(s)];
     if (!r.params->greedy() || r.need_logprob || r.top_logprobs_num > 0) need.push_back(s);
   }
-  std::vector<float> lse_rows(static_cast<size_t>(S), 0.0f);
-  if (!need.empty()) {
-    auto idx = torch::tensor(need, torch::kInt64);
-    auto lse = torch::logsumexp(static_cast<int64_t>(need.size()) == S ? z : z.index_select(0, idx), -1).contiguous();
-    for (size_t k = 0; k < need.size(); ++k) lse_rows[static_cast<size_t>(need[k])] = lse.data_ptr<float>()[k];
-  }
+  // The trainer's arithmetic exactly (nn::token_logprobs on the CPU): log-sum-exp
+  // by bi::logsumexp in double, log p = z[token] - lse taken in double.
+  std::vector<double> lse_rows(static_cast<size_t>(S), 0.0);
+  at::parallel_for(0, static_cast<int64_t>(need.size()), 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t s = need[static_cast<size_t>(k)];
+      lse_rows[static_cast<size_t>(s)] = nn::bi::logsumexp(z.data_ptr<float>() + s * V, V);
+    }
+  });
 
   SampleOutput out;
   out.tokens.resize(static_cast<size_t>(S));
   out.logprobs.resize(static_cast<size_t>(S));
   out.top_logprobs.resize(static_cast<size_t>(S));
   const float* zp = z.data_ptr<float>();
-  const float* lp = lse_rows.data();
+  const double* lp = lse_rows.data();
   std::vector<float> probs;
   for (int64_t s = 0; s < S; ++s) {
     const SampleRow& r = rows[static_cast<size_t>(s)];
@@ -159,19 +164,21 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
       tok = argmax_row(row, V);
     } else {
       probs.resize(static_cast<size_t>(V));
-      for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i] - lp[s]);
+      const float lse = static_cast<float>(lp[s]);
+      for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i] - lse);
       double mass = apply_filters(probs.data(), V, *r.params);
       tok = draw(probs.data(), V, mass, *r.rng);
     }
     out.tokens[static_cast<size_t>(s)] = tok;
-    out.logprobs[static_cast<size_t>(s)] = row[tok] - lp[s];
+    out.logprobs[static_cast<size_t>(s)] = static_cast<float>(static_cast<double>(row[tok]) - lp[s]);
     if (r.top_logprobs_num > 0) {
       auto top = z[s].topk(std::min<int64_t>(r.top_logprobs_num, V));
       auto vals = std::get<0>(top).contiguous();
       auto ids = std::get<1>(top).contiguous();
       auto& dst = out.top_logprobs[static_cast<size_t>(s)];
       for (int64_t k = 0; k < vals.numel(); ++k)
-        dst.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]), vals.data_ptr<float>()[k] - lp[s]);
+        dst.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]),
+                         static_cast<float>(static_cast<double>(vals.data_ptr<float>()[k]) - lp[s]));
     }
   }
   return out;

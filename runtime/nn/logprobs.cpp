@@ -7,6 +7,9 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "nn/batch_invariant.hpp"
+#include "nn/batch_invariant_ops.hpp"
+
 namespace rl::nn {
 namespace {
 
@@ -20,10 +23,32 @@ constexpr int64_t kLogitsPerChunk = int64_t(1) << 25;
 constexpr int64_t kKeptLogits = int64_t(1) << 26;
 
 // Logits in the compute dtype (the weight's, or autocast's lower precision), then
-// float32 and scaled, as the engine computes them.
+// float32 and scaled, as the engine computes them (float32 on the CPU: with the
+// engine's batch-invariant kernel, nn/batch_invariant_ops.hpp).
 torch::Tensor scaled_logits(const torch::Tensor& h, const torch::Tensor& w, double temperature) {
-  auto z = torch::matmul(h.to(w.scalar_type()), w.t()).to(torch::kFloat32);
+  auto hc = h.to(w.scalar_type());
+  auto z = bi::active(hc) ? bi::linear(hc, w, torch::Tensor()) : torch::matmul(hc, w.t()).to(torch::kFloat32);
   return temperature == 1.0 ? z : z / temperature;
+}
+
+// Row-wise log-sum-exp and the targets' log-probs of z [n, V] float32, with the
+// engine sampler's arithmetic (bi::logsumexp, the difference taken in double).
+void exact_logprobs(const torch::Tensor& z_in, const torch::Tensor& targets, torch::Tensor lse_out,
+                    torch::Tensor logprob_out) {
+  auto z = z_in.contiguous();
+  auto t = targets.contiguous();
+  const int64_t n = z.size(0), V = z.size(1);
+  const float* zp = z.data_ptr<float>();
+  const int64_t* tp = t.data_ptr<int64_t>();
+  float* lse = lse_out.data_ptr<float>();
+  float* lp = logprob_out.data_ptr<float>();
+  at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const double l = bi::logsumexp(zp + r * V, V);
+      lse[r] = static_cast<float>(l);
+      lp[r] = static_cast<float>(static_cast<double>(zp[r * V + tp[r]]) - l);
+    }
+  });
 }
 
 struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
@@ -42,10 +67,16 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t len = std::min(chunk, n - s);
       auto z = scaled_logits(hidden.narrow(0, s, len), w, temperature);
-      auto l = torch::logsumexp(z, -1);
-      lse.narrow(0, s, len).copy_(l);
-      auto logp = z.sub_(l.unsqueeze(1));  // in place: z becomes log p
-      logprobs.narrow(0, s, len).copy_(logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
+      torch::Tensor logp;
+      if (z.is_cpu() && z.scalar_type() == torch::kFloat32 && bi::active(z)) {
+        exact_logprobs(z, targets.narrow(0, s, len), lse.narrow(0, s, len), logprobs.narrow(0, s, len));
+        logp = z.sub_(lse.narrow(0, s, len).unsqueeze(1));
+      } else {
+        auto l = torch::logsumexp(z, -1);
+        lse.narrow(0, s, len).copy_(l);
+        logp = z.sub_(l.unsqueeze(1));  // in place: z becomes log p
+        logprobs.narrow(0, s, len).copy_(logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
+      }
       if (with_entropy) entropy.narrow(0, s, len).copy_(-(logp.exp() * logp).sum(-1));  // no cancellation
       if (keep) kept.push_back(logp);
     }

@@ -1,5 +1,7 @@
 #include "nn/paged_attention.hpp"
 
+#include "nn/batch_invariant.hpp"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -11,23 +13,24 @@ namespace rl::nn {
 namespace {
 
 // Eight independent partial sums: vectorises without reassociating one long
-// chain (no -ffast-math needed).
-inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+// chain (no -ffast-math needed). Explicit fused multiply-adds: every x86-64 level
+// computes the same bits (see nn/batch_invariant.hpp).
+__attribute__((always_inline)) inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(a[i + k], b[i + k], acc[k]);
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
 
 // Fixed 8-wide blocks for the same reason (-O2 leaves a variable-length loop scalar).
-inline void axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
+__attribute__((always_inline)) inline void axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) y[i + k] += w * x[i + k];
-  for (; i < n; ++i) y[i] += w * x[i];
+    for (int k = 0; k < 8; ++k) y[i + k] = std::fma(w, x[i + k], y[i + k]);
+  for (; i < n; ++i) y[i] = std::fma(w, x[i], y[i]);
 }
 
 struct Shapes {
@@ -51,7 +54,7 @@ void attend_one(const float* q, const float* kc, const float* vc, const int64_t*
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) m = std::max(m, wh[j]);
     float sum = 0;
-    for (int64_t j = 0; j < n; ++j) sum += (wh[j] = std::exp(wh[j] - m));
+    for (int64_t j = 0; j < n; ++j) sum += (wh[j] = bi::exp_inline(wh[j] - m));
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < n; ++j) wh[j] *= inv;
   }
@@ -69,13 +72,13 @@ bool paged_decode_supported(const torch::Tensor& q, const torch::Tensor& k_cache
          k_cache.is_contiguous();
 }
 
-torch::Tensor paged_decode_attention(const torch::Tensor& q_in, const torch::Tensor& k_cache,
-                                     const torch::Tensor& v_cache, const torch::Tensor& context_slots,
-                                     const std::vector<int64_t>& context_lens, double scale) {
-  const int64_t S = q_in.size(0), H = q_in.size(1), D = q_in.size(2), KV = k_cache.size(1);
-  if (H % KV != 0 || k_cache.size(2) != D || static_cast<int64_t>(context_lens.size()) != S ||
-      !v_cache.is_contiguous())
-    throw std::invalid_argument("paged_decode_attention: shapes disagree");
+torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                              const torch::Tensor& context_slots, const std::vector<int64_t>& seq_of_query,
+                              const std::vector<int64_t>& context_of_query, double scale) {
+  const int64_t Q = q_in.size(0), H = q_in.size(1), D = q_in.size(2), KV = k_cache.size(1);
+  if (H % KV != 0 || k_cache.size(2) != D || static_cast<int64_t>(seq_of_query.size()) != Q ||
+      seq_of_query.size() != context_of_query.size() || !k_cache.is_contiguous() || !v_cache.is_contiguous())
+    throw std::invalid_argument("paged_attention: shapes disagree");
   auto q = q_in.contiguous();
   auto slots = context_slots.contiguous();
   auto out = torch::empty_like(q);
@@ -86,14 +89,31 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q_in, const torch::Ten
   const int64_t* sp = slots.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
   int64_t max_ctx = 1;
-  for (auto c : context_lens) max_ctx = std::max(max_ctx, c);
-  at::parallel_for(0, S, 1, [&](int64_t begin, int64_t end) {
+  for (int64_t i = 0; i < Q; ++i) {
+    const int64_t s = seq_of_query[static_cast<size_t>(i)], c = context_of_query[static_cast<size_t>(i)];
+    if (s < 0 || s >= slots.size(0) || c < 1 || c > slots.size(1))
+      throw std::invalid_argument("paged_attention: query " + std::to_string(i) + " has sequence " +
+                                  std::to_string(s) + " and context " + std::to_string(c) + " outside [" +
+                                  std::to_string(slots.size(0)) + ", " + std::to_string(slots.size(1)) + "]");
+    max_ctx = std::max(max_ctx, c);
+  }
+  at::parallel_for(0, Q, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> w(static_cast<size_t>(H * max_ctx));
-    for (int64_t s = begin; s < end; ++s)
-      attend_one(qp + s * H * D, kp, vp, sp + s * sh.stride, context_lens[static_cast<size_t>(s)], sh, w.data(),
-                 op + s * H * D);
+    for (int64_t i = begin; i < end; ++i)
+      attend_one(qp + i * H * D, kp, vp, sp + seq_of_query[static_cast<size_t>(i)] * sh.stride,
+                 context_of_query[static_cast<size_t>(i)], sh, w.data(), op + i * H * D);
   });
   return out;
+}
+
+torch::Tensor paged_decode_attention(const torch::Tensor& q_in, const torch::Tensor& k_cache,
+                                     const torch::Tensor& v_cache, const torch::Tensor& context_slots,
+                                     const std::vector<int64_t>& context_lens, double scale) {
+  const int64_t S = q_in.size(0);
+  if (static_cast<int64_t>(context_lens.size()) != S) throw std::invalid_argument("paged_decode_attention: shapes disagree");
+  std::vector<int64_t> seq(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) seq[static_cast<size_t>(s)] = s;
+  return paged_attention(q_in, k_cache, v_cache, context_slots, seq, context_lens, scale);
 }
 
 }  // namespace rl::nn

@@ -18,6 +18,14 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
                                      const torch::Tensor& v_cache, const torch::Tensor& context_slots,
                                      const std::vector<int64_t>& context_lens, double scale);
 
+// The general form: query i (of q [Q, H, D]) attends over the first
+// context_of_query[i] slots of row seq_of_query[i] of context_slots. A prefill's
+// queries each see their causal prefix; the trainer's full-sequence forward runs
+// through it too, so engine and trainer attend with the same arithmetic.
+torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                              const torch::Tensor& context_slots, const std::vector<int64_t>& seq_of_query,
+                              const std::vector<int64_t>& context_of_query, double scale);
+
 bool paged_decode_supported(const torch::Tensor& q, const torch::Tensor& k_cache);
 
 }  // namespace rl::nn

@@ -1,4 +1,5 @@
 #include "nn/transformer.hpp"
+#include "nn/batch_invariant_ops.hpp"
 #include "nn/paged_attention.hpp"
 
 #include <cmath>
@@ -17,7 +18,10 @@ void check_ids(const torch::Tensor& ids, int64_t vocab) {
                             std::to_string(vocab) + ")");
 }
 
+// float32 on the CPU: the batch-invariant kernels (nn/batch_invariant_ops.hpp), so
+// the engine's decode and the trainer's forward compute the same bits.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (bi::active(x)) return bi::linear(x, w, b);
   return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
 }
 
@@ -151,6 +155,7 @@ void Transformer::set_requires_grad(bool on) {
 }
 
 torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor& w) const {
+  if (bi::active(x)) return bi::rms_norm(x, w, config_.rms_norm_eps);
   // As transformers: normalise in float32, cast back, then scale.
   auto xf = x.to(torch::kFloat32);
   xf = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + config_.rms_norm_eps);
@@ -158,13 +163,22 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
 }
 
 torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
+  const bool exact = bi::active(x);
+  auto silu_mul = [&](const torch::Tensor& g, const torch::Tensor& u) {
+    return exact ? bi::silu_mul(g, u) : torch::silu(g) * u;
+  };
   if (l.gate_up_w.defined()) {
-    auto gu = torch::matmul(x, l.gate_up_w);
-    if (l.gate_up_b.defined()) gu = gu + l.gate_up_b;
+    torch::Tensor gu;
+    if (exact) {
+      gu = bi::linear(x, l.gate_up_w.t(), l.gate_up_b);
+    } else {
+      gu = torch::matmul(x, l.gate_up_w);
+      if (l.gate_up_b.defined()) gu = gu + l.gate_up_b;
+    }
     const int64_t I = l.gate_w.size(0);
-    return linear(torch::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), l.down_w, l.down_b);
+    return linear(silu_mul(gu.narrow(-1, 0, I), gu.narrow(-1, I, I)), l.down_w, l.down_b);
   }
-  return linear(torch::silu(linear(x, l.gate_w, l.gate_b)) * linear(x, l.up_w, l.up_b), l.down_w, l.down_b);
+  return linear(silu_mul(linear(x, l.gate_w, l.gate_b), linear(x, l.up_w, l.up_b)), l.down_w, l.down_b);
 }
 
 // q, k, v for `x` [..., hidden] as [..., heads, head_dim], with q/k norm and RoPE applied.
@@ -180,8 +194,13 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
   };
   torch::Tensor q;
   if (l.qkv_w.defined()) {
-    auto qkv = torch::matmul(x, l.qkv_w);
-    if (l.qkv_b.defined()) qkv = qkv + l.qkv_b;
+    torch::Tensor qkv;
+    if (bi::active(x)) {
+      qkv = bi::linear(x, l.qkv_w.t(), l.qkv_b);
+    } else {
+      qkv = torch::matmul(x, l.qkv_w);
+      if (l.qkv_b.defined()) qkv = qkv + l.qkv_b;
+    }
     const int64_t qd = l.q_w.size(0), kd = l.k_w.size(0);
     q = qkv.narrow(-1, 0, qd).reshape(heads_shape(config_.num_attention_heads));
     k = qkv.narrow(-1, qd, kd).reshape(heads_shape(config_.num_key_value_heads));
@@ -223,13 +242,14 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
   const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
   auto x = torch::embedding(embed_, input_ids);
   return run_layers(x, pos, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t) {
+    if (bi::active(q)) return bi::causal_attention(q, k, v, scale);
     auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
                                               /*is_causal=*/true, scale, gqa);
     return o.transpose(1, 2).reshape({B, T, -1});
   });
 }
 
-torch::Tensor Transformer::logits(const torch::Tensor& hidden) const { return torch::linear(hidden, lm_head_); }
+torch::Tensor Transformer::logits(const torch::Tensor& hidden) const { return linear(hidden, lm_head_, torch::Tensor()); }
 
 TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, double temperature, bool with_entropy) {
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -281,6 +301,29 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
   const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool gqa = H != KV;
+
+  check_ids(b.input_ids, config_.vocab_size);
+  // float32 on the CPU: every new token, decoding or prefilling, attends over its
+  // causal context straight from the cache with the kernel the trainer's forward
+  // uses (nn/batch_invariant_ops.hpp), so both compute the same bits.
+  if (paged_decode_supported(embed_, cache.k[0]) && bi::active(embed_)) {
+    std::vector<int64_t> seq_of_query, ctx_of_query;
+    seq_of_query.reserve(static_cast<size_t>(N));
+    ctx_of_query.reserve(static_cast<size_t>(N));
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t i = 0; i < b.query_lens[s]; ++i) {
+        seq_of_query.push_back(s);
+        ctx_of_query.push_back(b.context_lens[s] - b.query_lens[s] + i + 1);
+      }
+    return run_layers(torch::embedding(embed_, b.input_ids), b.positions,
+                      [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t layer) {
+                        cache.k[layer].index_copy_(0, b.slot_mapping, k);
+                        cache.v[layer].index_copy_(0, b.slot_mapping, v);
+                        return paged_attention(q, cache.k[layer], cache.v[layer], b.context_slots, seq_of_query,
+                                               ctx_of_query, scale)
+                            .reshape({-1, H * D});
+                      });
+  }
 
   // Decoding sequences (one new token) attend straight from the cache where the
   // kernel supports the device and dtype; the rest (prefills) go through a
@@ -334,7 +377,6 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
     mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [SP, 1, max_q, max_ctx]
   }
 
-  check_ids(b.input_ids, config_.vocab_size);
   auto x = torch::embedding(embed_, b.input_ids);
   return run_layers(x, b.positions, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          int64_t layer) {

@@ -4,6 +4,12 @@
 #define CATCH_CONFIG_PREFIX_ALL
 #include <catch2/catch.hpp>
 
+#include <ATen/Version.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
 #include "base/live_objects.hpp"
 #include "bindings/trampoline.hpp"
 #include "tensor/torch_env.hpp"
@@ -25,6 +31,16 @@ CATCH_TEST_CASE("torch_info reports the LibTorch we linked") {
   auto info = rl::tensor::torch_info();
   CATCH_CHECK(info.version.rfind("2.", 0) == 0);
   CATCH_CHECK(info.num_threads >= 1);
+}
+
+CATCH_TEST_CASE("ATen runs the CPU capability this run of the specs was registered for") {
+  // ctest runs these specs once per capability the host offers (tests/CMakeLists.txt);
+  // a capability ATen silently ignored would make those runs test nothing new.
+  const char* want = std::getenv("RLHOST_TEST_ATEN_CAPABILITY");
+  if (!want || !*want) return;
+  std::string got = at::get_cpu_capability();
+  std::transform(got.begin(), got.end(), got.begin(), [](unsigned char c) { return std::tolower(c); });
+  CATCH_CHECK(got == want);
 }
 
 CATCH_TEST_CASE("describe_c10_error drops the C++ backtrace") {

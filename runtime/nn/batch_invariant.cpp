@@ -1,0 +1,185 @@
+#include "nn/batch_invariant.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+// The hot loops are compiled once per x86-64 level (the loader picks one); every
+// product goes through std::fma, so each level computes the same bits, only wider.
+#define RL_BI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define RL_BI_INLINE __attribute__((always_inline)) inline
+
+namespace rl::nn::bi {
+namespace {
+
+constexpr int kNR = 32;  // columns per register tile
+// Rows per register tile: 6 x 32 floats fill 12 of AVX-512's 32 vector registers;
+// AVX2 has 16, so 3 rows there. The tile shape changes speed, never the bits.
+const bool kWideRegisters = __builtin_cpu_supports("avx512f");
+
+// One tile: rows [0, MR) x columns [0, kNR) of a [k, >= kNR] panel, stores the
+// first nc columns. Accumulators start at 0 and take the k products in order.
+template <int MR>
+RL_BI_INLINE void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, const float* bias, float* y,
+                       int64_t ldy, int64_t K, int64_t nc) {
+  float acc[MR][kNR];
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < kNR; ++c) acc[r][c] = 0.0f;
+  for (int64_t k = 0; k < K; ++k) {
+    const float* wk = w + k * ldw;
+    for (int r = 0; r < MR; ++r) {
+      const float xv = x[r * ldx + k];
+      for (int c = 0; c < kNR; ++c) acc[r][c] = std::fma(xv, wk[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int64_t c = 0; c < nc; ++c) y[r * ldy + c] = bias ? acc[r][c] + bias[c] : acc[r][c];
+}
+
+// The same arithmetic for a ragged edge read straight from memory (fewer than kNR
+// columns left in a [k, n] matrix: nothing past them may be read).
+RL_BI_INLINE void tile_edge(const float* x, int64_t ldx, const float* w, int64_t ldw, const float* bias, float* y,
+                            int64_t ldy, int64_t K, int64_t rows, int64_t nc) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < nc; ++c) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * ldx + k], w[k * ldw + c], acc);
+      y[r * ldy + c] = bias ? acc + bias[c] : acc;
+    }
+}
+
+// A few rows (decode) of a [k, n] matrix: one row across four column tiles at a
+// time, so eight accumulators are in flight instead of two.
+RL_BI_INLINE void row_wide(const float* x, const float* w, int64_t ldw, const float* bias, float* y, int64_t K) {
+  constexpr int W = 4 * kNR;
+  float acc[W];
+  for (int c = 0; c < W; ++c) acc[c] = 0.0f;
+  for (int64_t k = 0; k < K; ++k) {
+    const float* wk = w + k * ldw;
+    const float xv = x[k];
+    for (int c = 0; c < W; ++c) acc[c] = std::fma(xv, wk[c], acc[c]);
+  }
+  for (int c = 0; c < W; ++c) y[c] = bias ? acc[c] + bias[c] : acc[c];
+}
+
+// Column blocks [jb0, jb1) for all m rows. `pack` holds K * kNR floats.
+RL_BI_CLONES
+void gemm_blocks(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
+                 int64_t ldy, int64_t m, int64_t K, int64_t n, int64_t jb0, int64_t jb1, float* pack) {
+  // Rows in full register tiles, block by block; then the last rows (fewer than
+  // a tile) of a [k, n] matrix one by one across four blocks at a time.
+  const int64_t mr = kWideRegisters ? 6 : 3;
+  const int64_t m_tiled = w_kn ? m - m % mr : m;
+  for (int64_t jb = jb0; jb < jb1; ++jb) {
+    const int64_t c0 = jb * kNR, nc = std::min<int64_t>(kNR, n - c0);
+    const float* b = bias ? bias + c0 : nullptr;
+    const float* panel = w + c0;
+    int64_t lp = ldw;
+    if (!w_kn) {  // [n, k] rows c0.. -> a [K, kNR] panel, zero past nc
+      for (int64_t k = 0; k < K; ++k) {
+        float* dst = pack + k * kNR;
+        for (int64_t c = 0; c < nc; ++c) dst[c] = w[(c0 + c) * ldw + k];
+        for (int64_t c = nc; c < kNR; ++c) dst[c] = 0.0f;
+      }
+      panel = pack;
+      lp = kNR;
+    } else if (nc < kNR) {
+      tile_edge(x, ldx, panel, ldw, b, y + c0, ldy, K, m, nc);  // every row: nothing past n may be read
+      continue;
+    }
+    int64_t i = 0;
+    if (mr == 6)
+      for (; i + 6 <= m_tiled; i += 6) tile<6>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
+    for (; i + 3 <= m_tiled; i += 3) tile<3>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
+    for (; i < m_tiled; ++i) tile<1>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
+  }
+  if (m_tiled == m) return;
+  const int64_t full_end = std::min(jb1, n / kNR);  // the ragged block was done above
+  for (int64_t i = m_tiled; i < m; ++i) {
+    int64_t jb = jb0;
+    for (; jb + 4 <= full_end; jb += 4)
+      row_wide(x + i * ldx, w + jb * kNR, ldw, bias ? bias + jb * kNR : nullptr, y + i * ldy + jb * kNR, K);
+    for (; jb < full_end; ++jb)
+      tile<1>(x + i * ldx, ldx, w + jb * kNR, ldw, bias ? bias + jb * kNR : nullptr, y + i * ldy + jb * kNR, ldy, K,
+              kNR);
+  }
+}
+
+RL_BI_CLONES
+void rms_norm_rows(const float* x, const float* w, float eps, float* y, int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * n;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) acc[k] = std::fma(xr[i + k], xr[i + k], acc[k]);
+    float ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; ++i) ss = std::fma(xr[i], xr[i], ss);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    float* yr = y + r * n;
+    for (int64_t j = 0; j < n; ++j) yr[j] = w[j] * (xr[j] * inv);
+  }
+}
+
+RL_BI_CLONES
+void silu_mul_rows(const float* g, int64_t ldg, const float* u, int64_t ldu, float* y, int64_t r0, int64_t r1,
+                   int64_t n) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* gr = g + r * ldg;
+    const float* ur = u + r * ldu;
+    float* yr = y + r * n;
+    for (int64_t j = 0; j < n; ++j) yr[j] = gr[j] / (1.0f + exp_inline(-gr[j])) * ur[j];
+  }
+}
+
+RL_BI_CLONES
+double logsumexp_row(const float* z, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = z[i] > m ? z[i] : m;
+  if (std::isinf(m)) return m;  // all -inf (or +inf present)
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += static_cast<double>(exp_inline(z[i + k] - m));
+  for (int k = 0; i < n; ++i, ++k) acc[k] += static_cast<double>(exp_inline(z[i] - m));
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return static_cast<double>(m) + std::log(acc[0]);
+}
+
+RL_BI_CLONES
+float exp_one(float x) { return exp_inline(x); }
+
+}  // namespace
+
+void gemm(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
+          int64_t ldy, int64_t m, int64_t k, int64_t n) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t blocks = (n + kNR - 1) / kNR;
+  // Enough work per task to pay for a thread (and for packing a panel).
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, m * k));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<float> pack(w_kn ? 0 : static_cast<size_t>(k * kNR));
+    gemm_blocks(x, ldx, w, ldw, w_kn, bias, y, ldy, m, k, n, b0, b1, pack.data());
+  });
+}
+
+void rms_norm(const float* x, const float* w, float eps, float* y, int64_t rows, int64_t n) {
+  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)),
+                   [&](int64_t r0, int64_t r1) { rms_norm_rows(x, w, eps, y, r0, r1, n); });
+}
+
+void silu_mul(const float* g, int64_t ldg, const float* u, int64_t ldu, float* y, int64_t rows, int64_t n) {
+  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)),
+                   [&](int64_t r0, int64_t r1) { silu_mul_rows(g, ldg, u, ldu, y, r0, r1, n); });
+}
+
+float exp(float x) { return exp_one(x); }
+
+double logsumexp(const float* z, int64_t n) { return logsumexp_row(z, n); }
+
+}  // namespace rl::nn::bi

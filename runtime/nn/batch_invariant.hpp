@@ -1,0 +1,64 @@
+// Batch-invariant float32 CPU kernels: every output element is computed by one
+// fixed sequence of IEEE operations that depends on nothing but that element's
+// inputs: not on how many rows the call has, where the row sits, the tensor's
+// layout, the thread count, or which SIMD width the CPU offers (products are
+// accumulated with explicit fused multiply-adds in a fixed order, and exp is
+// our own polynomial rather than a vector library's).
+//
+// Why: the engine decodes one token at a time over a KV cache while the trainer
+// recomputes whole sequences; with vendor kernels (MKL, ATen's vectorised loops)
+// the two differ by a few ulps that vary with the host's CPU capability. Running
+// both through these kernels makes the engine's reported log-probs equal the
+// trainer's bit for bit, on any x86 CPU (see Transformer, token_logprobs and the
+// engine's sampler).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace rl::nn::bi {
+
+// y[i, j] = (sum over k ascending of x[i, k] * w(k, j)) (+ bias[j]), for i < m,
+// j < n. x rows have stride ldx; w is either [k, n] with row stride ldw
+// (w_kn = true) or [n, k] with row stride ldw (w_kn = false: the HF layout).
+void gemm(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
+          int64_t ldy, int64_t m, int64_t k, int64_t n);
+
+// y = w * (x * 1/sqrt(mean(x^2) + eps)) row by row; x, y [rows, n] contiguous.
+void rms_norm(const float* x, const float* w, float eps, float* y, int64_t rows, int64_t n);
+
+// y = silu(g) * u, elementwise (g, u, y with the given row strides, [rows, n]).
+void silu_mul(const float* g, int64_t ldg, const float* u, int64_t ldu, float* y, int64_t rows, int64_t n);
+
+// exp for float, the same result on every CPU (about 1 ulp); exp(-inf) = 0.
+float exp(float x);
+
+// The body of exp(), inlined into callers compiled for any x86-64 level.
+__attribute__((always_inline)) inline float exp_inline(float x) {
+  // exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2; exp(r) by a
+  // degree-6 polynomial (Taylor coefficients; under 2 ulp on the range).
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.428606765330187e-06f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+  const float t = std::fma(xc, kLog2e, kRound);
+  const float n = t - kRound;
+  float r = std::fma(n, -kLn2Hi, xc);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = 1.0f / 720.0f;
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const float e = p * scale;
+  return x < -87.0f ? 0.0f : e;  // below exp(-87) (1.6e-38, about FLT_MIN): 0, and exp(-inf) = 0
+}
+
+// log(sum(exp(z))) of one row, accumulated in double in a fixed order.
+double logsumexp(const float* z, int64_t n);
+
+}  // namespace rl::nn::bi

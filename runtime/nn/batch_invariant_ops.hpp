@@ -1,0 +1,28 @@
+// The transformer's float32 CPU operations on the batch-invariant kernels
+// (nn/batch_invariant.hpp), as differentiable tensor ops. Forward passes run the
+// kernels, so the engine's incremental decode and the trainer's full-sequence
+// forward compute every hidden state and log-prob with the same bits; backward
+// passes use ATen (gradients need no bit-equality, only correctness).
+//
+// Used where active(): CPU, float32, autocast off (the trainer's bf16 mixed
+// precision and CUDA keep ATen's kernels), and not turned off by
+// RLHOST_BATCH_INVARIANT=0 (for measuring what the kernels cost).
+#pragma once
+#include <torch/torch.h>
+
+namespace rl::nn::bi {
+
+bool active(const torch::Tensor& x);
+
+// x [..., in] @ w^T + b; w [out, in] in any layout (a transposed [in, out] matrix
+// is read in place), b [out] or undefined.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+// w * x / sqrt(mean(x^2, -1) + eps)
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps);
+// silu(g) * u; g and u may be column slices of one matrix.
+torch::Tensor silu_mul(const torch::Tensor& g, const torch::Tensor& u);
+// Causal self-attention over right-padded sequences: q [B, T, H, D], k and v
+// [B, T, KV, D] -> [B, T, H * D], each query attending over its prefix.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale);
+
+}  // namespace rl::nn::bi
