@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "model/jinja_value.hpp"
 #include "trace/py_float.hpp"
 
 namespace rl::trace {
@@ -66,32 +67,24 @@ bool num_less(const Value& a, const Value& b) {
 
 bool text_like(const Value* v) { return v && v->is(Kind::string); }
 
-void repr_text(std::string_view s, std::string& out, bool bytes) {
+// repr of bytes: b'...' with \xNN for bytes outside printable ASCII.
+void repr_bytes(std::string_view s, std::string& out) {
   const bool has_single = s.find('\'') != std::string_view::npos, has_double = s.find('"') != std::string_view::npos;
   const char q = has_single && !has_double ? '"' : '\'';
-  if (bytes) out.push_back('b');
+  out.push_back('b');
   out.push_back(q);
-  char buf[12];
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
+  char buf[8];
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c == static_cast<unsigned char>(q) || c == '\\') {
-      out.push_back('\\'), out.push_back(static_cast<char>(c));
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f || (bytes && c >= 0x80)) {
+      out.push_back('\\'), out.push_back(ch);
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      out.push_back('\\'), out.push_back(c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+    } else if (c < 0x20 || c >= 0x7f) {
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
-    } else if (!bytes && c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) < 0xA1) {
-      // U+0080..U+00A0 are not printable: repr writes \x80..\xa0
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i + 1]));
-      out += buf;
-      ++i;
     } else {
-      out.push_back(static_cast<char>(c));
+      out.push_back(ch);
     }
   }
   out.push_back(q);
@@ -264,8 +257,8 @@ void py_repr(const Value* v, std::string& out) {
     case Kind::integer: out += std::to_string(v->as_int()); return;
     case Kind::big_integer: big_int_text(*v, out); return;
     case Kind::real: py_float_repr(v->as_float(), out); return;
-    case Kind::string: repr_text(v->as_string(), out, false); return;
-    case Kind::bytes: repr_text(v->as_bytes().data, out, true); return;
+    case Kind::string: out += model::jinja::repr_string(v->as_string()); return;
+    case Kind::bytes: repr_bytes(v->as_bytes().data, out); return;
     case Kind::list:
     case Kind::tuple: {
       const bool tuple = v->is(Kind::tuple);
