@@ -121,6 +121,19 @@ describe("trace timeline", function()
     eq(u.global_start, json.null)
   end)
 
+  it("ends an open span whose ancestors form a cycle (where slime's walk never returns)", function()
+    local dir = tmpdir()
+    local carrier = { trace_id = "c", attempt = 0, events = {
+      { type = "span_start", name = "a", ts = 1, span_id = "a", parent_span_id = "b" },
+      { type = "span_start", name = "b", ts = 2, span_id = "b", parent_span_id = "a" },
+    } }
+    local pt = assert(rl.dump.save(dir .. "/cycle.pt", 0, { { index = 0, trace = carrier } }))
+    local _, c = build(pt)
+    local a, b = items_named(c.rows[1], "a")[1], items_named(c.rows[1], "b")[1]
+    eq({ a.state, a.display_end_ts, a.attrs.end_attrs.clipped_by, a.lane }, { "open_span", 2, "row_end", 2 })
+    eq({ b.state, b.display_end_ts, b.attrs.end_attrs.clipped_by, b.lane }, { "open_span", 2, "self", 1 })
+  end)
+
   it("prints its usage line once (rlhost tools/trace_timeline.lua --help)", function()
     local out, rc = run_tool("--help")
     eq(rc, 0, out)
