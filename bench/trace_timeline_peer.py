@@ -9,7 +9,6 @@ dumps of tests/data/trace_timeline (bench/trace_timeline.sh checks rlhost's agai
     python3 bench/trace_timeline_peer.py DUMP.pt OUT.json [PT_PATH GENERATED_AT]
 """
 import json
-import math
 import pickle
 import sys
 import time
