@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""The peer of bench/trace_timeline.sh: slime's trace-timeline cache build in Python,
-written from the behaviour in ../shared/reference/slime_behaviour.md §2.2-§2.4 (not
-from slime's source): torch.load with a fallback unpickler, per-sample reconstruction
-(pairing, inferred parents, open-span clipping, depth/lanes, synthetic PD lanes), then
-json.dump(ensure_ascii=True, separators=(",", ":")).
+"""The peer of bench/trace_timeline.sh: slime's trace-timeline cache build (cache
+version 1) in Python, written from its observed behaviour (not from slime's source):
+torch.load with a fallback unpickler, per-sample reconstruction (pairing, inferred
+parents, open-span clipping, depth/lanes, synthetic PD lanes, round(x, 6)), then
+json.dump(ensure_ascii=True, separators=(",", ":")). Its cache equals slime's on the
+dumps of tests/data/trace_timeline (bench/trace_timeline.sh checks rlhost's against it).
 
-    python3 bench/trace_timeline_peer.py DUMP.pt OUT.json    # prints RESULT impl=python ...
+    python3 bench/trace_timeline_peer.py DUMP.pt OUT.json [PT_PATH GENERATED_AT]
 """
 import json
-import math
 import pickle
 import sys
 import time
@@ -77,89 +77,97 @@ def _jsonable(v):
 
 
 def build_items(trace):
-    carrier_attempt = int(trace.get("attempt", 0) or 0)
     events, stack = [], []
     for order, ev in enumerate(trace.get("events") or []):
-        if not isinstance(ev, dict):
+        if not isinstance(ev, dict) or ev.get("ts") is None:
             continue
         try:
             ts = float(ev["ts"])
-        except (KeyError, TypeError, ValueError):
+        except (TypeError, ValueError):
             continue
-        rec = dict(ev)
-        rec["ts"], rec["order"] = ts, order
-        rec["attempt"] = int(ev.get("attempt", carrier_attempt))
-        rec["inferred_parent_span_id"] = stack[-1] if stack else None
-        if ev.get("type") == "span_start" and ev.get("span_id"):
-            stack.append(ev["span_id"])
-        elif ev.get("type") == "span_end" and ev.get("span_id") in stack:
-            stack.remove(ev["span_id"])
-        events.append(rec)
+        sid = _jsonable(ev.get("span_id"))
+        events.append({"ts": ts, "order": order, "type": ev.get("type"), "name": _jsonable(ev.get("name")),
+                       "span_id": sid, "parent": _jsonable(ev.get("parent_span_id")),
+                       "attempt": int(ev.get("attempt", trace.get("attempt", 0)) or 0),
+                       "attrs": _jsonable(ev.get("attrs") or {}), "inferred": stack[-1] if stack else None})
+        if ev.get("type") == "span_start" and sid:
+            stack.append(sid)
+        elif ev.get("type") == "span_end" and sid:
+            for k in range(len(stack) - 1, -1, -1):
+                if stack[k] == sid:
+                    del stack[k]
+                    break
     if not events:
         return []
     row_end = max(e["ts"] for e in events)
-    open_spans, items = {}, []
+    open_spans, closed, points, orphans = {}, [], [], []
     for e in events:
-        parent = e.get("parent_span_id") or e["inferred_parent_span_id"]
-        kind = e.get("type")
-        if kind == "span_start":
-            open_spans[e.get("span_id")] = {"type": "span", "state": "open_span", "name": e.get("name"),
-                                             "start_ts": e["ts"], "end_ts": None, "display_end_ts": None,
-                                             "attempt": e["attempt"], "span_id": e.get("span_id"),
-                                             "parent_span_id": parent,
-                                             "attrs": {"start_attrs": dict(e.get("attrs") or {}), "end_attrs": {}}}
-        elif kind == "span_end" and e.get("span_id") in open_spans:
-            item = open_spans.pop(e.get("span_id"))
+        parent = e["parent"] or e["inferred"]
+        kind = e["type"]
+        if kind == "span_start" and e["span_id"]:
+            open_spans[e["span_id"]] = {"type": "span", "state": "open_span", "name": e["name"], "start_ts": e["ts"],
+                                        "end_ts": None, "display_end_ts": None, "attempt": e["attempt"],
+                                        "span_id": e["span_id"], "parent_span_id": parent,
+                                        "attrs": {"start_attrs": e["attrs"], "end_attrs": {}}}
+        elif kind == "span_end" and e["span_id"] and e["span_id"] in open_spans:
+            item = open_spans.pop(e["span_id"])
             item["state"], item["end_ts"], item["display_end_ts"] = "closed_span", e["ts"], e["ts"]
-            item["attrs"]["end_attrs"] = dict(e.get("attrs") or {})
-            items.append(item)
+            item["attrs"]["end_attrs"] = e["attrs"]
+            closed.append(item)
         elif kind == "span_end":
-            items.append({"type": "orphan_end", "state": "orphan_end", "name": e.get("name"), "ts": e["ts"],
-                          "attempt": e["attempt"], "span_id": e.get("span_id"), "parent_span_id": parent,
-                          "attrs": dict(e.get("attrs") or {})})
+            orphans.append({"type": "orphan_end", "state": "orphan_end", "name": e["name"], "ts": e["ts"],
+                            "attempt": e["attempt"], "span_id": e["span_id"], "parent_span_id": parent,
+                            "attrs": e["attrs"]})
         else:
-            items.append({"type": "event", "state": "point_event", "name": e.get("name"), "ts": e["ts"],
-                          "attempt": e["attempt"], "span_id": None, "parent_span_id": parent,
-                          "attrs": dict(e.get("attrs") or {})})
-    spans = [i for i in items if i["type"] == "span"] + list(open_spans.values())
-    by_id = {s["span_id"]: s for s in spans if s.get("span_id")}
+            points.append({"type": "event", "state": "point_event", "name": e["name"], "ts": e["ts"],
+                           "attempt": e["attempt"], "span_id": None, "parent_span_id": parent, "attrs": e["attrs"]})
+    spans = closed + list(open_spans.values())
+    by_id = {s["span_id"]: s for s in spans}
+    depth_of = {}
+    for s in spans:  # memoised parent-chain length; a repeated id on one walk counts as 0
+        walk, sid, base = [], s["span_id"], -1
+        while True:
+            if sid in depth_of:
+                base = depth_of[sid]
+                break
+            if sid in walk:
+                depth_of[sid] = base = 0
+                break
+            walk.append(sid)
+            parent = by_id[sid]["parent_span_id"]
+            if not parent or parent not in by_id:
+                break
+            sid = parent
+        for sid in reversed(walk):
+            base += 1
+            depth_of[sid] = base
     for item in open_spans.values():
         cands = [("row_end", row_end)]
         sib = [s["start_ts"] for s in spans if s is not item and s["parent_span_id"] == item["parent_span_id"]
                and s["start_ts"] > item["start_ts"]]
         if sib:
             cands.append(("next_sibling_start", min(sib)))
-        anc, seen = by_id.get(item["parent_span_id"]), set()
-        while anc is not None and anc["state"] != "closed_span" and id(anc) not in seen:
-            seen.add(id(anc))
-            anc = by_id.get(anc["parent_span_id"])
-        if anc is not None and anc["state"] == "closed_span" and anc["end_ts"] > item["start_ts"]:
+        anc, hops = by_id.get(item["parent_span_id"]) if item["parent_span_id"] else None, 0
+        while anc is not None and anc["end_ts"] is None and hops <= len(spans):
+            anc, hops = by_id.get(anc["parent_span_id"]) if anc["parent_span_id"] else None, hops + 1
+        if anc is not None and anc["end_ts"] is not None and anc["end_ts"] > item["start_ts"]:
             cands.append(("ancestor_end", anc["end_ts"]))
         why, end = min(cands, key=lambda c: c[1])
         if end <= item["start_ts"]:
             why, end = "self", item["start_ts"]
         item["display_end_ts"] = end
         item["attrs"]["end_attrs"]["clipped_by"] = why
-        items.append(item)
-
-    def depth(span_id):
-        d, seen, cur = 0, set(), by_id.get(span_id)
-        while cur is not None and cur["parent_span_id"] in by_id and cur["parent_span_id"] not in seen:
-            seen.add(cur["parent_span_id"])
-            d += 1
-            cur = by_id[cur["parent_span_id"]]
-        return d
-
+    items = spans + points + orphans
     for item in items:
-        parent = by_id.get(item["parent_span_id"])
-        item["parent_span_name"] = parent["name"] if parent else None
+        parent = item["parent_span_id"]
+        item["parent_span_name"] = by_id[parent]["name"] if parent and parent in by_id else None
         if item["type"] == "span":
-            item["depth"] = item["lane"] = depth(item["span_id"])
+            item["depth"] = item["lane"] = depth_of[item["span_id"]]
         else:
-            item["depth"] = item["lane"] = depth(parent["span_id"]) + 1 if parent else 0
-    next_lane = max((i["lane"] for i in items), default=0)
-    for item in list(items):
-        if item["state"] != "closed_span" or str(item["name"]).startswith("sglang_pd_"):
+            item["depth"] = item["lane"] = depth_of[parent] + 1 if parent in depth_of else 0
+    next_lane = max(i["lane"] for i in items)
+    for item in closed:
+        if str(item["name"] or "").startswith("sglang_pd_"):
             continue
         end_attrs = item["attrs"]["end_attrs"]
         for role, short, keys in PD_ROLES:
@@ -168,7 +176,7 @@ def build_items(trace):
                 continue
             next_lane += 1
             vals.update(timeline_pd_virtual_role=role, timeline_pd_parent_name=item["name"],
-                        timeline_pd_parent_duration=_r(item["end_ts"] - item["start_ts"]))
+                        timeline_pd_parent_duration=_r(max(0.0, item["end_ts"] - item["start_ts"])))
             items.append({"type": "span", "state": "closed_span", "name": "%s [%s]" % (item["name"], short),
                           "start_ts": item["start_ts"], "end_ts": item["end_ts"],
                           "display_end_ts": item["display_end_ts"], "attempt": item["attempt"],
@@ -179,32 +187,37 @@ def build_items(trace):
         for k in ("start_ts", "end_ts", "display_end_ts", "ts"):
             if item.get(k) is not None:
                 item[k] = _r(item[k])
-        item["attrs"] = _jsonable(item["attrs"])
     items.sort(key=lambda i: (i["lane"], i.get("start_ts", i.get("ts")), i.get("display_end_ts", i.get("ts")),
-                              str(i["name"])))
-    return items
+                              i["name"]))
+    return [{k: i[k] for k in (SPAN_KEYS if i["type"] == "span" else POINT_KEYS)} for i in items]
+
+
+SPAN_KEYS = ("type", "state", "name", "start_ts", "end_ts", "display_end_ts", "attempt", "span_id", "parent_span_id",
+             "parent_span_name", "lane", "depth", "attrs")
+POINT_KEYS = ("type", "state", "name", "ts", "attempt", "span_id", "parent_span_id", "parent_span_name", "lane",
+              "depth", "attrs")
 
 
 def _source(s):
-    if s.get("source") is not None:
+    if s.get("source") not in (None, ""):
         return s["source"]
     meta = s.get("metadata") or {}
+    if not isinstance(meta, dict):
+        return None
     for k in ("source", "source_name"):
-        if meta.get(k) is not None:
+        if meta.get(k) not in (None, ""):
             return meta[k]
     for k, v in meta.items():
-        if "source" in str(k) and v is not None:
+        if "source" in str(k).lower() and v not in (None, ""):
             return v
     return None
 
 
-def _cut(v, n, mark=False):
-    if v is None:
-        return None
-    v = str(v)
-    if len(v) <= n:
+def _cut(v, n):
+    v = _jsonable(v)
+    if not isinstance(v, str) or len(v) <= n:
         return v
-    return v[:n] + ("...<truncated:%d>" % len(v) if mark else "")
+    return v[:n] + "...<truncated:%d>" % len(v)
 
 
 def build_cache(pt_path, samples):
@@ -216,26 +229,25 @@ def build_cache(pt_path, samples):
         items = build_items(trace)
         if not items:
             continue
-        starts = [i.get("start_ts", i.get("ts")) for i in items]
-        ends = [i.get("display_end_ts", i.get("ts")) for i in items]
-        resp = [v for i in items for a in (i["attrs"], i["attrs"].get("start_attrs"), i["attrs"].get("end_attrs"))
-                if isinstance(a, dict) for v in [a.get("response_length")] if isinstance(v, int)]
+        start = min(i.get("start_ts", i.get("ts")) for i in items)
+        end = max(i.get("display_end_ts", i.get("ts")) for i in items)
+        resp = [int(v) for i in items for a in (i["attrs"], i["attrs"].get("start_attrs"), i["attrs"].get("end_attrs"))
+                if isinstance(a, dict) for v in [a.get("response_length")] if isinstance(v, (int, float))]
         states = [i["state"] for i in items]
         reward = s.get("reward")
         rows.append({
-            "row_id": row_id, "sample_index": s.get("index") if s.get("index") is not None else row_id,
-            "group_index": s.get("group_index"), "source": _cut(_source(s), 64), "status": _cut(s.get("status"), 64),
-            "label": _cut(s.get("label"), 256, True),
-            "reward": _jsonable(reward) if isinstance(reward, (int, float, dict)) else None,
-            "trace_id": trace.get("trace_id"), "attempt": int(trace.get("attempt", 0) or 0),
-            "start": min(starts), "end": max(ends), "duration": _r(max(ends) - min(starts)),
+            "row_id": row_id, "sample_index": s.get("index", row_id), "group_index": s.get("group_index"),
+            "source": _cut(_source(s), 64), "status": _cut(s.get("status"), 64), "label": _cut(s.get("label"), 256),
+            "reward": _jsonable(reward) if isinstance(reward, dict) else reward,
+            "trace_id": _jsonable(trace.get("trace_id")), "attempt": int(trace.get("attempt", 0) or 0),
+            "start": start, "end": end, "duration": _r(max(0.0, end - start)),
             "lane_count": 1 + max(i["lane"] for i in items), "item_count": len(items),
             "closed_span_count": states.count("closed_span"), "open_span_count": states.count("open_span"),
             "point_event_count": states.count("point_event"), "orphan_count": states.count("orphan_end"),
             "total_response_length": sum(resp), "max_response_length": max(resp, default=0), "items": items})
     return {"cache_version": CACHE_VERSION, "pt_path": str(pt_path), "generated_at": time.time(),
-            "sample_count": len(samples), "global_start": min((r["start"] for r in rows), default=0),
-            "global_end": max((r["end"] for r in rows), default=0), "rows": rows}
+            "sample_count": len(rows), "global_start": _r(min(r["start"] for r in rows)) if rows else None,
+            "global_end": _r(max(r["end"] for r in rows)) if rows else None, "rows": rows}
 
 
 def main():
@@ -244,6 +256,8 @@ def main():
     samples = load_samples(pt)
     t1 = time.perf_counter()
     cache = build_cache(pt, samples)
+    if len(sys.argv) > 4:  # fixed header fields, for byte comparisons
+        cache["pt_path"], cache["generated_at"] = sys.argv[3], float(sys.argv[4])
     t2 = time.perf_counter()
     with open(out, "w") as f:
         json.dump(cache, f, ensure_ascii=True, separators=(",", ":"))

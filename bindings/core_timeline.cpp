@@ -3,7 +3,8 @@
 // from C++; Lua only gets them as strings when it asks (no *_path given).
 //   build(pt, {pt_path, generated_at, perfetto, cache_path, perfetto_path,
 //              html_path, html_head, html_mid, html_tail, first_rows})
-//     -> {sample_count, traced_samples, rows, pd_rows, items [, cache] [, perfetto]}
+//     -> {sample_count (samples in the dump), traced_samples, rows, pd_rows, items
+//         [, cache] [, perfetto]}; cache (slime's sample_count = rows) also without rows
 //        or nil, err (missing / corrupt file, not a dump, a file that cannot be written)
 //   page(cache_path, html_path, head, mid, tail [, first_rows]) -> true or nil, err
 //     the page: head, the cache's first rows, mid, the other rows, tail (write_timeline_page)
@@ -58,11 +59,11 @@ int l_build(lua_State* L) {
   {
     try {
       trace::Timeline t = trace::build_timeline(rollout::torch_load(path), path);
-      samples = t.sample_count, traced = t.traced_samples, pd_rows = t.pd_rows;
+      samples = t.dump_samples, traced = t.traced_samples, pd_rows = t.pd_rows;
       rows = static_cast<int64_t>(t.rows.size());
       for (const auto& r : t.rows) items += static_cast<int64_t>(r.items.size());
-      if (rows > 0) {  // nothing to write for a dump without traces: the caller reports it
-        cache = trace::timeline_cache_json(t, pt_path, generated_at);
+      cache = trace::timeline_cache_json(t, pt_path, generated_at);
+      if (rows > 0) {  // no files for a dump without traces: the caller reports it
         if (perfetto) trace_json = trace::timeline_perfetto_json(t, pt_path);
         if (cache_path) trace::write_file_atomic(*cache_path, {cache});
         if (perfetto_path) trace::write_file_atomic(*perfetto_path, {trace_json});
@@ -74,7 +75,7 @@ int l_build(lua_State* L) {
   }
   if (!err.empty()) return fail(L, err);
   lua_createtable(L, 0, 8);
-  if (!cache_path && rows > 0) set_string(L, "cache", cache);
+  if (!cache_path) set_string(L, "cache", cache);
   if (perfetto && !perfetto_path && rows > 0) set_string(L, "perfetto", trace_json);
   set_number(L, "sample_count", static_cast<double>(samples));
   set_number(L, "traced_samples", static_cast<double>(traced));

@@ -9,10 +9,9 @@
 -- also opens from file://), then serves the dump's folder until Ctrl-C.
 -- --format perfetto also writes <stem>.perfetto.json (Chrome trace events).
 -- docs/observability.md, "Trace timeline viewer", describes the page.
-local core = require "rl._core"
+local timeline = rl.timeline
 
 local opt = rl.args {
-  prog = "rlhost tools/trace_timeline.lua",
   description = "Per-sample trace timelines of a debug rollout dump (.pt) in a browser page.",
   { name = "pt_path", positional = true, required = true, metavar = "PATH.pt",
     help = "dump written by --save-debug-rollout-data / rl.dump.save (rlhost or slime)" },
@@ -40,7 +39,7 @@ local function read_file(path, max)
 end
 
 local pt = opt.pt_path
-local pt_mtime = core.timeline.mtime(pt)
+local pt_mtime = timeline.mtime(pt)
 if not pt_mtime then
   fail("pt file not found: " .. pt, "pass the .pt dump written by --save-debug-rollout-data or rl.dump.save")
 end
@@ -61,20 +60,8 @@ if pt:sub(1, 1) ~= "/" then
   if cwd then abs_pt = cwd .. "/" .. pt:gsub("^%./", "") end
 end
 
--- The cache's header (cache_version, sample_count, row_count) sits in its first bytes.
-local function cache_header(path)
-  local head = read_file(path, 512)
-  if not head then return nil end
-  local h = {}
-  for k, v in head:gmatch('"([%w_]+)":(%d+)') do
-    if h[k] == nil then h[k] = tonumber(v) end
-  end
-  if h.cache_version ~= 1 or not h.sample_count then return nil end
-  return h
-end
-
 local function fresh(path)
-  local m = core.timeline.mtime(path)
+  local m = timeline.mtime(path)
   return m ~= nil and m >= pt_mtime
 end
 
@@ -94,15 +81,15 @@ local html_head = template:sub(1, at - 1):gsub("__TITLE__", function() return ti
 local html_mid = template:sub(at + #"__TIMELINE_CACHE__", at2 - 1)
 local html_tail = template:sub(at2 + #"__TIMELINE_REST__")
 
-local header = (not opt.rebuild and fresh(cache_path)) and cache_header(cache_path) or nil
+local header = (not opt.rebuild and fresh(cache_path)) and timeline.cache_header(cache_path) or nil
 local how
 if header and (not want_perfetto or fresh(perfetto_path)) then
-  local ok, err = core.timeline.page(cache_path, html_path, html_head, html_mid, html_tail)
+  local ok, err = timeline.page(cache_path, html_path, html_head, html_mid, html_tail)
   if not ok then fail(err) end
   how = "reused"
 else
   local t0 = rl.now()
-  local res, err = core.timeline.build(pt, {
+  local res, err = timeline.build(pt, {
     pt_path = abs_pt, generated_at = rl.time(), cache_path = cache_path, html_path = html_path,
     html_head = html_head, html_mid = html_mid, html_tail = html_tail, perfetto_path = want_perfetto and perfetto_path or nil,
   })
@@ -114,7 +101,7 @@ else
       pt, res.sample_count, res.traced_samples),
       "dumps keep sample.trace when the rollout ran with tracing on (rl.trace.enabled(true), the default)")
   end
-  header = { sample_count = res.sample_count, row_count = res.rows, pd_row_count = res.pd_rows }
+  header = { sample_count = res.rows, dump_sample_count = res.sample_count, pd_row_count = res.pd_rows }
   how = ("built in %.2f s"):format(rl.now() - t0)
 end
 
@@ -122,11 +109,9 @@ print("pt: " .. pt)
 print("cache: " .. cache_path .. " (" .. how .. ")")
 print("html: " .. html_path)
 if want_perfetto then print("perfetto: " .. perfetto_path .. " (open in https://ui.perfetto.dev or chrome://tracing)") end
-print(("samples: %d"):format(header.sample_count))
-if header.row_count then
-  print(("rows: %d with traces%s"):format(header.row_count,
-    (header.pd_row_count or 0) > 0 and (", %d with PD [P]/[D] lanes"):format(header.pd_row_count) or ""))
-end
+-- samples: what slime prints (samples with trace events), then the dump's total
+print(("samples: %d with traces (of %d in the dump)%s"):format(header.sample_count, header.dump_sample_count,
+  (header.pd_row_count or 0) > 0 and (", %d with PD [P]/[D] lanes"):format(header.pd_row_count) or ""))
 io.stdout:flush()
 if not opt.serve then return end
 

@@ -304,7 +304,8 @@ local function compile(spec)
       c.by_flag[kebab(o.key)] = o
     end
   end
-  c.prog = spec.prog or rl.script or "recipe.lua"
+  -- the usage line reads "usage: rlhost <prog>": a prog written with its "rlhost " keeps one
+  c.prog = (tostring(spec.prog or rl.script or "recipe.lua"):gsub("^rlhost%s+", ""))
   return c
 end
 

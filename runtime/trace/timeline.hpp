@@ -17,30 +17,44 @@ namespace rl::trace {
 
 enum class ItemKind : uint8_t { closed_span, open_span, point_event, orphan_end };
 
+// Item and row fields point into the loaded dump (Timeline::dump keeps it alive);
+// nullptr stands for None. The cache writer applies slime's conversions to them.
 struct TimelineItem {
   ItemKind kind = ItemKind::point_event;
-  std::string name, span_id, parent_span_id, parent_span_name;  // empty: null
-  double start = 0, end = 0, display_end = 0;  // point/orphan: start == ts
+  const rollout::Value* name = nullptr;
+  const rollout::Value* span_id = nullptr;         // spans and unmatched ends
+  const rollout::Value* parent_span_id = nullptr;  // explicit, else inferred from the open stack
+  const rollout::Value* parent_span_name = nullptr;
+  bool has_parent_name = false;                    // parent_span_name is the parent's (maybe None) name
+  double start = 0, end = 0, display_end = 0;      // rounded to 6 decimals; point/orphan: all = ts
+  double raw_start = 0, raw_end = 0;               // as recorded (PD lane durations use these)
   int64_t attempt = 0;
   int lane = 0, depth = 0;
-  const rollout::Value* start_attrs = nullptr;  // span start attrs; point/orphan attrs
-  const rollout::Value* end_attrs = nullptr;    // span end attrs (closed)
-  std::string clipped_by;                       // open spans: what ended the bar
-  // Synthetic PD lane ("<name> [P]" / "[D]"): role and the pd_* keys copied from the parent.
-  std::string pd_role;
-  std::vector<std::pair<std::string, double>> pd_values;
+  const rollout::Value* start_attrs = nullptr;     // span start attrs; point/orphan attrs (nullptr: {})
+  const rollout::Value* end_attrs = nullptr;       // closed span end attrs
+  const char* clipped_by = nullptr;                // open spans: what ended the bar
+  // Synthetic PD lane ("<name> [P]" / "[D]"): its name and span id as text, the role
+  // and the pd_* values copied from the parent's end attrs.
+  std::string pd_name, pd_span_id;
+  const char* pd_role = nullptr;
+  std::vector<std::pair<const char*, const rollout::Value*>> pd_values;
   double pd_parent_duration = 0;
   bool is_span() const { return kind == ItemKind::closed_span || kind == ItemKind::open_span; }
+  bool is_pd() const { return pd_role != nullptr; }
 };
 
 struct TimelineRow {
-  int64_t row_id = 0, sample_index = 0;
-  const rollout::Value* group_index = nullptr;  // int or None
-  std::string source, status, label, trace_id;
-  bool has_source = false, has_status = false, has_label = false;
+  int64_t row_id = 0;                          // position in the dump's sample list
+  const rollout::Value* index = nullptr;       // sample["index"] when the key is there
+  bool has_index = false;
+  const rollout::Value* group_index = nullptr;
+  const rollout::Value* source = nullptr;      // sample.source, metadata.source, .source_name, *source*
+  const rollout::Value* status = nullptr;
+  const rollout::Value* label = nullptr;
   const rollout::Value* reward = nullptr;
+  const rollout::Value* trace_id = nullptr;
   int64_t attempt = 0;
-  double start = 0, end = 0;
+  double start = 0, end = 0, duration = 0;
   int lane_count = 1;
   int64_t closed = 0, open = 0, points = 0, orphans = 0;
   int64_t total_response_length = 0, max_response_length = 0;
@@ -49,11 +63,11 @@ struct TimelineRow {
 };
 
 struct Timeline {
-  rollout::Value dump;  // keeps the attrs the items point into alive
-  int64_t sample_count = 0;         // samples in the dump
+  rollout::Value dump;              // keeps the values the rows point into alive
+  int64_t dump_samples = 0;         // samples in the dump
   int64_t traced_samples = 0;       // samples with a trace dict
-  std::vector<TimelineRow> rows;
-  double global_start = 0, global_end = 0;
+  std::vector<TimelineRow> rows;    // slime's sample_count is rows.size()
+  double global_start = 0, global_end = 0;  // rounded; 0 without rows (written as null)
   int64_t pd_rows = 0;              // rows with synthetic [P]/[D] lanes
 };
 
@@ -62,8 +76,10 @@ struct Timeline {
 // rl::Error naming `where` when it is not a dump.
 Timeline build_timeline(rollout::Value dump, const std::string& where);
 
-// slime's cache JSON (CACHE_VERSION 1) for the viewer. Text is ASCII; '<' is
-// written as \u003c so the JSON can sit inside an HTML <script> element.
+// slime's cache JSON (CACHE_VERSION 1) for the viewer: the values json.dump writes
+// for slime's cache of the same dump, plus two top-level keys (dump_sample_count,
+// pd_row_count). Text is ASCII; '<' is written as \u003c so the JSON can sit inside
+// an HTML <script> element, and rows are separated by ",\n".
 std::string timeline_cache_json(const Timeline& t, const std::string& pt_path, double generated_at);
 
 // Chrome trace event JSON: one thread (track) per sample, spans as "X" events,

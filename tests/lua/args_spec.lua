@@ -374,6 +374,9 @@ describe("rl.args help", function()
     local t2 = rl.args.help({})
     rl.script = saved
     ok(t2:find("^usage: rlhost recipes/y.lua %[options%]"), t2)
+    -- a prog spelled with the binary's name is not doubled ("usage: rlhost rlhost ...")
+    local t3 = rl.args.help({ prog = "rlhost tools/x.lua" })
+    ok(t3:find("^usage: rlhost tools/x.lua %[options%]"), t3)
   end)
 
   it("rl.args prints the help and exits 0", function()

@@ -1,10 +1,10 @@
--- tools/trace_timeline.lua and _core.timeline: the viewer cache (slime's schema v1),
+-- tools/trace_timeline.lua and rl.timeline: the viewer cache (slime's schema v1, the
+-- values slime's own viewer writes for the dumps in tests/data/trace_timeline),
 -- reconstruction rules (pairing, open spans, unmatched ends, lanes, PD lanes), cache
 -- reuse vs --rebuild, the Chrome-trace file, and errors for bad input. The page
 -- itself is tested in a browser: tests/browser/test_trace_timeline.py.
 local rl = require "rl"
 local json = rl.json
-local core = require "rl._core"
 
 local bin = os.getenv("RLHOST_BIN") or "build/rlhost"
 local src = os.getenv("RLHOST_SOURCE_DIR") or "."
@@ -60,8 +60,28 @@ local function traced_samples(n, pd)
   return out
 end
 
+-- rlhost's cache text as slime's json.dump would write the same values: rows joined
+-- without the newline, '<' unescaped, and without rlhost's two extra header keys.
+local function as_slime_bytes(cache)
+  local s = cache:gsub(",\n{", ",{"):gsub("\n$", "")
+  s = s:gsub(',"dump_sample_count":%d+,"pd_row_count":%d+', "", 1)
+  s = s:gsub("(\\*)\\u003c", function(bs) if #bs % 2 == 0 then return bs .. "<" end end)
+  return s
+end
+
+local function first_difference(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    if a:byte(i) ~= b:byte(i) then
+      return ("byte %d:\n  rlhost: %s\n  slime:  %s"):format(i, a:sub(math.max(1, i - 160), i + 80),
+        b:sub(math.max(1, i - 160), i + 80))
+    end
+  end
+  return ("lengths %d (rlhost) and %d (slime)"):format(#a, #b)
+end
+
 local function build(path, opts)
-  local res, err = core.timeline.build(path, opts)
+  local res, err = rl.timeline.build(path, opts)
   assert(res, err)
   return res, assert(json.decode(res.cache))
 end
@@ -73,6 +93,54 @@ local function items_named(row, name)
 end
 
 describe("trace timeline", function()
+  -- Dumps written by torch.save with each shape the viewer must survive, and the caches
+  -- slime's tools/trace_timeline_viewer.py wrote for them (make_dumps.py / make_expected.py).
+  for _, name in ipairs { "sources", "rounding", "malformed", "untraced", "bare_list", "slime_like" } do
+    it("writes the cache slime's viewer writes: " .. name .. ".pt", function()
+      local dir = src .. "/tests/data/trace_timeline/"
+      local want = rl.gzip.read_file(dir .. name .. ".cache.json") or assert(rl.gzip.read_file(dir .. name .. ".cache.json.gz"))
+      local res, err = rl.timeline.build(dir .. name .. ".pt", { pt_path = "dump.pt", generated_at = 0 })
+      assert(res, err)
+      local got = as_slime_bytes(res.cache)
+      ok(got == want, name .. ".pt: the cache differs from slime's at " .. first_difference(got, want))
+    end)
+  end
+
+  it("counts rows as slime does and keeps the dump's total beside it", function()
+    local dir = src .. "/tests/data/trace_timeline/"
+    local res = assert(rl.timeline.build(dir .. "malformed.pt"))
+    local c = json.decode(res.cache)
+    eq(res.sample_count, 18)   -- samples in the dump
+    eq(res.rows, 9)            -- with trace events
+    eq(c.sample_count, 9)      -- slime's sample_count: rows
+    eq(c.dump_sample_count, 18)
+    local untraced = assert(rl.timeline.build(dir .. "untraced.pt"))
+    local u = json.decode(untraced.cache)
+    eq(untraced.rows, 0)
+    eq(u.sample_count, 0)
+    eq(u.global_start, json.null)
+  end)
+
+  it("ends an open span whose ancestors form a cycle (where slime's walk never returns)", function()
+    local dir = tmpdir()
+    local carrier = { trace_id = "c", attempt = 0, events = {
+      { type = "span_start", name = "a", ts = 1, span_id = "a", parent_span_id = "b" },
+      { type = "span_start", name = "b", ts = 2, span_id = "b", parent_span_id = "a" },
+    } }
+    local pt = assert(rl.dump.save(dir .. "/cycle.pt", 0, { { index = 0, trace = carrier } }))
+    local _, c = build(pt)
+    local a, b = items_named(c.rows[1], "a")[1], items_named(c.rows[1], "b")[1]
+    eq({ a.state, a.display_end_ts, a.attrs.end_attrs.clipped_by, a.lane }, { "open_span", 2, "row_end", 2 })
+    eq({ b.state, b.display_end_ts, b.attrs.end_attrs.clipped_by, b.lane }, { "open_span", 2, "self", 1 })
+  end)
+
+  it("prints its usage line once (rlhost tools/trace_timeline.lua --help)", function()
+    local out, rc = run_tool("--help")
+    eq(rc, 0, out)
+    ok(out:find("^usage: rlhost " .. tool:gsub("%p", "%%%0") .. " %[options%] PATH%.pt"), out)
+    ok(not out:find("rlhost rlhost", 1, true), out)
+  end)
+
   it("writes the cache in slime's schema (version 1)", function()
     local dir = tmpdir()
     local pt = assert(rl.dump.save(dir .. "/rollout_{rollout_id}.pt", 3, traced_samples(4, false)))
@@ -215,21 +283,21 @@ describe("trace timeline", function()
   it("splits the page's data into the first rows and the rest", function()
     local dir = tmpdir()
     local pt = assert(rl.dump.save(dir .. "/s.pt", 0, traced_samples(5, false)))
-    local res = assert(core.timeline.build(pt, { cache_path = dir .. "/s.json" }))
+    local res = assert(rl.timeline.build(pt, { cache_path = dir .. "/s.json" }))
     eq(res.cache, nil)  -- written from C++, not handed to Lua
-    ok(core.timeline.page(dir .. "/s.json", dir .. "/s.html", "<a>", "<b>", "<c>", 2))
+    ok(rl.timeline.page(dir .. "/s.json", dir .. "/s.html", "<a>", "<b>", "<c>", 2))
     local html = read(dir .. "/s.html")
     local first, rest = html:match("^<a>(.*)<b>(.*)<c>$")
     local c1, c2 = assert(json.decode(first)), assert(json.decode(rest))
     eq(#c1.rows, 2)
-    eq(c1.row_count, 5)
+    eq(c1.sample_count, 5)
     eq(#c2, 3)
     eq(c2[1].row_id, 2)
-    ok(core.timeline.page(dir .. "/s.json", dir .. "/all.html", "<a>", "<b>", "<c>", 10))
+    ok(rl.timeline.page(dir .. "/s.json", dir .. "/all.html", "<a>", "<b>", "<c>", 10))
     first, rest = read(dir .. "/all.html"):match("^<a>(.*)<b>(.*)<c>$")
     eq(#json.decode(first).rows, 5)
     eq(rest, "[]")
-    local none, err = core.timeline.page(dir .. "/missing.json", dir .. "/x.html", "", "", "")
+    local none, err = rl.timeline.page(dir .. "/missing.json", dir .. "/x.html", "", "", "")
     eq(none, nil)
     ok(err:find("missing.json", 1, true), err)
   end)

@@ -10,7 +10,6 @@
 -- sglang_pd_summary event. A few samples keep an open span, an unmatched end, or a
 -- second attempt. Deterministic for a seed.
 local opt = rl.args {
-  prog = "rlhost tools/trace_timeline/demo_dump.lua",
   description = "Synthetic rollout dump with rlhost-shaped traces (for the trace timeline viewer).",
   { name = "out", positional = true, required = true, metavar = "OUT.pt" },
   { name = "samples", type = "int", default = 64 },

@@ -16,6 +16,7 @@
 ---@field gzip rl.gzip
 ---@field process rl.process
 ---@field profile rl.profile
+---@field timeline rl.timeline
 ---@field dist rl.dist
 rl = {}
 
