@@ -40,72 +40,61 @@ RL_BI_INLINE void tile(const float* x, int64_t ldx, const float* w, int64_t ldw,
     for (int64_t c = 0; c < nc; ++c) y[r * ldy + c] = bias ? acc[r][c] + bias[c] : acc[r][c];
 }
 
-// The same arithmetic for a ragged edge read straight from memory (fewer than kNR
-// columns left in a [k, n] matrix: nothing past them may be read).
-RL_BI_INLINE void tile_edge(const float* x, int64_t ldx, const float* w, int64_t ldw, const float* bias, float* y,
-                            int64_t ldy, int64_t K, int64_t rows, int64_t nc) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < nc; ++c) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * ldx + k], w[k * ldw + c], acc);
-      y[r * ldy + c] = bias ? acc + bias[c] : acc;
-    }
-}
+// Few rows (decode) of a [k, n] matrix: stream W row by row over a chunk of
+// columns whose accumulators stay in L1, instead of walking column panels down
+// a matrix whose rows are pages apart. Same arithmetic per element.
+// Up to kStreamRows rows; `cols` accumulators per row (8K floats in all).
+constexpr int64_t kStreamRows = 8;
+int64_t stream_cols(int64_t m) { return std::clamp<int64_t>(8192 / m / kNR * kNR, kNR, 512); }
 
-// A few rows (decode) of a [k, n] matrix: one row across four column tiles at a
-// time, so eight accumulators are in flight instead of two.
-RL_BI_INLINE void row_wide(const float* x, const float* w, int64_t ldw, const float* bias, float* y, int64_t K) {
-  constexpr int W = 4 * kNR;
-  float acc[W];
-  for (int c = 0; c < W; ++c) acc[c] = 0.0f;
-  for (int64_t k = 0; k < K; ++k) {
-    const float* wk = w + k * ldw;
-    const float xv = x[k];
-    for (int c = 0; c < W; ++c) acc[c] = std::fma(xv, wk[c], acc[c]);
+RL_BI_CLONES
+void gemm_stream(const float* x, int64_t ldx, const float* w, int64_t ldw, const float* bias, float* y, int64_t ldy,
+                 int64_t m, int64_t K, int64_t c0, int64_t c1, float* acc) {
+  const int64_t kStreamCols = stream_cols(m);
+  for (int64_t a = c0; a < c1; a += kStreamCols) {
+    const int64_t nc = std::min(kStreamCols, c1 - a);
+    for (int64_t i = 0; i < m * kStreamCols; ++i) acc[i] = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float* wk = w + k * ldw + a;
+      for (int64_t r = 0; r < m; ++r) {
+        const float xv = x[r * ldx + k];
+        float* ar = acc + r * kStreamCols;
+        for (int64_t c = 0; c < nc; ++c) ar[c] = std::fma(xv, wk[c], ar[c]);
+      }
+    }
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < nc; ++c)
+        y[r * ldy + a + c] = bias ? acc[r * kStreamCols + c] + bias[a + c] : acc[r * kStreamCols + c];
   }
-  for (int c = 0; c < W; ++c) y[c] = bias ? acc[c] + bias[c] : acc[c];
 }
 
 // Column blocks [jb0, jb1) for all m rows. `pack` holds K * kNR floats.
 RL_BI_CLONES
 void gemm_blocks(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
                  int64_t ldy, int64_t m, int64_t K, int64_t n, int64_t jb0, int64_t jb1, float* pack) {
-  // Rows in full register tiles, block by block; then the last rows (fewer than
-  // a tile) of a [k, n] matrix one by one across four blocks at a time.
+  // Rows in full register tiles, block by block, from a [K, kNR] panel packed
+  // once per block (contiguous for the tiles, whatever the matrix layout).
   const int64_t mr = kWideRegisters ? 6 : 3;
-  const int64_t m_tiled = w_kn ? m - m % mr : m;
   for (int64_t jb = jb0; jb < jb1; ++jb) {
     const int64_t c0 = jb * kNR, nc = std::min<int64_t>(kNR, n - c0);
     const float* b = bias ? bias + c0 : nullptr;
-    const float* panel = w + c0;
-    int64_t lp = ldw;
-    if (!w_kn) {  // [n, k] rows c0.. -> a [K, kNR] panel, zero past nc
-      for (int64_t k = 0; k < K; ++k) {
-        float* dst = pack + k * kNR;
+    for (int64_t k = 0; k < K; ++k) {
+      float* dst = pack + k * kNR;
+      if (w_kn) {
+        const float* src = w + k * ldw + c0;
+        for (int64_t c = 0; c < nc; ++c) dst[c] = src[c];
+      } else {
         for (int64_t c = 0; c < nc; ++c) dst[c] = w[(c0 + c) * ldw + k];
-        for (int64_t c = nc; c < kNR; ++c) dst[c] = 0.0f;
       }
-      panel = pack;
-      lp = kNR;
-    } else if (nc < kNR) {
-      tile_edge(x, ldx, panel, ldw, b, y + c0, ldy, K, m, nc);  // every row: nothing past n may be read
-      continue;
+      for (int64_t c = nc; c < kNR; ++c) dst[c] = 0.0f;
     }
+    const float* panel = pack;
+    const int64_t lp = kNR;
     int64_t i = 0;
     if (mr == 6)
-      for (; i + 6 <= m_tiled; i += 6) tile<6>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
-    for (; i + 3 <= m_tiled; i += 3) tile<3>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
-    for (; i < m_tiled; ++i) tile<1>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
-  }
-  if (m_tiled == m) return;
-  const int64_t full_end = std::min(jb1, n / kNR);  // the ragged block was done above
-  for (int64_t i = m_tiled; i < m; ++i) {
-    int64_t jb = jb0;
-    for (; jb + 4 <= full_end; jb += 4)
-      row_wide(x + i * ldx, w + jb * kNR, ldw, bias ? bias + jb * kNR : nullptr, y + i * ldy + jb * kNR, K);
-    for (; jb < full_end; ++jb)
-      tile<1>(x + i * ldx, ldx, w + jb * kNR, ldw, bias ? bias + jb * kNR : nullptr, y + i * ldy + jb * kNR, ldy, K,
-              kNR);
+      for (; i + 6 <= m; i += 6) tile<6>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
+    for (; i + 3 <= m; i += 3) tile<3>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
+    for (; i < m; ++i) tile<1>(x + i * ldx, ldx, panel, lp, b, y + i * ldy + c0, ldy, K, nc);
   }
 }
 
@@ -159,11 +148,20 @@ float exp_one(float x) { return exp_inline(x); }
 void gemm(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
           int64_t ldy, int64_t m, int64_t k, int64_t n) {
   if (m <= 0 || n <= 0) return;
+  if (w_kn && m <= kStreamRows) {
+    const int64_t cols = stream_cols(m), chunks = (n + cols - 1) / cols;
+    const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, m * k * cols));
+    at::parallel_for(0, chunks, grain, [&](int64_t a0, int64_t a1) {
+      std::vector<float> acc(static_cast<size_t>(m * cols));
+      gemm_stream(x, ldx, w, ldw, bias, y, ldy, m, k, a0 * cols, std::min(n, a1 * cols), acc.data());
+    });
+    return;
+  }
   const int64_t blocks = (n + kNR - 1) / kNR;
   // Enough work per task to pay for a thread (and for packing a panel).
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, m * k));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    std::vector<float> pack(w_kn ? 0 : static_cast<size_t>(k * kNR));
+    std::vector<float> pack(static_cast<size_t>(k * kNR));
     gemm_blocks(x, ldx, w, ldw, w_kn, bias, y, ldy, m, k, n, b0, b1, pack.data());
   });
 }

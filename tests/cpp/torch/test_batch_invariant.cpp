@@ -1,0 +1,129 @@
+// The batch-invariant float32 kernels (nn/batch_invariant*.hpp): accurate against
+// float64 references, the same bits for a row whatever batch or layout it comes
+// in, and gradients equal to ATen's. ctest runs this file under every CPU
+// capability the host offers (tests/CMakeLists.txt).
+#include <torch/torch.h>
+
+#define CATCH_CONFIG_PREFIX_ALL
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "nn/batch_invariant.hpp"
+#include "nn/batch_invariant_ops.hpp"
+
+namespace bi = rl::nn::bi;
+
+namespace {
+
+double max_abs(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::abs(static_cast<int64_t>(ia) - static_cast<int64_t>(ib));
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("bi::linear matches float64 and gives a row the same bits in any batch and layout", "[bi]") {
+  torch::NoGradGuard ng;
+  torch::manual_seed(7);
+  // Shapes around every tile and edge: ragged columns, 1..13 rows, stream and tiled paths.
+  for (int64_t K : {1, 7, 64, 333}) {
+    for (int64_t N : {1, 31, 32, 100, 515}) {
+      auto w = torch::randn({N, K});                       // HF layout [out, in]
+      auto w_kn = w.t().contiguous().t();                  // the engine's layout: [in, out] storage
+      auto b = torch::randn({N});
+      auto x = torch::randn({13, K});
+      auto want = torch::addmm(b.to(torch::kFloat64), x.to(torch::kFloat64), w.t().to(torch::kFloat64));
+      auto all = bi::linear(x, w, b);
+      CATCH_INFO("K " << K << " N " << N);
+      CATCH_CHECK(max_abs(all, want) < 1e-4 * std::sqrt(static_cast<double>(K)));
+      CATCH_CHECK(torch::equal(bi::linear(x, w_kn, b), all));
+      for (int64_t m : {1, 2, 3, 5, 6, 7, 9, 12}) {
+        CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, 0, m), w, b), all.narrow(0, 0, m)));
+        CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, 13 - m, m), w_kn, b), all.narrow(0, 13 - m, m)));
+      }
+    }
+  }
+}
+
+CATCH_TEST_CASE("bi::exp is within 3 ulp of libm's and exact at the edges", "[bi]") {
+  int64_t worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) worst = std::max(worst, ulps(bi::exp(x), std::exp(x)));
+  CATCH_CHECK(worst <= 3);
+  CATCH_CHECK(bi::exp(0.0f) == 1.0f);
+  CATCH_CHECK(bi::exp(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CATCH_CHECK(bi::exp(-100.0f) == 0.0f);
+}
+
+CATCH_TEST_CASE("bi::logsumexp matches float64 and keeps -inf entries out", "[bi]") {
+  torch::manual_seed(3);
+  for (int64_t V : {1, 15, 16, 17, 1000, 151936}) {
+    auto z = torch::randn({V}) * 8;
+    const double want = torch::logsumexp(z.to(torch::kFloat64), 0).item<double>();
+    CATCH_CHECK(std::abs(bi::logsumexp(z.data_ptr<float>(), V) - want) < 1e-6);
+  }
+  std::vector<float> z{1.0f, -std::numeric_limits<float>::infinity(), 2.0f};
+  CATCH_CHECK(std::abs(bi::logsumexp(z.data(), 3) - std::log(std::exp(1.0) + std::exp(2.0))) < 1e-6);
+}
+
+CATCH_TEST_CASE("bi ops: rms_norm, silu_mul and causal attention match ATen, with ATen's gradients", "[bi]") {
+  torch::manual_seed(11);
+  const int64_t B = 2, T = 9, H = 4, KV = 2, D = 8;
+  auto q = torch::randn({B, T, H, D}, torch::requires_grad());
+  auto k = torch::randn({B, T, KV, D}, torch::requires_grad());
+  auto v = torch::randn({B, T, KV, D}, torch::requires_grad());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto ref = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0, true,
+                                              scale, true)
+                 .transpose(1, 2)
+                 .reshape({B, T, H * D});
+  auto got = bi::causal_attention(q, k, v, scale);
+  CATCH_CHECK(max_abs(got, ref) < 1e-5);
+  auto g = torch::randn_like(ref);
+  auto gr = torch::autograd::grad({ref}, {q, k, v}, {g});
+  auto gg = torch::autograd::grad({got}, {q, k, v}, {g});
+  for (int i = 0; i < 3; ++i) CATCH_CHECK(max_abs(gg[i], gr[i]) < 1e-5);
+  // A prefix's rows do not depend on what follows it (causal, per row).
+  torch::NoGradGuard ng;
+  auto head = bi::causal_attention(q.narrow(1, 0, 4), k.narrow(1, 0, 4), v.narrow(1, 0, 4), scale);
+  CATCH_CHECK(torch::equal(head, got.narrow(1, 0, 4)));
+
+  auto x = torch::randn({5, 3, 37});
+  auto w = torch::randn({37});
+  auto rms = w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6));
+  CATCH_CHECK(max_abs(bi::rms_norm(x, w, 1e-6), rms) < 1e-5);
+  CATCH_CHECK(torch::equal(bi::rms_norm(x.narrow(0, 2, 1), w, 1e-6), bi::rms_norm(x, w, 1e-6).narrow(0, 2, 1)));
+  auto gu = torch::randn({6, 2 * 45}) * 4;
+  auto gate = gu.narrow(1, 0, 45), up = gu.narrow(1, 45, 45);
+  CATCH_CHECK(max_abs(bi::silu_mul(gate, up), torch::silu(gate) * up) < 1e-5);
+  CATCH_CHECK(torch::equal(bi::silu_mul(gate, up), bi::silu_mul(gate.contiguous(), up.contiguous())));
+}
+
+CATCH_TEST_CASE("bi ops: linear, rms_norm and silu_mul gradients equal ATen's", "[bi]") {
+  torch::manual_seed(5);
+  auto x = torch::randn({4, 3, 20}, torch::requires_grad());
+  auto w = torch::randn({30, 20}, torch::requires_grad());
+  auto b = torch::randn({30}, torch::requires_grad());
+  auto g = torch::randn({4, 3, 30});
+  auto gr = torch::autograd::grad({torch::linear(x, w, b)}, {x, w, b}, {g});
+  auto gg = torch::autograd::grad({bi::linear(x, w, b)}, {x, w, b}, {g});
+  for (int i = 0; i < 3; ++i) CATCH_CHECK(max_abs(gg[i], gr[i]) < 1e-4);
+  auto nw = torch::randn({20}, torch::requires_grad());
+  auto g2 = torch::randn({4, 3, 20});
+  auto ref = nw * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5));
+  auto r1 = torch::autograd::grad({ref}, {x, nw}, {g2});
+  auto r2 = torch::autograd::grad({bi::rms_norm(x, nw, 1e-5)}, {x, nw}, {g2});
+  for (int i = 0; i < 2; ++i) CATCH_CHECK(max_abs(r1[i], r2[i]) < 1e-4);
+  auto u = torch::randn({4, 3, 20}, torch::requires_grad());
+  auto s1 = torch::autograd::grad({torch::silu(x) * u}, {x, u}, {g2});
+  auto s2 = torch::autograd::grad({bi::silu_mul(x, u)}, {x, u}, {g2});
+  for (int i = 0; i < 2; ++i) CATCH_CHECK(max_abs(s1[i], s2[i]) < 1e-5);
+}
