@@ -45,6 +45,7 @@ end
 function Job:rollout_step(rollout_id)
   local opt, ro = self.opt, self.rollout
   self.times = {}
+  if self.health then self.health:step_start(rollout_id) end
   if opt.progress then
     self.bar = rl.progress.new { label = "rollout", unit = "samples",
                                  total = opt.rollout_batch_size * opt.n_samples_per_prompt }
@@ -91,7 +92,12 @@ end
 function Job:sync()
   if not self.engines then return end
   local tr = self.trainer
-  local r, serr = self:timed("sync", tr.sync, tr, self.engines)
+  local r, serr
+  if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
+    r, serr = self:timed("sync", self.health.sync, self.health, tr)
+  else
+    r, serr = self:timed("sync", tr.sync, tr, self.engines)
+  end
   if not r then error("weight sync failed: " .. tostring(serr), 0) end
   self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
   local how = table.concat(r.methods or {}, ", ")
@@ -139,7 +145,12 @@ function Job:log_step()
   m["perf/total_step_time"] = total
   if m["rollout/acc"] == nil then m["rollout/acc"] = m["rollout/raw_reward"] end
   for k, v in pairs(require("rl.reload").metrics()) do m[k] = v end
-  self.metrics.console_format = console_line
+  local note = ""
+  if self.health then
+    for k, v in pairs(self.health:metrics()) do m[k] = v end
+    note = self.health:step_note()
+  end
+  self.metrics.console_format = function(mm, key) return console_line(mm, key) .. note end
   self.metrics:log(m, "rollout/step")
   self.last = m
   self.steps_done = (self.steps_done or 0) + 1
@@ -201,6 +212,13 @@ function Job:wait_while_paused()
   log.info("resumed")
 end
 
+--- A fault drill (also from `rlhost attach`: rl.recipe.current:inject_fault("kill", 2)):
+--- SIGKILL ("kill") or SIGSTOP ("stop") to process engine i now. Needs --use-fault-tolerance.
+function Job:inject_fault(action, i)
+  if not self.health then return nil, "inject_fault: the job runs without --use-fault-tolerance" end
+  return self.health:inject(action, i)
+end
+
 --- Ctrl-C stops at the next step boundary, after saving; a second Ctrl-C cancels.
 function Job:on_interrupt()
   rl.on_interrupt(function()
@@ -251,6 +269,7 @@ function Job:finish(last_rollout)
   log.info("done:\n" .. table.concat(lines, "\n"))
   self.metrics:close()
   if self.metrics_server then self.metrics_server:stop() end
+  if self.health then self.health:stop() end
   if self.router then self.router:stop() end
   for _, eng in ipairs(self.engines or {}) do eng:stop() end
   if self.stopping and last_rollout ~= false then rl.exit(130) end
