@@ -55,7 +55,7 @@ local lazy = {
   data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace", mathgen = "rl.mathgen",
   router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
   reload = "rl.reload", progress = "rl.progress", recipe = "rl.recipe",
-  gzip = "rl.gzip", process = "rl.process", profile = "rl.profile", dist = "rl.dist",
+  gzip = "rl.gzip", process = "rl.process", profile = "rl.profile", dist = "rl.dist", watchdog = "rl.watchdog",
 }
 
 return require("rl._lazy")(rl, lazy)

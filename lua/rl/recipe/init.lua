@@ -198,6 +198,8 @@ function M.setup(opt, setup_opts)
     if job.resumed then assert(job.trainer:sync(job.engines)) end
   end
   job.metrics = assert(rl.metrics.configure(opt))
+  rl.watchdog.start { timeout = opt.hang_timeout, job = job,
+                      dir = job.metrics.jsonl_path and job.metrics.jsonl_path:match("^(.*)/[^/]*$") or "." }
   if opt.metrics_port then   -- the trainer's live /metrics (tools/prometheus.lua --trainer-url)
     local srv, serr = rl.metrics.serve { port = opt.metrics_port }
     if not srv then rl.args.usage_error("--metrics-port " .. opt.metrics_port .. ": " .. tostring(serr)) end

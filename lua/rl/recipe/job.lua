@@ -21,7 +21,9 @@ local function pack(...) return { n = select("#", ...), ... } end
 function Job:timed(name, fn, ...)
   self.times = self.times or {}
   local t0 = rl.now()
+  self.phase, self.phase_since = name, t0   -- for rl.watchdog's report
   local r = pack(fn(...))
+  self.phase = nil
   self.times[name] = (self.times[name] or 0) + (rl.now() - t0)
   return unpack(r, 1, r.n)
 end
@@ -34,6 +36,7 @@ function Job:sample_hooks(extra)
     local attrs = require("rl.reload").trace_attrs()
     if next(attrs) then trace.event(s, "modules", attrs) end
     if self.bar and not evaluation then self.bar:add(1, { tokens = s.response_length or 0 }) end
+    rl.watchdog.progress("sample")
   end
   if type(extra) == "function" then hooks[2] = extra end
   if type(extra) == "table" then for _, h in ipairs(extra) do hooks[#hooks + 1] = h end end
@@ -269,6 +272,7 @@ function Job:finish(last_rollout)
   log.info("done:\n" .. table.concat(lines, "\n"))
   self.metrics:close()
   if self.metrics_server then self.metrics_server:stop() end
+  rl.watchdog.stop()
   if self.health then self.health:stop() end
   if self.router then self.router:stop() end
   for _, eng in ipairs(self.engines or {}) do eng:stop() end

@@ -81,6 +81,8 @@ local FLAGS = {
     help = "seconds after an engine (re)starts before its first probe" },
   { name = "fault_injection", type = "string",
     help = "drills: ACTION:ENGINE:STEP[:DELAY_S],... (kill or stop process engine ENGINE DELAY_S s into rollout STEP)" },
+  { name = "hang_timeout", type = "number", default = 1800,
+    help = "no sample, request or training step for this many seconds: log a hang report (rl.watchdog; 0: off)" },
   { name = "metrics_port", type = "int",
     help = "serve the step metrics for Prometheus at http://127.0.0.1:PORT/metrics (0: a free port)" },
   { name = "progress", type = "bool", default = true, help = "progress bars for rollout and training" },

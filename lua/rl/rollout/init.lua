@@ -197,6 +197,7 @@ function Rollout:generate(sample, params)
   trace.span(sample, "sglang_generate", { max_new_tokens = p.max_new_tokens }, function(span)
     local out, err, info = self:_post(req, sample.session_id)
     if not out then error(err, 0) end
+    require("rl.watchdog").progress("request")
     -- retried (by the router on another worker, or here): each retry is an attempt, as slime's trace_next_attempt
     for _ = 2, (info and info.attempts or 1) do
       trace.next_attempt(sample, { reason = "engine failed", worker = info.worker })
