@@ -17,6 +17,7 @@
 ---@field process rl.process
 ---@field profile rl.profile
 ---@field dist rl.dist
+---@field watchdog rl.watchdog
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------
