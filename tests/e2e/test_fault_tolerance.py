@@ -10,7 +10,6 @@ serves the trainer's weight version, and no engine process is left afterwards.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_fault_tolerance.py
 """
-import json
 import os
 import re
 import subprocess
@@ -18,7 +17,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import BIN, SOURCE_DIR, RlhostTestCase  # noqa: E402
+from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 PROMPTS, N = 4, 4
@@ -59,7 +58,7 @@ class FaultTolerance(RlhostTestCase):
         log = r.stdout + r.stderr
         self.assertEqual(r.returncode, 0, log[-6000:])
         # every step ran, each with its full batch: no sample lost or duplicated
-        rows = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual([m["rollout/step"] for m in rows], list(range(6)))
         seen = set()
         for step in range(6):
@@ -91,15 +90,8 @@ class FaultTolerance(RlhostTestCase):
         self.assertEqual([p for p in set(pids) if alive(p)], [])
         return log
 
-    def metrics(self, path):
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-
     def dump(self, path):
-        script = self.write("dump_samples.lua", DUMP_SAMPLES)
-        r = subprocess.run([BIN, "--no-control", script, path], capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        return json.loads(r.stdout)
+        return lua_json(self, self.write("dump_samples.lua", DUMP_SAMPLES), path)
 
     def test_kill_one_engine_during_step_2(self):
         self.run_drill("kill")

@@ -2,9 +2,9 @@
 local rl = require "rl"
 
 local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p '" .. d .. "'") == 0)
+  local p = assert(io.popen("mktemp -d"))
+  local d = p:read("*l")
+  p:close()
   return d
 end
 
