@@ -145,9 +145,11 @@ function Health:round()
   for i = 1, #self.job.engines do
     local st = self.states[i]
     if (st.state == "healthy" or st.state == "suspect") and now() - st.started >= self.first_wait then
+      local eng = self.job.engines[i]
       tasks[#tasks + 1] = task.spawn_named("health probe " .. i, function()
         local ok, why, fatal = self:probe(i)
-        if not self.paused then self:record(i, ok, why, fatal) end
+        -- a result that comes back after a pause, or for an engine since replaced, is stale
+        if not self.paused and self.job.engines[i] == eng then self:record(i, ok, why, fatal) end
       end)
     end
   end
@@ -248,7 +250,7 @@ function Health:sync(trainer)
   local versions, methods, version, ok_n, errs = {}, {}, nil, 0, {}
   for i, eng in ipairs(self.job.engines) do
     local st = self.states[i]
-    versions[i] = false
+    versions[i], methods[i] = false, "none"
     if st.state ~= "dead" then
       local r, err = trainer:sync(eng)
       if r then
