@@ -6,7 +6,8 @@ step 2 a drill (--fault-injection) kills one engine with SIGKILL, or stops it wi
 SIGSTOP (a stuck engine: its health probes time out). Either way the run finishes all
 6 steps with exit 0, every step's dump holds the full batch with no sample lost or
 duplicated, the log names the death, the restart and the refit, the restarted engine
-serves the trainer's weight version, and no engine process is left afterwards.
+serves the trainer's weight version, and no engine process is left afterwards. The same
+drill from `rlhost attach` (rl.recipe.current:inject_fault) between steps.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_fault_tolerance.py
 """
@@ -17,7 +18,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl  # noqa: E402
+from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, wait_for  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 PROMPTS, N = 4, 4
@@ -92,6 +93,32 @@ class FaultTolerance(RlhostTestCase):
 
     def dump(self, path):
         return lua_json(self, self.write("dump_samples.lua", DUMP_SAMPLES), path)
+
+    def test_drill_from_attach(self):
+        d = self.dir
+        sock, log_path = d + "/job.sock", d + "/job.log"
+        out = open(log_path, "w")
+        self.addCleanup(out.close)
+        p = subprocess.Popen(
+            [BIN, "--control", sock, RECIPE, "--num-rollout", "3", "--engine-mode", "process", "--num-engines", "2",
+             "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "16",
+             "--threads", "1", "--no-progress", "--eval-interval", "1000", "--use-fault-tolerance",
+             "--rollout-health-check-interval", "0.5", "--rollout-health-check-timeout", "2"],
+            stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=d)
+        self.procs.append(p)
+
+        def text():
+            with open(log_path) as f:
+                return f.read()
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in text(), timeout=120, what="step 0")
+        r = subprocess.run([BIN, "attach", sock, "-e", 'return rl.recipe.current:inject_fault("kill", 1)'],
+                           capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "true"), r.stderr)
+        self.assertEqual(p.wait(timeout=300), 0, text()[-4000:])
+        log = text()
+        self.assertIn("fault injection: SIGKILL to engine 1", log)
+        self.assertRegex(log, r"engine 1 refit: serves weight version (\S+) \(trainer's \1\)")
+        self.assertEqual(len(re.findall(r"\] rollout \d \|", log)), 3)
 
     def test_kill_one_engine_during_step_2(self):
         self.run_drill("kill")
