@@ -211,7 +211,10 @@ end
 function Job:wait_while_paused()
   if not self.paused then return end
   log.info("paused between steps: rl.recipe.current:resume() to go on")
-  while self.paused and not self.stopping do rl.sleep(0.2) end
+  while self.paused and not self.stopping do
+    rl.watchdog.progress("paused")   -- waiting by request is no hang
+    rl.sleep(0.2)
+  end
   log.info("resumed")
 end
 
@@ -237,6 +240,7 @@ end
 --- --rollout-function sleep: engines and router stay up and idle (profiling, load
 --- tests) until Ctrl-C (rl.rollout.sleep, logging once an hour or every interval_s).
 function Job:sleep(interval_s)
+  rl.watchdog.stop()   -- idle by design
   local urls = {}
   for i, e in ipairs(self.engines or {}) do urls[i] = e.url end
   rl.rollout.sleep { router_url = self.router and self.router.url, workers = urls, interval = interval_s,
