@@ -57,7 +57,14 @@ class FaultTolerance(RlhostTestCase):
              "--rollout-health-check-timeout", "4", "--fault-injection", action + ":2:2:0.5"],
             capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
         log = r.stdout + r.stderr
-        self.assertEqual(r.returncode, 0, log[-6000:])
+        try:
+            self.check_drill(d, r.returncode, log, action)
+        except AssertionError as e:
+            raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
+        return log
+
+    def check_drill(self, d, code, log, action):
+        self.assertEqual(code, 0)
         # every step ran, each with its full batch: no sample lost or duplicated
         rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual([m["rollout/step"] for m in rows], list(range(6)))
@@ -89,7 +96,6 @@ class FaultTolerance(RlhostTestCase):
         pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", log)]
         self.assertGreaterEqual(len(set(pids)), 3, log[-4000:])
         self.assertEqual([p for p in set(pids) if alive(p)], [])
-        return log
 
     def dump(self, path):
         return lua_json(self, self.write("dump_samples.lua", DUMP_SAMPLES), path)
