@@ -387,20 +387,18 @@ end
 -- nobody waits for fails; returning true marks the failure as handled (rl.exit).
 M._on_unwaited_failure = nil
 
--- The tasks not finished yet, by id (waiting_on / waiting_since: what each waits for).
-function M._live()
+-- The tasks of a set (keys), by id.
+local function by_id(set)
   local list = {}
-  for t in pairs(live) do list[#list + 1] = t end
+  for t in pairs(set) do list[#list + 1] = t end
   table.sort(list, function(a, b) return a.id < b.id end)
   return list
 end
 
+-- The tasks not finished yet (waiting_on / waiting_since: what each waits for).
+function M._live() return by_id(live) end
+
 function M._on_done(t, cb) on_task_done[t] = cb end
-function M._unobserved()
-  local list = {}
-  for t in pairs(unobserved) do list[#list + 1] = t end
-  table.sort(list, function(a, b) return a.id < b.id end)
-  return list
-end
+function M._unobserved() return by_id(unobserved) end
 
 return M
