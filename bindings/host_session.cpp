@@ -70,6 +70,13 @@ void on_sigint(int) {
   if (g_loop) g_loop->wakeup();
 }
 
+// SIGUSR1: the hang report (rl.watchdog) at the loop's next iteration.
+std::atomic<bool> g_sigusr1{false};
+void on_sigusr1(int) {
+  g_sigusr1 = true;
+  if (g_loop) g_loop->wakeup();
+}
+
 }  // namespace
 
 HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
@@ -80,12 +87,15 @@ HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
+  sa.sa_handler = on_sigusr1;
+  sigaction(SIGUSR1, &sa, nullptr);
   loop_.set_on_iteration([this] { on_iteration(); });
 }
 
 HostSession::~HostSession() {
   hub_.reset();  // closes the control socket while the Lua state is still open
   signal(SIGINT, SIG_DFL);
+  signal(SIGUSR1, SIG_DFL);
   loop_.set_on_iteration(nullptr);
   lua_sethook(L_, nullptr, 0, 0);
   g_loop = nullptr;
@@ -95,6 +105,7 @@ HostSession::~HostSession() {
 
 void HostSession::on_iteration() {
   if (repl_ && !repl_->busy()) g_repl_idle = true;
+  if (g_sigusr1.exchange(false)) call_host("report", 0, 0);
   if (g_sigint.load() == 0) return;
   lua_sethook(L_, nullptr, 0, 0);  // the loop handles it: disarm the hook
   g_sigint = 0;

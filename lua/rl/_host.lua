@@ -68,6 +68,12 @@ function M.set_interrupt_handler(fn)
   return prev
 end
 
+--- SIGUSR1: the hang report (rl.watchdog) to the log (and its file, when configured).
+function M.report()
+  local ok, err = pcall(function() require("rl.watchdog").report { reason = "SIGUSR1" } end)
+  if not ok then require("rl.log").error("rl.watchdog report failed: " .. tostring(err)) end
+end
+
 --- Ctrl-C: calls the handler set by rl.on_interrupt once (a graceful stop), else
 --- cancels the foreground task. Returns false when there is nothing to do.
 function M.interrupt()

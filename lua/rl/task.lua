@@ -33,6 +33,7 @@ local current = nil     -- the task running now
 local next_id = 1
 local unobserved = {}   -- failed tasks nobody has waited for (reported at exit)
 local on_task_done = {} -- task -> callback(task), for the host
+local live = {}         -- tasks not finished yet (rl.watchdog's report lists them)
 
 local function resume_later(t, vals)
   ready_tail = ready_tail + 1
@@ -41,6 +42,7 @@ local function resume_later(t, vals)
 end
 
 local function finish(t, ok, res)
+  live[t] = nil
   if ok then
     t.status = "done"
     t.values = { n = res.n - 1, unpack(res, 2, res.n) }
@@ -141,9 +143,9 @@ function M.op_next(op, fname)
   if not e then error("op " .. tostring(op) .. " is not open", 2) end
   while #e.queue == 0 do
     e.waiting = true
-    t.waiting_op = op
+    t.waiting_op, t.waiting_on, t.waiting_since = op, fname, loop.now()
     local ok, err = pcall(suspend, t)
-    t.waiting_op = nil
+    t.waiting_op, t.waiting_on, t.waiting_since = nil, nil, nil
     e.waiting = false
     if not ok then
       M.op_close(op)
@@ -204,6 +206,7 @@ function M.spawn(fn, ...)
     context = snapshot(current and current.context),
   }, Task)
   next_id = next_id + 1
+  live[t] = true
   resume_later(t, pack(...))
   return t
 end
@@ -225,7 +228,10 @@ function Task:wait()
     local me = need_task("rl.Task:wait")
     if me == self then error("rl.Task:wait: a task cannot wait for itself", 2) end
     self.waiters[#self.waiters + 1] = me
-    while not self:done() do suspend(me) end
+    me.waiting_on, me.waiting_since = ("task %d '%s'"):format(self.id, self.name), loop.now()
+    local ok, err = pcall(function() while not self:done() do suspend(me) end end)
+    me.waiting_on, me.waiting_since = nil, nil
+    if not ok then error(err, 0) end
   end
   unobserved[self] = nil
   if self.status == "done" then return unpack(self.values, 1, self.values.n) end
@@ -381,12 +387,18 @@ end
 -- nobody waits for fails; returning true marks the failure as handled (rl.exit).
 M._on_unwaited_failure = nil
 
-function M._on_done(t, cb) on_task_done[t] = cb end
-function M._unobserved()
+-- The tasks of a set (keys), by id.
+local function by_id(set)
   local list = {}
-  for t in pairs(unobserved) do list[#list + 1] = t end
+  for t in pairs(set) do list[#list + 1] = t end
   table.sort(list, function(a, b) return a.id < b.id end)
   return list
 end
+
+-- The tasks not finished yet (waiting_on / waiting_since: what each waits for).
+function M._live() return by_id(live) end
+
+function M._on_done(t, cb) on_task_done[t] = cb end
+function M._unobserved() return by_id(unobserved) end
 
 return M

@@ -259,6 +259,10 @@ local function drop_shm(self, url)
   self._h:shm_forget(st.id)
 end
 
+--- Forgets what a sync kept for the engine at `url` (its shared weight buffers): the
+--- engine is gone (rl.recipe.health).
+function Trainer:forget_engine(url) drop_shm(self, url) end
+
 local function sync_shm(self, eng, version, timeout, fname)
   self._shm = self._shm or {}
   for attempt = 1, 2 do

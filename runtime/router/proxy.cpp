@@ -167,6 +167,8 @@ void Exchange::begin_relay(long status, const net::HeaderList& upstream, std::st
     hs.emplace_back(k, v);
   }
   hs.emplace_back("x-rlhost-worker", worker_url);
+  // Retried on another worker: the client may count the attempts (a sample's trace does).
+  if (attempt > 0) hs.emplace_back("x-rlhost-attempts", std::to_string(attempt + 1));
   const int st = static_cast<int>(status ? status : 200);
   if (length && *length == first.size()) {  // whole body at once: one write
     res->send(st, hs, first);

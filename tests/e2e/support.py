@@ -10,6 +10,7 @@ their own folder on sys.path and `import support`.
 
 Python standard library only.
 """
+import json
 import os
 import subprocess
 import tempfile
@@ -46,6 +47,19 @@ def wait_for(pred, timeout=10, what="condition"):
             return v
         time.sleep(0.02)
     raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+
+
+def read_jsonl(path):
+    """The rows of a JSONL file (a metrics.jsonl)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def lua_json(case, script, *args):
+    """Runs a Lua `script` (a path) with the rlhost binary and decodes the JSON it prints."""
+    r = subprocess.run([BIN, "--no-control", script, *args], capture_output=True, text=True, timeout=60)
+    case.assertEqual(r.returncode, 0, r.stderr)
+    return json.loads(r.stdout)
 
 
 class RlhostTestCase(unittest.TestCase):

@@ -29,7 +29,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import BIN, SOURCE_DIR, RlhostTestCase, wait_for  # noqa: E402
+from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, wait_for  # noqa: E402
 from test_trainer_dist import max_diff, read_safetensors  # noqa: E402
 
 try:
@@ -124,14 +124,10 @@ class GrpoRecipe(RlhostTestCase):
             return f.read()
 
     def metrics(self, path):
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return read_jsonl(path)
 
     def dump_prompts(self, path):
-        script = self.write("dump_prompts.lua", DUMP_PROMPTS)
-        r = subprocess.run([BIN, "--no-control", script, path], capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        return json.loads(r.stdout)
+        return lua_json(self, self.write("dump_prompts.lua", DUMP_PROMPTS), path)
 
     def test_run_then_resume(self):
         d = self.dir

@@ -193,6 +193,36 @@ describe("rl.rollout over the router and a real engine", function()
     ok(g[1][1].generate_error:find("127.0.0.1:9", 1, true), g[1][1].generate_error)
   end, { timeout = 120 })
 
+  it("a failing worker: the router retries on the engine, the sample's trace counts the attempt", function()
+    local p = parts()
+    -- a real server that answers its health checks but fails every /generate (an engine gone bad)
+    local bad = assert(rl.http.serve { handler = function(req)
+      if req.path == "/health" then return "ok" end
+      return { status = 503, body = "engine down" }
+    end })
+    local router = assert(rl.router.start { workers = { bad:url(), p.eng.url }, policy = "round_robin",
+      circuit_failure_threshold = 1000, retry_backoff = 0.01 })
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = router.url, tokenizer = p.tok, data = ds, rollout_batch_size = 1,
+      n_samples_per_prompt = 4, rollout_max_response_len = 4, reward = parity }
+    local groups = ro:generate_rollout(0)
+    local retried = 0
+    for _, s in ipairs(groups[1]) do
+      eq(s.status ~= "failed", true)
+      if s.trace.attempt == 1 then
+        retried = retried + 1
+        local saw
+        for _, ev in ipairs(s.trace.events) do
+          if ev.name == "attempt_start" then saw = ev.attrs end
+        end
+        ok(saw and saw.reason == "engine failed" and saw.worker == p.eng.url, rl.json.encode(saw))
+      end
+    end
+    ok(retried >= 1, "round robin sent some requests to the failing worker first")
+    router:stop()
+    bad:stop()
+  end, { timeout = 120 })
+
   it("runs in process on an engine handle, and rejects bad options", function()
     local p = parts()
     local ds = rl.data.load(p.path, { label_key = "label" })

@@ -32,7 +32,32 @@ function rl.recipe.options(spec) end
 ---@field rank integer data-parallel rank (0 when not distributed)
 ---@field world_size integer data-parallel ranks (1 when not distributed)
 ---@field is_main boolean rank 0: engines, rollout, eval, checkpoints, metrics
+---@field health rl.recipe.Health|nil the engines' health monitor under --use-fault-tolerance
+---@field phase string|nil the timer running now (rollout, train, sync, eval, save)
 local Job = {}
+
+--- rl.recipe.health: the engines' monitor (docs/fault_tolerance.md).
+---@class rl.recipe.Health
+---@field states {state: "healthy"|"suspect"|"dead"|"restarting", fails: integer, restarts: integer, why: string|nil}[]
+local Health = {}
+--- Stops probing (engines released, weight sync) / probes again.
+function Health:pause() end
+function Health:resume() end
+--- SIGKILL ("kill") or SIGSTOP ("stop") to process engine i now.
+---@param action "kill"|"stop"
+---@param i integer
+---@return boolean|nil ok, string|nil err
+function Health:inject(action, i) end
+--- Engine i out of the router, killed; restarted before the next sync.
+---@param i integer
+---@param why string
+function Health:mark_dead(i, why) end
+--- The fault-tolerant weight sync (Job:sync uses it): engine by engine, the dead restarted and refit first.
+---@param trainer rl.Trainer
+---@return {weight_version: string, methods: string[], versions: (string|false)[], seconds: number}|nil, string|nil
+function Health:sync(trainer) end
+---@return table<string, number> rollout/engines/* metrics
+function Health:metrics() end
 
 --- Model, prompts, eval sets, engines + router, trainer (or resume), sinks, rollout.
 ---@param opt table rl.args result of rl.recipe.options
@@ -80,6 +105,12 @@ function Job:maybe_save(rollout_id, force) end
 ---@param fn function
 ---@return any ...
 function Job:timed(name, fn, ...) end
+
+--- A fault drill: SIGKILL ("kill") or SIGSTOP ("stop") to process engine i (needs --use-fault-tolerance).
+---@param action "kill"|"stop"
+---@param i integer
+---@return boolean|nil ok, string|nil err
+function Job:inject_fault(action, i) end
 
 function Job:pause() end
 function Job:resume() end

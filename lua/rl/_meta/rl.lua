@@ -18,6 +18,7 @@
 ---@field profile rl.profile
 ---@field timeline rl.timeline
 ---@field dist rl.dist
+---@field watchdog rl.watchdog
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------

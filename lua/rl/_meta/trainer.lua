@@ -75,6 +75,10 @@ function Trainer:logprobs(batch) end
 ---@return string|nil err
 function Trainer:sync(engines, opts) end
 
+--- Forgets what syncs kept for the engine at `url` (its shared weight buffers): it is gone.
+---@param url string
+function Trainer:forget_engine(url) end
+
 ---@return integer
 function Trainer:step() end
 ---@return number

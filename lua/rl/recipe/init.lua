@@ -128,9 +128,10 @@ end
 
 local function start_engines(opt, job)
   local engines, urls = {}, {}
+  job.engine_opts = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
+                      max_running_requests = opt.max_running_requests }
   for i = 1, opt.num_engines do
-    local eng, err = rl.engine.start { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
-                                       max_running_requests = opt.max_running_requests }
+    local eng, err = rl.engine.start(job.engine_opts)
     if not eng then
       for _, e in ipairs(engines) do e:stop() end
       error(("engine %d of %d did not start: %s"):format(i, opt.num_engines, tostring(err)), 0)
@@ -199,9 +200,12 @@ function M.setup(opt, setup_opts)
   job.start_rollout = job.resumed and job.resumed.next_rollout or 0
   if not opt.load_debug_rollout_data then   -- a replay needs no engines
     job.engines, job.router = start_engines(opt, job)
+    job.health = require("rl.recipe.health").from_options(opt, job)
     if job.resumed then assert(job.trainer:sync(job.engines)) end
   end
   job.metrics = assert(rl.metrics.configure(opt))
+  rl.watchdog.start { timeout = opt.hang_timeout, job = job,
+                      dir = job.metrics.jsonl_path and job.metrics.jsonl_path:match("^(.*)/[^/]*$") or "." }
   if opt.metrics_port then   -- the trainer's live /metrics (tools/prometheus.lua --trainer-url)
     local srv, serr = rl.metrics.serve { port = opt.metrics_port }
     if not srv then rl.args.usage_error("--metrics-port " .. opt.metrics_port .. ": " .. tostring(serr)) end

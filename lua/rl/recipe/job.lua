@@ -21,7 +21,9 @@ local function pack(...) return { n = select("#", ...), ... } end
 function Job:timed(name, fn, ...)
   self.times = self.times or {}
   local t0 = rl.now()
+  self.phase, self.phase_since = name, t0   -- for rl.watchdog's report
   local r = pack(fn(...))
+  self.phase = nil
   self.times[name] = (self.times[name] or 0) + (rl.now() - t0)
   return unpack(r, 1, r.n)
 end
@@ -34,6 +36,7 @@ function Job:sample_hooks(extra)
     local attrs = require("rl.reload").trace_attrs()
     if next(attrs) then trace.event(s, "modules", attrs) end
     if self.bar and not evaluation then self.bar:add(1, { tokens = s.response_length or 0 }) end
+    rl.watchdog.progress("sample")
   end
   if type(extra) == "function" then hooks[2] = extra end
   if type(extra) == "table" then for _, h in ipairs(extra) do hooks[#hooks + 1] = h end end
@@ -45,6 +48,7 @@ end
 function Job:rollout_step(rollout_id)
   local opt, ro = self.opt, self.rollout
   self.times = {}
+  if self.health then self.health:step_start(rollout_id) end
   if opt.progress then
     self.bar = rl.progress.new { label = "rollout", unit = "samples",
                                  total = opt.rollout_batch_size * opt.n_samples_per_prompt }
@@ -91,7 +95,12 @@ end
 function Job:sync()
   if not self.engines then return end
   local tr = self.trainer
-  local r, serr = self:timed("sync", tr.sync, tr, self.engines)
+  local r, serr
+  if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
+    r, serr = self:timed("sync", self.health.sync, self.health, tr)
+  else
+    r, serr = self:timed("sync", tr.sync, tr, self.engines)
+  end
   if not r then error("weight sync failed: " .. tostring(serr), 0) end
   self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
   local how = table.concat(r.methods or {}, ", ")
@@ -139,7 +148,12 @@ function Job:log_step()
   m["perf/total_step_time"] = total
   if m["rollout/acc"] == nil then m["rollout/acc"] = m["rollout/raw_reward"] end
   for k, v in pairs(require("rl.reload").metrics()) do m[k] = v end
-  self.metrics.console_format = console_line
+  local note = ""
+  if self.health then
+    for k, v in pairs(self.health:metrics()) do m[k] = v end
+    note = self.health:step_note()
+  end
+  self.metrics.console_format = function(mm, key) return console_line(mm, key) .. note end
   self.metrics:log(m, "rollout/step")
   self.last = m
   self.steps_done = (self.steps_done or 0) + 1
@@ -197,8 +211,18 @@ end
 function Job:wait_while_paused()
   if not self.paused then return end
   log.info("paused between steps: rl.recipe.current:resume() to go on")
-  while self.paused and not self.stopping do rl.sleep(0.2) end
+  while self.paused and not self.stopping do
+    rl.watchdog.progress("paused")   -- waiting by request is no hang
+    rl.sleep(0.2)
+  end
   log.info("resumed")
+end
+
+--- A fault drill (also from `rlhost attach`: rl.recipe.current:inject_fault("kill", 2)):
+--- SIGKILL ("kill") or SIGSTOP ("stop") to process engine i now. Needs --use-fault-tolerance.
+function Job:inject_fault(action, i)
+  if not self.health then return nil, "inject_fault: the job runs without --use-fault-tolerance" end
+  return self.health:inject(action, i)
 end
 
 --- Ctrl-C stops at the next step boundary, after saving; a second Ctrl-C cancels.
@@ -216,6 +240,7 @@ end
 --- --rollout-function sleep: engines and router stay up and idle (profiling, load
 --- tests) until Ctrl-C (rl.rollout.sleep, logging once an hour or every interval_s).
 function Job:sleep(interval_s)
+  rl.watchdog.stop()   -- idle by design
   local urls = {}
   for i, e in ipairs(self.engines or {}) do urls[i] = e.url end
   rl.rollout.sleep { router_url = self.router and self.router.url, workers = urls, interval = interval_s,
@@ -251,6 +276,8 @@ function Job:finish(last_rollout)
   log.info("done:\n" .. table.concat(lines, "\n"))
   self.metrics:close()
   if self.metrics_server then self.metrics_server:stop() end
+  rl.watchdog.stop()
+  if self.health then self.health:stop() end
   if self.router then self.router:stop() end
   for _, eng in ipairs(self.engines or {}) do eng:stop() end
   if self.stopping and last_rollout ~= false then rl.exit(130) end

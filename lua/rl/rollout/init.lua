@@ -122,7 +122,9 @@ function Rollout:_post(req, routing_key)
     if resp and resp.status == 200 then
       local out, derr = json.decode(resp.body)
       if not out then return nil, "POST " .. self.url .. "/generate: bad JSON: " .. tostring(derr) end
-      return out, nil, { elapsed = resp.elapsed, worker = resp.headers and resp.headers["x-rlhost-worker"] }
+      local h = resp.headers or {}
+      return out, nil, { elapsed = resp.elapsed, worker = h["x-rlhost-worker"],
+                         attempts = attempt + (tonumber(h["x-rlhost-attempts"]) or 1) - 1, last_error = last }
     end
     last = resp and ("HTTP %d: %s"):format(resp.status, resp.body:sub(1, 300)) or err
     if resp and resp.status >= 400 and resp.status < 500 then break end
@@ -195,6 +197,11 @@ function Rollout:generate(sample, params)
   trace.span(sample, "sglang_generate", { max_new_tokens = p.max_new_tokens }, function(span)
     local out, err, info = self:_post(req, sample.session_id)
     if not out then error(err, 0) end
+    require("rl.watchdog").progress("request")
+    -- retried (by the router on another worker, or here): each retry is an attempt, as slime's trace_next_attempt
+    for _ = 2, (info and info.attempts or 1) do
+      trace.next_attempt(sample, { reason = "engine failed", worker = info.worker })
+    end
     if out[1] ~= nil then out = out[1] end
     local meta = out.meta_info or {}
     span:update(M.generate_trace_attrs(meta, info))

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""End-to-end: fault tolerance of the GRPO recipe's engines (--use-fault-tolerance).
+
+Two process engines behind the router, 6 rollout steps on the default model; during
+step 2 a drill (--fault-injection) kills one engine with SIGKILL, or stops it with
+SIGSTOP (a stuck engine: its health probes time out). Either way the run finishes all
+6 steps with exit 0, every step's dump holds the full batch with no sample lost or
+duplicated, the log names the death, the restart and the refit, the restarted engine
+serves the trainer's weight version, and no engine process is left afterwards. The same
+drill from `rlhost attach` (rl.recipe.current:inject_fault) between steps.
+
+    RLHOST_BIN=build/rlhost python3 tests/e2e/test_fault_tolerance.py
+"""
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, wait_for  # noqa: E402
+
+RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
+PROMPTS, N = 4, 4
+
+# Per sample of a dump: its index, group and trace attempt.
+DUMP_SAMPLES = r"""
+local d = assert(rl.dump.load(arg[1]))
+local out = {}
+for i, s in ipairs(d.samples) do
+  out[i] = { index = s.index, group = s.group_index, attempt = s.trace and s.trace.attempt or 0 }
+end
+print(rl.json.encode(out))
+"""
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class FaultTolerance(RlhostTestCase):
+    tmp_prefix = "rlhost-faults-"
+
+    def run_drill(self, action):
+        d = self.dir
+        r = subprocess.run(
+            [BIN, "--no-control", RECIPE, "--num-rollout", "6", "--engine-mode", "process", "--num-engines", "2",
+             "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N),
+             "--rollout-max-response-len", "64", "--dynamic-sampling-filter", "none", "--threads", "1",
+             "--no-progress", "--eval-interval", "1000", "--metrics-dir", d + "/m",
+             "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt",
+             "--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
+             "--rollout-health-check-timeout", "4", "--fault-injection", action + ":2:2:0.5"],
+            capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
+        log = r.stdout + r.stderr
+        try:
+            self.check_drill(d, r.returncode, log, action)
+        except AssertionError as e:
+            raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
+        return log
+
+    def check_drill(self, d, code, log, action):
+        self.assertEqual(code, 0)
+        # every step ran, each with its full batch: no sample lost or duplicated
+        rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual([m["rollout/step"] for m in rows], list(range(6)))
+        seen = set()
+        for step in range(6):
+            samples = self.dump(d + "/dump/r_%d.pt" % step)
+            self.assertEqual(len(samples), PROMPTS * N, "step %d" % step)
+            ids = {s["index"] for s in samples}
+            self.assertEqual(len(ids), PROMPTS * N, "step %d: a sample twice" % step)
+            self.assertFalse(ids & seen, "step %d: a sample of an earlier step again" % step)
+            seen |= ids
+            groups = {}
+            for s in samples:
+                groups[s["group"]] = groups.get(s["group"], 0) + 1
+            self.assertEqual(sorted(groups.values()), [N] * PROMPTS, "step %d: groups %r" % (step, groups))
+        # the log names the drill, the death, the restart and the refit
+        self.assertIn("fault injection: %s engine 2" % ("SIGKILL to" if action == "kill" else "SIGSTOP to"), log)
+        self.assertRegex(log, r"engine 2 \([^)]*\): (healthy|suspect) -> dead")
+        self.assertIn("engine 2 restarted in", log)
+        refit = re.search(r"engine 2 refit: serves weight version (\S+) \(trainer's (\S+)\)", log)
+        self.assertIsNotNone(refit, log[-4000:])
+        self.assertEqual(refit.group(1), refit.group(2))
+        # it serves the version of step 2's sync, and the step line says what happened
+        self.assertEqual(int(refit.group(1)), rows[2]["rollout/weight_version"])
+        self.assertRegex(log, r"rollout 2 \|.*\| engines 2/2 healthy \(.*engine 2 died.*restarted.*refit")
+        self.assertEqual(rows[2]["rollout/engines/healthy"], 2)
+        self.assertEqual(rows[-1]["rollout/engines/restarts"], 1)
+        # no engine process outlives the run: the first two, the restarted one
+        pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", log)]
+        self.assertGreaterEqual(len(set(pids)), 3, log[-4000:])
+        self.assertEqual([p for p in set(pids) if alive(p)], [])
+
+    def dump(self, path):
+        return lua_json(self, self.write("dump_samples.lua", DUMP_SAMPLES), path)
+
+    def test_drill_from_attach(self):
+        d = self.dir
+        sock, log_path = d + "/job.sock", d + "/job.log"
+        out = open(log_path, "w")
+        self.addCleanup(out.close)
+        p = subprocess.Popen(
+            [BIN, "--control", sock, RECIPE, "--num-rollout", "3", "--engine-mode", "process", "--num-engines", "2",
+             "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "16",
+             "--threads", "1", "--no-progress", "--eval-interval", "1000", "--use-fault-tolerance",
+             "--rollout-health-check-interval", "0.5", "--rollout-health-check-timeout", "2"],
+            stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=d)
+        self.procs.append(p)
+
+        def text():
+            with open(log_path) as f:
+                return f.read()
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in text(), timeout=120, what="step 0")
+        r = subprocess.run([BIN, "attach", sock, "-e", 'return rl.recipe.current:inject_fault("kill", 1)'],
+                           capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "true"), r.stderr)
+        self.assertEqual(p.wait(timeout=300), 0, text()[-4000:])
+        log = text()
+        self.assertIn("fault injection: SIGKILL to engine 1", log)
+        self.assertRegex(log, r"engine 1 refit: serves weight version (\S+) \(trainer's \1\)")
+        self.assertEqual(len(re.findall(r"\] rollout \d \|", log)), 3)
+
+    def test_kill_one_engine_during_step_2(self):
+        self.run_drill("kill")
+
+    def test_stop_one_engine_during_step_2(self):
+        log = self.run_drill("stop")
+        # stuck, not exited: the probes timed out before it was killed
+        self.assertIn("no answer to GET /health within 4 s", log)
+
+
+if __name__ == "__main__":
+    unittest.main()
