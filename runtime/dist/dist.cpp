@@ -1,6 +1,6 @@
 // c10d process groups (docs/trainer.md, "Data parallel" and "Distributed weight
 // sync"). The only translation unit that includes c10d: TCPStore, Gloo, NCCL.
-#include "trainer/dist.hpp"
+#include "dist/dist.hpp"
 
 #include <chrono>
 #include <cstring>
