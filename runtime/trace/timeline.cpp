@@ -22,7 +22,7 @@
 namespace rl::trace {
 namespace {
 
-using rollout::Value;
+using pickle::Value;
 using Kind = Value::Kind;
 
 const char* const kPrefillKeys[] = {"pd_prefill_bootstrap_queue_duration", "pd_prefill_bootstrap_duration",

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rollout/py_value.hpp"
+#include "pickle/py_value.hpp"
 
 namespace rl::trace {
 
@@ -23,8 +23,8 @@ struct TimelineItem {
   double start = 0, end = 0, display_end = 0;  // point/orphan: start == ts
   int64_t attempt = 0;
   int lane = 0, depth = 0;
-  const rollout::Value* start_attrs = nullptr;  // span start attrs; point/orphan attrs
-  const rollout::Value* end_attrs = nullptr;    // span end attrs (closed)
+  const pickle::Value* start_attrs = nullptr;  // span start attrs; point/orphan attrs
+  const pickle::Value* end_attrs = nullptr;    // span end attrs (closed)
   std::string clipped_by;                       // open spans: what ended the bar
   // Synthetic PD lane ("<name> [P]" / "[D]"): role and the pd_* keys copied from the parent.
   std::string pd_role;
@@ -35,10 +35,10 @@ struct TimelineItem {
 
 struct TimelineRow {
   int64_t row_id = 0, sample_index = 0;
-  const rollout::Value* group_index = nullptr;  // int or None
+  const pickle::Value* group_index = nullptr;  // int or None
   std::string source, status, label, trace_id;
   bool has_source = false, has_status = false, has_label = false;
-  const rollout::Value* reward = nullptr;
+  const pickle::Value* reward = nullptr;
   int64_t attempt = 0;
   double start = 0, end = 0;
   int lane_count = 1;
@@ -49,7 +49,7 @@ struct TimelineRow {
 };
 
 struct Timeline {
-  rollout::Value dump;  // keeps the attrs the items point into alive
+  pickle::Value dump;  // keeps the attrs the items point into alive
   int64_t sample_count = 0;         // samples in the dump
   int64_t traced_samples = 0;       // samples with a trace dict
   std::vector<TimelineRow> rows;
@@ -60,7 +60,7 @@ struct Timeline {
 // Rebuilds every sample's timeline. `dump` is what torch.load returns for a
 // debug rollout dump ({"samples": [...]}, or a bare list of samples). Throws
 // rl::Error naming `where` when it is not a dump.
-Timeline build_timeline(rollout::Value dump, const std::string& where);
+Timeline build_timeline(pickle::Value dump, const std::string& where);
 
 // slime's cache JSON (CACHE_VERSION 1) for the viewer. Text is ASCII; '<' is
 // written as \u003c so the JSON can sit inside an HTML <script> element.

@@ -11,7 +11,7 @@
 namespace rl::trace {
 namespace {
 
-using rollout::Value;
+using pickle::Value;
 using Kind = Value::Kind;
 
 class Json {
@@ -106,7 +106,7 @@ class Json {
       case Kind::global: return string(v.as_global().module + "." + v.as_global().name);
       case Kind::tensor: {
         const auto& t = v.as_tensor();
-        std::string s = std::string("tensor(dtype=") + rollout::dtype_name(t.dtype) + ", shape=[";
+        std::string s = std::string("tensor(dtype=") + pickle::dtype_name(t.dtype) + ", shape=[";
         for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
         return string(s + "])");
       }

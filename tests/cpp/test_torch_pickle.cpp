@@ -10,12 +10,12 @@
 #include <random>
 
 #include "base/errors.hpp"
-#include "rollout/torch_file.hpp"
-#include "rollout/torch_pickle.hpp"
-#include "rollout/zip_archive.hpp"
+#include "pickle/torch_file.hpp"
+#include "pickle/torch_pickle.hpp"
+#include "pickle/zip_archive.hpp"
 
 using Catch::Matchers::Contains;
-using namespace rl::rollout;
+using namespace rl::pickle;
 using K = Value::Kind;
 namespace fs = std::filesystem;
 
