@@ -1,4 +1,4 @@
-// _core.dump: Lua values <-> files in torch.save's format (runtime/rollout), for
+// _core.dump: Lua values <-> files in torch.save's format (runtime/pickle), for
 // rl.dump. Lua -> Python:
 //   nil / rl.json.null -> None; boolean -> bool; string -> str (bytes when not
 //   valid UTF-8); number -> int when integral and below 2^63 in magnitude, else
