@@ -144,14 +144,15 @@ TEST_CASE("house: runtime/ includes no Lua header and nothing from bindings/", "
   CHECK(bad.empty());
 }
 
-TEST_CASE("house: LibTorch headers only in runtime's LibTorch folders and bindings/torch_*", "[house]") {
+TEST_CASE("house: LibTorch headers only in runtime's LibTorch folders, bindings/torch_* and tests/cpp/torch", "[house]") {
   std::vector<std::string> bad;
-  for (const std::string dir : {"runtime", "bindings", "app"}) {
+  for (const std::string dir : {"runtime", "bindings", "app", "tests/cpp"}) {
     for (const auto& i : includes_of(dir)) {
       if (!is_torch_header(i)) continue;
-      const bool ok = dir == "runtime"    ? kTorchAreas.count(area_of(i.file)) > 0
-                      : dir == "bindings" ? fs::path(i.file).filename().string().rfind("torch_", 0) == 0
-                                          : false;
+      const bool ok = dir == "runtime"     ? kTorchAreas.count(area_of(i.file)) > 0
+                      : dir == "bindings"  ? fs::path(i.file).filename().string().rfind("torch_", 0) == 0
+                      : dir == "tests/cpp" ? i.file.rfind("tests/cpp/torch/", 0) == 0
+                                           : false;
       if (!ok) bad.push_back(where(i));
     }
   }
