@@ -34,7 +34,7 @@ struct Include {
   bool angled;
 };
 
-std::string relative(const fs::path& p) { return fs::relative(p, kRoot).generic_string(); }
+std::string rel_path(const fs::path& p) { return fs::relative(p, kRoot).generic_string(); }
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -73,7 +73,7 @@ std::vector<Include> includes_of(const std::string& dir) {
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
       std::smatch m;
-      if (std::regex_search(line, m, inc)) out.push_back({relative(p), n, m[2].str(), m[1].str() == "<"});
+      if (std::regex_search(line, m, inc)) out.push_back({rel_path(p), n, m[2].str(), m[1].str() == "<"});
     }
   }
   return out;
@@ -227,11 +227,11 @@ TEST_CASE("house: no test, benchmark or script reads ../shared", "[house]") {
   for (const std::string dir : {"tests", "bench", "scripts", ".ci", "cmake", "CMakeLists.txt", "recipes", "tools", "lua"}) {
     for (const auto& p : files_under(dir, code)) {
       if (p.filename() == "test_house_rules.cpp") continue;  // this file spells the patterns out
-      if (relative(p).rfind("tests/data/", 0) == 0 && p.extension().empty()) continue;
+      if (rel_path(p).rfind("tests/data/", 0) == 0 && p.extension().empty()) continue;
       std::istringstream in(read_file(p));
       std::string line;
       for (int n = 1; std::getline(in, line); ++n)
-        if (names_shared(line)) found.push_back(relative(p) + ":" + std::to_string(n) + ": " + line);
+        if (names_shared(line)) found.push_back(rel_path(p) + ":" + std::to_string(n) + ": " + line);
     }
   }
   INFO("a clone must run the whole suite with nothing beside it: put data in tests/data (tests/data/README.md)");
