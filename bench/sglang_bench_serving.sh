@@ -8,7 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD:-$root/build}"
 venv="${SGLANG_VENV:-${TMPDIR:-/tmp}/rlhost-sglang-venv}"
-model="${MODEL_DIR:-$root/../shared/data/models/stories260K}"  # a real tokenizer: bench_serving counts text
+model="${MODEL_DIR:-${RLHOST_TEST_DATA:-$build/test-data}/models/stories260K}"  # a real tokenizer: bench_serving counts text
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import sglang.bench_serving" 2>/dev/null; then
   python3 -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install -q --no-deps sglang

@@ -16,7 +16,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 bin="${BENCH_BIN:-$root/build/bench/bench_tokenizer}"
-data="${RLHOST_SHARED_DATA:-$root/../shared/data}"
+data="${RLHOST_TEST_DATA:-$root/build/test-data}"  # tests/data, unpacked by the build
 tokdir="${TOKENIZER_DIR:-$data/tokenizers/qwen}"
 gsm8k="${GSM8K:-$data/gsm8k/train.jsonl}"
 repeat="${REPEAT:-5}"

@@ -9,7 +9,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD:-$root/build}"
-data="${GSM8K:-$root/../shared/data/gsm8k/test.jsonl}"
+data="${GSM8K:-${RLHOST_TEST_DATA:-$build/test-data}/gsm8k/test.jsonl}"  # tests/data, unpacked by the build
 ours="$("$build/rlhost" --no-control "$root/bench/trace_reward.lua" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
 peer="$(${PYTHON:-python3} "$root/bench/trace_reward.py" "$data" "${SPANS:-200000}" "${PASSES:-5}" | grep '^RESULT')"
 echo "$ours"; echo "$peer"

@@ -1,4 +1,4 @@
-// _core.dump: Lua values <-> files in torch.save's format (runtime/rollout), for
+// _core.dump: Lua values <-> files in torch.save's format (runtime/pickle), for
 // rl.dump. Lua -> Python:
 //   nil / rl.json.null -> None; boolean -> bool; string -> str (bytes when not
 //   valid UTF-8); number -> int when integral and below 2^63 in magnitude, else
@@ -24,12 +24,12 @@
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "model/unicode.hpp"
-#include "rollout/torch_file.hpp"
+#include "pickle/torch_file.hpp"
 
 namespace rl::lua {
 namespace {
 
-using rollout::Value;
+using pickle::Value;
 constexpr int kMaxDepth = 512;
 constexpr int64_t kMaxTensorElements = int64_t{1} << 28;
 
@@ -89,7 +89,7 @@ class ToValue {
         const char* s = lua_tolstring(L_, idx, &n);
         std::string text(s, n);
         if (model::unicode::is_valid_utf8(text)) return Value(std::move(text));
-        return rollout::Bytes{std::move(text)};
+        return pickle::Bytes{std::move(text)};
       }
       case LUA_TLIGHTUSERDATA:
         if (lua_touserdata(L_, idx) == nullptr) return Value();  // rl.json.null
@@ -292,14 +292,14 @@ class ToLua {
   }
 
  private:
-  void push_element(const rollout::Tensor& t, int64_t flat) {
+  void push_element(const pickle::Tensor& t, int64_t flat) {
     const double x = t.element(flat);
-    if (t.dtype == rollout::DType::boolean) lua_pushboolean(L_, x != 0);
+    if (t.dtype == pickle::DType::boolean) lua_pushboolean(L_, x != 0);
     else lua_pushnumber(L_, x);
   }
 
   // Dimension `dim` of `t`, starting at row-major element `base`.
-  void tensor(const rollout::Tensor& t, size_t dim, int64_t base) {
+  void tensor(const pickle::Tensor& t, size_t dim, int64_t base) {
     if (!lua_checkstack(L_, 4)) throw Error("out of Lua stack");
     const int64_t n = t.shape[dim];
     int64_t inner = 1;
@@ -340,7 +340,7 @@ int l_save(lua_State* L) {
   {
     const Value v = ToValue(L, o).convert(2, false, 0);
     try {
-      rollout::torch_save(v, path);
+      pickle::torch_save(v, path);
       lua_pushboolean(L, 1);
       return 1;
     } catch (const Error& e) {
@@ -358,7 +358,7 @@ int l_encode(lua_State* L) {
   std::string bytes;
   {
     const Value v = ToValue(L, o).convert(1, false, 0);
-    bytes = rollout::torch_save_bytes(v, archive);
+    bytes = pickle::torch_save_bytes(v, archive);
   }
   lua_pushlstring(L, bytes.data(), bytes.size());
   return 1;
@@ -369,7 +369,7 @@ int load_common(lua_State* L, const std::string* path, std::string_view bytes, c
   std::string err;
   {
     try {
-      const Value v = path ? rollout::torch_load(*path) : rollout::torch_load_bytes(bytes, name);
+      const Value v = path ? pickle::torch_load(*path) : pickle::torch_load_bytes(bytes, name);
       if (push_value(L, v, &err)) return 1;
       err = name + ": " + err;
     } catch (const Error& e) {

@@ -18,7 +18,7 @@
 #include "base/errors.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
-#include "rollout/torch_file.hpp"
+#include "pickle/torch_file.hpp"
 #include "trace/timeline.hpp"
 
 namespace rl::lua {
@@ -58,7 +58,7 @@ int l_build(lua_State* L) {
   int64_t samples = 0, traced = 0, rows = 0, pd_rows = 0, items = 0;
   {
     try {
-      trace::Timeline t = trace::build_timeline(rollout::torch_load(path), path);
+      trace::Timeline t = trace::build_timeline(pickle::torch_load(path), path);
       samples = t.dump_samples, traced = t.traced_samples, pd_rows = t.pd_rows;
       rows = static_cast<int64_t>(t.rows.size());
       for (const auto& r : t.rows) items += static_cast<int64_t>(r.items.size());

@@ -24,7 +24,7 @@
 #include "bindings/host_context.hpp"
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
-#include "trainer/dist.hpp"
+#include "dist/dist.hpp"
 
 namespace rl::lua {
 namespace {

@@ -35,7 +35,7 @@
 #include "nn/shared_weights.hpp"
 #include "nn/weights.hpp"
 #include "trainer/checkpoint.hpp"
-#include "trainer/dist.hpp"
+#include "dist/dist.hpp"
 #include "trainer/trainer.hpp"
 #include "trainer/trainer_options.hpp"
 

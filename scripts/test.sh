@@ -27,7 +27,7 @@ if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
       -DRLHOST_SANITIZE=ON -DRLHOST_TORCH=OFF -DRLHOST_BENCH=OFF >/dev/null
   cmake --build "$asan" -j "$(nproc)" --target rlhost rlhost_cpp_tests
   export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  export RLHOST_SHARED_DATA="${RLHOST_SHARED_DATA:-$root/../shared/data}"
+  export RLHOST_TEST_DATA="$asan/test-data"  # tests/data, unpacked when $asan was configured
   "$asan/tests/rlhost_cpp_tests"
   for spec in task json tokenizer; do
     [ -f "$root/tests/lua/${spec}_spec.lua" ] && \

@@ -2,7 +2,8 @@
 // c10d group as rank `rank_offset` (the trainer is rank 0 and hosts the store),
 // /update_weights_from_distributed receives every named tensor by broadcast from
 // rank 0 into the live weights, /destroy_weights_update_group leaves it. The
-// c10d work lives in runtime/trainer/dist.cpp; this file stays LibTorch-free.
+// c10d work lives in runtime/dist/dist.cpp (engine/engine_dist.hpp copies what it
+// receives); this file stays LibTorch-free.
 // rlhost's own pair for a trainer on the same machine: /init_weights_shm moves
 // the weights into a two-buffer /dev/shm file and describes it,
 // /update_weights_from_shm switches to the buffer the trainer has filled
@@ -11,10 +12,11 @@
 
 #include <cstdlib>
 
+#include "engine/engine_dist.hpp"
 #include "engine/engine_shm.hpp"
 #include "engine/server.hpp"
 #include "net/http_server.hpp"
-#include "trainer/dist.hpp"
+#include "dist/dist.hpp"
 
 namespace rl::engine {
 namespace {
@@ -131,7 +133,7 @@ void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) 
   }
   const std::optional<std::string> version = weight_version_field(body, ep);
   try {
-    dist::receive_weights(*engine_, *g, meta, version);
+    receive_weights(*engine_, *g, meta, version);
   } catch (const std::exception& e) {
     const bool broken = std::string(e.what()).rfind("dist:", 0) == 0;
     if (broken) {

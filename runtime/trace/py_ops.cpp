@@ -296,7 +296,7 @@ void py_repr(const Value* v, std::string& out) {
         out += "]";
       }
       out += ", dtype=torch.";
-      out += rollout::dtype_name(t.dtype);
+      out += pickle::dtype_name(t.dtype);
       out += ")";
       return;
     }

@@ -9,11 +9,11 @@
 #include <string>
 #include <string_view>
 
-#include "rollout/py_value.hpp"
+#include "pickle/py_value.hpp"
 
 namespace rl::trace {
 
-using rollout::Value;
+using pickle::Value;
 
 bool py_truthy(const Value* v);
 bool py_eq(const Value* a, const Value* b);

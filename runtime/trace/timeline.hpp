@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rollout/py_value.hpp"
+#include "pickle/py_value.hpp"
 
 namespace rl::trace {
 
@@ -21,23 +21,23 @@ enum class ItemKind : uint8_t { closed_span, open_span, point_event, orphan_end 
 // nullptr stands for None. The cache writer applies slime's conversions to them.
 struct TimelineItem {
   ItemKind kind = ItemKind::point_event;
-  const rollout::Value* name = nullptr;
-  const rollout::Value* span_id = nullptr;         // spans and unmatched ends
-  const rollout::Value* parent_span_id = nullptr;  // explicit, else inferred from the open stack
-  const rollout::Value* parent_span_name = nullptr;
+  const pickle::Value* name = nullptr;
+  const pickle::Value* span_id = nullptr;         // spans and unmatched ends
+  const pickle::Value* parent_span_id = nullptr;  // explicit, else inferred from the open stack
+  const pickle::Value* parent_span_name = nullptr;
   bool has_parent_name = false;                    // parent_span_name is the parent's (maybe None) name
   double start = 0, end = 0, display_end = 0;      // rounded to 6 decimals; point/orphan: all = ts
   double raw_start = 0, raw_end = 0;               // as recorded (PD lane durations use these)
   int64_t attempt = 0;
   int lane = 0, depth = 0;
-  const rollout::Value* start_attrs = nullptr;     // span start attrs; point/orphan attrs (nullptr: {})
-  const rollout::Value* end_attrs = nullptr;       // closed span end attrs
+  const pickle::Value* start_attrs = nullptr;     // span start attrs; point/orphan attrs (nullptr: {})
+  const pickle::Value* end_attrs = nullptr;       // closed span end attrs
   const char* clipped_by = nullptr;                // open spans: what ended the bar
   // Synthetic PD lane ("<name> [P]" / "[D]"): its name and span id as text, the role
   // and the pd_* values copied from the parent's end attrs.
   std::string pd_name, pd_span_id;
   const char* pd_role = nullptr;
-  std::vector<std::pair<const char*, const rollout::Value*>> pd_values;
+  std::vector<std::pair<const char*, const pickle::Value*>> pd_values;
   double pd_parent_duration = 0;
   bool is_span() const { return kind == ItemKind::closed_span || kind == ItemKind::open_span; }
   bool is_pd() const { return pd_role != nullptr; }
@@ -45,14 +45,14 @@ struct TimelineItem {
 
 struct TimelineRow {
   int64_t row_id = 0;                          // position in the dump's sample list
-  const rollout::Value* index = nullptr;       // sample["index"] when the key is there
+  const pickle::Value* index = nullptr;       // sample["index"] when the key is there
   bool has_index = false;
-  const rollout::Value* group_index = nullptr;
-  const rollout::Value* source = nullptr;      // sample.source, metadata.source, .source_name, *source*
-  const rollout::Value* status = nullptr;
-  const rollout::Value* label = nullptr;
-  const rollout::Value* reward = nullptr;
-  const rollout::Value* trace_id = nullptr;
+  const pickle::Value* group_index = nullptr;
+  const pickle::Value* source = nullptr;      // sample.source, metadata.source, .source_name, *source*
+  const pickle::Value* status = nullptr;
+  const pickle::Value* label = nullptr;
+  const pickle::Value* reward = nullptr;
+  const pickle::Value* trace_id = nullptr;
   int64_t attempt = 0;
   double start = 0, end = 0, duration = 0;
   int lane_count = 1;
@@ -63,7 +63,7 @@ struct TimelineRow {
 };
 
 struct Timeline {
-  rollout::Value dump;              // keeps the values the rows point into alive
+  pickle::Value dump;              // keeps the values the rows point into alive
   int64_t dump_samples = 0;         // samples in the dump
   int64_t traced_samples = 0;       // samples with a trace dict
   std::vector<TimelineRow> rows;    // slime's sample_count is rows.size()
@@ -74,7 +74,7 @@ struct Timeline {
 // Rebuilds every sample's timeline. `dump` is what torch.load returns for a
 // debug rollout dump ({"samples": [...]}, or a bare list of samples). Throws
 // rl::Error naming `where` when it is not a dump.
-Timeline build_timeline(rollout::Value dump, const std::string& where);
+Timeline build_timeline(pickle::Value dump, const std::string& where);
 
 // slime's cache JSON (CACHE_VERSION 1) for the viewer: the values json.dump writes
 // for slime's cache of the same dump, plus two top-level keys (dump_sample_count,

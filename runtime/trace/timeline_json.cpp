@@ -14,7 +14,7 @@
 namespace rl::trace {
 namespace {
 
-using rollout::Value;
+using pickle::Value;
 using Kind = Value::Kind;
 
 class Json {
@@ -236,7 +236,7 @@ void row_json(Json& j, const TimelineRow& r) {
   j.raw(",\"source\":"); j.compact_text(r.source, 64);
   j.raw(",\"status\":"); j.compact_text(r.status, 64);
   j.raw(",\"label\":"); j.compact_text(r.label, 256);
-  j.raw(",\"reward\":"); j.value(r.reward, r.reward && r.reward->is(rollout::Value::Kind::dict));
+  j.raw(",\"reward\":"); j.value(r.reward, r.reward && r.reward->is(pickle::Value::Kind::dict));
   j.raw(",\"trace_id\":"); j.value(r.trace_id);
   j.raw(",\"attempt\":"); j.integer(r.attempt);
   j.raw(",\"start\":"); j.number(r.start);

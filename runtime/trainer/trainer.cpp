@@ -8,7 +8,7 @@
 
 #include <ATen/autocast_mode.h>
 
-#include "trainer/dist.hpp"
+#include "dist/dist.hpp"
 
 namespace rl::trainer {
 

@@ -31,7 +31,7 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 fs::path source_dir() { return RLHOST_TEST_SOURCE_DIR; }
-using rl::test::shared_data;
+using rl::test::test_data;
 
 std::vector<ojson> read_jsonl(const fs::path& path) {
   std::ifstream in(path);
@@ -52,7 +52,7 @@ ojson read_json(const fs::path& path) {
 }
 
 fs::path qwen_dir(const std::string& which) {
-  return which == "qwen3" ? shared_data() / "tokenizers" / "qwen" : shared_data() / "tokenizers" / "qwen" / "qwen2.5";
+  return which == "qwen3" ? test_data() / "tokenizers" / "qwen" : test_data() / "tokenizers" / "qwen" / "qwen2.5";
 }
 
 std::string what_of(const std::function<void()>& f) {

@@ -1,4 +1,4 @@
-// Debug dumps without LibTorch (runtime/rollout): zip archives, the pickle
+// Debug dumps without LibTorch (runtime/pickle): zip archives, the pickle
 // writer and reader, torch.save's file layout, the legacy format, and every kind
 // of bad input (which must throw rl::Error naming the file, never crash).
 // Python's side of the compatibility is tests/e2e/test_dump_pickle.py.
@@ -10,12 +10,12 @@
 #include <random>
 
 #include "base/errors.hpp"
-#include "rollout/torch_file.hpp"
-#include "rollout/torch_pickle.hpp"
-#include "rollout/zip_archive.hpp"
+#include "pickle/torch_file.hpp"
+#include "pickle/torch_pickle.hpp"
+#include "pickle/zip_archive.hpp"
 
 using Catch::Matchers::Contains;
-using namespace rl::rollout;
+using namespace rl::pickle;
 using K = Value::Kind;
 namespace fs = std::filesystem;
 

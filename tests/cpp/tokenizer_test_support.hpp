@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using rl::model::Tokenizer;
 
-inline fs::path data_dir() { return rl::test::shared_data(); }
+inline fs::path data_dir() { return rl::test::test_data(); }
 
 inline const Tokenizer& qwen3() {
   static const Tokenizer t = Tokenizer::load(data_dir() / "tokenizers" / "qwen");

@@ -10,7 +10,7 @@ one JSON object per line to chat_template_golden.jsonl:
     {"name", "template" | "template_ref", "context", "error"}     Jinja2 raised (C++ must throw)
 
 template_ref names a template the C++ test loads itself: "qwen3" / "qwen2.5" (the
-tokenizer_config.json chat_template in ../shared/data/tokenizers/qwen/).
+tokenizer_config.json chat_template in tests/data/tokenizers/qwen/).
 
 Run from anywhere:  python3 tests/data/gen_chat_golden.py   (needs Jinja2 3.1.x)
 Contexts are dumped in insertion order; the C++ test reads them as ordered_json.
@@ -25,7 +25,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("RLHOST_SHARED_DATA", os.path.join(HERE, "..", "..", "..", "shared", "data"))
+DATA = HERE  # tests/data: the plain files read here are not among the compressed ones
 
 
 def make_env():
@@ -376,7 +376,7 @@ def chat_cases():
 
 
 def load_ref(ref):
-    path = os.path.join(SHARED, "tokenizers", "qwen", "tokenizer_config.json" if ref == "qwen3" else "qwen2.5/tokenizer_config.json")
+    path = os.path.join(DATA, "tokenizers", "qwen", "tokenizer_config.json" if ref == "qwen3" else "qwen2.5/tokenizer_config.json")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["chat_template"]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates tests/data/tokenizer_variants.json: HF `tokenizers` outputs for
-tokenizer.json component combinations the shared reference files do not cover
+tokenizer.json component combinations the reference files do not cover
 (Metaspace, Digits, WhitespaceSplit, Split behaviours, Strip, ByteLevel with
 add_prefix_space/use_regex, the GPT-2 and Llama-3 regexes, ignore_merges, unk
 handling, Roberta post-processing, normalized added tokens, no decoder).
@@ -10,7 +10,7 @@ handling, Roberta post-processing, normalized added tokens, no decoder).
 Also "splits": random strings over characters of every class the split regexes
 distinguish, with the pieces HF's Oniguruma regex cuts them into (GPT-2, Qwen2/3,
 Llama-3 patterns). Needs `pip install tokenizers` (the file records the version). Each variant is a
-patch over a base tokenizer: "stories" (../shared/data/models/stories260K/
+patch over a base tokenizer: "stories" (tests/data/models/stories260K/
 tokenizer.json, SentencePiece-style) or "tiny" (the byte-level BPE that
 test_tokenizer.cpp builds; its JSON is rebuilt here the same way).
 """
@@ -24,7 +24,7 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, pre_tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("RLHOST_SHARED_DATA", os.path.join(HERE, "..", "..", "..", "shared", "data"))
+DATA = HERE  # tests/data: the plain files read here are not among the compressed ones
 
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 QWEN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -160,7 +160,7 @@ def patched(base, patch):
 
 
 def main():
-    stories = json.load(open(os.path.join(SHARED, "models", "stories260K", "tokenizer.json"), encoding="utf-8"))
+    stories = json.load(open(os.path.join(DATA, "models", "stories260K", "tokenizer.json"), encoding="utf-8"))
     bases = {"stories": stories, "tiny": tiny()}
     out = {"generator": "tests/data/gen_tokenizer_golden.py", "tokenizers_version": tokenizers.__version__,
            "variants": []}

@@ -14,9 +14,9 @@ import time
 import unittest
 import urllib.parse
 
-from support import BIN, SHARED_DATA, clean_env, wait_for
+from support import BIN, TEST_DATA, clean_env, wait_for
 
-STORIES = os.path.join(SHARED_DATA, "models", "stories260K")
+STORIES = os.path.join(TEST_DATA, "models", "stories260K")
 
 
 class Engine:
@@ -26,7 +26,9 @@ class Engine:
         if not BIN or not os.access(BIN, os.X_OK):
             raise unittest.SkipTest("RLHOST_BIN must name the rlhost binary")
         if not os.path.isdir(model):
-            raise unittest.SkipTest("test model missing: %s (set RLHOST_SHARED_DATA)" % model)
+            # missing data fails, never skips
+            raise AssertionError("test model missing: %s (configuring the build unpacks tests/data into "
+                                 "<build>/test-data; or set RLHOST_TEST_DATA)" % model)
         self.tmp = tempfile.mkdtemp(prefix="rlhost-engine-")
         self.ready = os.path.join(self.tmp, "ready")
         self.log_path = os.path.join(self.tmp, "engine.log")

@@ -6,7 +6,8 @@ their own folder on sys.path and `import support`.
     RLHOST_BIN         the rlhost binary (made absolute here, so a test may run
                        it from any working directory)
     RLHOST_SOURCE_DIR  the source tree (default: two levels above this file)
-    RLHOST_SHARED_DATA shared test data (default: ../shared/data beside the tree)
+    RLHOST_TEST_DATA   the test data: tests/data as the build unpacks it
+                       (default: build/test-data in the source tree)
 
 Python standard library only.
 """
@@ -23,9 +24,9 @@ BIN = os.path.abspath(_bin) if _bin else ""
 SOURCE_DIR = os.path.abspath(
     os.environ.get("RLHOST_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")))
 COUNTER = os.path.join(SOURCE_DIR, "recipes", "counter.lua")
-# Shared test data (models, tokenizers, GSM8K): RLHOST_SHARED_DATA, else ../shared/data next to the tree.
-SHARED_DATA = os.path.abspath(
-    os.environ.get("RLHOST_SHARED_DATA", os.path.join(SOURCE_DIR, "..", "shared", "data")))
+# Test data (models, tokenizers, GSM8K): tests/data unpacked by the build into
+# <build>/test-data; RLHOST_TEST_DATA (ctest sets it), else build/test-data.
+TEST_DATA = os.path.abspath(os.environ.get("RLHOST_TEST_DATA", os.path.join(SOURCE_DIR, "build", "test-data")))
 TIMEOUT = 30
 
 

@@ -4,7 +4,7 @@ batched, n fan-out, streaming, logprobs), abort, bad inputs (400 and still
 serving), weight updates, memory release/resume, prefix cache and flush,
 profiling, metrics (promtool when installed), auth, SIGTERM.
 
-The model is the real pretrained stories260K (RLHOST_SHARED_DATA); greedy ids
+The model is the real pretrained stories260K (tests/data); greedy ids
 and log-probs are checked against its golden reference_outputs.json.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_engine_server.py

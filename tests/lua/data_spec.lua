@@ -5,7 +5,6 @@ local json = rl.json
 local sample = require "rl.sample"
 local pyrandom = require "rl.pyrandom"
 
-local shared = shared_data
 local function python(code)
   local p = assert(io.popen("python3 -c '" .. code .. "'"))
   local out = p:read("*a")
@@ -82,7 +81,7 @@ end)
 
 describe("rl.data", function()
   it("loads GSM8K with --input-key question --label-key answer, in slime's shuffled order", function()
-    local path = shared("gsm8k/train.jsonl")
+    local path = test_data("gsm8k/train.jsonl")
     local ds = rl.data.load(path, { input_key = "question", label_key = "answer", shuffle = true, seed = 42 })
     eq(ds:size(), 7473)
     local groups = ds:get_samples(3, 4)
@@ -119,7 +118,7 @@ describe("rl.data", function()
     eq(ds:size(), 2)
     eq(ds:get_samples(1)[1][1].prompt, "two")
     local arr = tmpfile(".json", '[{"input": [{"role": "user", "content": "hi"}], "label": 3, "metadata": {"k": 1}}]')
-    local tok = rl.tokenizer.load(shared("tokenizers/qwen"))
+    local tok = rl.tokenizer.load(test_data("tokenizers/qwen"))
     local d2 = rl.data.load(arr, { label_key = "label", apply_chat_template = true, tokenizer = tok })
     local s = d2:get_samples(1)[1][1]
     eq(s.prompt, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")

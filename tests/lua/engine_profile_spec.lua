@@ -7,7 +7,7 @@ local read = read_file  -- spec.lua helpers
 
 local SRC = os.getenv("RLHOST_SOURCE_DIR") or "."
 local BIN = os.getenv("RLHOST_BIN") or rl.process.self()
-local STORIES = (os.getenv("RLHOST_SHARED_DATA") or "../shared/data") .. "/models/stories260K"
+local STORIES = test_data("models/stories260K")
 
 local function tool(name, ...)
   local code, out = rl.process.run({ BIN, "--no-control", SRC .. "/tools/" .. name .. ".lua", ... }, { timeout = 120 })

@@ -3,7 +3,7 @@
 -- with partial rollout, eval with pass@k, failures that stay per sample.
 local rl = require "rl"
 
-local STORIES = shared_data("models/stories260K")
+local STORIES = test_data("models/stories260K")
 local PROMPTS = { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red", "The sun was",
                   "A cat and a bird", "One day, Ben", "Sara liked to" }
 

@@ -2,8 +2,7 @@
 -- child `rlhost engine` (process mode). Both take and return SGLang's /generate shapes.
 local rl = require "rl"
 
-local SHARED = os.getenv("RLHOST_SHARED_DATA") or "../shared/data"
-local STORIES = SHARED .. "/models/stories260K"
+local STORIES = test_data("models/stories260K")
 
 local function reference()
   local f = assert(io.open(STORIES .. "/reference_outputs.json"))

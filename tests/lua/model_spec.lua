@@ -1,8 +1,7 @@
 -- rl.model: load/init/use a transformer from Lua; bad files are nil, err; misuse raises.
 local rl = require "rl"
 
-local SHARED = os.getenv("RLHOST_SHARED_DATA") or "../shared/data"
-local STORIES = SHARED .. "/models/stories260K"
+local STORIES = test_data("models/stories260K")
 
 local TINY = {
   architectures = { "Qwen3ForCausalLM" }, model_type = "qwen3", vocab_size = 300, hidden_size = 32,

@@ -6,7 +6,6 @@ local gsm8k = require "rl.rewards.gsm8k"
 local mathr = require "rl.rewards.math"
 local answer = require "rl.rewards.answer"
 
-local shared = shared_data
 
 describe("answer extraction", function()
   it("last \\boxed{} with nested braces; \\fbox; none", function()
@@ -38,7 +37,7 @@ end)
 describe("rl.rewards.gsm8k", function()
   it("scores every GSM8K test answer as right and its neighbour as wrong", function()
     local n = 0
-    for line in io.lines(shared("gsm8k/test.jsonl")) do
+    for line in io.lines(test_data("gsm8k/test.jsonl")) do
       local row = rl.json.decode(line)
       local target = assert(gsm8k.target(row.answer))
       eq(gsm8k.score(row.answer, row.answer), 1, row.answer)

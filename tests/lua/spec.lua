@@ -35,9 +35,17 @@ local function show(v)
 end
 
 local spec_dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
---- A path under ../shared/data ($RLHOST_SHARED_DATA when set, as under ctest).
-function shared_data(path)
-  return (os.getenv("RLHOST_SHARED_DATA") or (spec_dir .. "/../../../shared/data")) .. "/" .. path
+--- A path in the test data (tests/data, unpacked into <build>/test-data when the build
+--- is configured): $RLHOST_TEST_DATA (ctest sets it), else build/test-data of this
+--- checkout. Missing data raises (the spec fails naming the folder); it never skips.
+function test_data(path)
+  local dir = os.getenv("RLHOST_TEST_DATA") or (spec_dir .. "/../../build/test-data")
+  local f = io.open(dir .. "/README.md")
+  if not f then
+    error("test data not found in " .. dir .. " (configuring the build unpacks tests/data there; or set RLHOST_TEST_DATA)", 2)
+  end
+  f:close()
+  return dir .. "/" .. path
 end
 
 --- A fresh temporary path (nothing is created there; mkdir = true makes the directory).

@@ -1,10 +1,9 @@
--- rl.tokenizer: encode/decode/chat template against the HF references in ../shared/data;
+-- rl.tokenizer: encode/decode/chat template against the HF references in tests/data;
 -- bad paths are nil, err; misuse raises.
 local rl = require "rl"
 
-local SHARED = os.getenv("RLHOST_SHARED_DATA") or "../shared/data"
-local QWEN3 = SHARED .. "/tokenizers/qwen"
-local STORIES = SHARED .. "/models/stories260K"
+local QWEN3 = test_data("tokenizers/qwen")
+local STORIES = test_data("models/stories260K")
 
 local cache = {}
 local function load(dir)

@@ -8,7 +8,7 @@
 -- tests/e2e/test_trainer_dist.py.)
 local rl = require "rl"
 
-local STORIES = shared_data("models/stories260K")
+local STORIES = test_data("models/stories260K")
 
 local function now() return require("rl._core").loop.now() end
 

@@ -4,7 +4,7 @@
 -- an in-process engine change what it computes to exactly the trainer's numbers.
 local rl = require "rl"
 
-local STORIES = shared_data("models/stories260K")
+local STORIES = test_data("models/stories260K")
 local TINY = {
   architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
   intermediate_size = 48, num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2,

@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 enum class DType : uint8_t { float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, uint16, uint32, uint64, boolean };
 size_t dtype_size(DType d);
@@ -132,4 +132,4 @@ float bfloat16_to_float(uint16_t b);
 uint16_t float_to_half(float f);
 uint16_t float_to_bfloat16(float f);
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -1,6 +1,6 @@
 // c10d process groups (docs/trainer.md, "Data parallel" and "Distributed weight
 // sync"). The only translation unit that includes c10d: TCPStore, Gloo, NCCL.
-#include "trainer/dist.hpp"
+#include "dist/dist.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -20,7 +20,6 @@
 
 #include "base/errors.hpp"
 #include "base/log_text.hpp"
-#include "engine/engine_weights.hpp"
 #include "nn/weights.hpp"
 
 namespace rl::dist {
@@ -330,14 +329,13 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
   }
 }
 
-void receive_weights(engine::Engine& engine, ProcessGroup& g, const WeightMeta& meta,
-                     const std::optional<std::string>& weight_version) {
+std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta) {
   const size_t n = meta.names.size();
   if (meta.dtypes.size() != n || meta.shapes.size() != n)
     throw Error("update_weights_from_distributed: names, dtypes and shapes differ in length (" + std::to_string(n) +
                 ", " + std::to_string(meta.dtypes.size()) + ", " + std::to_string(meta.shapes.size()) + ")");
   torch::NoGradGuard ng;
-  std::vector<std::pair<std::string, torch::Tensor>> got;
+  std::vector<std::pair<std::string, at::Tensor>> got;
   got.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     std::string dt = meta.dtypes[i];
@@ -355,7 +353,7 @@ void receive_weights(engine::Engine& engine, ProcessGroup& g, const WeightMeta& 
     g.broadcast(one, 0, "weight " + meta.names[i]);
     got.emplace_back(meta.names[i], one[0]);
   }
-  engine::update_weights(engine, got, weight_version);
+  return got;
 }
 
 }  // namespace rl::dist

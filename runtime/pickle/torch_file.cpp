@@ -1,4 +1,4 @@
-#include "rollout/torch_file.hpp"
+#include "pickle/torch_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,12 +11,12 @@
 #include <sstream>
 
 #include "base/errors.hpp"
-#include "rollout/torch_pickle.hpp"
-#include "rollout/zip_archive.hpp"
+#include "pickle/torch_pickle.hpp"
+#include "pickle/zip_archive.hpp"
 
 namespace fs = std::filesystem;
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 namespace {
 
@@ -265,4 +265,4 @@ Value torch_load(const fs::path& file) {
   return torch_load_bytes(data, file.string());
 }
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -22,9 +22,9 @@
 #include <string_view>
 #include <vector>
 
-#include "rollout/py_value.hpp"
+#include "pickle/py_value.hpp"
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 // A storage the pickle refers to by key (the writer's output).
 struct PickledStorage {
@@ -48,4 +48,4 @@ Value pickle_load(std::string_view data, size_t* pos, const PersistentLoader& pe
 // whose view leaves its storage; `max_depth` bounds nesting (a cycle fails here).
 void check_loaded(const Value& v, const std::string& where, int max_depth = 512);
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -18,9 +18,6 @@
 namespace at {
 class Tensor;
 }
-namespace rl::engine {
-class Engine;
-}
 
 namespace rl::dist {
 
@@ -90,11 +87,10 @@ struct WeightMeta {
 
 // The trainer's side (rank 0): broadcasts each tensor in order.
 void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params);
-// The engine's side: receives every tensor (generation goes on meanwhile), then
-// copies them into the engine's weights between two steps (its own layout and
-// dtype), flushes the prefix cache and sets the weight version. Throws rl::Error
+// The engine's side: receives every tensor of `meta` in order (generation may go on
+// meanwhile) and returns them under their names, in their sent dtype and shape; the
+// engine copies them into its weights (engine/engine_dist.hpp). Throws rl::Error
 // naming a bad name, dtype or shape.
-void receive_weights(engine::Engine& engine, ProcessGroup& g, const WeightMeta& meta,
-                     const std::optional<std::string>& weight_version);
+std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta);
 
 }  // namespace rl::dist

@@ -3,9 +3,9 @@
 #include <unordered_map>
 
 #include "base/errors.hpp"
-#include "rollout/torch_pickle.hpp"
+#include "pickle/torch_pickle.hpp"
 
-namespace rl::rollout {
+namespace rl::pickle {
 namespace {
 
 constexpr size_t kBatch = 1000;  // CPython's batch size for APPENDS / SETITEMS
@@ -201,4 +201,4 @@ std::string pickle_dump(const Value& v, std::vector<PickledStorage>* storages) {
   return std::move(w.out);
 }
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -6,9 +6,9 @@
 #include <unordered_map>
 
 #include "base/errors.hpp"
-#include "rollout/torch_pickle.hpp"
+#include "pickle/torch_pickle.hpp"
 
-namespace rl::rollout {
+namespace rl::pickle {
 namespace {
 
 const char* kHint = "is the file a torch.save dump that finished writing?";
@@ -509,4 +509,4 @@ Value pickle_load(std::string_view data, size_t* pos, const PersistentLoader& pe
   return v;
 }
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

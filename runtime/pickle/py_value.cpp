@@ -1,11 +1,11 @@
-#include "rollout/py_value.hpp"
+#include "pickle/py_value.hpp"
 
 #include <cmath>
 #include <cstring>
 
 #include "base/errors.hpp"
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 namespace {
 
@@ -265,4 +265,4 @@ uint16_t float_to_half(float f) {
   return sign | static_cast<uint16_t>((exp << 10) | (mant & 0x3ff));
 }
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -21,9 +21,9 @@
 #include <string>
 #include <string_view>
 
-#include "rollout/py_value.hpp"
+#include "pickle/py_value.hpp"
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 // The bytes torch.save(v, "<archive_name>.pt") would write.
 std::string torch_save_bytes(const Value& v, const std::string& archive_name = "archive");
@@ -39,4 +39,4 @@ Value torch_load_bytes(std::string_view data, const std::string& where);
 // (missing, not a torch file, truncated, bad CRC, unsupported object, ...).
 Value torch_load(const std::filesystem::path& file);
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -1,4 +1,4 @@
-#include "rollout/zip_archive.hpp"
+#include "pickle/zip_archive.hpp"
 
 #include <array>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "base/errors.hpp"
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 namespace {
 
@@ -223,4 +223,4 @@ std::string_view ZipReader::read(const ZipEntry& e) const {
   return bytes;
 }
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rl::rollout {
+namespace rl::pickle {
 
 // CRC-32 (ISO-HDLC, as zip and zlib), continuing from `crc`.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
@@ -66,4 +66,4 @@ class ZipReader {
   std::vector<ZipEntry> entries_;
 };
 
-}  // namespace rl::rollout
+}  // namespace rl::pickle

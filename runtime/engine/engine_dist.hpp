@@ -1,0 +1,23 @@
+// A distributed weight update into an engine in this process (SGLang's
+// /update_weights_from_distributed): receives every tensor of `meta` from the
+// group's rank 0 (dist::receive_weights), then copies them into the live weights
+// between two steps (update_weights: the engine's own layout and dtype), flushes the
+// prefix cache and sets the weight version. Throws rl::Error naming a bad name,
+// dtype or shape. LibTorch-free header: the engine's HTTP server calls it.
+#pragma once
+#include <optional>
+#include <string>
+
+namespace rl::dist {
+class ProcessGroup;
+struct WeightMeta;
+}  // namespace rl::dist
+
+namespace rl::engine {
+
+class Engine;
+
+void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMeta& meta,
+                     const std::optional<std::string>& weight_version);
+
+}  // namespace rl::engine
