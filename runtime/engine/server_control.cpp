@@ -2,6 +2,7 @@
 // /release_memory_occupation, /resume_memory_occupation, /start_profile,
 // /stop_profile. All need the API key when the server has one (server.cpp).
 #include "base/log_text.hpp"
+#include "base/json_input.hpp"
 
 #include <cstdlib>
 
@@ -34,7 +35,7 @@ std::vector<std::string> string_list(const json& body, const char* key, const st
   if (it == body.end() || it->is_null()) return out;
   if (!it->is_array()) throw BadRequest(std::string(key) + ": expected a list of strings, got " + it->dump());
   for (const auto& v : *it) {
-    if (!v.is_string()) throw BadRequest(std::string(key) + ": expected strings, got " + v.dump());
+    if (!v.is_string()) throw BadRequest(std::string(key) + ": expected strings, got " + json_input::brief(v));
     std::string s = v.get<std::string>();
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
       std::string list;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "engine/server.hpp"
+#include "base/json_input.hpp"
 #include "model/tokenizer.hpp"
 #include "net/http_server.hpp"
 
@@ -195,7 +196,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   auto ids_of = [](const json& v, const std::string& where) {
     std::vector<int32_t> ids;
     for (const auto& e : v) {
-      if (!e.is_number_integer()) throw BadRequest(where + ": expected token ids, got " + e.dump());
+      if (!e.is_number_integer()) throw BadRequest(where + ": expected token ids, got " + json_input::brief(e));
       ids.push_back(e.get<int32_t>());
     }
     if (ids.empty()) throw BadRequest(where + ": empty prompt");
@@ -280,7 +281,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
     throw BadRequest("messages: the model's tokenizer_config.json has no chat_template",
                      "use /v1/completions or /generate, or add a chat_template to tokenizer_config.json");
   // Keep the client's key order: templates render tool schemas with tojson.
-  const ojson obody = ojson::parse(req.body);
+  const ojson obody = parse_json_body_ordered(req);
   auto m = obody.find("messages");
   if (m == obody.end() || !m->is_array() || m->empty()) throw BadRequest("messages: expected a non-empty list of messages");
   for (size_t i = 0; i < m->size(); ++i) {

@@ -8,6 +8,7 @@
 // /update_weights_from_shm switches to the buffer the trainer has filled
 // (engine/engine_shm.hpp).
 #include "base/log_text.hpp"
+#include "base/json_input.hpp"
 
 #include <cstdlib>
 
@@ -41,7 +42,7 @@ int int_field(const json& body, const char* key, const char* endpoint, int lo, i
   const json& v = field(body, key, endpoint);
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
     throw BadRequest(std::string(endpoint) + ": '" + key + "' must be an integer in [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "], got " + v.dump());
+                     std::to_string(hi) + "], got " + json_input::brief(v));
   return v.get<int>();
 }
 

@@ -180,7 +180,7 @@ TEST_CASE("safetensors: malformed files give errors that name file and tensor", 
   {  // not JSON
     auto f = make_file(ok, 16);
     f[9] = std::byte('!');
-    CHECK_THAT(parse_error(f), Contains("model.safetensors: header is not valid JSON"));
+    CHECK_THAT(parse_error(f), Contains("model.safetensors: header: invalid JSON"));
   }
   CHECK_THAT(parse_error(make_file(json::array({1, 2}), 0)), Contains("header must be a JSON object"));
   CHECK_THAT(parse_error(make_file({{"w", entry("F33", {4}, 0, 16)}}, 16)),
