@@ -148,6 +148,7 @@ bool Guard::refuse(const std::string& problem, const std::string& hint) {
   message_ = what_ + ": " + problem;
   if (!field_.empty()) message_ += " in field '" + field_ + "'";
   if (!hint.empty()) message_ += " (hint: " + hint + ")";
+  hinted_ = !hint.empty();
   return false;
 }
 
@@ -239,7 +240,7 @@ void Guard::parse_error(size_t byte, std::string_view nlohmann_what) {
          utf8 ? "JSON text must be valid UTF-8; escape other bytes as \\u00XX" : "");
 }
 
-void Guard::raise() const { throw Error(message_, field_); }
+void Guard::raise() const { throw Error(message_, field_, hinted_); }
 
 // ---- entry points ----------------------------------------------------------------------
 

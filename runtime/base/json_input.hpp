@@ -42,11 +42,14 @@ Limits file_limits();
 // path where it broke ("" at the top level), already shortened and printable.
 class Error : public rl::Error {
  public:
-  Error(const std::string& message, std::string field) : rl::Error(message), field_(std::move(field)) {}
+  Error(const std::string& message, std::string field, bool hinted)
+      : rl::Error(message), field_(std::move(field)), hinted_(hinted) {}
   const std::string& field() const { return field_; }
+  bool hinted() const { return hinted_; }  // the message ends with its own "(hint: ...)"
 
  private:
   std::string field_;
+  bool hinted_;
 };
 
 // Parses `text` under `lim`; `what` names the input in messages ("request body",
@@ -91,6 +94,7 @@ class Guard {
   std::vector<Frame> frames_;
   size_t elements_ = 0;
   std::string message_, field_;
+  bool hinted_ = false;
 };
 
 // Length of the well-formed UTF-8 sequence at s (no overlong forms, no

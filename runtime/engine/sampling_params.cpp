@@ -12,7 +12,7 @@ namespace {
 using json = nlohmann::json;
 
 [[noreturn]] void bad(const std::string& where, const std::string& key, const std::string& what) {
-  throw Error(where + "." + key + ": " + what);
+  throw Error(where + "." + json_input::excerpt(key, 80) + ": " + what);  // key may be any client key
 }
 
 double get_number(const json& v, const std::string& where, const std::string& key) {

@@ -43,7 +43,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
     if (auto m = kSamplingFields.find(k); m != kSamplingFields.end()) {
       if (!v.is_null()) sp[m->second] = v;
     } else if (!kIgnored.count(k) && !extra_known.count(k)) {
-      throw BadRequest(k + ": unknown field", "see docs/engine.md for the OpenAI fields rlhost accepts");
+      throw BadRequest(json_input::excerpt(k) + ": unknown field", "see docs/engine.md for the OpenAI fields rlhost accepts");
     }
   }
   // max_completion_tokens is the newer name of max_tokens.
@@ -51,7 +51,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) continue;
     if (!it->is_number_integer() || it->get<int64_t>() < 0)
-      throw BadRequest(std::string(key) + ": expected a non-negative integer, got " + it->dump());
+      throw BadRequest(std::string(key) + ": expected a non-negative integer, got " + json_input::brief(*it));
     sp["max_new_tokens"] = it->get<int64_t>();
   }
   if (sp.contains("seed")) {  // SGLang's name for the per-request seed
@@ -181,7 +181,7 @@ int64_t opt_top_logprobs(const json& body, const char* key, int64_t max) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return 0;
   if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max)
-    throw BadRequest(std::string(key) + ": expected an integer in [0, " + std::to_string(max) + "], got " + it->dump());
+    throw BadRequest(std::string(key) + ": expected an integer in [0, " + std::to_string(max) + "], got " + json_input::brief(*it));
   return it->get<int64_t>();
 }
 
@@ -215,7 +215,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
       else throw BadRequest(where + ": expected a string or a list of token ids");
     }
   } else {
-    throw BadRequest("prompt: expected a string, a list of strings or token ids, got " + p->dump());
+    throw BadRequest("prompt: expected a string, a list of strings or token ids, got " + json_input::brief(*p));
   }
   if (auto e = body.find("echo"); e != body.end() && e->is_boolean() && e->get<bool>())
     throw BadRequest("echo: not supported by rlhost", "leave it out or false");

@@ -342,7 +342,8 @@ void ControlServer::handle_line(Client& c, std::string_view line) {
   try {
     msg = json_input::parse(line, "control request");  // the same limits as the HTTP servers
   } catch (const json_input::Error& e) {
-    return send_error(c, nullptr, std::string(e.what()) + "; expected one JSON object per line (see docs/attach.md)");
+    return send_error(c, nullptr, std::string("malformed request: ") + e.what() +
+                                      "; expected one JSON object per line (see docs/attach.md)");
   }
   if (!msg.is_object())
     return send_error(c, nullptr, "malformed request: expected one JSON object per line (see docs/attach.md)");

@@ -91,7 +91,7 @@ json read_json_file(const fs::path& file, const char* hint) {
   try {
     return json_input::parse(ss.str(), file.string(), json_input::file_limits());
   } catch (const json_input::Error& e) {
-    throw Error(e.what(), hint);
+    throw Error(e.what(), !e.hinted() ? hint : "");  // a limit's message carries its own hint
   }
 }
 
@@ -169,7 +169,7 @@ TensorSet parse_safetensors(const void* data, size_t size, const std::string& na
   try {
     header = json_input::parse(std::string_view(hb, header_len), name + ": header", json_input::file_limits());
   } catch (const json_input::Error& e) {
-    throw Error(e.what(), "the file is corrupt or not a safetensors file");
+    throw Error(e.what(), !e.hinted() ? "the file is corrupt or not a safetensors file" : "");
   }
   if (!header.is_object())
     throw Error(name + ": header must be a JSON object, got " + std::string(header.type_name()), kCorruptHint);

@@ -256,7 +256,7 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
     WorkerInfo info;
     std::string err = add(body["url"].get<std::string>(), &info);
     if (!err.empty()) {
-      send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error", "POST /workers: " + err);
+      send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error", "POST /workers: " + json_input::excerpt(err, 300));
       return;
     }
     res->send_json(201, json({{"id", std::to_string(info.id)}, {"url", info.url}, {"is_healthy", info.healthy}, {"load", 0}})

@@ -31,6 +31,7 @@
 #include "rollout/torch_pickle.hpp"
 
 namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
 
 namespace {
 
@@ -114,11 +115,13 @@ void fuzz(const std::string& reader, const std::vector<std::string>& seeds, std:
   Mutator m(seeds, std::move(tokens));
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget_s());
   size_t n = 0, refused = 0;
+  std::string last_refusal;
   auto one = [&](const std::string& input) {
     try {
       fn(input);
-    } catch (const rl::Error&) {
+    } catch (const rl::Error& e) {
       ++refused;
+      last_refusal = e.what();
     } catch (const std::exception& e) {
       const std::string file = "fuzz-finding-" + reader + ".bin";
       std::ofstream(file, std::ios::binary) << input;
@@ -128,6 +131,7 @@ void fuzz(const std::string& reader, const std::vector<std::string>& seeds, std:
   };
   for (const auto& s : seeds) {
     one(s);
+    INFO("a seed was refused: " << last_refusal);
     REQUIRE(refused == 0);  // the seeds themselves are valid
   }
   while (n < max_inputs && std::chrono::steady_clock::now() < end) one(m.next());
@@ -160,7 +164,7 @@ TEST_CASE("fuzz: HTTP request parser", "[fuzz]") {
              if (st == RequestParser::Status::error) {
                if (p.error_status() < 400 || p.error_status() > 505 || p.error_message().empty())
                  throw std::logic_error("bad error status " + std::to_string(p.error_status()));
-               return;
+               throw rl::Error(p.error_message());  // the clean refusal
              }
              if (st == RequestParser::Status::need_more) break;
              (void)p.request().header("content-type");
@@ -239,4 +243,21 @@ TEST_CASE("fuzz: torch.save archives", "[fuzz]") {
   }
   fuzz("torch_file", seeds, {"PK\x03\x04", "PK\x01\x02", "PK\x05\x06", "data.pkl", "version"},
        [](const std::string& input) { (void)torch_load_bytes(input, "fuzz.pt"); }, 20000);
+}
+
+TEST_CASE("a pickle nested a million levels deep is refused and freed without overflowing the stack", "[fuzz]") {
+  using namespace rl::rollout;
+  const size_t n = 1000000;
+  // PROTO 2, n EMPTY_LISTs, n-1 APPENDs (each list into the one below), STOP: 2 MB.
+  std::string p = "\x80\x02" + std::string(n, ']') + std::string(n - 1, 'a') + ".";
+  size_t pos = 0;
+  const auto none = [](const Value&) -> Value { throw rl::Error("no storages"); };
+  {
+    const Value v = pickle_load(p, &pos, none, "deep.pkl");
+    CHECK_THROWS_WITH(check_loaded(v, "deep.pkl"), Contains("nested deeper than 512 levels"));
+  }  // v freed here
+  // Left on the unpickler's stack when it fails (no STOP).
+  p.pop_back();
+  pos = 0;
+  CHECK_THROWS_AS(pickle_load(p, &pos, none, "deep.pkl"), rl::Error);
 }

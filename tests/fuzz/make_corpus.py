@@ -112,12 +112,26 @@ def gguf(kvs, tensors):
 
 
 kvs = [("general.architecture", 8, gstr("llama")), ("llama.block_count", 4, struct.pack("<I", 1)),
-       ("llama.embedding_length", 4, struct.pack("<I", 4)), ("llama.rope.freq_base", 6, struct.pack("<f", 1e4)),
+       ("llama.embedding_length", 4, struct.pack("<I", 4)), ("llama.feed_forward_length", 4, struct.pack("<I", 8)),
+       ("llama.attention.head_count", 4, struct.pack("<I", 2)), ("llama.context_length", 4, struct.pack("<I", 16)),
+       ("llama.rope.freq_base", 6, struct.pack("<f", 1e4)),
        ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2) + gstr("a") + gstr("b")),
        ("nested", 9, struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 5, 2) + struct.pack("<2i", 1, -1)),
        ("flag", 7, b"\x01"), ("big", 10, struct.pack("<Q", 2 ** 40))]
-put("gguf", "llama", gguf(kvs, [("token_embd.weight", [4, 2], 0, struct.pack("<8f", *range(8))),
-                                ("h", [2], 1, b"\x00\x3c\x00\x40")]))
+def f32(*ne):
+    n = 1
+    for d in ne:
+        n *= d
+    return struct.pack("<%df" % n, *[i / 8 for i in range(n)])
+
+
+# One llama layer: hidden 4, 2 heads, ffn 8, vocab 8 (`ne` innermost first).
+layer = [("blk.0.attn_norm.weight", [4]), ("blk.0.attn_q.weight", [4, 4]), ("blk.0.attn_k.weight", [4, 4]),
+         ("blk.0.attn_v.weight", [4, 4]), ("blk.0.attn_output.weight", [4, 4]), ("blk.0.ffn_norm.weight", [4]),
+         ("blk.0.ffn_gate.weight", [4, 8]), ("blk.0.ffn_up.weight", [4, 8]), ("blk.0.ffn_down.weight", [8, 4])]
+put("gguf", "llama", gguf(kvs, [("token_embd.weight", [4, 8], 0, f32(4, 8)),
+                                ("output_norm.weight", [4], 1, b"\x00\x3c" * 4)] +
+                          [(n, ne, 0, f32(*ne)) for n, ne in layer]))
 
 # ---- pickles (protocols 2 and 4) ---------------------------------------------------------------------
 value = {"a": [1, 2.5, "x", None, True, (1, 2), b"\x00\x01"], "b": {"c": -7, "d": 2 ** 70}, "e": [[], {}, ()]}
