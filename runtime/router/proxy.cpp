@@ -306,8 +306,9 @@ void Router::Impl::proxy(net::ServerRequest& req, const Res& res, bool route_on_
       metrics.record_rejected("bad_request");
       metrics.record_request("none", req.path, 400, 0);
       send_error(res, 400, "invalid_request_error",
-                 req.method + " " + req.path + ": the " + policy->name() + " policy routes on the request text: " +
-                     e.what() + " (send a JSON object with 'text', 'input_ids', 'prompt' or 'messages')");
+                 req.method + " " + req.path + ": the " + policy->name() +
+                     " policy routes on the request text, but the body is not JSON within the limits: " + e.what() +
+                     " (send a JSON object with 'text', 'input_ids', 'prompt' or 'messages')");
       return;
     }
   }

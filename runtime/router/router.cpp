@@ -245,7 +245,8 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
     try {
       body = json_input::parse(req.body, "POST /workers body");
     } catch (const json_input::Error& e) {
-      send_error(res, 400, "invalid_request_error", e.what());
+      send_error(res, 400, "invalid_request_error",
+                 std::string(e.what()) + "; send a JSON object with a string 'url' (e.g. {\"url\": \"http://127.0.0.1:30000\"})");
       return;
     }
     if (!body.is_object() || !body.contains("url") || !body["url"].is_string()) {
