@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/json_input.hpp"
+#include "base/utf8.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 
@@ -94,8 +95,6 @@ int l_decode(lua_State* L) {
 }
 
 // ---- encode ------------------------------------------------------------------------
-
-using json_input::utf8_sequence_length;
 
 struct Encoder {
   lua_State* L = nullptr;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/utf8.hpp"
+
 namespace rl::json_input {
 namespace {
 
@@ -250,30 +252,6 @@ nlohmann::json parse(std::string_view text, std::string_view what, const Limits&
 
 nlohmann::ordered_json parse_ordered(std::string_view text, std::string_view what, const Limits& lim) {
   return parse_as<nlohmann::ordered_json>(text, what, lim);
-}
-
-size_t utf8_sequence_length(const char* s, size_t avail) {
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(0);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte (Unicode Table 3-7)
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (len > avail || b(1) < lo || b(1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k)
-    if ((b(k) & 0xC0) != 0x80) return 0;
-  return len;
 }
 
 std::string excerpt(std::string_view text, size_t max_bytes) {

@@ -97,10 +97,6 @@ class Guard {
   bool hinted_ = false;
 };
 
-// Length of the well-formed UTF-8 sequence at s (no overlong forms, no
-// surrogates, nothing above U+10FFFF), or 0 when it is not one.
-size_t utf8_sequence_length(const char* s, size_t avail);
-
 // A short, printable excerpt of untrusted text for an error message: valid UTF-8
 // kept, other bytes and control characters as \xNN, cut after max_bytes with the
 // full size said.

@@ -87,7 +87,8 @@ class EngineJsonTest(unittest.TestCase):
 
     def test_deep_value_of_an_allowed_depth_gets_a_short_type_error(self):
         # 100 levels pass the parser; the field check names it and quotes it briefly.
-        st, out = self.engine.post("/generate", raw=body_with("sampling_params.temperature", deep(100)).encode())
+        raw = '{"text": "x", "sampling_params": {"temperature": %s}}' % deep(100)
+        st, out = self.engine.post("/generate", raw=raw.encode())
         self.assertEqual(st, 400, out)
         self.assertIn("temperature", out["error"]["message"])
         self.assertLess(len(out["error"]["message"]), 400)
