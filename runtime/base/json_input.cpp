@@ -230,10 +230,16 @@ void Guard::parse_error(size_t byte, std::string_view nlohmann_what) {
   const std::string_view marker = "; last read: '";
   if (auto p = w.find(marker); p != std::string_view::npos) {
     std::string_view token = w.substr(p + marker.size());
-    if (!token.empty() && token.back() == '\'') token.remove_suffix(1);
+    std::string_view expected;  // "; expected ..." may follow the quoted token
+    if (auto e = token.rfind("'; expected "); e != std::string_view::npos) {
+      expected = token.substr(e + 1);
+      token = token.substr(0, e);
+    } else if (!token.empty() && token.back() == '\'') {
+      token.remove_suffix(1);
+    }
     // Its end is where the parser stopped: show that.
     const std::string shown = token.size() > 40 ? "..." + excerpt(token.substr(token.size() - 40), 40) : excerpt(token, 40);
-    reason = excerpt(w.substr(0, p), 200) + " (last read: '" + shown + "')";
+    reason = excerpt(w.substr(0, p), 200) + " (last read: '" + shown + "')" + excerpt(expected, 120);
   } else {
     reason = excerpt(w, 240);
   }

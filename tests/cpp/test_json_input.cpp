@@ -82,6 +82,7 @@ TEST_CASE("json_input: malformed text and invalid UTF-8 get short printable mess
   CHECK_NOTHROW(ji::dump_reply(nlohmann::json{{"error", msg}}));
   CHECK_THAT(refusal("{\"a\": tru}"), Contains("invalid JSON at byte") && Contains("line 1"));
   CHECK_THAT(refusal(""), Contains("invalid JSON"));
+  CHECK_THAT(refusal("{no"), Contains("(last read: '{no'); expected string literal"));
   CHECK_THAT(refusal("[1] x"), Contains("invalid JSON"));
   CHECK_THAT(refusal("\"\\ud800\""), Contains("surrogate"));
 }
