@@ -260,7 +260,7 @@ struct Encoder {
       out += indent >= 0 ? ": " : ":";
       if (numeric) lua_pushnumber(L, std::stod(k)); else lua_pushlstring(L, k.data(), k.size());
       lua_rawget(L, idx);
-      path.push_back("." + k);
+      path.push_back("." + (k.size() > 40 ? k.substr(0, 40) + "..." : k));  // messages stay short
       value(lua_gettop(L), depth + 1);
       path.pop_back();
       lua_pop(L, 1);

@@ -164,7 +164,7 @@ std::string Guard::path() const {
       break;
     }
     if (f.array) p += "[" + std::to_string(f.index) + "]";
-    else p += (p.empty() ? "" : ".") + f.key;
+    else p += (p.empty() ? "" : ".") + excerpt(f.key, kKeyBytes);
   }
   return p;
 }
@@ -200,7 +200,7 @@ bool Guard::string(size_t bytes) {
 
 bool Guard::key(std::string_view k) {
   if (frames_.empty()) return true;
-  frames_.back().key = excerpt(k, kKeyBytes);
+  frames_.back().key.assign(k.substr(0, kKeyBytes));  // made printable only if a message needs it
   if (k.size() > lim_.max_string)
     return refuse("a key of " + size_text(k.size()) + ", over the limit of " + size_text(lim_.max_string),
                   "RLHOST_JSON_MAX_STRING raises it");
