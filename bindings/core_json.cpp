@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/json_input.hpp"
+#include "base/utf8.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 
@@ -19,7 +21,12 @@ namespace rl::lua {
 namespace {
 
 const char kArrayMtKey = 0;  // registry key of the array metatable
-constexpr int kMaxDepth = 200;
+
+// The JSON input policy's depth (RLHOST_JSON_MAX_DEPTH) bounds both directions:
+// decode builds no deeper, encode recurses no deeper. Sizes are the caller's
+// business (rl.json reads the user's own files too).
+json_input::Limits decode_limits() { return json_input::file_limits(); }
+size_t max_depth() { return json_input::limits().max_depth; }
 
 void push_array_mt(lua_State* L) {
   registry_get(L, &kArrayMtKey);
@@ -28,32 +35,31 @@ void push_array_mt(lua_State* L) {
 // ---- decode ------------------------------------------------------------------------
 class LuaSax {
  public:
-  explicit LuaSax(lua_State* L) : L_(L) {}
+  explicit LuaSax(lua_State* L) : L_(L), guard_("text", decode_limits()) {}
   std::string error;
 
-  bool null() { lua_pushlightuserdata(L_, nullptr); return add(); }
-  bool boolean(bool v) { lua_pushboolean(L_, v); return add(); }
-  bool number_integer(int64_t v) { lua_pushnumber(L_, static_cast<lua_Number>(v)); return add(); }
-  bool number_unsigned(uint64_t v) { lua_pushnumber(L_, static_cast<lua_Number>(v)); return add(); }
-  bool number_float(double v, const std::string&) { lua_pushnumber(L_, v); return add(); }
-  bool string(std::string& s) { lua_pushlstring(L_, s.data(), s.size()); return add(); }
+  bool null() { return guard_.scalar() && (lua_pushlightuserdata(L_, nullptr), add()); }
+  bool boolean(bool v) { return guard_.scalar() && (lua_pushboolean(L_, v), add()); }
+  bool number_integer(int64_t v) { return guard_.scalar() && (lua_pushnumber(L_, static_cast<lua_Number>(v)), add()); }
+  bool number_unsigned(uint64_t v) { return guard_.scalar() && (lua_pushnumber(L_, static_cast<lua_Number>(v)), add()); }
+  bool number_float(double v, const std::string&) { return guard_.scalar() && (lua_pushnumber(L_, v), add()); }
+  bool string(std::string& s) { return guard_.string(s.size()) && (lua_pushlstring(L_, s.data(), s.size()), add()); }
   bool binary(nlohmann::json::binary_t&) { error = "binary values are not supported"; return false; }
-  bool start_object(size_t) { return open(false); }
-  bool key(std::string& k) { lua_pushlstring(L_, k.data(), k.size()); return true; }
-  bool end_object() { frames_.pop_back(); return add(); }
-  bool start_array(size_t) { return open(true); }
-  bool end_array() { frames_.pop_back(); return add(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    error = ex.what();
-    if (auto p = error.find("] "); error.rfind("[json.exception", 0) == 0 && p != std::string::npos)
-      error = error.substr(p + 2);
+  bool start_object(size_t) { return guard_.open(false) && open(false); }
+  bool key(std::string& k) { return guard_.key(k) && (lua_pushlstring(L_, k.data(), k.size()), true); }
+  bool end_object() { guard_.close(); frames_.pop_back(); return add(); }
+  bool start_array(size_t) { return guard_.open(true) && open(true); }
+  bool end_array() { guard_.close(); frames_.pop_back(); return add(); }
+  bool parse_error(std::size_t byte, const std::string&, const nlohmann::detail::exception& ex) {
+    guard_.parse_error(byte, ex.what());
     return false;
   }
+  // Why parsing stopped: a limit or a syntax error (the guard's), or ours.
+  std::string reason() const { return !guard_.message().empty() ? guard_.message() : error; }
 
  private:
   struct Frame { bool array; int index; };
   bool open(bool array) {
-    if (frames_.size() >= kMaxDepth) { error = "nested deeper than 200 levels"; return false; }
     if (!lua_checkstack(L_, 4)) { error = "out of Lua stack"; return false; }
     lua_newtable(L_);
     if (array) { push_array_mt(L_); lua_setmetatable(L_, -2); }
@@ -69,6 +75,7 @@ class LuaSax {
     return true;
   }
   lua_State* L_;
+  json_input::Guard guard_;
   std::vector<Frame> frames_;
 };
 
@@ -81,30 +88,13 @@ int l_decode(lua_State* L) {
     LuaSax sax(L);
     const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
     if (ok) return 1;
-    err = sax.error.empty() ? "invalid JSON" : sax.error;
+    err = sax.reason().empty() ? "invalid JSON" : sax.reason();
   }
   lua_settop(L, top);
   return fail(L, "rl.json.decode: " + err);
 }
 
 // ---- encode ------------------------------------------------------------------------
-
-// Length of the well-formed UTF-8 sequence at s (Unicode Table 3-7: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one.
-size_t utf8_sequence_length(const char* s, size_t avail) {
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(0);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) len = 2;
-  else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-  else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-  else return 0;
-  if (len > avail || b(1) < lo || b(1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k)
-    if ((b(k) & 0xC0) != 0x80) return 0;
-  return len;
-}
 
 struct Encoder {
   lua_State* L = nullptr;
@@ -192,7 +182,8 @@ struct Encoder {
   }
 
   void value(int idx, int depth) {
-    if (depth > kMaxDepth) bad("nested deeper than 200 levels (a cycle?)");
+    if (static_cast<size_t>(depth) > max_depth())
+      bad("nested deeper than " + std::to_string(max_depth()) + " levels (a cycle?)");
     switch (lua_type(L, idx)) {
       case LUA_TNIL: out += "null"; return;
       case LUA_TBOOLEAN: out += lua_toboolean(L, idx) ? "true" : "false"; return;
@@ -269,7 +260,7 @@ struct Encoder {
       out += indent >= 0 ? ": " : ":";
       if (numeric) lua_pushnumber(L, std::stod(k)); else lua_pushlstring(L, k.data(), k.size());
       lua_rawget(L, idx);
-      path.push_back("." + k);
+      path.push_back("." + (k.size() > 40 ? k.substr(0, 40) + "..." : k));  // messages stay short
       value(lua_gettop(L), depth + 1);
       path.pop_back();
       lua_pop(L, 1);

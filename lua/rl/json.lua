@@ -4,7 +4,8 @@
 --   local v, err = rl.json.decode(s)      -- nil, "rl.json.decode: ... at line 1, column 5" on bad input
 --
 -- JSON null is `rl.json.null`; decoded arrays carry a metatable so `[]` stays an
--- array when encoded again (mark your own with rl.json.array(t)).
+-- array when encoded again (mark your own with rl.json.array(t)). Both ways refuse
+-- nesting deeper than 128 levels (RLHOST_JSON_MAX_DEPTH; docs/http.md "JSON input").
 local core = require "rl._core"
 
 local M = {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <set>
 
+#include "base/json_input.hpp"
 #include "model/tokenizer.hpp"
 
 namespace rl::engine {
@@ -41,7 +42,7 @@ std::string type_of(const json& v) {
 }
 
 [[noreturn]] void bad(const std::string& field, const std::string& what, const std::string& hint = {}) {
-  throw BadRequest(field + ": " + what, hint);
+  throw BadRequest(json_input::excerpt(field, 120) + ": " + what, hint);  // field names may be client keys
 }
 
 std::vector<int32_t> ids_of(const json& v, const std::string& where) {
@@ -184,7 +185,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine) {
     int64_t top = 0;
     if (const json* v = per_prompt(body, "top_logprobs_num", i, batch, batched, false, where)) {
       if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > 1024)
-        bad(where, "expected an integer in [0, 1024], got " + v->dump());
+        bad(where, "expected an integer in [0, 1024], got " + json_input::brief(*v));
       top = v->get<int64_t>();
     }
     std::string rid;

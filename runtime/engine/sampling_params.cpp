@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "base/errors.hpp"
+#include "base/json_input.hpp"
 
 namespace rl::engine {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 using json = nlohmann::json;
 
 [[noreturn]] void bad(const std::string& where, const std::string& key, const std::string& what) {
-  throw Error(where + "." + key + ": " + what);
+  throw Error(where + "." + json_input::excerpt(key, 80) + ": " + what);  // key may be any client key
 }
 
 double get_number(const json& v, const std::string& where, const std::string& key) {
@@ -27,11 +28,11 @@ int64_t get_int(const json& v, const std::string& where, const std::string& key)
     double d = v.get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
   }
-  bad(where, key, "expected an integer, got " + v.dump());
+  bad(where, key, "expected an integer, got " + json_input::brief(v));
 }
 
 bool get_bool(const json& v, const std::string& where, const std::string& key) {
-  if (!v.is_boolean()) bad(where, key, "expected true or false, got " + v.dump());
+  if (!v.is_boolean()) bad(where, key, "expected true or false, got " + json_input::brief(v));
   return v.get<bool>();
 }
 
@@ -60,27 +61,27 @@ SamplingParams SamplingParams::from_json(const json& j, const std::string& where
   for (const auto& [key, v] : j.items()) {
     if (key == "temperature") {
       p.temperature = v.is_null() ? 1.0 : get_number(v, where, key);
-      if (p.temperature < 0) bad(where, key, "must be >= 0 (0 = greedy), got " + v.dump());
+      if (p.temperature < 0) bad(where, key, "must be >= 0 (0 = greedy), got " + json_input::brief(v));
     } else if (key == "top_p") {
       p.top_p = v.is_null() ? 1.0 : get_number(v, where, key);
-      if (!(p.top_p > 0 && p.top_p <= 1)) bad(where, key, "must be in (0, 1], got " + v.dump());
+      if (!(p.top_p > 0 && p.top_p <= 1)) bad(where, key, "must be in (0, 1], got " + json_input::brief(v));
     } else if (key == "top_k") {
       p.top_k = v.is_null() ? -1 : get_int(v, where, key);
-      if (p.top_k < -1) bad(where, key, "must be -1 (off) or a positive integer, got " + v.dump());
+      if (p.top_k < -1) bad(where, key, "must be -1 (off) or a positive integer, got " + json_input::brief(v));
       if (p.top_k == 0) p.top_k = -1;
     } else if (key == "min_p") {
       p.min_p = v.is_null() ? 0.0 : get_number(v, where, key);
-      if (p.min_p < 0 || p.min_p > 1) bad(where, key, "must be in [0, 1], got " + v.dump());
+      if (p.min_p < 0 || p.min_p > 1) bad(where, key, "must be in [0, 1], got " + json_input::brief(v));
     } else if (key == "max_new_tokens") {
       p.max_new_tokens = v.is_null() ? std::numeric_limits<int64_t>::max() : get_int(v, where, key);
-      if (p.max_new_tokens < 0) bad(where, key, "must be >= 0, got " + v.dump());
+      if (p.max_new_tokens < 0) bad(where, key, "must be >= 0, got " + json_input::brief(v));
     } else if (key == "min_new_tokens") {
       p.min_new_tokens = v.is_null() ? 0 : get_int(v, where, key);
-      if (p.min_new_tokens < 0) bad(where, key, "must be >= 0, got " + v.dump());
+      if (p.min_new_tokens < 0) bad(where, key, "must be >= 0, got " + json_input::brief(v));
     } else if (key == "sampling_seed" || key == "seed") {
       if (v.is_null()) continue;
       int64_t s = get_int(v, where, key);
-      if (s < 0) bad(where, key, "must be >= 0, got " + v.dump());
+      if (s < 0) bad(where, key, "must be >= 0, got " + json_input::brief(v));
       p.seed = static_cast<uint64_t>(s);
     } else if (key == "stop") {
       p.stop.clear();
@@ -89,21 +90,21 @@ SamplingParams SamplingParams::from_json(const json& j, const std::string& where
         p.stop.push_back(v.get<std::string>());
       } else if (v.is_array()) {
         for (const auto& s : v) {
-          if (!s.is_string()) bad(where, key, "expected a string or a list of strings, got " + v.dump());
+          if (!s.is_string()) bad(where, key, "expected a string or a list of strings, got " + json_input::brief(v));
           p.stop.push_back(s.get<std::string>());
         }
       } else {
-        bad(where, key, "expected a string or a list of strings, got " + v.dump());
+        bad(where, key, "expected a string or a list of strings, got " + json_input::brief(v));
       }
       for (const auto& s : p.stop)
         if (s.empty()) bad(where, key, "stop strings must not be empty");
     } else if (key == "stop_token_ids") {
       p.stop_token_ids.clear();
       if (v.is_null()) continue;
-      if (!v.is_array()) bad(where, key, "expected a list of token ids, got " + v.dump());
+      if (!v.is_array()) bad(where, key, "expected a list of token ids, got " + json_input::brief(v));
       for (const auto& t : v) {
         int64_t id = get_int(t, where, key);
-        if (id < 0 || id > std::numeric_limits<int32_t>::max()) bad(where, key, "token id out of range: " + t.dump());
+        if (id < 0 || id > std::numeric_limits<int32_t>::max()) bad(where, key, "token id out of range: " + json_input::brief(t));
         p.stop_token_ids.push_back(static_cast<int32_t>(id));
       }
     } else if (key == "ignore_eos") {
@@ -116,7 +117,7 @@ SamplingParams SamplingParams::from_json(const json& j, const std::string& where
       p.spaces_between_special_tokens = v.is_null() ? true : get_bool(v, where, key);
     } else if (key == "n") {
       p.n = v.is_null() ? 1 : get_int(v, where, key);
-      if (p.n < 1 || p.n > 1024) bad(where, key, "must be in [1, 1024], got " + v.dump());
+      if (p.n < 1 || p.n > 1024) bad(where, key, "must be in [1, 1024], got " + json_input::brief(v));
     } else {
       bool known = false;
       for (const char* k : kUnsupported) known = known || key == k;

@@ -3,6 +3,7 @@
 // /get_server_info, /v1/loads, /metrics).
 #include "engine/server.hpp"
 
+#include "base/json_input.hpp"
 #include "base/log_text.hpp"
 
 #include <chrono>
@@ -65,7 +66,7 @@ json stats_json(const EngineStats& s) {
 
 void reply_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(json_input::dump_reply(j), "application/json");
 }
 
 json error_json(int code, const std::string& message) {
@@ -169,7 +170,8 @@ void EngineServer::add_routes() {
   // Unknown paths: a JSON 404 rather than httplib's empty body.
   http_->raw().set_error_handler([](const Req& req, Res& res) {
     if (res.status == 404 && res.body.empty())
-      res.set_content(error_json(404, "no endpoint " + req.method + " " + req.path).dump(), "application/json");
+      res.set_content(json_input::dump_reply(error_json(404, "no endpoint " + req.method + " " + json_input::excerpt(req.path))),
+                      "application/json");
   });
 }
 
@@ -184,7 +186,7 @@ bool EngineServer::authorized(const Req& req) const {
 void EngineServer::handle(const Req& req, Res& res, bool control, void (EngineServer::*fn)(const Req&, Res&)) {
   auto fail = [&](int code, const std::string& msg) {
     res.status = code;
-    res.set_content(error_json(code, msg).dump(), "application/json");
+    res.set_content(json_input::dump_reply(error_json(code, msg)), "application/json");  // msg may quote client bytes
   };
   try {
     if (control && !authorized(req)) {

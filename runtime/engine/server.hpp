@@ -172,6 +172,8 @@ nlohmann::json stats_json(const EngineStats& s);
 
 // The request body as JSON; BadRequest on malformed or (unless allow_empty) empty bodies.
 nlohmann::json parse_json_body(const httplib::Request& req, bool allow_empty = false);
+// The same, keeping the client's key order (chat templates render tool schemas).
+nlohmann::ordered_json parse_json_body_ordered(const httplib::Request& req);
 
 // {"error": {"message", "type": "BadRequest", "code": 400}}
 nlohmann::json error_json(int code, const std::string& message);

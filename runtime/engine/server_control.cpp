@@ -2,6 +2,7 @@
 // /release_memory_occupation, /resume_memory_occupation, /start_profile,
 // /stop_profile. All need the API key when the server has one (server.cpp).
 #include "base/log_text.hpp"
+#include "base/json_input.hpp"
 
 #include <cstdlib>
 
@@ -17,14 +18,14 @@ using nlohmann::json;
 std::optional<std::string> opt_string(const json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) throw BadRequest(std::string(key) + ": expected a string, got " + it->dump());
+  if (!it->is_string()) throw BadRequest(std::string(key) + ": expected a string, got " + json_input::brief(*it));
   return it->get<std::string>();
 }
 
 std::optional<bool> opt_bool(const json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw BadRequest(std::string(key) + ": expected true or false, got " + it->dump());
+  if (!it->is_boolean()) throw BadRequest(std::string(key) + ": expected true or false, got " + json_input::brief(*it));
   return it->get<bool>();
 }
 
@@ -32,14 +33,14 @@ std::vector<std::string> string_list(const json& body, const char* key, const st
   std::vector<std::string> out;
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return out;
-  if (!it->is_array()) throw BadRequest(std::string(key) + ": expected a list of strings, got " + it->dump());
+  if (!it->is_array()) throw BadRequest(std::string(key) + ": expected a list of strings, got " + json_input::brief(*it));
   for (const auto& v : *it) {
-    if (!v.is_string()) throw BadRequest(std::string(key) + ": expected strings, got " + v.dump());
+    if (!v.is_string()) throw BadRequest(std::string(key) + ": expected strings, got " + json_input::brief(v));
     std::string s = v.get<std::string>();
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      throw BadRequest(std::string(key) + ": unknown value '" + s + "'", "known: " + list);
+      throw BadRequest(std::string(key) + ": unknown value '" + json_input::excerpt(s) + "'", "known: " + list);
     }
     out.push_back(std::move(s));
   }
@@ -147,7 +148,7 @@ void EngineServer::on_start_profile(const Req& req, Res& res) {
   int64_t steps = 0;
   if (auto it = body.find("num_steps"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-      throw BadRequest("num_steps: expected a positive integer, got " + it->dump());
+      throw BadRequest("num_steps: expected a positive integer, got " + json_input::brief(*it));
     steps = it->get<int64_t>();
   }
   auto acts = string_list(body, "activities", {"CPU", "GPU", "CUDA", "MEM", "RPD"});

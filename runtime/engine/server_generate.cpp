@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "base/log_text.hpp"
+#include "base/json_input.hpp"
 #include "engine/server.hpp"
 #include "net/http_server.hpp"
 
@@ -32,9 +33,17 @@ json parse_json_body(const httplib::Request& req, bool allow_empty) {
   if (req.body.empty() && allow_empty) return json::object();
   if (req.body.empty()) throw BadRequest("request body: empty", "send a JSON object with Content-Type: application/json");
   try {
-    return json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    throw BadRequest(std::string("request body: malformed JSON (") + e.what() + ")");
+    return json_input::parse(req.body, "request body");
+  } catch (const json_input::Error& e) {
+    throw BadRequest(e.what());
+  }
+}
+
+nlohmann::ordered_json parse_json_body_ordered(const httplib::Request& req) {
+  try {
+    return json_input::parse_ordered(req.body, "request body");
+  } catch (const json_input::Error& e) {
+    throw BadRequest(e.what());
   }
 }
 

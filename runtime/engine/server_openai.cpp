@@ -7,6 +7,7 @@
 #include <set>
 
 #include "engine/server.hpp"
+#include "base/json_input.hpp"
 #include "model/tokenizer.hpp"
 #include "net/http_server.hpp"
 
@@ -42,7 +43,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
     if (auto m = kSamplingFields.find(k); m != kSamplingFields.end()) {
       if (!v.is_null()) sp[m->second] = v;
     } else if (!kIgnored.count(k) && !extra_known.count(k)) {
-      throw BadRequest(k + ": unknown field", "see docs/engine.md for the OpenAI fields rlhost accepts");
+      throw BadRequest(json_input::excerpt(k) + ": unknown field", "see docs/engine.md for the OpenAI fields rlhost accepts");
     }
   }
   // max_completion_tokens is the newer name of max_tokens.
@@ -50,7 +51,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) continue;
     if (!it->is_number_integer() || it->get<int64_t>() < 0)
-      throw BadRequest(std::string(key) + ": expected a non-negative integer, got " + it->dump());
+      throw BadRequest(std::string(key) + ": expected a non-negative integer, got " + json_input::brief(*it));
     sp["max_new_tokens"] = it->get<int64_t>();
   }
   if (sp.contains("seed")) {  // SGLang's name for the per-request seed
@@ -180,7 +181,7 @@ int64_t opt_top_logprobs(const json& body, const char* key, int64_t max) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return 0;
   if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max)
-    throw BadRequest(std::string(key) + ": expected an integer in [0, " + std::to_string(max) + "], got " + it->dump());
+    throw BadRequest(std::string(key) + ": expected an integer in [0, " + std::to_string(max) + "], got " + json_input::brief(*it));
   return it->get<int64_t>();
 }
 
@@ -195,7 +196,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   auto ids_of = [](const json& v, const std::string& where) {
     std::vector<int32_t> ids;
     for (const auto& e : v) {
-      if (!e.is_number_integer()) throw BadRequest(where + ": expected token ids, got " + e.dump());
+      if (!e.is_number_integer()) throw BadRequest(where + ": expected token ids, got " + json_input::brief(e));
       ids.push_back(e.get<int32_t>());
     }
     if (ids.empty()) throw BadRequest(where + ": empty prompt");
@@ -214,7 +215,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
       else throw BadRequest(where + ": expected a string or a list of token ids");
     }
   } else {
-    throw BadRequest("prompt: expected a string, a list of strings or token ids, got " + p->dump());
+    throw BadRequest("prompt: expected a string, a list of strings or token ids, got " + json_input::brief(*p));
   }
   if (auto e = body.find("echo"); e != body.end() && e->is_boolean() && e->get<bool>())
     throw BadRequest("echo: not supported by rlhost", "leave it out or false");
@@ -280,7 +281,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
     throw BadRequest("messages: the model's tokenizer_config.json has no chat_template",
                      "use /v1/completions or /generate, or add a chat_template to tokenizer_config.json");
   // Keep the client's key order: templates render tool schemas with tojson.
-  const ojson obody = ojson::parse(req.body);
+  const ojson obody = parse_json_body_ordered(req);
   auto m = obody.find("messages");
   if (m == obody.end() || !m->is_array() || m->empty()) throw BadRequest("messages: expected a non-empty list of messages");
   for (size_t i = 0; i < m->size(); ++i) {

@@ -9,6 +9,7 @@
 // /update_weights_from_shm switches to the buffer the trainer has filled
 // (engine/engine_shm.hpp).
 #include "base/log_text.hpp"
+#include "base/json_input.hpp"
 
 #include <cstdlib>
 
@@ -35,7 +36,7 @@ std::string string_field(const json& body, const char* key, const char* endpoint
     if (!dflt.empty()) return dflt;
     throw BadRequest(std::string(endpoint) + ": '" + key + "' is required (a string)");
   }
-  if (!it->is_string()) throw BadRequest(std::string(endpoint) + ": '" + key + "' must be a string, got " + it->dump());
+  if (!it->is_string()) throw BadRequest(std::string(endpoint) + ": '" + key + "' must be a string, got " + json_input::brief(*it));
   return it->get<std::string>();
 }
 
@@ -43,7 +44,7 @@ int int_field(const json& body, const char* key, const char* endpoint, int lo, i
   const json& v = field(body, key, endpoint);
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
     throw BadRequest(std::string(endpoint) + ": '" + key + "' must be an integer in [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "], got " + v.dump());
+                     std::to_string(hi) + "], got " + json_input::brief(v));
   return v.get<int>();
 }
 
@@ -52,7 +53,7 @@ std::optional<std::string> weight_version_field(const json& body, const char* en
   auto it = body.find("weight_version");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_string() && !it->is_number())
-    throw BadRequest(std::string(endpoint) + ": 'weight_version' must be a string, got " + it->dump());
+    throw BadRequest(std::string(endpoint) + ": 'weight_version' must be a string, got " + json_input::brief(*it));
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
@@ -120,7 +121,7 @@ void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) 
   const std::string name = string_field(body, "group_name", ep, kDefaultGroup);
   auto g = weight_group(name);
   if (!g)
-    throw BadRequest(std::string(ep) + ": no weight update group '" + name + "'",
+    throw BadRequest(std::string(ep) + ": no weight update group '" + json_input::excerpt(name) + "'",
                      "POST /init_weights_update_group first");
   dist::WeightMeta meta;
   try {
@@ -162,7 +163,7 @@ void EngineServer::on_destroy_weights_update_group(const Req& req, Res& res) {
     }
   }
   if (!g) {
-    reply_json(res, 400, {{"success", false}, {"message", "destroy_weights_update_group: no group '" + name + "'"}});
+    reply_json(res, 400, {{"success", false}, {"message", "destroy_weights_update_group: no group '" + json_input::excerpt(name) + "'"}});
     return;
   }
   g.reset();

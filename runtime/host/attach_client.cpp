@@ -27,6 +27,7 @@
 #include <string>
 
 #include "base/event_loop.hpp"
+#include "base/json_input.hpp"
 #include "host/control_registry.hpp"
 #include "host/repl.hpp"
 
@@ -253,9 +254,14 @@ class Connection {
     err.clear();
     for (;;) {
       if (auto nl = in_.find('\n'); nl != std::string::npos) {
-        auto msg = json::parse(in_.substr(0, nl), nullptr, false);
+        json msg;
+        try {
+          msg = json_input::parse(std::string_view(in_).substr(0, nl), "reply");
+        } catch (const json_input::Error&) {
+          msg = nullptr;
+        }
         in_.erase(0, nl + 1);
-        if (msg.is_discarded() || !msg.is_object()) {
+        if (!msg.is_object()) {
           err = "the process sent a malformed reply";
           return std::nullopt;
         }

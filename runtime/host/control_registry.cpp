@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "base/errors.hpp"
+#include "base/json_input.hpp"
 
 namespace fs = std::filesystem;
 
@@ -68,7 +69,12 @@ std::optional<ProcessRecord> read_record(const std::string& path) {
   if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j;
+  try {
+    j = json_input::parse(ss.str(), path);
+  } catch (const json_input::Error&) {
+    return std::nullopt;  // not a record (a half-written or foreign file)
+  }
   if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer()) return std::nullopt;
   ProcessRecord r;
   r.pid = j["pid"].get<int>();

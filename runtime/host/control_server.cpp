@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "base/errors.hpp"
+#include "base/json_input.hpp"
 #include "host/control_registry.hpp"
 
 #ifndef RLHOST_VERSION
@@ -337,11 +338,19 @@ bool ControlServer::read_client(Client& c) {
 void ControlServer::handle_line(Client& c, std::string_view line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
   if (line.find_first_not_of(" \t") == std::string_view::npos) return;
-  json msg = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (msg.is_discarded() || !msg.is_object())
+  json msg;
+  try {
+    msg = json_input::parse(line, "control request");  // the same limits as the HTTP servers
+  } catch (const json_input::Error& e) {
+    return send_error(c, nullptr, std::string("malformed request: ") + e.what() +
+                                      "; expected one JSON object per line (see docs/attach.md)");
+  }
+  if (!msg.is_object())
     return send_error(c, nullptr, "malformed request: expected one JSON object per line (see docs/attach.md)");
-  json id = msg.contains("id") ? msg["id"] : json(nullptr);
-  if (!id.is_null() && !id.is_number() && !id.is_string()) return send_error(c, nullptr, "\"id\" must be a number or a string");
+  const auto id_it = msg.find("id");
+  if (id_it != msg.end() && !id_it->is_null() && !id_it->is_number() && !id_it->is_string())
+    return send_error(c, nullptr, "\"id\" must be a number or a string, got " + json_input::brief(*id_it));
+  json id = id_it != msg.end() ? *id_it : json(nullptr);
   const bool has_token = msg.contains("token") && msg["token"].is_string();
   if (c.tcp && (!c.authed || has_token)) {
     if (!has_token || !token_equal(msg["token"].get<std::string>(), token_)) {
@@ -359,7 +368,7 @@ void ControlServer::handle_line(Client& c, std::string_view line) {
     return send(c, r);
   }
   if (op != "eval" && op != "complete?" && op != "interrupt")
-    return send_error(c, id, "unknown op '" + op + "' (expected eval, complete?, interrupt or info)");
+    return send_error(c, id, "unknown op '" + json_input::excerpt(op) + "' (expected eval, complete?, interrupt or info)");
   std::string code;
   if (op != "interrupt") {
     if (!msg.contains("code") || !msg["code"].is_string()) return send_error(c, id, "\"" + op + "\" needs \"code\": a string");

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/errors.hpp"
+#include "base/json_input.hpp"
 #include "model/checkpoint_io.hpp"
 
 namespace rl::model {
@@ -311,11 +312,7 @@ ModelConfig ModelConfig::load(const std::filesystem::path& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw Error(file.string() + ": invalid JSON: " + e.what());
-  }
+  j = json_input::parse(ss.str(), file.string(), json_input::file_limits());
   return from_json(j, file.string());
 }
 

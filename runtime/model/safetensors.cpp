@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/errors.hpp"
+#include "base/json_input.hpp"
 #include "model/checkpoint.hpp"
 #include "model/checkpoint_io.hpp"
 
@@ -88,9 +89,9 @@ json read_json_file(const fs::path& file, const char* hint) {
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw Error(file.string() + ": invalid JSON: " + e.what(), hint);
+    return json_input::parse(ss.str(), file.string(), json_input::file_limits());
+  } catch (const json_input::Error& e) {
+    throw Error(e.what(), !e.hinted() ? hint : "");  // a limit's message carries its own hint
   }
 }
 
@@ -166,9 +167,9 @@ TensorSet parse_safetensors(const void* data, size_t size, const std::string& na
   const char* hb = reinterpret_cast<const char*>(bytes + 8);
   json header;
   try {
-    header = json::parse(hb, hb + header_len);
-  } catch (const json::parse_error& e) {
-    throw Error(name + ": header is not valid JSON (" + e.what() + ")", "the file is corrupt or not a safetensors file");
+    header = json_input::parse(std::string_view(hb, header_len), name + ": header", json_input::file_limits());
+  } catch (const json_input::Error& e) {
+    throw Error(e.what(), !e.hinted() ? "the file is corrupt or not a safetensors file" : "");
   }
   if (!header.is_object())
     throw Error(name + ": header must be a JSON object, got " + std::string(header.type_name()), kCorruptHint);

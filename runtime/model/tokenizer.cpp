@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <system_error>
 
+#include "base/json_input.hpp"
 #include "model/chat_template.hpp"
 #include "model/tokenizer_impl.hpp"
 #include "model/unicode.hpp"
@@ -51,13 +52,7 @@ std::string read_file(const fs::path& path) {
 
 nlohmann::json read_json_file(const fs::path& path) {
   const std::string text = read_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    std::string msg = e.what();
-    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    throw Error(path.string() + ": invalid JSON: " + msg);
-  }
+  return json_input::parse(text, path.string(), json_input::file_limits());
 }
 
 // eos_token_id of config.json / generation_config.json: an id or a list of ids.

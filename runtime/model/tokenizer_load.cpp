@@ -8,6 +8,7 @@
 // Every error names the file, the JSON path and, where it helps, a hint.
 #include <algorithm>
 
+#include "base/json_input.hpp"
 #include "model/chat_template.hpp"
 #include "model/tokenizer_impl.hpp"
 
@@ -150,9 +151,9 @@ class TokenizerSax {
     return true;
   }
   bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-    std::string msg = ex.what();
-    if (auto p = msg.find("] "); msg.rfind("[json.exception", 0) == 0 && p != std::string::npos) msg = msg.substr(p + 2);
-    throw Error(source_ + ": invalid JSON near byte " + std::to_string(position) + ": " + msg);
+    json_input::Guard g(source_, json_input::file_limits());  // its message quotes the input short and printable
+    g.parse_error(position, ex.what());
+    throw Error(g.message());
   }
 
  private:
@@ -160,18 +161,18 @@ class TokenizerSax {
   bool in_model() const { return stack_.size() == 2 && keys_[1] == "model" && stack_[1]->is_object(); }
   bool not_expected(const char* what) {
     if (mode_ == Mode::kVocab)
-      throw Error(source_ + ": model.vocab['" + token_ + "'] must be an integer id, got " + what);
+      throw Error(source_ + ": model.vocab['" + json_input::excerpt(token_) + "'] must be an integer id, got " + what);
     merge_not_pair(source_, merge_pos_);
   }
   bool vocab_id(int64_t id) {
-    check_id(id, source_, "model.vocab['" + token_ + "']");
+    check_id(id, source_, "model.vocab['" + json_input::excerpt(token_) + "']");
     bpe_.add_token(token_, static_cast<int32_t>(id));
     return true;
   }
   template <class V>
   bool value(V&& v) {
     if (mode_ == Mode::kVocab)
-      throw Error(source_ + ": model.vocab['" + token_ + "'] must be an integer id, got " +
+      throw Error(source_ + ": model.vocab['" + json_input::excerpt(token_) + "'] must be an integer id, got " +
                   nlohmann::json(v).type_name());
     if (mode_ == Mode::kMerges) merge_not_pair(source_, merge_pos_);
     if (stack_.empty()) {

@@ -1,5 +1,7 @@
 #include "model/unicode.hpp"
 
+#include "base/utf8.hpp"
+
 #include <algorithm>
 #include <array>
 #include <map>
@@ -119,30 +121,8 @@ uint8_t combining_class(char32_t cp) {
 const char* unicode_version() { return kUnicodeVersion; }
 
 size_t sequence_length(std::string_view s, size_t i) {
-  const size_t avail = s.size() - i;
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (avail < len) return 0;
-  if (b(1) < lo || b(1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k)
-    if (b(k) < 0x80 || b(k) > 0xBF) return 0;
-  return len;
+  if (static_cast<unsigned char>(s[i]) < 0x80) return 1;
+  return utf8_sequence_length(s.data() + i, s.size() - i);
 }
 
 char32_t decode(std::string_view s, size_t& i) {

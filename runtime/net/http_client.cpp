@@ -392,6 +392,10 @@ void HttpClient::collect_finished() {
       r.response.timings.ttfb_s = static_cast<double>(us) / 1e6;
     } else {
       r.ok = false;
+      // Failures before the request left: no connection, or no name for the host.
+      r.sent = !(code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
+                 code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_SSL_CONNECT_ERROR ||
+                 code == CURLE_UNSUPPORTED_PROTOCOL || code == CURLE_URL_MALFORMAT);
       std::string detail = t->errbuf;
       if (code == CURLE_OPERATION_TIMEDOUT) {
         r.timed_out = true;

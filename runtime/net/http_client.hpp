@@ -58,6 +58,9 @@ struct HttpResponse {
 struct HttpResult {
   bool ok = false;
   bool timed_out = false;
+  // The failure came after the request reached the server (connected and bytes
+  // sent): it may have acted on it, or the request may be what broke it.
+  bool sent = false;
   std::string error;  // "GET http://host/path: <what> (<curl detail>)" when !ok
   HttpResponse response;
 };

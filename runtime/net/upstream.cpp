@@ -357,7 +357,9 @@ void UpstreamPool::complete(Txn* t, bool reusable) {
 
 void UpstreamPool::fail(Txn* t, std::string what, bool timed_out) {
   Host* h = t->host;
+  bool sent = false;
   if (Conn* c = t->conn) {
+    sent = !c->connecting && c->out_pos > 0;
     t->conn = nullptr;
     c->txn = nullptr;
     close_conn(c);
@@ -368,6 +370,7 @@ void UpstreamPool::fail(Txn* t, std::string what, bool timed_out) {
   t->active = false;
   HttpResult r;
   r.timed_out = timed_out;
+  r.sent = sent;
   r.error = t->prefix() + what;
   r.response = std::move(t->resp);
   finish(t, std::move(r));

@@ -134,6 +134,37 @@ void Tensor::check_bounds(const std::string& where) const {
                 "the file is truncated or corrupt");
 }
 
+namespace {
+
+// Moves the containers only `v` holds out of it into `work` (their subtrees die there).
+void take_children(const Value& v, std::vector<Value>& work) {
+  auto take = [&](Value& c) {
+    if (c.use_count() == 1 && (c.is(Value::Kind::list) || c.is(Value::Kind::tuple) || c.is(Value::Kind::dict)))
+      work.push_back(std::move(c));
+  };
+  if (v.is(Value::Kind::list) || v.is(Value::Kind::tuple)) {
+    for (Value& c : v.items()) take(c);
+  } else if (v.is(Value::Kind::dict)) {
+    for (auto& [k, c] : v.as_dict().items) {
+      take(k);
+      take(c);
+    }
+  }
+}
+
+}  // namespace
+
+Value::~Value() {
+  if (use_count() != 1 || identity() == nullptr || is(Kind::tensor)) return;  // scalars, shared or moved-from
+  std::vector<Value> work;
+  take_children(*this, work);
+  while (!work.empty()) {
+    Value v = std::move(work.back());
+    work.pop_back();
+    take_children(v, work);
+  }  // each v dies with only scalars and shared containers left in it
+}
+
 long Value::use_count() const {
   switch (kind()) {
     case Kind::list: return std::get<std::shared_ptr<List>>(v_).use_count();

@@ -77,6 +77,13 @@ class Value {
   Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}
   Value(std::shared_ptr<Tensor> t) : v_(std::move(t)) {}
   Value(Tensor t) : v_(std::make_shared<Tensor>(std::move(t))) {}
+  // Freeing a container this Value alone holds walks its subtree with a heap
+  // stack, not recursion: a pickle can nest lists a million levels deep.
+  ~Value();
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
 
   static Value list(std::vector<Value> items = {}) { return std::make_shared<List>(List{std::move(items)}); }
   static Value tuple(std::vector<Value> items = {}) { return std::make_shared<Tuple>(Tuple{std::move(items)}); }

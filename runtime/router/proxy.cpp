@@ -1,6 +1,7 @@
 // Forwarding one client request to a worker: pick (policy), send (HttpClient,
 // keep-alive pool), relay the response as it arrives, retry elsewhere on a
-// connect error or 5xx as long as nothing has been relayed yet.
+// connect error or 5xx as long as nothing has been relayed yet. A worker that
+// dropped the connection after taking the request is not retried elsewhere.
 //
 // Why the relay always uses on_chunk: a streamed (SSE) generation and a plain
 // JSON answer look the same to the router until the first bytes arrive, and
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/json_input.hpp"
 #include "router/router_impl.hpp"
 
 namespace rl::router {
@@ -44,9 +46,9 @@ void append_text(const json& v, std::string& out) {
 }
 
 // The text a prefix-affinity policy routes on: SGLang's text/input_ids, OpenAI's
-// prompt or messages. Throws json::parse_error for a non-JSON body.
+// prompt or messages. Throws json_input::Error for a non-JSON or over-limit body.
 std::string routing_text(const std::string& body) {
-  const json j = json::parse(body);
+  const json j = json_input::parse(body, "request body");
   std::string out;
   if (!j.is_object()) return out;
   if (auto it = j.find("input_ids"); it != j.end()) append_text(*it, out);
@@ -242,6 +244,12 @@ void Exchange::on_done(net::HttpResult&& result) {
       return fail(504, "timeout", "worker " + worker_url + " did not answer within the request timeout (" +
                                       std::to_string(r->opts.request_timeout_s) + " s): " + result.error);
     }
+    // A worker that dropped the connection after taking the request may have been
+    // killed by it: another worker would only meet the same end.
+    if (result.sent)
+      return fail(502, "bad_gateway",
+                  "worker " + worker_url + " dropped the connection while handling the request: " + result.error +
+                      " (not retried on another worker: the request itself may be what made it drop)");
     if (can_retry()) return retry();
     return fail(502, "bad_gateway", "worker request failed: " + result.error);
   }
@@ -296,13 +304,13 @@ void Router::Impl::proxy(net::ServerRequest& req, const Res& res, bool route_on_
   if (route_on_body && policy->needs_text()) {
     try {
       ex->text = routing_text(req.body);
-    } catch (const json::exception& e) {
+    } catch (const json_input::Error& e) {
       metrics.record_rejected("bad_request");
       metrics.record_request("none", req.path, 400, 0);
       send_error(res, 400, "invalid_request_error",
                  req.method + " " + req.path + ": the " + policy->name() +
-                     " policy routes on the request text, but the body is not JSON (" + e.what() +
-                     ") (hint: send a JSON object with 'text', 'input_ids', 'prompt' or 'messages')");
+                     " policy routes on the request text, but the body is not JSON within the limits: " + e.what() +
+                     " (send a JSON object with 'text', 'input_ids', 'prompt' or 'messages')");
       return;
     }
   }

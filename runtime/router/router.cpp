@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
+#include "base/json_input.hpp"
 #include "router/router_impl.hpp"
 
 namespace rl::router {
@@ -240,8 +241,15 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
       send_error(res, 405, "method_not_allowed", m + " " + p + " is not allowed (GET lists, POST {\"url\": ...} adds)");
       return;
     }
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object() || !body.contains("url") || !body["url"].is_string()) {
+    json body;
+    try {
+      body = json_input::parse(req.body, "POST /workers body");
+    } catch (const json_input::Error& e) {
+      send_error(res, 400, "invalid_request_error",
+                 std::string(e.what()) + "; send a JSON object with a string 'url' (e.g. {\"url\": \"http://127.0.0.1:30000\"})");
+      return;
+    }
+    if (!body.is_object() || !body.contains("url") || !body["url"].is_string()) {
       send_error(res, 400, "invalid_request_error",
                  "POST /workers: body must be a JSON object with a string 'url' (e.g. {\"url\": \"http://127.0.0.1:30000\"})");
       return;
@@ -249,7 +257,7 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
     WorkerInfo info;
     std::string err = add(body["url"].get<std::string>(), &info);
     if (!err.empty()) {
-      send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error", "POST /workers: " + err);
+      send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error", "POST /workers: " + json_input::excerpt(err, 300));
       return;
     }
     res->send_json(201, json({{"id", std::to_string(info.id)}, {"url", info.url}, {"is_healthy", info.healthy}, {"load", 0}})

@@ -12,7 +12,9 @@ prompt prefix), --delay S (per response; per token when streaming), request fiel
 "delay" overrides; "max_new_tokens" in sampling_params (or max_tokens) sets the
 token count; POST /_fail {"status": 500, "count": N} makes the next N
 generation requests fail with that status; POST /_health {"ok": false} makes
-/health answer 503. Prints "PORT <n>" on stdout once listening.
+/health answer 503; a generation request with "drop": true closes the
+connection without an answer (as a worker that crashed on it). Prints
+"PORT <n>" on stdout once listening.
 
     python3 router_worker.py --port 0 --name w1 [--delay 0.01]
 """
@@ -127,6 +129,9 @@ class Worker:
             req = json.loads(body)
         except ValueError:
             return await self.send(writer, 400, {"error": "body is not JSON", "worker": self.name})
+        if isinstance(req, dict) and req.get("drop"):
+            writer.transport.abort()  # no answer, the connection reset: a worker killed by this request
+            return
         sp = req.get("sampling_params") or {}
         n = int(sp.get("max_new_tokens", req.get("max_tokens", 4)))
         delay = float(req.get("delay", self.delay))

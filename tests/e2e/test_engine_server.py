@@ -190,7 +190,7 @@ class EngineServerTest(unittest.TestCase):
     # ---- bad input -------------------------------------------------------------------
     def test_bad_inputs_are_400_naming_the_field(self):
         cases = [
-            (None, b"{not json", "malformed JSON"),
+            (None, b"{not json", "invalid JSON"),
             ({"input_ids": [1], "sampling_params": {"temprature": 0.5}}, None, "temprature"),
             ({"input_ids": [1], "sampling_params": {"temperature": -1}}, None, "temperature"),
             ({"input_ids": [1], "sampling_params": {"top_p": 1.5}}, None, "top_p"),

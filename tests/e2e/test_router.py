@@ -279,6 +279,22 @@ class TestStreamingAndFaults(RouterCase):
         st, j = jget(r + "/generate", method="POST", body={"text": "x"})
         self.assertEqual(st, 503)  # the last worker answer is relayed after the retries
 
+    def test_request_that_drops_a_worker_is_not_retried(self):
+        # A request that made its worker drop the connection could kill every
+        # worker it is retried on: it gets a 502 and no other worker sees it.
+        w = self.start_workers(3)
+        r = self.start_router(w, "round_robin", "--circuit-failure-threshold", "100")
+        st, j = jget(r + "/generate", method="POST", body={"text": "x", "drop": True})
+        self.assertEqual(st, 502, j)
+        self.assertIn("not retried", j["error"]["message"])
+        seen = [jget(u + "/_stats")[1]["requests"] for u in w]
+        self.assertEqual(sorted(seen), [0, 0, 1], seen)
+        self.assertEqual(jget(r + "/generate", method="POST", body={"text": "y"})[0], 200)
+        # A refused connection (the request never reached the worker) is still retried.
+        self.workers[0].kill()
+        self.workers[0].wait(10)
+        self.assertEqual(sum(self.served_by(r, 4).values()), 4)
+
     def test_request_timeout_is_504(self):
         w = self.start_workers(1)
         r = self.start_router(w, "round_robin", "--request-timeout", "0.3")

@@ -158,6 +158,25 @@ describe("rl.json encode errors", function()
     raises(function() json.encode(a) end, "cycle: a table contains itself at $.list[1].back")
   end)
 
+  it("refuses tables nested deeper than 128 levels without overflowing the C stack", function()
+    local deep = {}
+    local t = deep
+    for _ = 1, 100000 do
+      t[1] = {}
+      t = t[1]
+    end
+    local okc, err = pcall(json.encode, deep)
+    eq(okc, false)
+    ok(tostring(err):find("nested deeper than 128 levels", 1, true), err)
+    local fine = {}
+    t = fine
+    for _ = 1, 100 do
+      t.x = {}
+      t = t.x
+    end
+    ok(#json.encode(fine) > 100, "100 levels encode")
+  end)
+
   it("a table shared twice is not a cycle", function()
     local shared = { 1 }
     eq(json.encode({ shared, shared, { shared } }), "[[1],[1],[[1]]]")
@@ -188,11 +207,23 @@ describe("rl.json decode errors", function()
     end
   end)
 
-  it("rejects nesting deeper than 200 levels", function()
+  it("rejects nesting deeper than 128 levels, naming where", function()
     local v, err = json.decode(("["):rep(300) .. ("]"):rep(300))
     eq(v, nil)
-    ok(err:find("nested deeper than 200 levels", 1, true), err)
+    ok(err:find("nested deeper than 128 levels", 1, true), err)
     eq(#json.decode(("["):rep(100) .. ("]"):rep(100)), 1, "100 levels are fine")
+    v, err = json.decode('{"ok": 1, "deep": ' .. ("["):rep(80000) .. ("]"):rep(80000) .. "}")
+    eq(v, nil)
+    ok(err:find("in field 'deep[0][0][0][0][0]... (128 levels)'", 1, true), err)
+    ok(#err < 400, "the message stays short: " .. #err)
+  end)
+
+  it("quotes bad input short and printable", function()
+    local v, err = json.decode('["' .. ("x"):rep(100000) .. "\255")
+    eq(v, nil)
+    ok(err:find("UTF-8", 1, true), err)
+    ok(#err < 600, "the message stays short: " .. #err)
+    ok(not err:find("\255", 1, true), "no raw bad byte in the message")
   end)
 
   it("a non-string argument is misuse and raises", function()

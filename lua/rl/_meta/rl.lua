@@ -176,13 +176,15 @@ rl.json = {}
 
 --- Encodes a value. Tables with keys 1..n (or marked with rl.json.array) are
 --- arrays; other tables are objects with string keys. Raises, naming the path
---- (`$.a[2]`), on functions, NaN/infinity, invalid UTF-8, cycles and bad keys.
+--- (`$.a[2]`), on functions, NaN/infinity, invalid UTF-8, cycles, bad keys and
+--- tables nested deeper than 128 levels (RLHOST_JSON_MAX_DEPTH).
 ---@param value any
 ---@param opts? rl.json.EncodeOptions
 ---@return string
 function rl.json.encode(value, opts) end
 
---- Decodes JSON text. Returns nil and a message with line and column on bad input.
+--- Decodes JSON text. Returns nil and a message with line and column on bad input,
+--- or naming the field nested deeper than 128 levels (RLHOST_JSON_MAX_DEPTH).
 --- Arrays come back marked (rl.json.is_array) so `[]` encodes as `[]` again.
 ---@param text string
 ---@return any|nil value
