@@ -13,7 +13,6 @@
 
 #include "engine/engine_shm.hpp"
 #include "engine/server.hpp"
-#include "net/http_server.hpp"
 #include "trainer/dist.hpp"
 
 namespace rl::engine {
