@@ -348,8 +348,8 @@ std::shared_ptr<GenerateRun> EngineServer::start_run(GenerateCall call, Generate
     std::lock_guard lk(link->mu);
     if (!link->loop) return;
     if (out.finished) m->observe(out);
+    if (last) finish(admitted);  // before the listener answers: a client that got its answer sees the room
     if (listener) listener(i, out, last);
-    if (last) finish(admitted);
   };
   std::shared_ptr<GenerateRun> run;
   try {
