@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import wait_for  # noqa: E402
-from engine_support import Engine  # noqa: E402
+from engine_support import Engine, EngineTestCase  # noqa: E402
 
 
 def rss_kib(pid):
@@ -66,19 +66,11 @@ def post_raw(path, body):
             % (path.encode(), len(data))) + data
 
 
-class EngineHttpServerTest(unittest.TestCase):
+class EngineHttpServerTest(EngineTestCase):
     """The event-driven server: one engine with a small connection cap."""
 
     CAP = 12
-
-    @classmethod
-    def setUpClass(cls):
-        cls.eng = Engine(args=["--kv-cache-tokens", "4096", "--max-connections", str(cls.CAP)])
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.eng.stop()
-        assert rc == 0, "rlhost engine exited %s on SIGTERM" % rc
+    ENGINE_ARGS = ("--kv-cache-tokens", "4096", "--max-connections", str(CAP))
 
     def test_pipelined_requests_are_all_answered_in_order(self):
         s = connect(self.eng)
@@ -162,22 +154,11 @@ class EngineHttpServerTest(unittest.TestCase):
         wait_for(lambda: self.eng.get("/health", timeout=5)[0] == 200, timeout=30, what="/health after closing")
 
 
-class AdmissionTest(unittest.TestCase):
+class AdmissionTest(EngineTestCase):
     """Caps on one small engine: 2 running, 4 queued, 8 sequences per request, 2000 tokens in flight."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.eng = Engine(args=["--kv-cache-tokens", "4096", "--max-running-requests", "2",
-                               "--max-queued-requests", "4", "--max-sequences-per-request", "8",
-                               "--max-tokens-in-flight", "2000"])
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.eng.stop()
-        assert rc == 0, "rlhost engine exited %s on SIGTERM" % rc
-
-    def setUp(self):
-        self.eng.wait_idle()
+    ENGINE_ARGS = ("--kv-cache-tokens", "4096", "--max-running-requests", "2", "--max-queued-requests", "4",
+                   "--max-sequences-per-request", "8", "--max-tokens-in-flight", "2000")
 
     def rejected(self, cap):
         _, text = self.eng.get("/metrics")
