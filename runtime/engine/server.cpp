@@ -149,9 +149,22 @@ void EngineServer::drain(double timeout_s) {
 
 void EngineServer::stop() {
   if (stopping_.exchange(true)) return;
+  // What this server submitted ends now rather than when the engine gets to
+  // it; the aborted calls' answers (what was generated, finish_reason abort)
+  // get a moment to go out before the connections close.
+  std::vector<std::shared_ptr<GenerateRun>> live;
+  {
+    std::lock_guard lk(runs_mu_);
+    for (auto& [id, w] : runs_)
+      if (auto r = w.lock()) live.push_back(std::move(r));
+  }
+  for (auto& r : live) r->abort();
   if (loop_thread_.joinable()) {
-    // On the loop: stop accepting, close every connection (their on_close
-    // aborts deferred runs and streams), drop what is pending.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (seqs_in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // On the loop (after the answers posted so far): stop accepting, close
+    // every connection, drop what is pending.
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
@@ -174,15 +187,6 @@ void EngineServer::stop() {
     }
     loop_thread_.join();
   }
-  // What this server submitted and is still running (worker-thread runs, runs
-  // whose client left) ends now rather than when the engine gets to it.
-  std::vector<std::shared_ptr<GenerateRun>> live;
-  {
-    std::lock_guard lk(runs_mu_);
-    for (auto& [id, w] : runs_)
-      if (auto r = w.lock()) live.push_back(std::move(r));
-  }
-  for (auto& r : live) r->abort();
   join_workers(true);
   if (prof_hook_installed_) engine_->set_step_hook({});  // the hook points at this server
   {

@@ -298,6 +298,10 @@ class BurstAndSignalTest(unittest.TestCase):
             self.assertEqual(rc, 0, eng.output())
             t.join(20)
             self.assertFalse(t.is_alive(), "the streaming client was left hanging")
+            # It got what was generated, ended as aborted, and a well-formed end.
+            self.assertEqual(events[-1], "[DONE]", events[-3:])
+            last = json.loads(events[-2])
+            self.assertEqual(last["meta_info"]["finish_reason"]["type"], "abort")
         finally:
             eng.stop()
 
