@@ -122,7 +122,10 @@ int l_start(lua_State* L) {
   if (auto v = opt_str(L, 1, "host")) so.host = *v;
   so.port = static_cast<int>(opt_int(L, 1, "port", 0, 0));
   if (so.port > 65535) throw ArgError(0, "opts.port", "integer 0-65535 expected");
-  so.threads = static_cast<int>(opt_int(L, 1, "http_threads", so.threads, 1));
+  so.max_connections = static_cast<size_t>(opt_int(L, 1, "max_connections", static_cast<int64_t>(so.max_connections), 1));
+  so.max_sequences_per_request = opt_int(L, 1, "max_sequences_per_request", so.max_sequences_per_request, 0);
+  so.max_queued_requests = opt_int(L, 1, "max_queued_requests", so.max_queued_requests, 0);
+  so.max_tokens_in_flight = opt_int(L, 1, "max_tokens_in_flight", so.max_tokens_in_flight, 0);
   if (auto v = opt_str(L, 1, "api_key")) so.api_key = *v;
   if (auto v = opt_str(L, 1, "server_args")) {
     try {
@@ -291,8 +294,12 @@ int l_stats(lua_State* L) {
   return 1;
 }
 
+// stop(drain_s?): with drain_s, the server first stops accepting and lets
+// running requests finish for up to that long (blocks this thread meanwhile).
 int l_stop(lua_State* L) {
   auto* box = static_cast<EngineBox*>(check_udata(L, 1, &kEngineMt, "engine", "rl.engine handle"));
+  const double drain = arg::opt_number(L, 2, "drain").value_or(0);
+  if (drain > 0 && box->server) box->server->drain(drain);
   box->stop();
   return 0;
 }

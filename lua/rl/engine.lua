@@ -26,7 +26,8 @@ local OPTION_TYPES = {
   model = "string", tokenizer = "string", served_model_name = "string", dtype = "string", device = "string",
   host = "string", port = "number", max_running_requests = "number", kv_cache_tokens = "number",
   kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
-  threads = "number", http_threads = "number", enable_prefix_cache = "boolean", weight_version = "string",
+  threads = "number", max_connections = "number", max_sequences_per_request = "number",
+  max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
   api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
   server_args = "string",  -- JSON object text echoed by /get_server_info
 }
@@ -89,8 +90,8 @@ end
 
 local FLAGS = {
   "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
-  "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "http_threads",
-  "weight_version", "api_key",
+  "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "max_connections",
+  "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "weight_version", "api_key",
 }
 
 local read_file = require("rl._fs").read_file
@@ -232,7 +233,10 @@ function Engine:abort(rid)
 end
 
 --- Stops the engine (and its server, or its process). Idempotent.
-function Engine:stop()
+function Engine:stop(drain)
+  if drain ~= nil and (type(drain) ~= "number" or drain < 0) then
+    error("rl.engine.Engine:stop: bad argument #1 'drain' (seconds >= 0 expected, got " .. tostring(drain) .. ")", 2)
+  end
   if self.mode == "process" then
     if not self.pid then return end
     local n = native()
@@ -249,7 +253,7 @@ function Engine:stop()
     return
   end
   if self._h then
-    self._h:stop()
+    self._h:stop(drain)
     self._h = nil
   end
 end
@@ -258,7 +262,7 @@ function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tost
 
 --- Starts an engine. opts: model (required), mode ("thread" | "process"), host,
 --- port (0 = any free one), max_running_requests, kv_cache_tokens, dtype, device,
---- threads, http_threads, served_model_name, api_key, serve (thread mode: false =
+--- threads, max_connections, max_sequences_per_request, max_queued_requests, max_tokens_in_flight, served_model_name, api_key, serve (thread mode: false =
 --- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
 function M.start(opts)
   local mode = check_opts(opts)

@@ -98,7 +98,15 @@ std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, con
   return ids;
 }
 
-GenerateCall parse_generate(const json& body, const Engine& engine) {
+void check_sequence_cap(size_t count, int64_t max_sequences) {
+  if (max_sequences <= 0 || count <= static_cast<size_t>(max_sequences)) return;
+  throw Refused(400, "max_sequences_per_request",
+                "request has more than " + std::to_string(max_sequences) +
+                    " sequences (prompts x n); the cap is max_sequences_per_request = " + std::to_string(max_sequences) +
+                    " (hint: split the request, or raise --max-sequences-per-request)");
+}
+
+GenerateCall parse_generate(const json& body, const Engine& engine, int64_t max_sequences) {
   if (!body.is_object()) bad("request body", "expected a JSON object, got " + type_of(body));
   for (auto& [k, v] : body.items()) {
     if (kKnown.count(k) || kHarmless.count(k)) continue;
@@ -195,6 +203,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine) {
       if (rid.empty()) bad(where, "empty request id");
     }
     const int64_t n = std::max<int64_t>(1, sp.n);
+    check_sequence_cap(call.requests.size() + static_cast<size_t>(n), max_sequences);  // before building them
     for (int64_t j = 0; j < n; ++j) {
       GenerateRequest r;
       r.rid = rid.empty() ? std::string() : (n > 1 ? rid + "-" + std::to_string(j) : rid);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,17 @@ class BadRequest : public rl::Error {
   using rl::Error::Error;
 };
 
+// A request refused by admission control (or because the server is stopping):
+// the status (400, 429, 503), the cap it hit (a metrics label) and the seconds
+// a client should wait before retrying (0: do not retry).
+struct Refused : std::runtime_error {
+  Refused(int status, std::string cap, const std::string& message, double retry_after_s = 0)
+      : std::runtime_error(message), status(status), cap(std::move(cap)), retry_after_s(retry_after_s) {}
+  int status;
+  std::string cap;
+  double retry_after_s;
+};
+
 struct GenerateCall {
   std::vector<GenerateRequest> requests;  // prompt i, sample j at i * n + j
   bool batched = false;                   // the input was a list: respond with a list
@@ -40,8 +52,12 @@ struct GenerateCall {
 
 // Validates a /generate body. Text is tokenized with the engine's tokenizer
 // (without one, `text` is a BadRequest). Engine-side checks (vocabulary,
-// context length) happen at submit.
-GenerateCall parse_generate(const nlohmann::json& body, const Engine& engine);
+// context length) happen at submit. More than `max_sequences` (prompts x n;
+// 0: no cap) is Refused before any request is built.
+GenerateCall parse_generate(const nlohmann::json& body, const Engine& engine, int64_t max_sequences = 0);
+
+// Refused(400) when `count` sequences exceed `max_sequences` (0: no cap).
+void check_sequence_cap(size_t count, int64_t max_sequences);
 
 // The prompt's ids, or BadRequest naming `where` (no tokenizer, empty text).
 std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, const std::string& where,

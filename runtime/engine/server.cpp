@@ -1,12 +1,16 @@
-// EngineServer: construction, routing, the error/auth wrapper every handler goes
+// EngineServer: construction, stop, routing (dispatch: the one place a request
+// arrives), worker threads for long handlers, the error/auth wrapper every handler goes
 // through, and the read-only info endpoints (/health, /get_model_info,
 // /get_server_info, /v1/loads, /metrics).
 #include "engine/server.hpp"
 
 #include "base/json_input.hpp"
+
 #include "base/log_text.hpp"
 
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <thread>
 
 #include "model/config.hpp"
@@ -64,16 +68,33 @@ json stats_json(const EngineStats& s) {
   };
 }
 
-void reply_json(httplib::Response& res, int status, const json& j) {
+void reply_json(Reply& res, int status, const json& j) {
   res.status = status;
-  res.set_content(json_input::dump_reply(j), "application/json");
+  res.set_content(json_input::dump_reply(j), "application/json");  // messages may quote client bytes
 }
 
 json error_json(int code, const std::string& message) {
   const char* type = code == 400 ? "BadRequest" : code == 401 ? "Unauthorized" : code == 404 ? "NotFound"
-                     : code == 503 ? "ServiceUnavailable" : "InternalServerError";
+                     : code == 429 ? "TooManyRequests" : code == 503 ? "ServiceUnavailable" : "InternalServerError";
   return {{"error", {{"message", message}, {"type", type}, {"code", code}}}};
 }
+
+// ---- routes --------------------------------------------------------------------------
+
+struct EngineServer::Route {
+  const char* method;
+  const char* path;
+  bool control;  // needs the api key when one is set
+  bool worker;   // may block (engine control, weights, profile): runs on a worker thread
+  Handler fn;
+};
+
+namespace {
+
+// Long operations (weight loads, profiles, collectives) at once; beyond: 503.
+constexpr size_t kMaxWorkers = 16;
+
+}  // namespace
 
 EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
     : engine_(std::move(engine)), opts_(std::move(opts)),
@@ -86,15 +107,25 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
                 "control endpoints (weights, memory, profile, abort) would be open to the network; pass --api-key "
                 "TOKEN (clients send 'Authorization: Bearer TOKEN') or bind 127.0.0.1");
   if (opts_.model_path.empty()) opts_.model_path = engine_->options().model.string();
-  net::HttpServerOptions ho;
-  ho.host = opts_.host;
-  ho.port = opts_.port;
-  ho.threads = opts_.threads;
-  ho.allow_remote = !loopback;  // only reachable with an api key (checked above)
-  ho.name = "engine server";
-  http_ = std::make_unique<net::HttpServer>(ho);
-  add_routes();
-  http_->start();
+  net::EventServer::Options so;
+  so.host = opts_.host;
+  so.port = opts_.port;
+  so.allow_remote = !loopback;  // only reachable with an api key (checked above)
+  so.max_connections = opts_.max_connections;
+  so.header_timeout_s = opts_.header_timeout_s;
+  so.idle_timeout_s = opts_.idle_timeout_s;
+  so.name = "engine server";
+  loop_ = std::make_unique<EventLoop>();
+  http_ = std::make_unique<net::EventServer>(*loop_, so, [this](net::ServerRequest& req, std::shared_ptr<net::Responder> res) {
+    dispatch(req, std::move(res));
+  });
+  try {
+    http_->start();
+  } catch (const std::exception& e) {
+    throw Error(e.what());
+  }
+  link_->loop = loop_.get();
+  loop_thread_ = std::thread([this] { loop_->run(); });
   log::info("engine server: serving " + opts_.model_path + " on " + http_->url());
 }
 
@@ -103,10 +134,26 @@ EngineServer::~EngineServer() { stop(); }
 std::string EngineServer::url() const { return http_->url(); }
 int EngineServer::port() const { return http_->port(); }
 
+bool EngineServer::post(std::function<void()> fn) {
+  std::lock_guard lk(link_->mu);
+  if (!link_->loop) return false;
+  link_->loop->post(std::move(fn));
+  return true;
+}
+
+void EngineServer::drain(double timeout_s) {
+  if (stopping_ || draining_.exchange(true)) return;
+  if (loop_thread_.joinable()) post([this] { http_->stop_accepting(); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+  while (seqs_in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 void EngineServer::stop() {
   if (stopping_.exchange(true)) return;
-  // Streaming responses poll stopping_; blocked /generate calls end when the
-  // engine finishes or aborts their requests: abort ours so stop() is prompt.
+  // What this server submitted ends now rather than when the engine gets to
+  // it; the aborted calls' answers (what was generated, finish_reason abort)
+  // get a moment to go out before the connections close.
   std::vector<std::shared_ptr<GenerateRun>> live;
   {
     std::lock_guard lk(runs_mu_);
@@ -114,7 +161,35 @@ void EngineServer::stop() {
       if (auto r = w.lock()) live.push_back(std::move(r));
   }
   for (auto& r : live) r->abort();
-  http_->stop();
+  if (loop_thread_.joinable()) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (seqs_in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // On the loop (after the answers posted so far): stop accepting, close
+    // every connection, drop what is pending.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    loop_->post([&] {
+      http_->stop();
+      deferred_.clear();
+      streams_.clear();
+      std::lock_guard lk(mu);
+      done = true;
+      cv.notify_one();
+    });
+    {
+      std::unique_lock lk(mu);
+      cv.wait(lk, [&] { return done; });
+    }
+    {
+      std::lock_guard lk(link_->mu);
+      link_->loop = nullptr;  // engine listeners stop posting
+      loop_->stop();
+    }
+    loop_thread_.join();
+  }
+  join_workers(true);
   if (prof_hook_installed_) engine_->set_step_hook({});  // the hook points at this server
   {
     std::lock_guard lk(prof_mu_);
@@ -128,72 +203,80 @@ void EngineServer::stop() {
   }
 }
 
-void EngineServer::add_routes() {
-  struct R {
-    const char* method;
-    const char* path;
-    bool control;
-    void (EngineServer::*fn)(const Req&, Res&);
+// ---- dispatch ------------------------------------------------------------------------
+
+void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Responder> res) {
+  static const Route routes[] = {
+      {"GET", "/health", false, false, &EngineServer::on_health},
+      {"GET", "/health_generate", false, true, &EngineServer::on_health_generate},
+      {"GET", "/get_model_info", false, false, &EngineServer::on_model_info},
+      {"GET", "/get_server_info", false, false, &EngineServer::on_server_info},
+      {"GET", "/v1/loads", false, false, &EngineServer::on_loads},
+      {"GET", "/metrics", false, false, &EngineServer::on_metrics},
+      {"POST", "/generate", false, false, &EngineServer::on_generate},
+      {"POST", "/flush_cache", true, true, &EngineServer::on_flush_cache},
+      {"GET", "/flush_cache", true, true, &EngineServer::on_flush_cache},
+      {"POST", "/abort_request", true, false, &EngineServer::on_abort_request},
+      {"POST", "/update_weights_from_disk", true, true, &EngineServer::on_update_weights_from_disk},
+      {"POST", "/init_weights_update_group", true, true, &EngineServer::on_init_weights_update_group},
+      {"POST", "/update_weights_from_distributed", true, true, &EngineServer::on_update_weights_from_distributed},
+      {"POST", "/destroy_weights_update_group", true, true, &EngineServer::on_destroy_weights_update_group},
+      {"POST", "/init_weights_shm", true, true, &EngineServer::on_init_weights_shm},
+      {"POST", "/update_weights_from_shm", true, true, &EngineServer::on_update_weights_from_shm},
+      {"POST", "/release_memory_occupation", true, true, &EngineServer::on_release_memory},
+      {"POST", "/resume_memory_occupation", true, true, &EngineServer::on_resume_memory},
+      {"POST", "/start_profile", true, true, &EngineServer::on_start_profile},
+      {"GET", "/start_profile", true, true, &EngineServer::on_start_profile},
+      {"POST", "/stop_profile", true, true, &EngineServer::on_stop_profile},
+      {"GET", "/stop_profile", true, true, &EngineServer::on_stop_profile},
+      {"POST", "/v1/completions", false, false, &EngineServer::on_completions},
+      {"POST", "/v1/chat/completions", false, false, &EngineServer::on_chat_completions},
+      {"GET", "/v1/models", false, false, &EngineServer::on_models},
   };
-  static const R routes[] = {
-      {"GET", "/health", false, &EngineServer::on_health},
-      {"GET", "/health_generate", false, &EngineServer::on_health_generate},
-      {"GET", "/get_model_info", false, &EngineServer::on_model_info},
-      {"GET", "/get_server_info", false, &EngineServer::on_server_info},
-      {"GET", "/v1/loads", false, &EngineServer::on_loads},
-      {"GET", "/metrics", false, &EngineServer::on_metrics},
-      {"POST", "/generate", false, &EngineServer::on_generate},
-      {"POST", "/flush_cache", true, &EngineServer::on_flush_cache},
-      {"GET", "/flush_cache", true, &EngineServer::on_flush_cache},
-      {"POST", "/abort_request", true, &EngineServer::on_abort_request},
-      {"POST", "/update_weights_from_disk", true, &EngineServer::on_update_weights_from_disk},
-      {"POST", "/init_weights_update_group", true, &EngineServer::on_init_weights_update_group},
-      {"POST", "/update_weights_from_distributed", true, &EngineServer::on_update_weights_from_distributed},
-      {"POST", "/destroy_weights_update_group", true, &EngineServer::on_destroy_weights_update_group},
-      {"POST", "/init_weights_shm", true, &EngineServer::on_init_weights_shm},
-      {"POST", "/update_weights_from_shm", true, &EngineServer::on_update_weights_from_shm},
-      {"POST", "/release_memory_occupation", true, &EngineServer::on_release_memory},
-      {"POST", "/resume_memory_occupation", true, &EngineServer::on_resume_memory},
-      {"POST", "/start_profile", true, &EngineServer::on_start_profile},
-      {"GET", "/start_profile", true, &EngineServer::on_start_profile},
-      {"POST", "/stop_profile", true, &EngineServer::on_stop_profile},
-      {"GET", "/stop_profile", true, &EngineServer::on_stop_profile},
-      {"POST", "/v1/completions", false, &EngineServer::on_completions},
-      {"POST", "/v1/chat/completions", false, &EngineServer::on_chat_completions},
-      {"GET", "/v1/models", false, &EngineServer::on_models},
-  };
-  for (const R& r : routes) {
-    const bool control = r.control;
-    auto fn = r.fn;
-    http_->route(r.method, r.path, [this, control, fn](const Req& req, Res& res) { handle(req, res, control, fn); });
+  // HEAD is served by GET routes (the event server drops the body).
+  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
+  const Route* route = nullptr;
+  bool path_known = false;
+  for (const Route& r : routes) {
+    if (req.path != r.path) continue;
+    path_known = true;
+    if (method == r.method) {
+      route = &r;
+      break;
+    }
   }
-  // Unknown paths: a JSON 404 rather than httplib's empty body.
-  http_->raw().set_error_handler([](const Req& req, Res& res) {
-    if (res.status == 404 && res.body.empty())
-      res.set_content(json_input::dump_reply(error_json(404, "no endpoint " + req.method + " " + json_input::excerpt(req.path))),
-                      "application/json");
-  });
+  Reply reply;
+  if (!route) {
+    const int code = path_known ? 405 : 404;
+    reply_json(reply, code, error_json(code, (path_known ? "method not allowed: " : "no endpoint ") + req.method + " " + json_input::excerpt(req.path)));
+    send(*res, reply);
+    return;
+  }
+  if (route->control && !authorized(req)) {
+    reply_json(reply, 401, error_json(401, json_input::excerpt(req.path) + " needs 'Authorization: Bearer <api key>' (the server was started with --api-key)"));
+    send(*res, reply);
+    return;
+  }
+  if (route->worker) {
+    run_on_worker(std::move(req), std::move(res), route->fn);
+    return;
+  }
+  reply.responder = res;
+  run_handler(req, reply, route->fn);
+  if (!reply.deferred) send(*res, reply);
 }
 
-bool EngineServer::authorized(const Req& req) const {
-  if (opts_.api_key.empty()) return true;
-  const std::string h = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (h.rfind(prefix, 0) != 0) return false;
-  return same_secret(h.substr(prefix.size()), opts_.api_key);
-}
-
-void EngineServer::handle(const Req& req, Res& res, bool control, void (EngineServer::*fn)(const Req&, Res&)) {
+void EngineServer::run_handler(const Req& req, Res& res, Handler fn) {
   auto fail = [&](int code, const std::string& msg) {
-    res.status = code;
-    res.set_content(json_input::dump_reply(error_json(code, msg)), "application/json");  // msg may quote client bytes
+    res.headers.clear();
+    reply_json(res, code, error_json(code, msg));
   };
   try {
-    if (control && !authorized(req)) {
-      fail(401, req.path + " needs 'Authorization: Bearer <api key>' (the server was started with --api-key)");
-    } else {
-      (this->*fn)(req, res);
-    }
+    (this->*fn)(req, res);
+  } catch (const Refused& e) {
+    metrics_.count_rejected(e.cap);
+    fail(e.status, e.what());
+    if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(static_cast<int64_t>(std::ceil(e.retry_after_s))));
   } catch (const BadRequest& e) {
     fail(400, e.what());
   } catch (const nlohmann::json::exception& e) {
@@ -203,33 +286,89 @@ void EngineServer::handle(const Req& req, Res& res, bool control, void (EngineSe
     log::text(log::Level::error, "engine server: " + req.method + " " + req.path + " failed: " + e.what());
     fail(500, e.what());
   }
-  metrics_.count_http(res.status);
+  if (res.deferred && res.status >= 400) res.deferred = false;  // failed before handing off: answer now
+}
+
+void EngineServer::send(net::Responder& res, const Reply& r) {
+  metrics_.count_http(r.status);
+  net::ResponseHeaders h = r.headers;
+  if (!r.content_type.empty()) h.emplace_back("Content-Type", r.content_type);
+  res.send(r.status, h, r.body);
+}
+
+void EngineServer::run_on_worker(net::ServerRequest req, std::shared_ptr<net::Responder> res, Handler fn) {
+  join_workers(false);
+  std::lock_guard lk(workers_mu_);
+  if (workers_.size() >= kMaxWorkers) {
+    Reply r;
+    reply_json(r, 503, error_json(503, req.path + ": " + std::to_string(kMaxWorkers) +
+                                           " long operations are already running (hint: retry when one finished)"));
+    r.set_header("Retry-After", std::to_string(static_cast<int64_t>(std::ceil(opts_.retry_after_s))));
+    send(*res, r);
+    return;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, req = std::move(req), res = std::move(res), fn, done]() mutable {
+    auto reply = std::make_shared<Reply>();
+    run_handler(req, *reply, fn);
+    post([this, res = std::move(res), reply] { send(*res, *reply); });
+    done->store(true);
+  });
+  workers_.push_back({std::move(t), std::move(done)});
+}
+
+void EngineServer::join_workers(bool all) {
+  std::vector<std::thread> joinable;
+  {
+    std::lock_guard lk(workers_mu_);
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (all || it->done->load()) {
+        joinable.push_back(std::move(it->thread));
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& t : joinable) t.join();
+}
+
+bool EngineServer::authorized(const Req& req) const {
+  if (opts_.api_key.empty()) return true;
+  const std::string_view h = req.header("authorization");
+  const std::string_view prefix = "Bearer ";
+  if (h.substr(0, prefix.size()) != prefix) return false;
+  return same_secret(std::string(h.substr(prefix.size())), opts_.api_key);
 }
 
 // ---- runs ----------------------------------------------------------------------------
 
 std::shared_ptr<GenerateRun> EngineServer::start_run(GenerateCall call, GenerateRun::Listener listener) {
-  if (stopping_) throw Error("engine server is stopping");
+  if (stopping_ || draining_) throw Refused(503, "stopping", "engine server is shutting down", opts_.retry_after_s);
+  const Admitted admitted = admit(call);  // throws Refused
   ServerMetrics* m = &metrics_;
-  auto observed = [m, listener = std::move(listener)](size_t i, const RequestOutput& out, bool last) {
+  std::shared_ptr<Link> link = link_;
+  // The listener may outlive this server (an aborted run's last update): it
+  // reaches the server only while the link is set.
+  auto observed = [this, m, link, admitted, listener = std::move(listener)](size_t i, const RequestOutput& out, bool last) {
+    std::lock_guard lk(link->mu);
+    if (!link->loop) return;
     if (out.finished) m->observe(out);
+    if (last) finish(admitted);  // before the listener answers: a client that got its answer sees the room
     if (listener) listener(i, out, last);
   };
-  auto run = GenerateRun::start(*engine_, std::move(call), std::move(observed));
+  std::shared_ptr<GenerateRun> run;
+  try {
+    run = GenerateRun::start(*engine_, std::move(call), std::move(observed));
+  } catch (...) {
+    finish(admitted);
+    throw;
+  }
   std::lock_guard lk(runs_mu_);
   // Forget finished runs as we go (the map only serves /abort_request and stop()).
   for (auto it = runs_.begin(); it != runs_.end();) it = it->second.expired() ? runs_.erase(it) : std::next(it);
   runs_.emplace(next_run_++, run);
   return run;
-}
-
-std::vector<RequestOutput> EngineServer::run_blocking(GenerateCall call) {
-  auto run = start_run(std::move(call));
-  if (!run->wait_for(opts_.request_timeout_s)) {
-    run->abort();
-    run->wait_for(30);
-  }
-  return run->outputs();
 }
 
 int64_t EngineServer::abort_rid(const std::string& rid) {
@@ -250,7 +389,7 @@ int64_t EngineServer::abort_rid(const std::string& rid) {
 // ---- info endpoints ------------------------------------------------------------------
 
 void EngineServer::on_health(const Req&, Res& res) {
-  if (stopping_) {
+  if (stopping_ || draining_) {
     res.status = 503;
     return;
   }

@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "engine/server.hpp"
-#include "net/http_server.hpp"
 #include "profile/torch_profiler.hpp"
 
 namespace rl::engine {

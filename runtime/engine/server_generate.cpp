@@ -1,35 +1,43 @@
-// POST /generate (SGLang's native generation) and the server-sent-events
-// plumbing shared with the OpenAI endpoints.
+// POST /generate (SGLang's native generation) and the two ways a generation is
+// answered, shared with the OpenAI endpoints: whole once the run finished
+// (respond_when_done) or as server-sent events (respond_stream).
 //
-// Streaming: the engine's scheduler thread appends each update to a queue (a
-// copy, never blocking); the worker thread that owns the connection drains it
-// into `data: {...}\n\n` events. A failed write means the client left: the run
-// is aborted so the engine stops spending steps on it.
-#include <condition_variable>
+// Both run on the server's loop thread. The engine's scheduler thread only
+// copies updates into a queue and posts one wake-up to the loop; the loop
+// formats and writes. A client that goes away (the connection closes) aborts
+// the run so the engine stops spending steps on it.
 #include <deque>
 #include <mutex>
 
+#include "base/event_loop.hpp"
 #include "base/log_text.hpp"
 #include "base/json_input.hpp"
 #include "engine/server.hpp"
-#include "net/http_server.hpp"
 
 namespace rl::engine {
-namespace {
 
 using nlohmann::json;
 
-struct StreamQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::pair<size_t, RequestOutput>> items;
-  bool done = false;
+struct EngineServer::Deferred {
+  std::shared_ptr<GenerateRun> run;
+  std::shared_ptr<net::Responder> res;
+  BodyFormatter body;
+  uint64_t timer = 0;
 };
 
-}  // namespace
+struct EngineServer::Stream {
+  std::shared_ptr<GenerateRun> run;
+  std::shared_ptr<net::Responder> res;
+  ChunkFormatter format;
+  std::function<std::vector<std::string>(const std::vector<RequestOutput>&)> trailer;
+  std::mutex mu;  // guards the queue: the scheduler thread appends
+  std::deque<std::pair<size_t, RequestOutput>> items;
+  bool done = false;
+  bool posted = false;  // a drain is posted and has not run yet
+};
 
 // Parses the request body as JSON, or BadRequest saying where it broke.
-json parse_json_body(const httplib::Request& req, bool allow_empty) {
+json parse_json_body(const net::ServerRequest& req, bool allow_empty) {
   if (req.body.empty() && allow_empty) return json::object();
   if (req.body.empty()) throw BadRequest("request body: empty", "send a JSON object with Content-Type: application/json");
   try {
@@ -39,7 +47,7 @@ json parse_json_body(const httplib::Request& req, bool allow_empty) {
   }
 }
 
-nlohmann::ordered_json parse_json_body_ordered(const httplib::Request& req) {
+nlohmann::ordered_json parse_json_body_ordered(const net::ServerRequest& req) {
   try {
     return json_input::parse_ordered(req.body, "request body");
   } catch (const json_input::Error& e) {
@@ -49,7 +57,7 @@ nlohmann::ordered_json parse_json_body_ordered(const httplib::Request& req) {
 
 void EngineServer::on_generate(const Req& req, Res& res) {
   const json body = parse_json_body(req);
-  GenerateCall call = parse_generate(body, *engine_);
+  GenerateCall call = parse_generate(body, *engine_, opts_.max_sequences_per_request);
   const model::Tokenizer* tok = engine_->tokenizer();
   if (call.stream) {
     const bool with_index = call.batched;
@@ -61,79 +69,121 @@ void EngineServer::on_generate(const Req& req, Res& res) {
     });
     return;
   }
-  const GenerateCall copy = call;  // response_json reads the per-request options
-  const auto outs = run_blocking(std::move(call));
-  res.set_content(dump_json(response_json(outs, copy, tok)), "application/json");
+  auto shared = std::make_shared<GenerateCall>(call);  // response_json reads the per-request options
+  respond_when_done(std::move(call), res, [shared, tok](const std::vector<RequestOutput>& outs) {
+    return dump_json(response_json(outs, *shared, tok));
+  });
+}
+
+void EngineServer::respond_when_done(GenerateCall call, Res& res, BodyFormatter body) {
+  const uint64_t id = next_deferred_++;
+  EventLoop* loop = loop_.get();
+  auto run = start_run(std::move(call), [this, loop, id](size_t, const RequestOutput&, bool last) {
+    if (last) loop->post([this, id] {
+      auto it = deferred_.find(id);
+      if (it == deferred_.end()) return;
+      auto d = std::move(it->second);
+      deferred_.erase(it);
+      if (d->timer) loop_->cancel_timer(d->timer);
+      Reply r;
+      try {
+        r.set_content(d->body(d->run->outputs()), "application/json");
+      } catch (const std::exception& e) {
+        log::text(log::Level::error, std::string("engine server: formatting a response failed: ") + e.what());
+        reply_json(r, 500, error_json(500, e.what()));
+      }
+      send(*d->res, r);
+    });
+  });
+  auto d = std::make_shared<Deferred>();
+  d->run = run;
+  d->res = res.responder;
+  d->body = std::move(body);
+  // The run's last update posts the answer; until then the client's leaving
+  // or the request timeout ends the run early (the answer then holds what was
+  // generated, finish_reason abort).
+  std::weak_ptr<GenerateRun> weak = run;
+  d->res->on_close([weak] {
+    if (auto r = weak.lock()) r->abort();
+  });
+  if (opts_.request_timeout_s > 0)
+    d->timer = loop_->call_later(opts_.request_timeout_s, [this, id] {
+      if (auto it = deferred_.find(id); it != deferred_.end()) {
+        it->second->timer = 0;
+        it->second->run->abort();
+      }
+    });
+  deferred_.emplace(id, std::move(d));
+  res.deferred = true;
 }
 
 void EngineServer::respond_stream(GenerateCall call, Res& res, ChunkFormatter format,
                                   std::function<std::vector<std::string>(const std::vector<RequestOutput>&)> trailer) {
-  auto q = std::make_shared<StreamQueue>();
-  auto run = start_run(std::move(call), [q](size_t i, const RequestOutput& out, bool last) {
-    std::lock_guard lk(q->mu);
-    q->items.emplace_back(i, out);
-    if (last) q->done = true;
-    q->cv.notify_one();
+  const uint64_t id = next_deferred_++;
+  auto st = std::make_shared<Stream>();
+  EventLoop* loop = loop_.get();
+  std::weak_ptr<Stream> weak_st = st;
+  st->run = start_run(std::move(call), [this, loop, id, weak_st](size_t i, const RequestOutput& out, bool last) {
+    auto st = weak_st.lock();
+    if (!st) return;  // the stream ended (client gone)
+    std::lock_guard lk(st->mu);
+    st->items.emplace_back(i, out);
+    if (last) st->done = true;
+    if (!st->posted) {
+      st->posted = true;
+      loop->post([this, id] { drain_stream(id); });
+    }
   });
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  auto finished_stream = std::make_shared<bool>(false);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, q, run, format = std::move(format), trailer = std::move(trailer), finished_stream](
-          size_t, httplib::DataSink& sink) -> bool {
-        // httplib does not catch exceptions from content providers: end the
-        // stream (and the run) instead of letting one escape a worker thread.
-        try {
-        std::deque<std::pair<size_t, RequestOutput>> batch;
-        bool done = false;
-        {
-          std::unique_lock lk(q->mu);
-          // Wake up now and then to notice a server stop.
-          q->cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return !q->items.empty() || q->done; });
-          batch.swap(q->items);
-          done = q->done;
-        }
-        auto write = [&](const std::string& payload) {
-          const std::string ev = "data: " + payload + "\n\n";
-          return sink.write(ev.data(), ev.size());
-        };
-        for (auto& [i, out] : batch)
-          for (const auto& p : format(i, out))
-            if (!write(p)) {
-              run->abort();  // the client went away
-              return false;
-            }
-        if (done) {
-          if (trailer)
-            for (const auto& p : trailer(run->outputs()))
-              if (!write(p)) return false;
-          if (!write("[DONE]")) return false;
-          *finished_stream = true;
-          sink.done();
-          return true;
-        }
-        if (stopping_) {
-          run->abort();
-          return false;
-        }
-        // Nothing new: probe the connection so a vanished client is noticed
-        // even while the engine is slow (an SSE comment line is ignored by parsers).
-        if (batch.empty() && !sink.is_writable()) {
-          run->abort();
-          return false;
-        }
-        return true;
-        } catch (const std::exception& e) {
-          log::text(log::Level::error, std::string("engine server: stream failed: ") + e.what());
-          run->abort();
-          return false;
-        }
-      },
-      [run, finished_stream](bool success) {
-        if (!success || !*finished_stream) run->abort();
-      });
+  st->res = res.responder;
+  st->format = std::move(format);
+  st->trailer = std::move(trailer);
+  std::weak_ptr<GenerateRun> weak = st->run;
+  st->res->on_close([weak] {
+    if (auto r = weak.lock()) r->abort();
+  });
+  metrics_.count_http(200);
+  st->res->start(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+  streams_.emplace(id, std::move(st));
+  res.deferred = true;
+}
+
+void EngineServer::drain_stream(uint64_t id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  std::shared_ptr<Stream> st = it->second;
+  std::deque<std::pair<size_t, RequestOutput>> batch;
+  bool done = false;
+  {
+    std::lock_guard lk(st->mu);
+    batch.swap(st->items);
+    done = st->done;
+    st->posted = false;
+  }
+  auto& res = *st->res;
+  auto write = [&](const std::string& payload) {
+    std::string ev;
+    ev.reserve(payload.size() + 8);
+    ev += "data: ";
+    ev += payload;
+    ev += "\n\n";
+    res.write(ev);
+  };
+  try {
+    for (auto& [i, out] : batch)
+      for (const auto& p : st->format(i, out)) write(p);
+    if (done) {
+      if (st->trailer)
+        for (const auto& p : st->trailer(st->run->outputs())) write(p);
+      write("[DONE]");
+      res.end();
+    }
+  } catch (const std::exception& e) {
+    log::text(log::Level::error, std::string("engine server: stream failed: ") + e.what());
+    st->run->abort();
+    res.abort();
+    done = true;
+  }
+  if (done || !res.alive()) streams_.erase(id);
 }
 
 }  // namespace rl::engine

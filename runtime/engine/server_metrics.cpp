@@ -102,6 +102,11 @@ void ServerMetrics::count_http(int status) {
   else ++http_2xx_;
 }
 
+void ServerMetrics::count_rejected(const std::string& cap) {
+  std::lock_guard lk(mu_);
+  ++rejected_[cap];
+}
+
 std::string ServerMetrics::render(const EngineStats& s) const {
   std::string o;
   o.reserve(16 << 10);
@@ -140,6 +145,12 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   for (int k = 0; k < 4; ++k)
     sample(o, "sglang:num_finished_requests_total", L + ",reason=\"" + reasons[k] + "\"",
            static_cast<double>(finished_by_reason_[k]));
+  header(o, "sglang:num_rejected_requests_total", "counter", "Requests refused by admission control, by the cap they hit.");
+  for (const char* cap : {"max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "stopping"}) {
+    auto it = rejected_.find(cap);
+    sample(o, "sglang:num_rejected_requests_total", L + ",cap=\"" + cap + "\"",
+           static_cast<double>(it == rejected_.end() ? 0 : it->second));
+  }
   header(o, "sglang:http_responses_total", "counter", "HTTP responses by status class.");
   sample(o, "sglang:http_responses_total", L + ",code=\"2xx\"", static_cast<double>(http_2xx_));
   sample(o, "sglang:http_responses_total", L + ",code=\"4xx\"", static_cast<double>(http_4xx_));

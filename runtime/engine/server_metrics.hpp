@@ -5,6 +5,7 @@
 // Thread-safe. LibTorch-free.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ class ServerMetrics {
   // A finished request (any path: HTTP, OpenAI, in-process Lua).
   void observe(const RequestOutput& out);
   void count_http(int status);  // responses by class, for errors seen by clients
+  void count_rejected(const std::string& cap);  // admission refusals, by the cap hit
   // The exposition text (version 0.0.4).
   std::string render(const EngineStats& s) const;
 
@@ -44,6 +46,7 @@ class ServerMetrics {
   Histogram prompt_len_, gen_len_;
   uint64_t finished_by_reason_[4] = {0, 0, 0, 0};  // stop, length, abort, other
   uint64_t http_2xx_ = 0, http_4xx_ = 0, http_5xx_ = 0;
+  std::map<std::string, uint64_t> rejected_;
 };
 
 // Escapes a label value (backslash, quote, newline) for the exposition format.

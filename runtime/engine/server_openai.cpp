@@ -9,7 +9,6 @@
 #include "engine/server.hpp"
 #include "base/json_input.hpp"
 #include "model/tokenizer.hpp"
-#include "net/http_server.hpp"
 
 namespace rl::engine {
 namespace {
@@ -37,7 +36,7 @@ const std::set<std::string> kIgnored = {"model", "user", "stream_options", "rid"
 
 // Builds the engine requests of one OpenAI call: prompts x n, like /generate.
 GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> prompts, const std::set<std::string>& extra_known,
-                         bool logprobs, int64_t top_logprobs) {
+                         bool logprobs, int64_t top_logprobs, int64_t max_sequences) {
   json sp = json::object();
   for (auto& [k, v] : body.items()) {
     if (auto m = kSamplingFields.find(k); m != kSamplingFields.end()) {
@@ -66,6 +65,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
   }
   GenerateCall call;
   const int64_t n = std::max<int64_t>(1, params.n);
+  check_sequence_cap(prompts.size() * static_cast<size_t>(n), max_sequences);  // before building them
   for (auto& ids : prompts)
     for (int64_t j = 0; j < n; ++j) {
       GenerateRequest r;
@@ -226,7 +226,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   const bool logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
   GenerateCall call = openai_call(body, std::move(prompts), {"prompt", "max_tokens", "max_completion_tokens", "stream",
                                                               "logprobs", "echo", "suffix", "best_of"},
-                                  logprobs, top);
+                                  logprobs, top, opts_.max_sequences_per_request);
   if (!body.contains("max_tokens") && !body.contains("max_completion_tokens"))
     for (auto& r : call.requests) r.params.max_new_tokens = 16;  // OpenAI's default for completions
   const bool stream = body.value("stream", false);
@@ -257,19 +257,20 @@ void EngineServer::on_completions(const Req& req, Res& res) {
         usage_tail(usage, id, "text_completion", created, model, per_prompt));
     return;
   }
-  const auto outs = run_blocking(std::move(call));
-  json choices = json::array();
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const auto& r = shared->requests[i];
-    choices.push_back({{"index", i},
-                       {"text", outs[i].text},
-                       {"logprobs", r.return_logprob ? completion_logprobs(outs[i], r, tok) : json(nullptr)},
-                       {"finish_reason", finish_reason_of(outs[i])},
-                       {"matched_stop", matched_stop(outs[i])}});
-  }
-  json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-            {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
-  res.set_content(dump_json(j), "application/json");
+  respond_when_done(std::move(call), res, [=](const std::vector<RequestOutput>& outs) {
+    json choices = json::array();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const auto& r = shared->requests[i];
+      choices.push_back({{"index", i},
+                         {"text", outs[i].text},
+                         {"logprobs", r.return_logprob ? completion_logprobs(outs[i], r, tok) : json(nullptr)},
+                         {"finish_reason", finish_reason_of(outs[i])},
+                         {"matched_stop", matched_stop(outs[i])}});
+    }
+    json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+              {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
+    return dump_json(j);
+  });
 }
 
 void EngineServer::on_chat_completions(const Req& req, Res& res) {
@@ -309,7 +310,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
   if (top > 0 && !logprobs) throw BadRequest("top_logprobs: needs logprobs: true");
   GenerateCall call = openai_call(body, {ids}, {"messages", "max_tokens", "max_completion_tokens", "stream",
                                                 "logprobs", "top_logprobs", "response_format"},
-                                  logprobs, top);
+                                  logprobs, top, opts_.max_sequences_per_request);
   if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null() && rf->value("type", "") != "text")
     throw BadRequest("response_format: only {\"type\": \"text\"} is supported by rlhost");
   const std::string id = "chatcmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
@@ -352,20 +353,21 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
         usage_tail(usage, id, "chat.completion.chunk", created, model, per_prompt));
     return;
   }
-  const auto outs = run_blocking(std::move(call));
-  json choices = json::array();
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const auto& r = shared->requests[i];
-    choices.push_back({{"index", i},
-                       {"message", {{"role", "assistant"}, {"content", outs[i].text}, {"reasoning_content", nullptr},
-                                    {"tool_calls", nullptr}}},
-                       {"logprobs", r.return_logprob ? chat_logprobs(outs[i], r, tok, 0, outs[i].output_ids.size()) : json(nullptr)},
-                       {"finish_reason", finish_reason_of(outs[i])},
-                       {"matched_stop", matched_stop(outs[i])}});
-  }
-  json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
-            {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
-  res.set_content(dump_json(j), "application/json");
+  respond_when_done(std::move(call), res, [=](const std::vector<RequestOutput>& outs) {
+    json choices = json::array();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const auto& r = shared->requests[i];
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", outs[i].text}, {"reasoning_content", nullptr},
+                                      {"tool_calls", nullptr}}},
+                         {"logprobs", r.return_logprob ? chat_logprobs(outs[i], r, tok, 0, outs[i].output_ids.size()) : json(nullptr)},
+                         {"finish_reason", finish_reason_of(outs[i])},
+                         {"matched_stop", matched_stop(outs[i])}});
+    }
+    json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+              {"choices", choices}, {"usage", usage_of(outs, per_prompt)}};
+    return dump_json(j);
+  });
 }
 
 void EngineServer::on_models(const Req&, Res& res) {

@@ -16,7 +16,6 @@
 #include "engine/engine_dist.hpp"
 #include "engine/engine_shm.hpp"
 #include "engine/server.hpp"
-#include "net/http_server.hpp"
 #include "dist/dist.hpp"
 
 namespace rl::engine {

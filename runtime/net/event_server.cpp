@@ -228,12 +228,15 @@ void EventServer::start() {
   sweep_timer_ = loop_.call_later(1.0, [this] { sweep(); });
 }
 
+void EventServer::stop_accepting() {
+  if (listen_fd_ < 0) return;
+  loop_.unwatch(listen_fd_);
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
 void EventServer::stop() {
-  if (listen_fd_ >= 0) {
-    loop_.unwatch(listen_fd_);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-  }
+  stop_accepting();
   if (sweep_timer_) loop_.cancel_timer(sweep_timer_);
   sweep_timer_ = 0;
   std::vector<ServerConn*> all;

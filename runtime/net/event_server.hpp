@@ -9,7 +9,7 @@
 // Per connection: keep-alive, Content-Length and chunked request bodies,
 // pipelined requests answered strictly in order (the next one is parsed only
 // after the current response ended), size limits (431/413), idle and
-// header-read timeouts, write back-pressure through EPOLLOUT with an
+// header/body-read timeouts, a cap on open connections, write back-pressure through EPOLLOUT with an
 // on_drain() hook. Loopback-only unless allow_remote.
 //
 // Threading: everything, Responder included, is used on the loop's thread.
@@ -114,6 +114,9 @@ class EventServer {
   void start();
   // Closes the listening socket and every connection (pending responders die).
   void stop();
+  // Closes the listening socket only: open connections are served until they
+  // close (graceful shutdown). Loop thread.
+  void stop_accepting();
   int port() const { return port_; }
   std::string url() const;
   Stats stats() const;

@@ -270,3 +270,51 @@ TEST_CASE("event server: loopback only unless allowed; busy port is a clear erro
   EventServer b(loop, same, [](ServerRequest&, std::shared_ptr<Responder>) {});
   CHECK_THROWS_WITH(b.start(), Catch::Contains("cannot listen on 127.0.0.1:" + std::to_string(a.port())));
 }
+
+TEST_CASE("event server: connection cap, slow bodies, POST without a length, stop_accepting", "[event_server]") {
+  EventLoop loop;
+  EventServer::Options o;
+  o.max_connections = 2;
+  o.header_timeout_s = 0.3;  // covers the body too: a request is due whole
+  EventServer srv(loop, o, [](ServerRequest& req, std::shared_ptr<Responder> res) {
+    res->send(200, {}, req.method + " body=" + std::to_string(req.body.size()));
+  });
+  srv.start();
+
+  // A POST without Content-Length has no body: answered at once, not after a timeout.
+  int a = connect_to(srv.port());
+  auto got = exchange(loop, a, "POST /x HTTP/1.1\r\nHost: h\r\n\r\n",
+                      [](auto& s) { return s.find("body=0") != std::string::npos; });
+  CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 200") && Catch::Contains("POST body=0"));
+
+  // The cap: a third connection is accepted and closed; the first two still work.
+  int b = connect_to(srv.port());
+  exchange(loop, b, "GET / HTTP/1.1\r\n\r\n", [](auto& s) { return s.find("body=0") != std::string::npos; });
+  int c = connect_to(srv.port());
+  bool closed = false;
+  got = exchange(loop, c, "", [](auto&) { return false; }, &closed);
+  CHECK(closed);
+  CHECK(got.empty());
+  CHECK(srv.stats().rejected == 1);
+  ::close(c);
+
+  // A body that stops coming: 408 once the deadline passes.
+  closed = false;
+  got = exchange(loop, b, "POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc", [](auto&) { return false; }, &closed);
+  CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 408"));
+  CHECK(closed);
+  ::close(b);
+
+  // stop_accepting: open connections go on being served, new ones are refused.
+  srv.stop_accepting();
+  got = exchange(loop, a, "GET / HTTP/1.1\r\n\r\n", [](auto& s) { return s.find("GET body=0") != std::string::npos; });
+  CHECK_THAT(got, Catch::Contains("GET body=0"));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(srv.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0);
+  ::close(fd);
+  ::close(a);
+}

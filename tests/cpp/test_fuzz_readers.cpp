@@ -27,8 +27,8 @@
 #include "model/config.hpp"
 #include "model/tokenizer.hpp"
 #include "net/http_parser.hpp"
-#include "rollout/torch_file.hpp"
-#include "rollout/torch_pickle.hpp"
+#include "pickle/torch_file.hpp"
+#include "pickle/torch_pickle.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -218,7 +218,7 @@ TEST_CASE("fuzz: GGUF", "[fuzz]") {
 }
 
 TEST_CASE("fuzz: pickles", "[fuzz]") {
-  using namespace rl::rollout;
+  using namespace rl::pickle;
   fuzz("pickle", corpus("pickle"), {"(", "]", "}", ")", "a", "e", "s", "u", "t", "\x85", "\x86", "\x87", "\x94", "h\x00", "q\x01", ".",
                   "c__builtin__\nset\n", "\x8a\x09", "X\xff\xff\xff\x7f", "Q"},
        [](const std::string& input) {
@@ -230,7 +230,7 @@ TEST_CASE("fuzz: pickles", "[fuzz]") {
 }
 
 TEST_CASE("fuzz: torch.save archives", "[fuzz]") {
-  using namespace rl::rollout;
+  using namespace rl::pickle;
   // The zip layer around the pickles: the seed pickles saved as torch.save
   // archives (with a tensor), then mutated; CRCs turn most blind flips into clean
   // refusals, the rest reach the directory, header and pickle parsers.
@@ -246,7 +246,7 @@ TEST_CASE("fuzz: torch.save archives", "[fuzz]") {
 }
 
 TEST_CASE("a pickle nested a million levels deep is refused and freed without overflowing the stack", "[fuzz]") {
-  using namespace rl::rollout;
+  using namespace rl::pickle;
   const size_t n = 1000000;
   // PROTO 2, n EMPTY_LISTs, n-1 APPENDs (each list into the one below), STOP: 2 MB.
   std::string p = "\x80\x02" + std::string(n, ']') + std::string(n - 1, 'a') + ".";

@@ -132,6 +132,24 @@ class Engine:
         wait_for(lambda: self.loads() == 0, timeout=timeout, what="the engine to go idle")
 
 
+class EngineTestCase(unittest.TestCase):
+    """Tests sharing one `rlhost engine` started with ENGINE_ARGS; it must exit 0 on SIGTERM."""
+
+    ENGINE_ARGS = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.eng = Engine(args=list(cls.ENGINE_ARGS))
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.eng.stop()
+        assert rc == 0, "rlhost engine exited %s on SIGTERM" % rc
+
+    def setUp(self):
+        self.eng.wait_idle()
+
+
 def make_chat_model(dst, src=STORIES):
     """A copy of `src` whose tokenizer_config.json carries a ChatML template."""
     os.makedirs(dst, exist_ok=True)

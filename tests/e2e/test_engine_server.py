@@ -24,7 +24,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import wait_for  # noqa: E402
-from engine_support import STORIES, Engine  # noqa: E402
+from engine_support import STORIES, Engine, EngineTestCase  # noqa: E402
 
 
 # Near the 512-token context of stories260K: a second or more of decoding, long
@@ -38,20 +38,14 @@ def log_softmax(row):
     return [x - m - math.log(s) for x in row]
 
 
-class EngineServerTest(unittest.TestCase):
+class EngineServerTest(EngineTestCase):
+    ENGINE_ARGS = ("--served-model-name", "stories", "--kv-cache-tokens", "4096")
+
     @classmethod
     def setUpClass(cls):
-        cls.eng = Engine(args=["--served-model-name", "stories", "--kv-cache-tokens", "4096"])
+        super().setUpClass()
         with open(os.path.join(STORIES, "reference_outputs.json")) as f:
             cls.ref = json.load(f)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.eng.stop()
-        assert rc == 0, "rlhost engine exited %s on SIGTERM" % rc
-
-    def setUp(self):
-        self.eng.wait_idle()
 
     # ---- info ------------------------------------------------------------------------
     def test_info_endpoints(self):

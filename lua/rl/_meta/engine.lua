@@ -19,7 +19,10 @@
 ---@field max_prefill_tokens? integer new prompt tokens per step (default 8192)
 ---@field context_length? integer 0: config's max_position_embeddings
 ---@field threads? integer LibTorch intra-op threads (0: leave as is)
----@field http_threads? integer HTTP workers (default 256)
+---@field max_connections? integer open HTTP connections the server keeps (default 4096)
+---@field max_sequences_per_request? integer prompts x n in one request; more is a 400 (default 4096, 0: no cap)
+---@field max_queued_requests? integer sequences waiting beyond max_running_requests; more is a 429 (default 16384, 0: no cap)
+---@field max_tokens_in_flight? integer prompt + max_new_tokens of unfinished sequences; more is a 429 (default 0: no cap)
 ---@field enable_prefix_cache? boolean default true
 ---@field weight_version? string reported until the first update (default "default")
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
@@ -72,7 +75,8 @@ function Engine:resume_memory(tags) end
 function Engine:abort(rid) end
 
 --- Stops the engine (thread mode) or the child (process mode: SIGTERM, then SIGKILL after 15 s).
-function Engine:stop() end
+---@param drain? number thread mode: first stop accepting and let running requests finish for up to this many seconds
+function Engine:stop(drain) end
 
 ---@class rl.engine
 local engine = {}

@@ -25,7 +25,15 @@ local opt = rl.args {
   { name = "max_prefill_tokens", type = "int", default = 8192, help = "new prompt tokens per step" },
   { name = "context_length", type = "int", default = 0, help = "0: the config's max_position_embeddings" },
   { name = "threads", type = "int", default = 0, help = "LibTorch intra-op threads (0: leave as is)" },
-  { name = "http_threads", type = "int", default = 256, help = "HTTP worker threads (one per open connection)" },
+  { name = "max_connections", type = "int", default = 4096, help = "open client connections (beyond: closed at once)" },
+  { name = "max_sequences_per_request", type = "int", default = 4096,
+    help = "prompts x n in one request (beyond: 400); 0 = no cap" },
+  { name = "max_queued_requests", type = "int", default = 16384,
+    help = "sequences waiting beyond --max-running-requests (beyond: 429 + Retry-After); 0 = no cap" },
+  { name = "max_tokens_in_flight", type = "int", default = 0,
+    help = "prompt + max_new_tokens of unfinished sequences (beyond: 429 + Retry-After); 0 = no cap" },
+  { name = "shutdown_timeout", type = "number", default = 5,
+    help = "on SIGTERM/Ctrl-C: seconds to let running requests finish before aborting them" },
   { name = "disable_prefix_cache", type = "bool", default = false, help = "no prefix reuse across requests" },
   { name = "weight_version", type = "string", default = "default", help = "reported in meta_info until the first update" },
   { name = "ready_file", type = "string", help = "write the server URL to this file once serving" },
@@ -33,6 +41,11 @@ local opt = rl.args {
 
 if opt.port < 0 or opt.port > 65535 then rl.args.usage_error("--port must be 0-65535") end
 if opt.max_running_requests < 1 then rl.args.usage_error("--max-running-requests must be at least 1") end
+for _, k in ipairs { "max_connections", "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight" } do
+  if opt[k] < 0 then rl.args.usage_error("--" .. k:gsub("_", "-") .. " must be 0 or more") end
+end
+if opt.max_connections < 1 then rl.args.usage_error("--max-connections must be at least 1") end
+if opt.shutdown_timeout < 0 then rl.args.usage_error("--shutdown-timeout must be 0 or more") end
 
 local native = rl.engine._native()
 native.forward_sigterm()  -- SIGTERM stops gracefully, like Ctrl-C
@@ -46,7 +59,9 @@ local eng, err = rl.engine.start {
   host = opt.host, port = opt.port, api_key = opt.api_key, dtype = opt.dtype, device = opt.device,
   max_running_requests = opt.max_running_requests, kv_cache_tokens = opt.kv_cache_tokens,
   kv_cache_bytes = opt.kv_cache_bytes, block_size = opt.block_size, max_prefill_tokens = opt.max_prefill_tokens,
-  context_length = opt.context_length, threads = opt.threads, http_threads = opt.http_threads,
+  context_length = opt.context_length, threads = opt.threads, max_connections = opt.max_connections,
+  max_sequences_per_request = opt.max_sequences_per_request, max_queued_requests = opt.max_queued_requests,
+  max_tokens_in_flight = opt.max_tokens_in_flight,
   enable_prefix_cache = not opt.disable_prefix_cache, weight_version = opt.weight_version,
   server_args = rl.json.encode(server_args),
 }
@@ -73,7 +88,7 @@ rl.log.info("rlhost engine: serving %s at %s (Ctrl-C or SIGTERM stops)", opt.mod
 local ok, werr = pcall(function()
   while true do rl.sleep(3600) end
 end)
-rl.log.info("rlhost engine: stopping")
-eng:stop()
+rl.log.info("rlhost engine: stopping (running requests get up to %gs to finish)", opt.shutdown_timeout)
+eng:stop(opt.shutdown_timeout)
 if opt.ready_file then os.remove(opt.ready_file) end
 if not ok and not rl.task.is_cancelled(werr) then error(werr, 0) end
