@@ -7,6 +7,9 @@
 --
 -- The program is looked up in PATH (through /bin/sh's exec, so arguments are
 -- never re-parsed by a shell). Waiting polls without blocking: other tasks run.
+-- A child never outlives this process: it gets SIGTERM when we die (even by
+-- SIGKILL), runs in its own process group (signals here reach the group) with
+-- stdin from /dev/null, and the host stops any left at exit.
 local core = require "rl._core"
 local task = require "rl.task"
 
@@ -83,7 +86,7 @@ function M.spawn(argv, opts)
   end
   local full = opts.log and { "/bin/sh", "-c", WRAP_LOG, opts.log } or { "/bin/sh", "-c", WRAP, "rl.process" }
   for _, a in ipairs(argv) do full[#full + 1] = tostring(a) end
-  local pid, err = cr.spawn(full)
+  local pid, err = cr.spawn(full, { death_signal = SIGTERM })
   if not pid then return nil, "rl.process.spawn: " .. tostring(err) end
   return setmetatable({ pid = pid, argv = argv, log = opts.log }, Process)
 end

@@ -4,6 +4,7 @@
 #include "engine/server.hpp"
 
 #include "base/log_text.hpp"
+#include "base/admin_token.hpp"
 
 #include <chrono>
 #include <thread>
@@ -24,14 +25,6 @@ using nlohmann::json;
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Constant-time comparison: the token check must not leak how much of it matched.
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size() || b.empty()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 }  // namespace
@@ -85,6 +78,7 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
                 "control endpoints (weights, memory, profile, abort) would be open to the network; pass --api-key "
                 "TOKEN (clients send 'Authorization: Bearer TOKEN') or bind 127.0.0.1");
   if (opts_.model_path.empty()) opts_.model_path = engine_->options().model.string();
+  if (opts_.admin_token.empty()) opts_.admin_token = admin_token();
   net::HttpServerOptions ho;
   ho.host = opts_.host;
   ho.port = opts_.port;
@@ -173,12 +167,8 @@ void EngineServer::add_routes() {
   });
 }
 
-bool EngineServer::authorized(const Req& req) const {
-  if (opts_.api_key.empty()) return true;
-  const std::string h = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (h.rfind(prefix, 0) != 0) return false;
-  return same_secret(h.substr(prefix.size()), opts_.api_key);
+bool EngineServer::control_authorized(const Req& req) const {
+  return bearer_matches(req.get_header_value("Authorization"), opts_.admin_token, opts_.api_key);
 }
 
 void EngineServer::handle(const Req& req, Res& res, bool control, void (EngineServer::*fn)(const Req&, Res&)) {
@@ -187,8 +177,10 @@ void EngineServer::handle(const Req& req, Res& res, bool control, void (EngineSe
     res.set_content(error_json(code, msg).dump(), "application/json");
   };
   try {
-    if (control && !authorized(req)) {
-      fail(401, req.path + " needs 'Authorization: Bearer <api key>' (the server was started with --api-key)");
+    if (control && !control_authorized(req)) {
+      fail(401, req.path + " is a control endpoint: it needs 'Authorization: Bearer <token>' with the run's admin "
+                           "token ($RLHOST_ADMIN_TOKEN of the process that started the engine; `rlhost engine` prints "
+                           "where it is saved)" + std::string(opts_.api_key.empty() ? "" : " or the --api-key"));
     } else {
       (this->*fn)(req, res);
     }

@@ -221,6 +221,41 @@ class GrpoRecipe(RlhostTestCase):
         steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
 
+    def test_sigterm_saves_and_exits_143_leaving_no_engine(self):
+        # What timeout, systemd and Kubernetes send: like Ctrl-C (finish the step,
+        # checkpoint), exit 143, and the process-mode engines and router go too.
+        d = self.dir
+        p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m",
+                              "--engine-mode", "process", "--num-engines", "2")
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="one step")
+        self.assertIsNone(p.poll(), self.log_text())
+        children = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open("/proc/%s/stat" % name) as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == p.pid:
+                            children.append(int(name))
+                except (OSError, ValueError, IndexError):
+                    pass
+        self.assertGreaterEqual(len(children), 2, "the two engine processes")
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=120)
+        text = self.log_text()
+        self.assertEqual(p.returncode, 143, text)
+        self.assertIn("SIGTERM: stopping after this step", text)
+        self.assertIn("stopped by SIGTERM", text)
+        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
+            it = int(f.read())
+        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+        for c in children:  # reaped by the recipe (or at worst a zombie of init): not running
+            try:
+                with open("/proc/%d/stat" % c) as f:
+                    self.assertIn(f.read().rsplit(")", 1)[1].split()[0], ("Z", "X"), "engine %d still runs" % c)
+            except FileNotFoundError:
+                pass
+
     def test_reward_hot_reload(self):
         d = self.dir
         shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), d + "/recipes")
