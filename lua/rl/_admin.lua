@@ -11,6 +11,15 @@ function M.headers(api_key)
   return { ["content-type"] = "application/json", authorization = "Bearer " .. (api_key or core.admin.token()) }
 end
 
+--- Saves a token this process generated to <runtime dir>/<pid>.admin-token (mode
+--- 0600, removed at exit) so the same user's tools can reach this run's servers;
+--- returns its path, or nil when the token was inherited (the parent saved it) or
+--- could not be saved.
+function M.save()
+  if not core.admin.generated() then return nil end
+  return (core.admin.save())
+end
+
 --- How a person passes the token ("need 'Authorization: Bearer ...' ..."), for
 --- `rlhost engine` and `rlhost router` to print. Saves it (mode 0600) when this
 --- process generated it.

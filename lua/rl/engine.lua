@@ -267,6 +267,7 @@ function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tost
 --- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
 function M.start(opts)
   local mode = check_opts(opts)
+  require("rl._admin").save()   -- for the same user's tools (tools/profile_rollout.lua, curl)
   if mode == "process" then
     task.need_task("rl.engine.start")
     return start_process(opts)

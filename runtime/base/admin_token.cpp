@@ -3,8 +3,8 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
 #include "base/errors.hpp"
 
@@ -57,7 +57,13 @@ std::string random_hex(size_t n) {
 const std::string& admin_token() { return state().token; }
 bool admin_token_generated() { return state().generated; }
 
-void export_admin_token() { ::setenv(kAdminTokenEnv, admin_token().c_str(), 1); }
+void export_admin_token() {
+  const char* env = std::getenv(kAdminTokenEnv);
+  if (env && *env && admin_token_generated())
+    std::fprintf(stderr, "rlhost: $%s is shorter than 16 characters: ignored, this run uses a random token\n",
+                 kAdminTokenEnv);
+  ::setenv(kAdminTokenEnv, admin_token().c_str(), 1);
+}
 
 bool same_secret(const std::string& given, const std::string& expected) {
   if (expected.empty() || given.size() != expected.size()) return false;

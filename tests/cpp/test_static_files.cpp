@@ -3,6 +3,7 @@
 // that lead outside are refused. Real files and links in a temporary folder.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>

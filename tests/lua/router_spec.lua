@@ -31,6 +31,12 @@ describe("rl.router", function()
     ok(seen.w1 and seen.w2)
     local ws = r:workers()
     eq(#ws, 2)
+    for _ = 1, 500 do   -- "pending" (not healthy) until the first probe answers
+      if ws[1].status ~= "pending" then break end
+      rl.sleep(0.01)
+      ws = r:workers()
+    end
+    eq(ws[1].status, "healthy")
     eq(ws[1].is_healthy, true)
     eq(type(ws[1].load), "number")
     ok(r:metrics():find("rlhost_router_requests_total", 1, true))
