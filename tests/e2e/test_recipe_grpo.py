@@ -101,6 +101,12 @@ class GrpoRecipe(RlhostTestCase):
         with open(os.path.join(self.dir, "recipe.log")) as f:
             return f.read()
 
+    def assert_checkpoint_holds_every_step(self, d):
+        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
+            it = int(f.read())
+        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+
     def metrics(self, path):
         with open(path) as f:
             return [json.loads(line) for line in f if line.strip()]
@@ -216,10 +222,7 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(p.returncode, 130, text)
         self.assertIn("stopping after this step", text)
         self.assertIn("stopped by Ctrl-C", text)
-        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
-            it = int(f.read())
-        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
-        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+        self.assert_checkpoint_holds_every_step(d)
 
     def test_sigterm_saves_and_exits_143_leaving_no_engine(self):
         # What timeout, systemd and Kubernetes send: like Ctrl-C (finish the step,
@@ -245,10 +248,7 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(p.returncode, 143, text)
         self.assertIn("SIGTERM: stopping after this step", text)
         self.assertIn("stopped by SIGTERM", text)
-        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
-            it = int(f.read())
-        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
-        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+        self.assert_checkpoint_holds_every_step(d)
         for c in children:  # reaped by the recipe (or at worst a zombie of init): not running
             try:
                 with open("/proc/%d/stat" % c) as f:
