@@ -101,6 +101,15 @@ class GrpoRecipe(RlhostTestCase):
         with open(os.path.join(self.dir, "recipe.log")) as f:
             return f.read()
 
+    def stop_with(self, p, sig, code, *logged):
+        """Sends `sig`, waits for exit status `code` and the `logged` lines."""
+        p.send_signal(sig)
+        p.wait(timeout=120)
+        text = self.log_text()
+        self.assertEqual(p.returncode, code, text)
+        for line in logged:
+            self.assertIn(line, text)
+
     def assert_checkpoint_holds_every_step(self, d):
         with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
             it = int(f.read())
@@ -216,12 +225,7 @@ class GrpoRecipe(RlhostTestCase):
             text = r.read().decode()
         self.assertIn("rlhost_train_loss ", text)
         self.assertIn("rlhost_rollout_raw_reward ", text)
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=120)
-        text = self.log_text()
-        self.assertEqual(p.returncode, 130, text)
-        self.assertIn("stopping after this step", text)
-        self.assertIn("stopped by Ctrl-C", text)
+        self.stop_with(p, signal.SIGINT, 130, "stopping after this step", "stopped by Ctrl-C")
         self.assert_checkpoint_holds_every_step(d)
 
     def test_sigterm_saves_and_exits_143_leaving_no_engine(self):
@@ -242,12 +246,7 @@ class GrpoRecipe(RlhostTestCase):
                 except (OSError, ValueError, IndexError):
                     pass
         self.assertGreaterEqual(len(children), 2, "the two engine processes")
-        p.send_signal(signal.SIGTERM)
-        p.wait(timeout=120)
-        text = self.log_text()
-        self.assertEqual(p.returncode, 143, text)
-        self.assertIn("SIGTERM: stopping after this step", text)
-        self.assertIn("stopped by SIGTERM", text)
+        self.stop_with(p, signal.SIGTERM, 143, "SIGTERM: stopping after this step", "stopped by SIGTERM")
         self.assert_checkpoint_holds_every_step(d)
         for c in children:  # reaped by the recipe (or at worst a zombie of init): not running
             try:
