@@ -7,7 +7,7 @@
 //   handle:control(what, json) -> op   flush_cache | update_weights_from_disk |
 //                                release_memory | resume_memory; ("done", json) | ("error", msg)
 //   handle:abort(rid) / handle:abort_all() / handle:stats() -> json / handle:stop()
-//   exe_path(); forward_sigterm()   (process mode spawns through _core.router.spawn)
+//   forward_sigterm()   (process mode spawns through _core.router.spawn)
 //
 // Engine callbacks run on the scheduler thread: they only post to the loop,
 // and the loop side delivers to Lua (never Lua from another thread). Control
@@ -301,13 +301,6 @@ int l_gc(lua_State* L) {
 
 // ---- process helpers (rlhost engine) -------------------------------------------------
 
-int l_exe_path(lua_State* L) {
-  std::error_code ec;
-  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  lua_pushlstring(L, p.data(), p.size());
-  return 1;
-}
-
 void on_sigterm(int) { ::kill(::getpid(), SIGINT); }  // async-signal-safe
 
 // SIGTERM behaves like Ctrl-C (the host cancels the main task, which cleans
@@ -332,7 +325,7 @@ void open_engine(lua_State* L, int t) {
   };
   make_metatable(L, &kEngineMt, "rl.engine.Engine:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {
-      {"start", entry<l_start>}, {"exe_path", entry<l_exe_path>}, {"forward_sigterm", entry<l_forward_sigterm>},
+      {"start", entry<l_start>}, {"forward_sigterm", entry<l_forward_sigterm>},
   };
   register_functions(L, t, "rl.engine.", regs);
 }
