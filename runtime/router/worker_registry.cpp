@@ -212,8 +212,8 @@ std::string WorkerRegistry::why_unavailable(double now) const {
     if (!first) s += "; ";
     first = false;
     s += w->url + ": ";
-    if (!w->healthy || w->pending) {
-      s += status_name(*w);
+    if (!w->healthy) {
+      s += "unhealthy";
     } else if (w->circuit == Circuit::open) {
       s += "circuit open for another " + std::to_string(static_cast<int>(std::max(0.0, breaker_.open_s - (now - w->opened_at)))) + " s";
     } else {
