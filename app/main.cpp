@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/admin_token.hpp"
 #include "bindings/host.hpp"
 #include "host/attach_client.hpp"
 #include "host/cli.hpp"
@@ -18,6 +19,9 @@ int main(int argc, char** argv) {
     case rl::CliResult::kRun:
       break;
   }
+  // While this is the only thread: children (engines, routers, ranks) inherit
+  // the run's admin token through the environment, never through argv.
+  rl::export_admin_token();
   if (cli.host.nproc) {
     const char* ws = std::getenv("WORLD_SIZE");
     if (!ws || !*ws) return rl::run_nproc(*cli.host.nproc, cli.host.argv0);

@@ -3,8 +3,10 @@
 //   _core.router.start(opts) -> handle | nil, err     an in-process router on its own thread
 //   handle:url() / :port() / :add(url) / :remove(key) / :workers() / :metrics() / :stop()
 //   _core.router.policies() -> {names}
-//   _core.router.spawn(argv) -> pid | nil, err        process mode (lua/rl/router.lua)
-//   _core.router.kill(pid, sig) -> bool;  _core.router.reap(pid) -> nil | exit code
+//   _core.router.spawn(argv, opts?) -> pid | nil, err  child processes (rl.router and rl.engine process
+//       mode, rl.process): opts.log (stdout+stderr appended), opts.death_signal (default 9);
+//       each child has its own process group and dies with us (base/child_process.hpp)
+//   _core.router.kill(pid, sig) -> bool (its group);  _core.router.reap(pid) -> nil | exit code
 //
 // The Router's methods are thread-safe (they post to its loop and wait), so
 // these calls are plain synchronous calls from the Lua loop; each takes
@@ -13,11 +15,12 @@
 #include <cstdio>
 #include <memory>
 
+#include "base/admin_token.hpp"
+#include "base/child_process.hpp"
 #include "base/live_objects.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "router/router.hpp"
-#include "router/router_process.hpp"
 
 namespace rl::lua {
 
@@ -60,6 +63,8 @@ router::RouterOptions read_options(lua_State* L, int t) {
   if (auto v = arg::field_string(L, t, "host", "opts")) o.host = std::string(*v);
   o.port = opt_int(L, t, "port", 0, 0, 65535);
   if (auto v = arg::field_boolean(L, t, "allow_remote", "opts")) o.allow_remote = *v;
+  if (auto v = arg::field_boolean(L, t, "allow_link_local_workers", "opts")) o.allow_link_local_workers = *v;
+  o.admin_token = admin_token();  // the run's: process-mode routers inherit it (base/admin_token.hpp)
   if (auto v = arg::field_string(L, t, "policy", "opts")) {
     o.policy = std::string(*v);
     bool known = false;
@@ -115,6 +120,7 @@ void push_worker(lua_State* L, const router::WorkerInfo& w) {
   set_string(L, "id", std::to_string(w.id));
   set_string(L, "url", w.url);
   set_bool(L, "is_healthy", w.healthy);
+  set_string(L, "status", w.status);
   set_number(L, "load", w.load);
   set_string(L, "circuit_state", w.circuit);
   set_number(L, "requests", static_cast<double>(w.requests));
@@ -225,10 +231,20 @@ int l_spawn(lua_State* L) {
     lua_pop(L, 1);
   }
   if (argv.empty()) throw ArgError(1, "argv", "non-empty list expected");
-  if (argv[0] == "@self") argv[0] = router::self_executable();
+  ChildOptions co;
+  if (lua_istable(L, 2)) {
+    if (auto v = arg::field_string(L, 2, "log", "opts")) co.log_path = std::string(*v);
+    if (auto v = arg::field_integer(L, 2, "death_signal", "opts")) {
+      if (*v < 0 || *v > 64) throw ArgError(2, "opts.death_signal", "a signal number (0 = none) expected");
+      co.death_signal = static_cast<int>(*v);
+    }
+  } else if (!lua_isnoneornil(L, 2)) {
+    throw ArgError(2, "opts", std::string("table or nil expected, got ") + arg::type_name(L, 2));
+  }
   pid_t pid = 0;
   try {
-    pid = router::spawn_process(argv);
+    if (argv[0] == "@self") argv[0] = self_executable();
+    pid = spawn_child(argv, co);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     return fail(L, msg);
@@ -240,13 +256,13 @@ int l_spawn(lua_State* L) {
 int l_kill(lua_State* L) {
   const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
   const auto sig = arg::opt_integer(L, 2, "signal").value_or(SIGTERM);
-  lua_pushboolean(L, router::signal_process(pid, static_cast<int>(sig)));
+  lua_pushboolean(L, signal_child(pid, static_cast<int>(sig)));
   return 1;
 }
 
 int l_reap(lua_State* L) {
   const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
-  auto rc = router::reap_process(pid);
+  auto rc = reap_child(pid);
   if (!rc) return 0;
   lua_pushinteger(L, *rc);
   return 1;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "base/child_process.hpp"
 #include "base/event_loop.hpp"
 #include "base/log.hpp"
 #include "bindings/core_module.hpp"
@@ -112,6 +113,13 @@ int run_host(const HostOptions& given) {
   }
   ctx.cancel_all();
   lua_close(L);
+  // Whatever way the run ended (done, error, Ctrl-C, SIGTERM), no child outlives
+  // it: engines and routers a recipe did not stop (an error skipped its
+  // cleanup) get SIGTERM, then SIGKILL.
+  if (const auto left = rl::live_children(); !left.empty()) {
+    std::fprintf(stderr, "rlhost: stopping %zu child process%s left running\n", left.size(), left.size() == 1 ? "" : "es");
+    rl::stop_children(5);
+  }
   return status;
 }
 

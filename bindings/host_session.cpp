@@ -23,11 +23,14 @@ namespace rl::lua {
 
 namespace {
 
-// ---- Ctrl-C ---------------------------------------------------------------------
+// ---- Ctrl-C and SIGTERM ----------------------------------------------------------
 // The handler only sets a flag, arms a Lua hook (so a busy Lua loop stops at its
 // next instruction count) and wakes the loop. The loop then cancels the
-// foreground task; a third ^C before that happens exits at once.
+// foreground task; a third signal before that happens exits at once. SIGTERM
+// (what timeout, systemd and Kubernetes send) takes the same path as ^C, so a
+// recipe's rl.on_interrupt handler stops it gracefully either way.
 std::atomic<int> g_sigint{0};
+std::atomic<int> g_signo{SIGINT};  // the last one received
 // True while the REPL waits at its prompt: ^C then only clears the line, so
 // the Lua hook is not armed (it would cancel whatever background task happens
 // to be running Lua at that instant).
@@ -57,15 +60,16 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
   if (graceful_interrupt(L)) return;
   if (g_sigint.exchange(0) == 0) return;
   lua_newtable(L);
-  lua_pushstring(L, "interrupted");
+  lua_pushstring(L, g_signo.load() == SIGTERM ? "terminated" : "interrupted");
   lua_setfield(L, -2, "reason");
   registry_get(L, &kCancelledKey);
   lua_setmetatable(L, -2);
   lua_error(L);
 }
 
-void on_sigint(int) {
-  if (g_sigint.fetch_add(1) >= 2) _exit(130);
+void on_sigint(int sig) {
+  g_signo = sig;
+  if (g_sigint.fetch_add(1) >= 2) _exit(128 + sig);  // children die with us (PR_SET_PDEATHSIG)
   if (g_L && !g_repl_idle.load()) lua_sethook(g_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
   if (g_loop) g_loop->wakeup();
 }
@@ -87,6 +91,7 @@ HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   sa.sa_handler = on_sigusr1;
   sigaction(SIGUSR1, &sa, nullptr);
   loop_.set_on_iteration([this] { on_iteration(); });
@@ -96,6 +101,7 @@ HostSession::~HostSession() {
   hub_.reset();  // closes the control socket while the Lua state is still open
   signal(SIGINT, SIG_DFL);
   signal(SIGUSR1, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   loop_.set_on_iteration(nullptr);
   lua_sethook(L_, nullptr, 0, 0);
   g_loop = nullptr;
@@ -109,8 +115,10 @@ void HostSession::on_iteration() {
   if (g_sigint.load() == 0) return;
   lua_sethook(L_, nullptr, 0, 0);  // the loop handles it: disarm the hook
   g_sigint = 0;
-  if (repl_ && repl_->interrupt()) return;  // idle at the prompt: just a fresh line
-  call_host("interrupt", 0, 0);
+  const bool term = g_signo.load() == SIGTERM;
+  if (!term && repl_ && repl_->interrupt()) return;  // ^C idle at the prompt: just a fresh line
+  lua_pushstring(L_, term ? "SIGTERM" : "SIGINT");
+  call_host("interrupt", 1, 0);
 }
 
 bool HostSession::call_host(const char* fn, int nargs, int nresults) {

@@ -7,17 +7,13 @@
 //   handle:control(what, json) -> op   flush_cache | update_weights_from_disk |
 //                                release_memory | resume_memory; ("done", json) | ("error", msg)
 //   handle:abort(rid) / handle:abort_all() / handle:stats() -> json / handle:stop()
-//   spawn(argv, log_path) -> pid | nil, err; kill(pid, sig); wait(pid) -> done, code
-//   exe_path(); forward_sigterm()
+//   forward_sigterm()   (process mode spawns through _core.router.spawn)
 //
 // Engine callbacks run on the scheduler thread: they only post to the loop,
 // and the loop side delivers to Lua (never Lua from another thread). Control
 // calls wait for the scheduler, so they run on a helper thread and complete as
 // ops too; the Lua task yields meanwhile and the loop keeps serving.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,8 +33,6 @@
 #include "engine/engine.hpp"
 #include "engine/generate_api.hpp"
 #include "engine/server.hpp"
-
-extern char** environ;
 
 namespace rl::lua {
 namespace {
@@ -312,73 +306,7 @@ int l_gc(lua_State* L) {
   return 0;
 }
 
-// ---- process helpers (process mode, rlhost engine) -----------------------------------
-
-// spawn(argv, log_path?) -> pid | nil, err. stdout and stderr go to log_path
-// (appended) when given; stdin is /dev/null.
-int l_spawn(lua_State* L) {
-  arg::table(L, 1, "argv");
-  std::vector<std::string> argv;
-  for (int i = 1; i <= static_cast<int>(lua_objlen(L, 1)); ++i) {
-    lua_rawgeti(L, 1, i);
-    if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER) {
-      lua_pop(L, 1);
-      throw ArgError(1, "argv", "strings expected, element " + std::to_string(i) + " is not one");
-    }
-    argv.emplace_back(lua_tostring(L, -1));
-    lua_pop(L, 1);
-  }
-  if (argv.empty()) throw ArgError(1, "argv", "at least the program expected");
-  const auto log_path = arg::opt_string(L, 2, "log_path");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  std::string log;
-  if (log_path) {
-    log = std::string(*log_path);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  }
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return fail(L, "cannot start '" + argv[0] + "': " + std::strerror(rc));
-  lua_pushnumber(L, pid);
-  return 1;
-}
-
-int l_kill(lua_State* L) {
-  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
-  const int sig = static_cast<int>(arg::opt_integer(L, 2, "signal").value_or(SIGTERM));
-  if (pid <= 0) throw ArgError(1, "pid", "a positive process id expected");
-  lua_pushboolean(L, ::kill(pid, sig) == 0);
-  return 1;
-}
-
-// wait(pid) -> exited, code: never blocks.
-int l_wait(lua_State* L) {
-  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
-  int status = 0;
-  const pid_t r = waitpid(pid, &status, WNOHANG);
-  if (r == 0) {
-    lua_pushboolean(L, 0);
-    return 1;
-  }
-  lua_pushboolean(L, 1);
-  if (r < 0) lua_pushnil(L);
-  else lua_pushnumber(L, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  return 2;
-}
-
-int l_exe_path(lua_State* L) {
-  std::error_code ec;
-  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  lua_pushlstring(L, p.data(), p.size());
-  return 1;
-}
+// ---- process helpers (rlhost engine) -------------------------------------------------
 
 void on_sigterm(int) { ::kill(::getpid(), SIGINT); }  // async-signal-safe
 
@@ -404,8 +332,7 @@ void open_engine(lua_State* L, int t) {
   };
   make_metatable(L, &kEngineMt, "rl.engine.Engine:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {
-      {"start", entry<l_start>},   {"spawn", entry<l_spawn>},         {"kill", entry<l_kill>},
-      {"wait", entry<l_wait>},     {"exe_path", entry<l_exe_path>},   {"forward_sigterm", entry<l_forward_sigterm>},
+      {"start", entry<l_start>}, {"forward_sigterm", entry<l_forward_sigterm>},
   };
   register_functions(L, t, "rl.engine.", regs);
 }

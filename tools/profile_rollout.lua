@@ -22,7 +22,7 @@ local opt = rl.args {
   { name = "with_stack", type = "bool", default = false, help = "record stacks (large traces)" },
   { name = "record_shapes", type = "bool", default = false, help = "record input shapes" },
   { name = "per_worker_dirs", type = "bool", default = false, help = "give each worker its own <output-dir>/<host_port>/" },
-  { name = "api_key", type = "string", help = "Bearer token, for engines started with --api-key" },
+  { name = "api_key", type = "string", help = "Bearer token for engines started with --api-key (default: the run's admin token, $RLHOST_ADMIN_TOKEN)" },
   { name = "timeout", type = "number", default = 120, help = "seconds to wait for each worker (stop writes the trace)" },
 }
 
@@ -84,8 +84,8 @@ end
 
 local function call(url)
   local u = trim(url)
-  local headers = { ["content-type"] = "application/json" }
-  if opt.api_key then headers.authorization = "Bearer " .. opt.api_key end
+  -- A control endpoint: --api-key, else the run's admin token ($RLHOST_ADMIN_TOKEN).
+  local headers = rl.engine.control_headers(opt.api_key)
   local endpoint = opt.action == "start" and "/start_profile" or "/stop_profile"
   local resp, err = rl.http.request {
     method = "POST", url = u .. endpoint, body = rl.json.encode(body_for(u)), headers = headers,

@@ -37,14 +37,15 @@ function M.run_main(fns, args)
 end
 
 -- Exit status and message for a finished task: 0 ok, 1 Lua error, 2 usage
--- error (rl.args), 130 interrupted, or rl.exit(code).
+-- error (rl.args), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), or rl.exit(code).
 function M.outcome(t)
   if t.status == "done" then return 0, nil end
   local err = t.error
   if getmetatable(err) == rl._Exit then return err.code, nil, true end
   if type(err) == "table" and err.usage then return 2, tostring(err.message) end
   if task.is_cancelled(err) then
-    return err.reason == "interrupted" and 130 or 1, tostring(err.reason)
+    local code = err.reason == "interrupted" and 130 or err.reason == "terminated" and 143 or 1
+    return code, tostring(err.reason)
   end
   return 1, t.traceback or tostring(err)
 end
@@ -74,18 +75,25 @@ function M.report()
   if not ok then require("rl.log").error("rl.watchdog report failed: " .. tostring(err)) end
 end
 
---- Ctrl-C: calls the handler set by rl.on_interrupt once (a graceful stop), else
---- cancels the foreground task. Returns false when there is nothing to do.
-function M.interrupt()
+--- Ctrl-C or SIGTERM (`signal`: "SIGINT" or "SIGTERM"): calls the handler set by
+--- rl.on_interrupt once with the signal's name (a graceful stop), else cancels
+--- the foreground task. SIGTERM with nothing running (an idle REPL) ends the
+--- process with 143. Returns false when there is nothing to do.
+function M.interrupt(signal)
+  signal = signal or "SIGINT"
   if interrupt_handler then
     local fn = interrupt_handler
     M.set_interrupt_handler(nil)   -- a second Ctrl-C cancels
-    local ok, err = pcall(fn)
+    local ok, err = pcall(fn, signal)
     if not ok then require("rl.log").error("rl.on_interrupt handler failed: " .. tostring(err)) end
     return true
   end
   if foreground and not foreground:done() then
-    foreground:cancel("interrupted")
+    foreground:cancel(signal == "SIGTERM" and "terminated" or "interrupted")
+    return true
+  end
+  if signal == "SIGTERM" then
+    request_exit(143)
     return true
   end
   return false

@@ -15,7 +15,9 @@
 -- directory, refused request) return nil, err; misuse raises. See docs/engine.md.
 local json = require "rl.json"
 local task = require "rl.task"
-local now = require("rl._core").loop.now
+local core = require "rl._core"
+local now = core.loop.now
+local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
 
 local M = {}
 
@@ -102,18 +104,18 @@ local function tail(path, n)
 end
 
 local function start_process(opts)
-  local n = native()
   local dir = os.tmpname()
   os.remove(dir)
   local ready = dir .. ".ready"
   local log = opts.log_file or (dir .. ".log")
-  local argv = { n.exe_path(), "engine", "--model", opts.model, "--ready-file", ready }
+  local argv = { "@self", "engine", "--model", opts.model, "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port=0" end
   for _, k in ipairs(FLAGS) do
     if opts[k] ~= nil then argv[#argv + 1] = "--" .. k:gsub("_", "-") .. "=" .. tostring(opts[k]) end
   end
   if opts.enable_prefix_cache == false then argv[#argv + 1] = "--disable-prefix-cache" end
-  local pid, err = n.spawn(argv, log)
+  -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
+  local pid, err = proc.spawn(argv, { log = log })
   if not pid then return nil, "rl.engine.start: " .. err end
   local deadline = now() + (opts.ready_timeout or 300)
   while true do
@@ -123,13 +125,13 @@ local function start_process(opts)
       url = url:gsub("%s+$", "")
       return setmetatable({ mode = "process", url = url, pid = pid, log_file = log, _api_key = opts.api_key }, Engine)
     end
-    local exited, code = n.wait(pid)
-    if exited then
+    local code = proc.reap(pid)
+    if code then
       return nil, ("rl.engine.start: the engine process exited with status %s before serving; its log (%s):\n%s")
         :format(tostring(code), log, tail(log, 4000))
     end
     if now() > deadline then
-      n.kill(pid, 9)
+      proc.kill(pid, 9)
       return nil, ("rl.engine.start: the engine process did not serve within %s s; its log (%s):\n%s")
         :format(tostring(opts.ready_timeout or 300), log, tail(log, 4000))
     end
@@ -139,9 +141,13 @@ end
 
 local function http() return require "rl.http" end
 
+--- Headers for an engine's control endpoints: the Bearer token they need (the
+--- run's admin token, or `api_key` when given). For scripts that call them over
+--- rl.http themselves.
+function M.control_headers(api_key) return require("rl._admin").headers(api_key) end
+
 local function post(self, path, body, control)
-  local headers = { ["content-type"] = "application/json" }
-  if control and self._api_key then headers.authorization = "Bearer " .. self._api_key end
+  local headers = control and M.control_headers(self._api_key) or { ["content-type"] = "application/json" }
   local resp, err = http().request {
     method = "POST", url = self.url .. path, body = json.encode(body or {}), headers = headers, timeout = 3600,
   }
@@ -239,12 +245,11 @@ function Engine:stop(drain)
   end
   if self.mode == "process" then
     if not self.pid then return end
-    local n = native()
-    n.kill(self.pid, 15)
+    proc.kill(self.pid, 15)
     local deadline = now() + 15
-    while not n.wait(self.pid) do
+    while not proc.reap(self.pid) do
       if now() > deadline then
-        n.kill(self.pid, 9)
+        proc.kill(self.pid, 9)
         deadline = math.huge
       end
       if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
@@ -266,6 +271,7 @@ function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tost
 --- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
 function M.start(opts)
   local mode = check_opts(opts)
+  require("rl._admin").save()   -- for the same user's tools (tools/profile_rollout.lua, curl)
   if mode == "process" then
     task.need_task("rl.engine.start")
     return start_process(opts)

@@ -38,8 +38,9 @@ function rl.exit(code)
 end
 rl._Exit = Exit
 
---- Ctrl-C calls fn() once instead of cancelling the main task, so a recipe can stop
---- at its next step boundary after saving; a second Ctrl-C cancels as usual.
+--- Ctrl-C (or SIGTERM) calls fn(signal) once — signal is "SIGINT" or "SIGTERM" —
+--- instead of cancelling the main task, so a recipe can stop at its next step
+--- boundary after saving; a second signal cancels as usual.
 --- fn = nil removes the handler. Returns the previous handler.
 function rl.on_interrupt(fn)
   if fn ~= nil and type(fn) ~= "function" then

@@ -7,6 +7,9 @@
 --
 -- The program is looked up in PATH (through /bin/sh's exec, so arguments are
 -- never re-parsed by a shell). Waiting polls without blocking: other tasks run.
+-- A child never outlives this process: it gets SIGTERM when we die (even by
+-- SIGKILL), runs in its own process group (signals here reach the group) with
+-- stdin from /dev/null, and the host stops any left at exit.
 local core = require "rl._core"
 local task = require "rl.task"
 
@@ -17,8 +20,7 @@ local Process = {}
 Process.__index = Process
 
 local SIGTERM, SIGKILL = 15, 9
--- $0 is the log path, "$@" the program and its arguments: no quoting involved.
-local WRAP_LOG = 'exec "$@" >>"$0" 2>&1'
+-- "$@" is the program and its arguments: no quoting involved.
 local WRAP = 'exec "$@"'
 
 local function check_argv(fname, argv)
@@ -81,9 +83,9 @@ function M.spawn(argv, opts)
   if not prog:find("/", 1, true) and not M.which(prog) then
     return nil, ("rl.process.spawn: '%s' not found in PATH (%s)"):format(prog, os.getenv("PATH") or "")
   end
-  local full = opts.log and { "/bin/sh", "-c", WRAP_LOG, opts.log } or { "/bin/sh", "-c", WRAP, "rl.process" }
+  local full = { "/bin/sh", "-c", WRAP, "rl.process" }
   for _, a in ipairs(argv) do full[#full + 1] = tostring(a) end
-  local pid, err = cr.spawn(full)
+  local pid, err = cr.spawn(full, { log = opts.log, death_signal = SIGTERM })   -- the log: appended, mode 0600
   if not pid then return nil, "rl.process.spawn: " .. tostring(err) end
   return setmetatable({ pid = pid, argv = argv, log = opts.log }, Process)
 end

@@ -20,7 +20,7 @@ local M = {}
 -- Option name -> the child's flag (process mode); all are accepted in both modes.
 local OPTIONS = {
   workers = "--worker", policy = "--policy", host = "--host", port = "--port",
-  allow_remote = "--allow-remote", mode = false, ready_timeout = false, log_level = "--log-level",
+  allow_remote = "--allow-remote", allow_link_local_workers = "--allow-link-local-workers", mode = false, ready_timeout = false, log_level = "--log-level",
   health_interval = "--health-interval", health_timeout = "--health-timeout",
   health_failure_threshold = "--health-failure-threshold",
   health_success_threshold = "--health-success-threshold", health_path = "--health-path",
@@ -71,7 +71,8 @@ Thread.__index = Thread
 function Thread:add(url) return self._h:add(url) end
 --- Removes a worker by URL or id; true when it was registered.
 function Thread:remove(url) return self._h:remove(url) end
---- The workers: {{id, url, is_healthy, load, circuit_state, requests, failures, last_error}, ...}.
+--- The workers: {{id, url, is_healthy, status, load, circuit_state, requests, failures, last_error}, ...};
+--- status is "pending" until the first health probe answers, then "healthy" or "unhealthy".
 function Thread:workers() return self._h:workers() end
 --- The router's own Prometheus text (as GET /metrics).
 function Thread:metrics() return self._h:metrics() end
@@ -86,8 +87,12 @@ Process.__index = Process
 local function http() return require "rl.http" end
 local function json() return require "rl.json" end
 
+-- The child's worker changes need the run's admin token, which it inherited.
+local function admin_headers() return require("rl._admin").headers() end
+
 function Process:add(url)
-  local resp, err = http().post(self.url .. "/workers", { url = url }, { timeout = 10 })
+  local resp, err = http().request { method = "POST", url = self.url .. "/workers", body = json().encode { url = url },
+                                     headers = admin_headers(), timeout = 10 }
   if not resp then return nil, err end
   local body = json().decode(resp.body)
   if resp.status >= 300 then return nil, (body and body.error and body.error.message) or resp.body end
@@ -95,7 +100,8 @@ function Process:add(url)
 end
 
 function Process:remove(url)
-  local resp = http().request { method = "POST", url = self.url .. "/remove_worker?url=" .. url, timeout = 10 }
+  local resp = http().request { method = "POST", url = self.url .. "/remove_worker?url=" .. url,
+                                headers = admin_headers(), timeout = 10 }
   return resp ~= nil and resp.status == 200
 end
 
@@ -139,7 +145,7 @@ local function start_process(opts)
       argv[#argv + 1] = flag; argv[#argv + 1] = tostring(v)
     end
   end
-  local pid, err = crouter.spawn(argv)
+  local pid, err = crouter.spawn(argv)   -- dies with us; inherits $RLHOST_ADMIN_TOKEN
   if not pid then return nil, "rl.router.start: " .. err end
   local deadline = core.loop.now() + (opts.ready_timeout or 15)
   while true do

@@ -154,8 +154,8 @@ local function http() return require "rl.http" end
 -- POST url..path with a JSON body; → the decoded reply or nil, err (any non-200,
 -- or success = false).
 local function post_json(url, path, body, timeout, api_key)
-  local headers = { ["content-type"] = "application/json" }
-  if api_key then headers.authorization = "Bearer " .. api_key end
+  -- Weight-sync endpoints are control endpoints: the engine's api key, else the run's admin token.
+  local headers = require("rl.engine").control_headers(api_key)
   local resp, err = http().request { method = "POST", url = url .. path, body = json.encode(body), headers = headers,
                                      timeout = timeout }
   if not resp then return nil, tostring(err) end  -- rl.http's error names the method and URL

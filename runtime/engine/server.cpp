@@ -4,6 +4,7 @@
 // /get_server_info, /v1/loads, /metrics).
 #include "engine/server.hpp"
 
+#include "base/admin_token.hpp"
 #include "base/json_input.hpp"
 
 #include "base/log_text.hpp"
@@ -29,14 +30,6 @@ using nlohmann::json;
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Constant-time comparison: the token check must not leak how much of it matched.
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size() || b.empty()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 }  // namespace
@@ -107,6 +100,7 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
                 "control endpoints (weights, memory, profile, abort) would be open to the network; pass --api-key "
                 "TOKEN (clients send 'Authorization: Bearer TOKEN') or bind 127.0.0.1");
   if (opts_.model_path.empty()) opts_.model_path = engine_->options().model.string();
+  if (opts_.admin_token.empty()) opts_.admin_token = admin_token();
   net::EventServer::Options so;
   so.host = opts_.host;
   so.port = opts_.port;
@@ -253,7 +247,12 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
     return;
   }
   if (route->control && !authorized(req)) {
-    reply_json(reply, 401, error_json(401, json_input::excerpt(req.path) + " needs 'Authorization: Bearer <api key>' (the server was started with --api-key)"));
+    reply_json(reply, 401,
+               error_json(401, json_input::excerpt(req.path) +
+                                   " is a control endpoint: it needs 'Authorization: Bearer <token>' with the run's admin "
+                                   "token ($RLHOST_ADMIN_TOKEN of the process that started the engine; `rlhost engine` "
+                                   "prints where it is saved)" +
+                                   std::string(opts_.api_key.empty() ? "" : " or the --api-key")));
     send(*res, reply);
     return;
   }
@@ -333,12 +332,9 @@ void EngineServer::join_workers(bool all) {
   for (auto& t : joinable) t.join();
 }
 
+// Control endpoints: 'Authorization: Bearer <admin token or api key>', even on loopback.
 bool EngineServer::authorized(const Req& req) const {
-  if (opts_.api_key.empty()) return true;
-  const std::string_view h = req.header("authorization");
-  const std::string_view prefix = "Bearer ";
-  if (h.substr(0, prefix.size()) != prefix) return false;
-  return same_secret(std::string(h.substr(prefix.size())), opts_.api_key);
+  return bearer_matches(std::string(req.header("authorization")), opts_.admin_token, opts_.api_key);
 }
 
 // ---- runs ----------------------------------------------------------------------------

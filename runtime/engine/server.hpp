@@ -65,6 +65,10 @@ struct ServerOptions {
   // Bearer token for the control endpoints (weights, memory, profile, abort,
   // flush). Required when `host` is not loopback; optional otherwise.
   std::string api_key;
+  // The run's admin token (base/admin_token.hpp; "" = that one): control
+  // endpoints need it, or api_key, even on loopback, so other local users
+  // cannot drive the engine.
+  std::string admin_token;
   std::string model_path;    // reported by /get_model_info (default: engine options)
   double request_timeout_s = 3600;  // a non-streaming /generate waits at most this long
   nlohmann::json server_args = nlohmann::json::object();  // extra args echoed by /get_server_info

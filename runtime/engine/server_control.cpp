@@ -4,6 +4,8 @@
 #include "base/log_text.hpp"
 #include "base/json_input.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "engine/server.hpp"
@@ -156,6 +158,15 @@ void EngineServer::on_start_profile(const Req& req, Res& res) {
   po.record_shapes = opt_bool(body, "record_shapes").value_or(false);
   const bool by_stage = opt_bool(body, "profile_by_stage").value_or(false);
   po.file_prefix = opt_string(body, "profile_id").value_or("rlhost");
+  // The trace goes to output_dir/<profile_id>-<ms>.trace.json.gz: the id must
+  // not climb out of output_dir ("../x") or name another folder ("a/b").
+  const bool plain = !po.file_prefix.empty() && po.file_prefix.size() <= 128 && po.file_prefix[0] != '.' &&
+                     std::all_of(po.file_prefix.begin(), po.file_prefix.end(), [](unsigned char c) {
+                       return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+                     });
+  if (!plain)
+    throw BadRequest("profile_id: expected a plain name (letters, digits, '-', '_', '.'; at most 128, not starting "
+                     "with '.'); it becomes the trace file's prefix inside output_dir");
 
   std::lock_guard lk(prof_mu_);
   if (!prof_hook_installed_) {

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/admin_token.hpp"  // random_hex, same_secret
 #include "base/errors.hpp"
 #include "base/json_input.hpp"
 #include "host/control_registry.hpp"
@@ -33,34 +33,6 @@ namespace rl {
 namespace {
 
 constexpr size_t kMaxUnsentOutput = size_t{64} << 20;  // a client that never reads is dropped
-
-std::string random_token() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("getrandom (control token)");
-    }
-    got += static_cast<size_t>(n);
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
-}
-
-// Constant-time comparison: the token must not leak through response timing.
-bool token_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 // Best effort, on a fresh socket we are about to close anyway.
 void refuse(int fd, const std::string& error) {
@@ -173,7 +145,7 @@ void ControlServer::setup_token() {
   if (token_.empty())
     if (const char* env = std::getenv("RLHOST_CONTROL_TOKEN"); env && *env) token_ = env;
   if (token_.empty()) {
-    token_ = random_token();
+    token_ = random_hex(16);
     generated = true;
   }
   const std::string dir = socket_path_.empty() ? control::ensure_runtime_dir()
@@ -353,7 +325,7 @@ void ControlServer::handle_line(Client& c, std::string_view line) {
   json id = id_it != msg.end() ? *id_it : json(nullptr);
   const bool has_token = msg.contains("token") && msg["token"].is_string();
   if (c.tcp && (!c.authed || has_token)) {
-    if (!has_token || !token_equal(msg["token"].get<std::string>(), token_)) {
+    if (!has_token || !same_secret(msg["token"].get<std::string>(), token_)) {
       send_error(c, id, has_token ? "bad token" : "token required: this TCP control port needs \"token\"");
       return begin_close(c);
     }

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,10 +97,14 @@ void pump(std::vector<Stream>& streams, int timeout_ms) {
 }
 
 pid_t spawn_rank(const std::vector<std::string>& args, int rank, int nproc, int port, int out_fd, int err_fd) {
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
-  // Child: own process group (signals come from the launcher only), stdin closed.
+  // Child: own process group (signals come from the launcher only), stdin closed;
+  // killed when the launcher dies (even by SIGKILL), checked after arming.
   ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(137);
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
   ::dup2(out_fd, 1);

@@ -131,27 +131,21 @@ HttpServer::HttpServer(HttpServerOptions opts) : opts_(std::move(opts)), svr_(st
   svr_->set_keep_alive_max_count(opts_.keep_alive_max_requests);
   svr_->set_keep_alive_timeout(static_cast<time_t>(std::max(1.0, opts_.keep_alive_timeout_s)));
   svr_->set_payload_max_length(opts_.max_body_bytes);
-  // UTF-8 text and the modern web types the trace viewer serves; httplib's
-  // built-in table covers the rest (png, svg, wasm, woff2, ...).
-  svr_->set_file_extension_and_mimetype_mapping("html", "text/html; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("htm", "text/html; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("js", "text/javascript; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("mjs", "text/javascript; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("css", "text/css; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("json", "application/json");
-  svr_->set_file_extension_and_mimetype_mapping("map", "application/json");
-  svr_->set_file_extension_and_mimetype_mapping("jsonl", "application/x-ndjson");
-  svr_->set_file_extension_and_mimetype_mapping("txt", "text/plain; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("md", "text/markdown; charset=utf-8");
-  svr_->set_file_extension_and_mimetype_mapping("wasm", "application/wasm");
   // Connections with a request in progress, so stop() lets them finish (see
   // close_connections). From routing to after the response is written.
-  svr_->set_pre_routing_handler([busy = busy_](const httplib::Request& req, httplib::Response&) {
+  svr_->set_pre_routing_handler([busy = busy_, statics = statics_](const httplib::Request& req, httplib::Response& res) {
     {
       std::lock_guard<std::mutex> lock(busy->mu);
       busy->peers.insert(req.remote_addr + ":" + std::to_string(req.remote_port));
     }
     limit_compression(const_cast<httplib::Request&>(req));  // httplib owns a mutable Request
+    for (const auto& s : *statics) {  // only filled before bind(): no lock needed
+      if (auto r = s->serve(req.method, req.path)) {
+        res.status = r->status;
+        res.set_content(r->body, r->content_type);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   svr_->set_logger([busy = busy_](const httplib::Request& req, const httplib::Response&) {
@@ -198,8 +192,11 @@ void HttpServer::serve_async(EventLoop& loop, AsyncHandler on_request, AsyncHand
 
 void HttpServer::serve_static(const std::string& dir, const std::string& mount) {
   if (bound_) throw Error(opts_.name + ": serve_static() after bind()/start()");
-  if (!svr_->set_mount_point(mount, dir))
-    throw Error(opts_.name + ": static directory '" + dir + "' is not a directory", "pass an existing directory");
+  try {
+    statics_->push_back(std::make_unique<StaticFiles>(dir, mount));
+  } catch (const Error& e) {
+    throw Error(opts_.name + ": " + e.what());
+  }
 }
 
 std::string HttpServer::url() const {

@@ -28,6 +28,7 @@
 #include "base/event_loop.hpp"
 #include "base/live_objects.hpp"
 #include "net/http_client.hpp"  // HeaderList
+#include "net/static_files.hpp"
 
 namespace rl::net {
 
@@ -103,8 +104,9 @@ class HttpServer {
   // loop thread. `on_abandoned` (loop thread) hears of exchanges whose worker
   // stopped waiting (timeout), so the owner can forget them.
   void serve_async(EventLoop& loop, AsyncHandler on_request, AsyncHandler on_abandoned = {});
-  // Serves files under `dir` at URL prefix `mount`. Throws rl::Error if `dir`
-  // is not a directory.
+  // Serves regular files under `dir` at URL prefix `mount` (net/static_files.hpp:
+  // nothing outside `dir`, symlinks included). Throws rl::Error if `dir` is not
+  // a directory.
   void serve_static(const std::string& dir, const std::string& mount = "/");
   // For what this layer does not wrap (streaming responses, ...). Leave the
   // pre-routing handler and the logger alone: stop() relies on them.
@@ -153,6 +155,10 @@ class HttpServer {
   std::unique_ptr<httplib::Server> svr_;
   std::shared_ptr<Async> async_;
   std::shared_ptr<Busy> busy_ = std::make_shared<Busy>();
+  // Answered in the pre-routing handler, before httplib's own file serving
+  // (which follows symlinks out and truncates paths at a NUL).
+  std::shared_ptr<std::vector<std::unique_ptr<StaticFiles>>> statics_ =
+      std::make_shared<std::vector<std::unique_ptr<StaticFiles>>>();
   std::thread thread_;
   int port_ = 0;
   bool bound_ = false;

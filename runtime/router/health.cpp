@@ -44,10 +44,11 @@ void Router::Impl::probe(Worker& w) {
     w->probing = false;
     const bool ok = r.ok && r.response.status >= 200 && r.response.status < 300;
     std::string err = ok ? "" : r.ok ? "health probe: HTTP " + std::to_string(r.response.status) : "health probe: " + r.error;
-    const bool was = w->healthy;
+    const std::string was = WorkerRegistry::status_name(*w);
     registry.on_probe(*w, ok, err, opts.health_failure_threshold, opts.health_success_threshold);
-    if (was != w->healthy) {
-      if (w->healthy) spdlog::info("router: worker {} is healthy again", w->url);
+    const std::string now_status = WorkerRegistry::status_name(*w);
+    if (was != now_status) {
+      if (w->healthy) spdlog::info("router: worker {} is healthy{}", w->url, was == "pending" ? "" : " again");
       else spdlog::warn("router: worker {} marked unhealthy ({})", w->url, err);
     }
     // Suspects (failing, or unhealthy and maybe coming back) are probed sooner.
@@ -78,6 +79,8 @@ void fan_out(Router::Impl& r, const std::string& method, const std::string& path
     hr.method = method;
     hr.url = w->url + path;
     hr.timeout_s = r.opts.metrics_timeout_s;
+    if (method == "POST" && !r.opts.admin_token.empty())  // workers' control endpoints (/flush_cache)
+      hr.headers.emplace_back("Authorization", "Bearer " + r.opts.admin_token);
     r.client->submit(std::move(hr), [f, i](net::HttpResult&& res) {
       f->results[i].second = std::move(res);
       if (--f->pending == 0) f->done(*f);

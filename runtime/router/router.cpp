@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 #include "base/json_input.hpp"
+#include "base/admin_token.hpp"
 #include "router/router_impl.hpp"
 
 namespace rl::router {
@@ -57,7 +58,8 @@ auto on_loop(Router::Impl& r, F&& fn) -> decltype(fn()) {
 }  // namespace
 
 WorkerInfo info_of(const Worker& w) {
-  return WorkerInfo{w.id, w.url, w.healthy, w.in_flight, circuit_name(w.circuit), w.requests, w.failures, w.last_error};
+  return WorkerInfo{w.id,         w.url,      w.healthy && !w.pending, WorkerRegistry::status_name(w), w.in_flight,
+                    circuit_name(w.circuit), w.requests, w.failures, w.last_error};
 }
 
 Router::Impl::Impl(RouterOptions o) : opts(std::move(o)), registry(opts.breaker) {
@@ -150,7 +152,7 @@ std::string Router::metrics_text() {
 
 std::string Router::Impl::add(const std::string& url, WorkerInfo* out) {
   std::string err;
-  Worker* w = registry.add(url, err);
+  Worker* w = registry.add(url, err, opts.allow_link_local_workers);
   if (!w) return err;
   w->next_probe_at = 0;  // probe at the next tick: an unreachable worker is found out fast
   if (out) *out = info_of(*w);
@@ -180,7 +182,8 @@ void Router::Impl::workers_json(json& out) {
   for (auto& w : registry.all()) {
     out.push_back({{"id", std::to_string(w->id)},
                    {"url", w->url},
-                   {"is_healthy", w->healthy},
+                   {"is_healthy", w->healthy && !w->pending},
+                   {"status", WorkerRegistry::status_name(*w)},
                    {"load", w->in_flight},
                    {"circuit_state", circuit_name(w->circuit)},
                    {"requests", w->requests},
@@ -196,6 +199,18 @@ void Router::Impl::send_error(const Res& res, int status, const std::string& typ
 
 // ---- Impl: endpoints ----------------------------------------------------------------
 
+// Endpoints that change the router or its workers: the admin token's.
+bool Router::Impl::admin_endpoint(const std::string& method, const std::string& path) {
+  if (path == "/add_worker" || path == "/remove_worker" || path == "/flush_cache") return true;
+  if (path == "/workers") return method != "GET" && method != "HEAD";
+  if (path.rfind("/workers/", 0) == 0) return method != "GET" && method != "HEAD";
+  return false;
+}
+
+bool Router::Impl::admin_authorized(const net::ServerRequest& req) const {
+  return bearer_matches(std::string(req.header("authorization")), opts.admin_token);
+}
+
 void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
   const std::string& p = req.path;
   const std::string& m = req.method;
@@ -204,6 +219,12 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
     send_error(res, 405, "method_not_allowed", m + " " + p + " is not allowed (use " + want + ")");
     return false;
   };
+  if (admin_endpoint(m, p) && !admin_authorized(req)) {
+    send_error(res, 401, "unauthorized",
+               m + " " + p + " changes the router: it needs 'Authorization: Bearer <admin token>' (the token of the "
+               "run that started the router, in $RLHOST_ADMIN_TOKEN of its processes; docs/router.md)");
+    return;
+  }
   // The hot paths first.
   if (p == "/generate" || p == "/v1/completions" || p == "/v1/chat/completions") {
     if (method_is("POST")) proxy(req, res, true);
@@ -216,7 +237,7 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
   if (p == "/health" || p == "/liveness" || p == "/readiness") {
     if (!method_is("GET")) return;
     size_t healthy = 0;
-    for (auto& w : registry.all()) healthy += w->healthy ? 1 : 0;
+    for (auto& w : registry.all()) healthy += w->healthy && !w->pending ? 1 : 0;
     const bool ready_fail = p == "/readiness" && healthy == 0;
     res->send_json(ready_fail ? 503 : 200, json({{"status", ready_fail ? "no healthy worker" : "ok"},
                                                  {"workers", registry.size()},
@@ -260,7 +281,8 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
       send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error", "POST /workers: " + json_input::excerpt(err, 300));
       return;
     }
-    res->send_json(201, json({{"id", std::to_string(info.id)}, {"url", info.url}, {"is_healthy", info.healthy}, {"load", 0}})
+    res->send_json(201, json({{"id", std::to_string(info.id)}, {"url", info.url}, {"is_healthy", info.healthy},
+                              {"status", info.status}, {"load", 0}})
                             .dump());
     return;
   }

@@ -25,6 +25,12 @@ struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 0;               // 0 = a free port (see port())
   bool allow_remote = false;  // bind a non-loopback host
+  // Worker changes (/add_worker, /remove_worker, POST /workers, DELETE
+  // /workers/X) and /flush_cache need `Authorization: Bearer <admin_token>`,
+  // also on loopback; the router sends it on to workers' /flush_cache. Empty:
+  // those endpoints refuse every request (base/admin_token.hpp has the run's).
+  std::string admin_token;
+  bool allow_link_local_workers = false;  // worker URLs on 169.254/16 or fe80::/10
   std::string policy = "cache_aware";
   PolicyOptions policy_opts;
   BreakerOptions breaker;
@@ -51,7 +57,8 @@ struct RouterOptions {
 struct WorkerInfo {
   uint64_t id = 0;
   std::string url;
-  bool healthy = false;
+  bool healthy = false;        // probed healthy (false while pending)
+  std::string status;          // "pending" (not probed yet), "healthy", "unhealthy"
   int load = 0;
   std::string circuit;
   uint64_t requests = 0;

@@ -48,6 +48,8 @@ struct Router::Impl {
   std::vector<WorkerInfo> infos();
   void workers_json(nlohmann::json& out);
   void send_error(const Res& res, int status, const std::string& type, const std::string& message);
+  static bool admin_endpoint(const std::string& method, const std::string& path);
+  bool admin_authorized(const net::ServerRequest& req) const;
 
   // proxy.cpp
   void proxy(net::ServerRequest& req, const Res& res, bool route_on_body);

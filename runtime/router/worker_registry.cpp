@@ -1,7 +1,11 @@
 #include "router/worker_registry.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 namespace rl::router {
 
@@ -14,28 +18,76 @@ const char* circuit_name(Circuit c) {
   return "?";
 }
 
-std::string WorkerRegistry::normalize_url(std::string_view url, std::string& error) {
+namespace {
+
+bool link_local_host(const std::string& host) {
+  std::string h = host;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  in_addr a4{};
+  if (inet_pton(AF_INET, h.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 16) == 0xA9FE;  // 169.254/16
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, h.c_str(), &a6) == 1) {
+    if (IN6_IS_ADDR_LINKLOCAL(&a6)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&a6)) return a6.s6_addr[12] == 169 && a6.s6_addr[13] == 254;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* WorkerRegistry::status_name(const Worker& w) {
+  return w.pending ? "pending" : w.healthy ? "healthy" : "unhealthy";
+}
+
+std::string WorkerRegistry::normalize_url(std::string_view url, std::string& error, bool allow_link_local) {
+  const std::string shown(url.substr(0, 200));
+  auto bad = [&](const std::string& why) {
+    error = "bad worker URL '" + shown + "': " + why + " (http://host:port or https://host:port expected)";
+    return std::string();
+  };
   std::string u(url);
   while (!u.empty() && std::isspace(static_cast<unsigned char>(u.back()))) u.pop_back();
   while (!u.empty() && std::isspace(static_cast<unsigned char>(u.front()))) u.erase(0, 1);
   if (u.find("://") == std::string::npos) u = "http://" + u;
   while (!u.empty() && u.back() == '/') u.pop_back();
   const bool http = u.rfind("http://", 0) == 0, https = u.rfind("https://", 0) == 0;
-  const size_t host_start = http ? 7 : https ? 8 : 0;
-  if (!http && !https) {
-    error = "bad worker URL '" + std::string(url) + "' (http://host:port expected)";
-    return {};
+  if (!http && !https) return bad("only http and https workers");
+  const std::string rest = u.substr(http ? 7 : 8);
+  for (unsigned char c : rest)
+    if (c <= ' ' || c >= 0x7f || std::strchr("\"'<>\\`{}|^", c)) return bad("it holds a space, a control or a quote character");
+  if (rest.empty()) return bad("no host");
+  if (rest.find_first_of("/?#") != std::string::npos) return bad("a worker URL has no path, query or fragment");
+  if (rest.find('@') != std::string::npos) return bad("no user@ part");
+  // host[:port], the host possibly a bracketed IPv6 address
+  std::string host = rest, port;
+  if (rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) return bad("unclosed '['");
+    host = rest.substr(0, close + 1);
+    if (close + 1 < rest.size()) {
+      if (rest[close + 1] != ':') return bad("junk after the IPv6 address");
+      port = rest.substr(close + 2);
+      if (port.empty()) return bad("empty port");
+    }
+  } else if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    if (port.empty()) return bad("empty port");
   }
-  const std::string rest = u.substr(host_start);
-  if (rest.empty() || rest.find_first_of(" \t\r\n\"'<>\\") != std::string::npos) {
-    error = "bad worker URL '" + std::string(url) + "' (http://host:port expected)";
-    return {};
+  if (host.empty()) return bad("no host");
+  if (!port.empty()) {
+    if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoi(port) < 1 || std::stoi(port) > 65535)
+      return bad("the port must be a number 1-65535");
   }
+  if (!allow_link_local && link_local_host(host))
+    return bad("link-local host (169.254.0.0/16 or fe80::/10, where cloud metadata services answer); start the "
+               "router with --allow-link-local-workers if a worker really lives there");
   return u;
 }
 
-Worker* WorkerRegistry::add(std::string_view url, std::string& error) {
-  std::string u = normalize_url(url, error);
+Worker* WorkerRegistry::add(std::string_view url, std::string& error, bool allow_link_local) {
+  std::string u = normalize_url(url, error, allow_link_local);
   if (u.empty()) return nullptr;
   for (auto& w : workers_) {
     if (w->url == u) {
@@ -76,7 +128,7 @@ bool WorkerRegistry::remove(std::string_view key) {
 }
 
 std::vector<Worker*> WorkerRegistry::available(double now, const std::vector<uint64_t>& exclude) {
-  std::vector<Worker*> out;
+  std::vector<Worker*> out, pending;
   out.reserve(workers_.size());
   for (auto& p : workers_) {
     Worker& w = *p;
@@ -89,9 +141,11 @@ std::vector<Worker*> WorkerRegistry::available(double now, const std::vector<uin
       w.trial_in_flight = false;
     }
     if (w.circuit == Circuit::half_open && w.trial_in_flight) continue;
-    out.push_back(&w);
+    (w.pending ? pending : out).push_back(&w);
   }
-  return out;
+  // Unprobed workers only when no probed one can take it (a router's first
+  // requests need not wait for the first probe).
+  return out.empty() ? pending : out;
 }
 
 void WorkerRegistry::on_dispatch(Worker& w) {
@@ -127,6 +181,12 @@ void WorkerRegistry::on_failure(Worker& w, double now, const std::string& error)
 
 void WorkerRegistry::on_probe(Worker& w, bool ok, const std::string& error, int failure_threshold,
                               int success_threshold) {
+  if (w.pending) {  // the first answer decides: healthy, or unhealthy at once
+    w.pending = false;
+    w.healthy = ok;
+    if (!ok) w.last_error = error;
+    return;
+  }
   if (ok) {
     w.probe_failures = 0;
     if (!w.healthy && ++w.probe_successes >= success_threshold) {

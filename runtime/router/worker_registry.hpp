@@ -3,7 +3,9 @@
 //
 // Two independent signals decide whether a worker gets traffic:
 //  * health: the periodic GET /health probe; `failure_threshold` consecutive
-//    failures mark it unhealthy, `success_threshold` successes bring it back;
+//    failures mark it unhealthy, `success_threshold` successes bring it back.
+//    A new worker is *pending* until its first probe: shown as not healthy, and
+//    given traffic only while no probed-healthy worker can take it;
 //  * circuit breaker: consecutive request failures (connect errors, 5xx) open
 //    the circuit for `open_s`; then it is half-open and lets one trial request
 //    through: success closes it, failure opens it again.
@@ -32,6 +34,7 @@ struct Worker {
   uint64_t id = 0;
   std::string url;  // "http://host:port", no trailing slash
   bool healthy = true;
+  bool pending = true;       // no probe has answered yet
   int probe_failures = 0;    // consecutive failed health probes
   int probe_successes = 0;   // consecutive good ones (while unhealthy)
   std::string last_error;    // last probe or request failure
@@ -53,8 +56,9 @@ class WorkerRegistry {
   explicit WorkerRegistry(BreakerOptions breaker = {}) : breaker_(breaker) {}
 
   // Normalises `url` ("host:port" gets "http://", the trailing '/' goes) and adds
-  // it. Returns the worker, or nullptr with `error` set (bad or duplicate URL).
-  Worker* add(std::string_view url, std::string& error);
+  // it. Returns the worker, or nullptr with `error` set (bad or duplicate URL;
+  // a link-local host unless allow_link_local).
+  Worker* add(std::string_view url, std::string& error, bool allow_link_local = false);
   // Removes by id (decimal), or by URL. False when unknown.
   bool remove(std::string_view id_or_url);
   Worker* find(std::string_view id_or_url);
@@ -63,8 +67,9 @@ class WorkerRegistry {
   size_t size() const { return workers_.size(); }
   uint64_t version() const { return version_; }  // bumps on every add/remove
 
-  // Workers that may take a request now (healthy, circuit not refusing). An open
-  // circuit whose time is up turns half-open here. `exclude`: already tried.
+  // Workers that may take a request now (healthy, circuit not refusing; pending
+  // ones only when no probed one can). An open circuit whose time is up turns
+  // half-open here. `exclude`: already tried.
   std::vector<Worker*> available(double now, const std::vector<uint64_t>& exclude = {});
   // Outcome of a request dispatched to `w` (before: on_dispatch).
   void on_dispatch(Worker& w);
@@ -77,7 +82,12 @@ class WorkerRegistry {
   // A human-readable reason why nothing is available (for the 503 message).
   std::string why_unavailable(double now) const;
 
-  static std::string normalize_url(std::string_view url, std::string& error);
+  // http(s)://host[:port] only: no user info, path, query or fragment; a
+  // link-local host (169.254.0.0/16, fe80::/10: cloud metadata services live
+  // there) only with allow_link_local.
+  static std::string normalize_url(std::string_view url, std::string& error, bool allow_link_local = true);
+  // "pending", "healthy" or "unhealthy".
+  static const char* status_name(const Worker& w);
 
  private:
   BreakerOptions breaker_;

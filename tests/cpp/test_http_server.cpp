@@ -118,6 +118,7 @@ TEST_CASE("http server: static files with MIME types; no escape from the root", 
   fs::create_directories(dir / "sub");
   write_file(dir / "sub" / "index.html", "sub");
   write_file(dir.parent_path() / "rlhost_secret.txt", "secret");
+  fs::create_symlink(dir.parent_path() / "rlhost_secret.txt", dir / "link.txt");  // a way out
 
   HttpServer srv;
   srv.serve_static(dir.string());
@@ -144,6 +145,10 @@ TEST_CASE("http server: static files with MIME types; no escape from the root", 
   REQUIRE(esc);
   CHECK(esc->status != 200);
   CHECK(esc->body.find("secret") == std::string::npos);
+  auto link = cli.Get("/link.txt");
+  REQUIRE(link);
+  CHECK(link->status == 404);
+  CHECK(link->body.find("secret") == std::string::npos);
   srv.stop();
   fs::remove_all(dir);
   fs::remove(dir.parent_path() / "rlhost_secret.txt");

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <atomic>
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -173,4 +174,57 @@ TEST_CASE("router: control API from another thread; errors", "[router_inproc]") 
   RouterOptions neg;
   neg.health_interval_s = 0;
   CHECK_THROWS_WITH(Router(neg), Catch::Contains("health_interval must be > 0"));
+}
+
+TEST_CASE("router: worker changes need the admin token; new workers are pending until probed", "[router_inproc]") {
+  ThreadWorker w1(0);
+  RouterOptions o;
+  o.policy = "round_robin";
+  o.admin_token = "router-test-token-0123456789";
+  o.health_interval_s = 0.1;
+  Router router(o);
+  router.start();
+  EventLoop loop;
+  UpstreamPool clients(loop, {});
+  auto call = [&](const std::string& method, const std::string& target, const std::string& auth,
+                  const std::string& body = "") {
+    HttpRequest rq;
+    rq.method = method;
+    rq.url = router.url() + target;
+    rq.body = body;
+    if (!auth.empty()) rq.headers.emplace_back("Authorization", auth);
+    std::optional<HttpResult> got;
+    clients.submit(std::move(rq), [&](HttpResult&& r) { got = std::move(r); });
+    REQUIRE(rl::test::run_until(loop, [&] { return got.has_value(); }, 10));
+    REQUIRE(got->ok);
+    return std::make_pair(got->response.status, got->response.body);
+  };
+  const std::string good = "Bearer " + o.admin_token;
+  const std::string add = "/add_worker?url=" + w1.url;
+  for (const std::string& auth : {std::string(), std::string("Bearer wrong"), std::string("Basic x"),
+                                  "Bearer " + o.admin_token + "x", o.admin_token}) {
+    CHECK(call("POST", add, auth).first == 401);
+    CHECK(call("POST", "/workers", auth, "{\"url\": \"" + w1.url + "\"}").first == 401);
+    CHECK(call("POST", "/flush_cache", auth).first == 401);
+  }
+  CHECK(router.workers().empty());  // nothing got through
+  CHECK(call("GET", "/workers", "").first == 200);  // reading stays open
+  CHECK(call("GET", "/health", "").first == 200);
+
+  for (const char* bad : {"file:///etc/passwd", "http://169.254.169.254", "gopher://127.0.0.1:70"}) {
+    auto [st, body] = call("POST", std::string("/add_worker?url=") + bad, good);
+    CHECK(st == 400);
+    CHECK_THAT(body, Catch::Contains("bad worker URL"));
+  }
+  auto [st, body] = call("POST", "/workers", good, "{\"url\": \"" + w1.url + "\"}");
+  REQUIRE(st == 201);
+  CHECK_THAT(body, Catch::Contains("\"status\":\"pending\"") && Catch::Contains("\"is_healthy\":false"));
+  REQUIRE(rl::test::run_until(loop, [&] { return router.workers().at(0).status == "healthy"; }, 10));
+  CHECK(router.workers().at(0).healthy);
+  CHECK(call("DELETE", "/workers/1", "").first == 401);
+  CHECK(call("POST", "/remove_worker?url=" + w1.url, "").first == 401);
+  CHECK(router.workers().size() == 1);
+  CHECK(call("POST", "/remove_worker?url=" + w1.url, good).first == 200);
+  CHECK(router.workers().empty());
+  router.stop();
 }

@@ -135,7 +135,12 @@ TEST_CASE("registry: circuit breaker closed -> open -> half-open -> closed", "[r
   reg.on_dispatch(w);
   reg.on_success(w);
   CHECK(w.circuit == Circuit::closed);
-  // Health: thresholds.
+  // Health: the first probe ends "pending"; then thresholds.
+  CHECK(w.pending);
+  CHECK(std::string(WorkerRegistry::status_name(w)) == "pending");
+  reg.on_probe(w, true, "", 2, 1);
+  CHECK_FALSE(w.pending);
+  CHECK(std::string(WorkerRegistry::status_name(w)) == "healthy");
   reg.on_probe(w, false, "down", 2, 1);
   CHECK(w.healthy);
   reg.on_probe(w, false, "down", 2, 1);
@@ -147,6 +152,46 @@ TEST_CASE("registry: circuit breaker closed -> open -> half-open -> closed", "[r
   CHECK_THAT(err, Catch::Contains("bad worker URL"));
   CHECK_FALSE(reg.add("http://127.0.0.1:9000/", err));
   CHECK_THAT(err, Catch::Contains("already registered"));
+}
+
+TEST_CASE("worker registry: URLs are http(s)://host[:port], link-local only when allowed", "[router]") {
+  WorkerRegistry reg;
+  std::string err;
+  for (const char* bad : {"file:///etc/passwd", "gopher://127.0.0.1:70", "ftp://x", "http://", "http://:80",
+                          "http://h:0", "http://h:99999", "http://h:8x", "http://h:", "http://u:p@127.0.0.1:1",
+                          "http://127.0.0.1:1/admin", "http://127.0.0.1:1?x=1", "http://h\x01:1", "http://[::1",
+                          "http://169.254.169.254", "http://169.254.0.1:8080", "http://[fe80::1]:80",
+                          "http://[::ffff:169.254.169.254]:80"}) {
+    err.clear();
+    CHECK_FALSE(reg.add(bad, err));
+    CHECK_THAT(err, Catch::Contains("bad worker URL"));
+  }
+  CHECK(reg.size() == 0);
+  err.clear();
+  reg.add("http://169.254.169.254", err);
+  CHECK_THAT(err, Catch::Contains("--allow-link-local-workers"));
+  CHECK(reg.add("http://169.254.10.1:8000", err, /*allow_link_local=*/true));
+  CHECK(reg.add("https://engine.internal:443", err));
+  CHECK(reg.add("127.0.0.1:30000", err));  // "host:port" gets http://
+  CHECK(reg.find("http://127.0.0.1:30000") != nullptr);
+  CHECK(reg.add("http://[::1]:30001/", err));
+  CHECK(reg.size() == 4);
+}
+
+TEST_CASE("worker registry: pending workers take traffic only when no probed one can", "[router]") {
+  WorkerRegistry reg;
+  std::string err;
+  Worker& a = *reg.add("http://127.0.0.1:1", err);
+  Worker& b = *reg.add("http://127.0.0.1:2", err);
+  CHECK(reg.available(0).size() == 2);  // nothing probed yet: the pending ones serve
+  reg.on_probe(a, true, "", 2, 1);
+  auto av = reg.available(0);
+  REQUIRE(av.size() == 1);
+  CHECK(av[0] == &a);
+  reg.on_probe(b, false, "health probe: connection refused", 2, 1);  // a failed first probe: unhealthy at once
+  CHECK_FALSE(b.healthy);
+  CHECK(std::string(WorkerRegistry::status_name(b)) == "unhealthy");
+  CHECK_THAT(reg.why_unavailable(0), !Catch::Contains("pending"));
 }
 
 TEST_CASE("metrics: merged expositions group families and label workers", "[router]") {

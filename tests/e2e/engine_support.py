@@ -33,8 +33,11 @@ class Engine:
         self.ready = os.path.join(self.tmp, "ready")
         self.log_path = os.path.join(self.tmp, "engine.log")
         self.log = open(self.log_path, "w")
-        e = clean_env(XDG_RUNTIME_DIR=os.path.join(self.tmp, "xdg"))
+        # The engine's control endpoints need the run's admin token: this test's own.
+        self.admin_token = "test-admin-" + os.urandom(12).hex()
+        e = clean_env(XDG_RUNTIME_DIR=os.path.join(self.tmp, "xdg"), RLHOST_ADMIN_TOKEN=self.admin_token)
         e.update(env or {})
+        self.admin_token = e["RLHOST_ADMIN_TOKEN"]
         self.proc = subprocess.Popen(
             [BIN, "engine", "--model", model, "--port", "0", "--ready-file", self.ready, "--threads", "1", *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=e, cwd=self.tmp)
@@ -73,10 +76,13 @@ class Engine:
         return self.proc.returncode
 
     # ---- HTTP ------------------------------------------------------------------------
-    def request(self, method, path, body=None, headers=None, timeout=120, raw=None):
-        """(status, parsed JSON or text). `raw` sends bytes as they are."""
+    def request(self, method, path, body=None, headers=None, timeout=120, raw=None, auth=True):
+        """(status, parsed JSON or text). `raw` sends bytes as they are. With `auth`
+        (and no Authorization in `headers`) the admin token goes along."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         h = {"Content-Type": "application/json"}
+        if auth:
+            h["Authorization"] = "Bearer " + self.admin_token
         h.update(headers or {})
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         conn.request(method, path, body=data, headers=h)

@@ -33,7 +33,7 @@ TIMEOUT = 30
 def clean_env(**extra):
     """The caller's environment without the rlhost knobs a test did not ask for."""
     env = dict(os.environ)
-    for k in ("RLHOST_LOG_LEVEL", "RLHOST_CONTROL_TOKEN"):
+    for k in ("RLHOST_LOG_LEVEL", "RLHOST_CONTROL_TOKEN", "RLHOST_ADMIN_TOKEN"):
         env.pop(k, None)
     env.update(extra)
     return env
@@ -66,8 +66,9 @@ def lua_json(case, script, *args):
 class RlhostTestCase(unittest.TestCase):
     """A private temporary directory (self.dir) and environment (self.env:
     clean_env() with its own XDG_RUNTIME_DIR, so `attach --list` and `attach`
-    without a target only see this test's processes, and no REPL history);
-    processes added to self.procs are killed in tearDown."""
+    without a target only see this test's processes, and no REPL history; its
+    own admin token, RLHOST_ADMIN_TOKEN, which self.admin sends as the control
+    endpoints want); processes added to self.procs are killed in tearDown."""
 
     tmp_prefix = "rlhost-test-"
 
@@ -76,7 +77,10 @@ class RlhostTestCase(unittest.TestCase):
             self.fail("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
         self._tmp = tempfile.TemporaryDirectory(prefix=self.tmp_prefix)
         self.dir = self._tmp.name
-        self.env = clean_env(XDG_RUNTIME_DIR=os.path.join(self.dir, "xdg"), RLHOST_HISTORY="")
+        self.admin_token = "test-admin-" + os.urandom(12).hex()
+        self.admin = {"Authorization": "Bearer " + self.admin_token}
+        self.env = clean_env(XDG_RUNTIME_DIR=os.path.join(self.dir, "xdg"), RLHOST_HISTORY="",
+                             RLHOST_ADMIN_TOKEN=self.admin_token)
         self.procs = []
 
     def tearDown(self):

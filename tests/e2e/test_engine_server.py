@@ -322,12 +322,13 @@ class EngineAuthTest(unittest.TestCase):
     def test_api_key_guards_control_endpoints(self):
         eng = Engine(args=["--api-key", "s3cret"])
         try:
-            status, err = eng.post("/flush_cache")
+            status, err = eng.post("/flush_cache", auth=False)
             self.assertEqual(status, 401)
             self.assertIn("Authorization", err["error"]["message"])
-            self.assertEqual(eng.post("/abort_request", {"abort_all": True})[0], 401)
+            self.assertEqual(eng.post("/abort_request", {"abort_all": True}, auth=False)[0], 401)
             self.assertEqual(eng.post("/flush_cache", headers={"Authorization": "Bearer wrong"})[0], 401)
             self.assertEqual(eng.post("/flush_cache", headers={"Authorization": "Bearer s3cret"})[0], 200)
+            self.assertEqual(eng.post("/flush_cache")[0], 200)  # the run's admin token works too
             self.assertEqual(eng.get("/health")[0], 200)  # generation and info stay open
         finally:
             self.assertEqual(eng.stop(), 0)

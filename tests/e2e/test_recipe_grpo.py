@@ -123,6 +123,21 @@ class GrpoRecipe(RlhostTestCase):
         with open(os.path.join(self.dir, "recipe.log")) as f:
             return f.read()
 
+    def stop_with(self, p, sig, code, *logged):
+        """Sends `sig`, waits for exit status `code` and the `logged` lines."""
+        p.send_signal(sig)
+        p.wait(timeout=120)
+        text = self.log_text()
+        self.assertEqual(p.returncode, code, text)
+        for line in logged:
+            self.assertIn(line, text)
+
+    def assert_checkpoint_holds_every_step(self, d):
+        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
+            it = int(f.read())
+        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+
     def metrics(self, path):
         return read_jsonl(path)
 
@@ -248,16 +263,35 @@ class GrpoRecipe(RlhostTestCase):
             text = r.read().decode()
         self.assertIn("rlhost_train_loss ", text)
         self.assertIn("rlhost_rollout_raw_reward ", text)
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=120)
-        text = self.log_text()
-        self.assertEqual(p.returncode, 130, text)
-        self.assertIn("stopping after this step", text)
-        self.assertIn("stopped by Ctrl-C", text)
-        with open(d + "/ckpt/latest_checkpointed_iteration.txt") as f:
-            it = int(f.read())
-        steps = [m["rollout/step"] for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
-        self.assertEqual(it, len(steps), "the checkpoint holds every finished step")
+        self.stop_with(p, signal.SIGINT, 130, "stopping after this step", "stopped by Ctrl-C")
+        self.assert_checkpoint_holds_every_step(d)
+
+    def test_sigterm_saves_and_exits_143_leaving_no_engine(self):
+        # What timeout, systemd and Kubernetes send: like Ctrl-C (finish the step,
+        # checkpoint), exit 143, and the process-mode engines and router go too.
+        d = self.dir
+        p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m",
+                              "--engine-mode", "process", "--num-engines", "2")
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="one step")
+        self.assertIsNone(p.poll(), self.log_text())
+        children = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open("/proc/%s/stat" % name) as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == p.pid:
+                            children.append(int(name))
+                except (OSError, ValueError, IndexError):
+                    pass
+        self.assertGreaterEqual(len(children), 2, "the two engine processes")
+        self.stop_with(p, signal.SIGTERM, 143, "SIGTERM: stopping after this step", "stopped by SIGTERM")
+        self.assert_checkpoint_holds_every_step(d)
+        for c in children:  # reaped by the recipe (or at worst a zombie of init): not running
+            try:
+                with open("/proc/%d/stat" % c) as f:
+                    self.assertIn(f.read().rsplit(")", 1)[1].split()[0], ("Z", "X"), "engine %d still runs" % c)
+            except FileNotFoundError:
+                pass
 
     def test_reward_hot_reload(self):
         d = self.dir

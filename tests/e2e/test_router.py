@@ -79,6 +79,9 @@ class RouterCase(support.RlhostTestCase):
         with open(ready) as f:
             url = f.read().strip()
         support.wait_for(lambda: request(url + "/health")[0] == 200, what="router /health")
+        # Workers are "pending" until their first probe answers.
+        support.wait_for(lambda: all(w["status"] != "pending" for w in jget(url + "/workers")[1]["workers"]),
+                         what="first health probes")
         return url
 
     def served_by(self, url, n, path="/generate", body=None, headers=None):
@@ -112,34 +115,34 @@ class TestEndpoints(RouterCase):
         self.assertEqual((st, j["data"][0]["id"]), (200, "stub-model"))
         st, j = jget(r + "/get_loads")
         self.assertEqual([x["load"] for x in j["workers"]], [0, 0])
-        st, j = jget(r + "/flush_cache", method="POST")
+        st, j = jget(r + "/flush_cache", method="POST", headers=self.admin)
         self.assertEqual((st, j["success"], len(j["workers"])), (200, True, 2))
         for u in w:
             self.assertEqual(jget(u + "/_stats")[1]["flushes"], 1)
         # Add/remove: JSON and query forms.
         p3, u3 = start_worker("w3")
         self.procs.append(p3)
-        st, j = jget(r + "/workers", method="POST", body={"url": u3})
+        st, j = jget(r + "/workers", method="POST", body={"url": u3}, headers=self.admin)
         self.assertEqual(st, 201, j)
         wid = j["id"]
-        st, j = jget(r + "/workers", method="POST", body={"url": u3})
+        st, j = jget(r + "/workers", method="POST", body={"url": u3}, headers=self.admin)
         self.assertEqual(st, 409)
         self.assertIn("already registered", j["error"]["message"])
-        st, j = jget(r + "/workers/" + wid, method="DELETE")
+        st, j = jget(r + "/workers/" + wid, method="DELETE", headers=self.admin)
         self.assertEqual(st, 200)
-        st, j = jget(r + "/workers/999", method="DELETE")
+        st, j = jget(r + "/workers/999", method="DELETE", headers=self.admin)
         self.assertEqual(st, 404)
-        st, j = jget(r + "/add_worker?url=" + u3, method="POST")
+        st, j = jget(r + "/add_worker?url=" + u3, method="POST", headers=self.admin)
         self.assertEqual(st, 200, j)
         self.assertEqual(len(jget(r + "/workers")[1]["workers"]), 3)
-        st, j = jget(r + "/remove_worker?url=" + u3, method="POST")
+        st, j = jget(r + "/remove_worker?url=" + u3, method="POST", headers=self.admin)
         self.assertEqual(st, 200)
         self.assertEqual(len(jget(r + "/workers")[1]["workers"]), 2)
         # Bad control input names the problem.
-        st, j = jget(r + "/workers", method="POST", body="nope")
+        st, j = jget(r + "/workers", method="POST", body="nope", headers=self.admin)
         self.assertEqual(st, 400)
         self.assertIn("'url'", j["error"]["message"])
-        st, j = jget(r + "/add_worker", method="POST")
+        st, j = jget(r + "/add_worker", method="POST", headers=self.admin)
         self.assertEqual(st, 400)
         self.assertIn("missing query parameter 'url'", j["error"]["message"])
         st, j = jget(r + "/nope")

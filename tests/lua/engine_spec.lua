@@ -121,7 +121,7 @@ describe("rl.engine process mode", function()
     local pid = eng.pid
     eng:stop()
     eq(eng.pid, nil)
-    ok(not rl.engine._native().kill(pid, 0), "the child is gone")
+    ok(not require("rl._core").router.kill(pid, 0), "the child is gone")
   end, { timeout = 180 })
 
   it("reports a child that cannot start, with its log", function()

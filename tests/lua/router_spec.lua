@@ -26,11 +26,19 @@ describe("rl.router", function()
     local dup, err = r:add(w2:url())
     eq(dup, nil)
     ok(err:find("already registered"))
+    eq(added.status, "pending")     -- not probed yet: no traffic while a probed worker can take it
+    eq(added.is_healthy, false)
+    for _ = 1, 500 do
+      local ws = r:workers()
+      if ws[1].status ~= "pending" and ws[2].status ~= "pending" then break end
+      rl.sleep(0.01)
+    end
     local seen = {}
     for _ = 1, 4 do seen[rl.http.json(rl.http.post(r.url .. "/generate", { text = "x" })).worker] = true end
     ok(seen.w1 and seen.w2)
     local ws = r:workers()
     eq(#ws, 2)
+    eq(ws[1].status, "healthy")
     eq(ws[1].is_healthy, true)
     eq(type(ws[1].load), "number")
     ok(r:metrics():find("rlhost_router_requests_total", 1, true))

@@ -130,7 +130,7 @@ describe("rl.trainer checkpoints", function()
     assert(tr:train(next_batch(ds)))
     local root = work .. "/ckpt"
     assert(tr:save(root))
-    local proc = require("rl.torch")._engine
+    local proc = require("rl._core").router   -- spawn / kill / reap: children die with us
 
     -- A child rlhost resumes, trains a step and saves, paused at `stage` by the
     -- test hook; it is SIGKILLed once `marker(pid)` exists.
@@ -144,11 +144,11 @@ describe("rl.trainer checkpoints", function()
       ]]):format(root, root, iteration)
       local log = work .. "/child-" .. stage .. ".log"
       local pid = assert(proc.spawn({ "/usr/bin/env", "RLHOST_CHECKPOINT_TEST_PAUSE=" .. stage .. ":120",
-                                      proc.exe_path(), "--no-control", "-e", code }, log))
+                                      rl.process.self(), "--no-control", "-e", code }, { log = log }))
       local deadline = rl.now() + 90
       while not exists(marker(pid)) do
-        local exited, status = proc.wait(pid)
-        if exited then error("child exited (" .. tostring(status) .. ") before the pause: " .. (read(log) or "")) end
+        local status = proc.reap(pid)
+        if status then error("child exited (" .. tostring(status) .. ") before the pause: " .. (read(log) or "")) end
         if rl.now() > deadline then
           proc.kill(pid, 9)
           error("child never reached the pause: " .. (read(log) or ""))
@@ -157,7 +157,7 @@ describe("rl.trainer checkpoints", function()
       end
       print(("  child %d paused at %s after %.2f s"):format(pid, stage, rl.now() - deadline + 90))
       ok(proc.kill(pid, 9), "SIGKILL delivered")
-      while not proc.wait(pid) do rl.sleep(0.02) end
+      while not proc.reap(pid) do rl.sleep(0.02) end
       ok(not (read(log) or ""):find("save finished", 1, true), "the save did not finish")
       return pid
     end

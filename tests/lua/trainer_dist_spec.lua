@@ -58,7 +58,7 @@ describe("rl.trainer distributed weight sync", function()
       print(("round %d: sync %.3f s, |logp gap| %.3g -> %.3g"):format(round, s.seconds, before, after))
     end
     -- The engine dies: the next sync fails with an error, well within its timeout.
-    require("rl.torch")._engine.kill(eng.pid, 9)
+    require("rl._core").router.kill(eng.pid, 9)
     assert(tr:train(b))
     local t0 = now()
     local s, err = tr:sync(eng, { method = "distributed", timeout = 10 })
@@ -86,7 +86,7 @@ describe("rl.trainer distributed weight sync", function()
     local http = rl.http
     local function post(path, body)
       local r = assert(http.request { method = "POST", url = eng.url .. path, body = rl.json.encode(body),
-        headers = { ["content-type"] = "application/json" }, timeout = 10 })
+        headers = rl.engine.control_headers(), timeout = 10 })
       return r.status, r.body
     end
     local st, body = post("/init_weights_update_group", { master_address = "127.0.0.1", rank_offset = 1,
@@ -157,9 +157,13 @@ describe("rl.trainer shared-memory weight sync", function()
     local eng = assert(rl.engine.start { model = STORIES, threads = 1 })
     local function post(path, body)
       local r = assert(rl.http.request { method = "POST", url = eng.url .. path, body = rl.json.encode(body),
-        headers = { ["content-type"] = "application/json" }, timeout = 10 })
+        headers = rl.engine.control_headers(), timeout = 10 })
       return r.status, r.body
     end
+    -- control endpoints want the run's admin token even on loopback (rl.engine.control_headers sends it)
+    local anon = assert(rl.http.request { method = "POST", url = eng.url .. "/init_weights_shm", body = "{}",
+      headers = { ["content-type"] = "application/json" }, timeout = 10 })
+    eq(anon.status, 401)
     local st, body = post("/update_weights_from_shm", { buffer = 1 })
     eq(st, 400)
     ok(body:find("'id' is required", 1, true), body)

@@ -85,4 +85,11 @@ local engine = {}
 ---@return rl.engine.Engine|nil engine, string|nil err
 function engine.start(opts) end
 
+--- Headers for an engine's control endpoints (weights, memory, profile, abort,
+--- flush): JSON content type and 'Authorization: Bearer <api_key or the run's admin
+--- token>'. The admin token is $RLHOST_ADMIN_TOKEN, which engines this run starts inherit.
+---@param api_key? string
+---@return table<string, string>
+function engine.control_headers(api_key) end
+
 return engine

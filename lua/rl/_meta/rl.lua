@@ -66,10 +66,11 @@ function rl.time() end
 ---@param code? integer 0-255
 function rl.exit(code) end
 
---- Ctrl-C calls fn() once instead of cancelling the main task (a graceful stop at the
---- recipe's next step boundary); a second Ctrl-C cancels as usual. nil removes it.
----@param fn fun()|nil
----@return fun()|nil previous
+--- Ctrl-C or SIGTERM calls fn(signal) once ("SIGINT" or "SIGTERM") instead of
+--- cancelling the main task (a graceful stop at the recipe's next step boundary); a
+--- second signal cancels as usual. nil removes it.
+---@param fn fun(signal: "SIGINT"|"SIGTERM")|nil
+---@return fun(signal: string)|nil previous
 function rl.on_interrupt(fn) end
 
 --- The task running now, or nil outside tasks.

@@ -10,6 +10,7 @@ rl.router = {}
 ---@field host? string bind address, default "127.0.0.1" (non-loopback needs allow_remote)
 ---@field port? integer default 0 (a free port)
 ---@field allow_remote? boolean
+---@field allow_link_local_workers? boolean accept worker URLs on 169.254.0.0/16 or fe80::/10 (refused otherwise)
 ---@field mode? "thread"|"process" default "thread"
 ---@field ready_timeout? number process mode: seconds to wait for the child (default 15)
 ---@field health_interval? number seconds between probes (5)
@@ -36,7 +37,8 @@ rl.router = {}
 ---@class rl.router.Worker
 ---@field id string
 ---@field url string
----@field is_healthy boolean
+---@field is_healthy boolean false while "pending"
+---@field status "pending"|"healthy"|"unhealthy" pending until its first health probe answers
 ---@field load integer requests in flight through this router
 ---@field circuit_state "closed"|"open"|"half_open"
 ---@field requests integer

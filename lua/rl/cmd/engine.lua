@@ -84,6 +84,8 @@ if opt.ready_file then
   assert(os.rename(tmp, opt.ready_file))
 end
 rl.log.info("rlhost engine: serving %s at %s (Ctrl-C or SIGTERM stops)", opt.model, eng.url)
+rl.log.info("rlhost engine: control endpoints (weights, memory, profile, abort, flush)"
+  .. " " .. require("rl._admin").hint() .. (opt.api_key and "; the --api-key works too" or ""))
 
 local ok, werr = pcall(function()
   while true do rl.sleep(3600) end

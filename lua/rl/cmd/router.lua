@@ -11,7 +11,8 @@ local opt = rl.args {
   description = "Route requests over engines: sglang-router's HTTP surface (docs/router.md).",
   { name = "host", type = "string", default = "127.0.0.1", help = "bind address (non-loopback needs --allow-remote)" },
   { name = "port", type = "int", default = 30000, help = "port (0 picks a free one)" },
-  { name = "allow_remote", type = "bool", default = false, help = "allow a non-loopback --host (no authentication!)" },
+  { name = "allow_remote", type = "bool", default = false, help = "allow a non-loopback --host (only worker changes need a token!)" },
+  { name = "allow_link_local_workers", type = "bool", default = false, help = "accept worker URLs on 169.254.0.0/16 or fe80::/10" },
   { name = "policy", type = "string", default = "cache_aware", choices = router.policies(), help = "routing policy" },
   { name = "worker", type = "list", of = "string", default = {}, help = "worker URLs (more via POST /workers)" },
   { name = "ready_file", type = "string", help = "write the router's URL to this file once listening" },
@@ -55,6 +56,8 @@ if not h then
   rl.exit(1)
 end
 rl.log.info("router listening on %s (policy %s, %d workers)", h.url, opt.policy, #opt.worker)
+rl.log.info("router: worker changes (/add_worker, /remove_worker, POST/DELETE /workers) and /flush_cache"
+  .. " " .. require("rl._admin").hint())
 if opt.ready_file then
   -- Written whole then renamed, so a reader never sees half a URL.
   local tmp = opt.ready_file .. ".tmp"

@@ -171,6 +171,7 @@ function Job:maybe_eval(rollout_id, final)
   end
   if not final and rollout_id % every ~= 0 then return end
   if final and self.last_eval == rollout_id then return end
+  if final and self.stopping then return end   -- stopped by a signal: save and exit promptly
   local t0 = rl.now()
   local _, m = self.rollout:eval(rollout_id, self.eval_datasets)
   m["perf/eval_time"] = rl.now() - t0
@@ -225,15 +226,16 @@ function Job:inject_fault(action, i)
   return self.health:inject(action, i)
 end
 
---- Ctrl-C stops at the next step boundary, after saving; a second Ctrl-C cancels.
+--- Ctrl-C or SIGTERM stops at the next step boundary, after saving; a second one cancels.
 function Job:on_interrupt()
-  rl.on_interrupt(function()
+  rl.on_interrupt(function(signal)
+    local what = signal == "SIGTERM" and "SIGTERM" or "Ctrl-C"
     if not self.is_main then   -- a training rank: rank 0 decides when to stop
-      log.info(("rank %d: Ctrl-C: rank 0 finishes its step and stops every rank"):format(self.rank))
+      log.info(("rank %d: %s: rank 0 finishes its step and stops every rank"):format(self.rank, what))
       return
     end
-    self.stopping = true
-    log.warn("Ctrl-C: stopping after this step (checkpoint and dumps are written); Ctrl-C again to abort now")
+    self.stopping, self.stop_signal = true, signal
+    log.warn(what .. ": stopping after this step (checkpoint and dumps are written); again to abort now")
   end)
 end
 
@@ -262,7 +264,7 @@ function Job:finish(last_rollout)
   local function add(k, v) if v then lines[#lines + 1] = ("  %-18s %s"):format(k, v) end end
   local m, e = self.last or {}, self.last_eval_metrics or {}
   add("steps", ("%d rollout steps in %.0f s%s"):format(self.steps_done or 0, rl.now() - self.started,
-    self.stopping and " (stopped by Ctrl-C)" or ""))
+    self.stopping and (" (stopped by " .. (self.stop_signal == "SIGTERM" and "SIGTERM" or "Ctrl-C") .. ")") or ""))
   if m["rollout/raw_reward"] then add("last reward", ("%.3f"):format(m["rollout/raw_reward"])) end
   for k, v in pairs(e) do
     if k:match("^eval/[^/%-]+$") and k ~= "eval/step" then add(k, ("%.3f (after step %d)"):format(v, self.last_eval)) end
@@ -280,7 +282,7 @@ function Job:finish(last_rollout)
   if self.health then self.health:stop() end
   if self.router then self.router:stop() end
   for _, eng in ipairs(self.engines or {}) do eng:stop() end
-  if self.stopping and last_rollout ~= false then rl.exit(130) end
+  if self.stopping and last_rollout ~= false then rl.exit(self.stop_signal == "SIGTERM" and 143 or 130) end
 end
 
 return M

@@ -169,7 +169,9 @@ return function(M, Rollout)
       local http = require "rl.http"
       for _, url in ipairs(self:worker_urls()) do
         for _ = 1, 100 do
-          local r, err = http.post(url .. "/abort_request", { abort_all = true }, { timeout = 10 })
+          local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
+                                        body = json.encode { abort_all = true },
+                                        headers = require("rl.engine").control_headers() }
           if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)); break end
           local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
           local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
