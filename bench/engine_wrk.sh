@@ -16,7 +16,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 base="${BASE:?set BASE to the baseline rlhost binary}"
 new="${NEW:-$root/build/rlhost}"
-model="${MODEL:-${RLHOST_SHARED_DATA:-$root/../shared/data}/models/stories260K}"
+model="${MODEL:-${RLHOST_TEST_DATA:-$root/build/test-data}/models/stories260K}"  # tests/data, unpacked by the build
 duration="${DURATION:-10}" repeat="${REPEAT:-3}" conn="${CONN:-64}" threads="${WRK_THREADS:-2}"
 command -v wrk >/dev/null || { echo "wrk not found (apt-get install wrk)" >&2; exit 2; }
 

@@ -54,7 +54,7 @@ class FaultTolerance(RlhostTestCase):
              "--no-progress", "--eval-interval", "1000", "--metrics-dir", d + "/m",
              "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt",
              "--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
-             "--rollout-health-check-timeout", "4", "--fault-injection", action + ":2:2:0.5"],
+             "--rollout-health-check-timeout", "4", "--fault-injection", action + ":2:2"],
             capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
         log = r.stdout + r.stderr
         try:

@@ -317,6 +317,8 @@ class NoProcessLeftBehind(RlhostTestCase):
             me, *children = json.load(f)
         self.assertEqual(me, p.pid)
         for c in children:
+            if mode == "error":
+                continue  # the recipe fails at once: its children may be stopped already
             self.assertFalse(gone(c), c)
             self.assertEqual(os.getpgid(c), c)  # its own group: a terminal's ^C reaches the parent first
         self.addCleanup(self.kill_leftovers, children)

@@ -170,7 +170,7 @@ class RouterJsonTest(RouterCase):
         self.assertEqual(st, 400, body[:300])
         self.assertIn(b"UTF-8", body)
         st, _, body = request(url + "/workers", "POST", body_with("url", deep()).encode(),
-                              headers={"Content-Type": "application/json"})
+                              headers=dict(self.admin, **{"Content-Type": "application/json"}))
         self.assertEqual(st, 400, body[:300])
         self.assertIn(b"in field 'url[0]", body)
         self.assertEqual(sum(self.served_by(url, 2).values()), 2)

@@ -137,4 +137,4 @@ put("gguf", "llama", gguf(kvs, [("token_embd.weight", [4, 8], 0, f32(4, 8)),
 value = {"a": [1, 2.5, "x", None, True, (1, 2), b"\x00\x01"], "b": {"c": -7, "d": 2 ** 70}, "e": [[], {}, ()]}
 put("pickle", "p2", pickle.dumps(value, protocol=2))
 put("pickle", "p4", pickle.dumps(value, protocol=4))
-put("pickle", "shared", pickle.dumps([value["a"], value["a"]], protocol=2))
+put("pickle", "memo_refs", pickle.dumps([value["a"], value["a"]], protocol=2))

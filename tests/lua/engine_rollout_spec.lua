@@ -202,6 +202,14 @@ describe("rl.rollout over the router and a real engine", function()
     end })
     local router = assert(rl.router.start { workers = { bad:url(), p.eng.url }, policy = "round_robin",
       circuit_failure_threshold = 1000, retry_backoff = 0.01 })
+    -- both probed (a pending worker only gets traffic when no probed one can take it)
+    local deadline = rl.now() + 30
+    local function all_healthy()
+      for _, w in ipairs(router:workers()) do if w.status ~= "healthy" then return false end end
+      return true
+    end
+    while not all_healthy() and rl.now() < deadline do rl.sleep(0.05) end
+    ok(all_healthy(), "both workers healthy within 30 s")
     local ds = rl.data.load(p.path, { label_key = "label" })
     local ro = rl.rollout.new { url = router.url, tokenizer = p.tok, data = ds, rollout_batch_size = 1,
       n_samples_per_prompt = 4, rollout_max_response_len = 4, reward = parity }

@@ -24,7 +24,7 @@ local SIGKILL, SIGSTOP = 9, 19
 local ACTIONS = { kill = SIGKILL, stop = SIGSTOP }
 
 local function now() return rl.now() end
-local function native() return require("rl.engine")._native() end
+local proc = require("rl._core").router  -- spawn/kill/reap of child processes (their process groups)
 
 --- Parses --fault-injection: "ACTION:ENGINE:STEP[:DELAY]" items, comma-separated
 --- (ACTION kill | stop, ENGINE 1-based, STEP the rollout id, DELAY seconds into that
@@ -86,9 +86,10 @@ end
 -- Whether a process-mode engine's process has exited (reaped then); its status.
 local function exited(eng)
   if eng.mode ~= "process" or not eng.pid then return false end
-  local gone, code = native().wait(eng.pid)
-  if gone then eng.pid = nil end
-  return gone, code
+  local code = proc.reap(eng.pid)
+  if code == nil then return false end
+  eng.pid = nil
+  return true, code
 end
 
 --- One probe of engine i: true, or false and why.
@@ -128,7 +129,7 @@ function Health:mark_dead(i, why)
   if job.router then job.router:remove(eng.url) end
   if job.trainer and job.trainer.forget_engine then job.trainer:forget_engine(eng.url) end
   if eng.mode == "process" and eng.pid then
-    native().kill(eng.pid, SIGKILL)
+    proc.kill(eng.pid, SIGKILL)
     local deadline = now() + 10
     while eng.pid and not exited(eng) and now() < deadline do task.sleep(0.05) end
     eng.pid = nil
@@ -191,7 +192,7 @@ function Health:inject(action, i)
     return nil, ("inject: engine %d is not a running process (--engine-mode process)"):format(i)
   end
   log.warn("fault injection: %s engine %d (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", i, eng.pid)
-  native().kill(eng.pid, sig)
+  proc.kill(eng.pid, sig)
   return true
 end
 
