@@ -112,6 +112,11 @@ TEST_CASE("router: a worker killed mid-load; requests retried or failed cleanly"
   Router router(o);
   router.start();
   EventLoop loop;
+  // Both probed first: a pending worker only gets traffic while no probed one can take it.
+  REQUIRE(rl::test::run_until(loop, [&] {
+    auto ws = router.workers();
+    return ws.size() == 2 && ws[0].healthy && ws[1].healthy;
+  }, 10));
   UpstreamPool::Options po;
   po.max_per_host = 100000;
   UpstreamPool clients(loop, po);
