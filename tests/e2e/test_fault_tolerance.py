@@ -87,10 +87,16 @@ class FaultTolerance(RlhostTestCase):
         refit = re.search(r"engine 2 refit: serves weight version (\S+) \(trainer's (\S+)\)", log)
         self.assertIsNotNone(refit, log[-4000:])
         self.assertEqual(refit.group(1), refit.group(2))
-        # it serves the version of step 2's sync, and the step line says what happened
-        self.assertEqual(int(refit.group(1)), rows[2]["rollout/weight_version"])
-        self.assertRegex(log, r"rollout 2 \|.*\| engines 2/2 healthy \(.*engine 2 died.*restarted.*refit")
-        self.assertEqual(rows[2]["rollout/engines/healthy"], 2)
+        # The step line of the step the death fell in says what happened, and the engine
+        # serves that step's version. The drill fires during step 2, but a step that
+        # takes its groups from the over-sampling buffer can end before it lands: then
+        # it falls in a later step.
+        died = re.search(r"rollout (\d+) \|.*\| engines 2/2 healthy \(.*engine 2 died.*restarted.*refit", log)
+        self.assertIsNotNone(died, log[-4000:])
+        step = int(died.group(1))
+        self.assertGreaterEqual(step, 2)
+        self.assertEqual(int(refit.group(1)), rows[step]["rollout/weight_version"])
+        self.assertEqual(rows[step]["rollout/engines/healthy"], 2)
         self.assertEqual(rows[-1]["rollout/engines/restarts"], 1)
         # no engine process outlives the run: the first two, the restarted one
         pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", log)]
