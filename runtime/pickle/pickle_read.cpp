@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/errors.hpp"
 #include "pickle/torch_pickle.hpp"
@@ -20,6 +21,11 @@ class Reader {
 
   Value run();
   size_t pos() const { return pos_; }
+  // What the reader still holds (stack, memo): with the result, every container it made.
+  void roots(std::vector<const Value*>& out) const {
+    for (const auto& v : stack_) out.push_back(&v);
+    for (const auto& [k, v] : memo_) out.push_back(&v);
+  }
 
  private:
   [[noreturn]] void fail(const std::string& what, const std::string& hint = {}) const {
@@ -502,9 +508,98 @@ class Checker {
 
 void check_loaded(const Value& v, const std::string& where, int max_depth) { Checker(where, max_depth).walk(v); }
 
+namespace {
+
+size_t child_count(const Value& v) {
+  if (v.is(Value::Kind::dict)) return 2 * v.as_dict().items.size();
+  return v.items().size();
+}
+
+const Value& child(const Value& v, size_t i) {
+  if (v.is(Value::Kind::dict)) {
+    const auto& kv = v.as_dict().items[i / 2];
+    return i % 2 ? kv.second : kv.first;
+  }
+  return v.items()[i];
+}
+
+bool is_container(const Value& v) { return v.identity() != nullptr && !v.is(Value::Kind::tensor); }
+
+// Whether a container reachable from `roots` reaches itself (iterative: dumps may
+// nest deeply). A cycle always passes through a container held twice, so only
+// those are remembered.
+bool has_cycle(const std::vector<const Value*>& roots) {
+  std::unordered_map<const void*, int> state;  // shared containers: 1 on the path, 2 done
+  struct Frame {
+    const Value* v;
+    size_t next;
+    bool shared;
+  };
+  std::vector<Frame> path;
+  auto enter = [&](const Value* v) {  // true: a cycle
+    if (!is_container(*v)) return false;
+    const bool shared = v->use_count() > 1;
+    if (shared) {
+      auto [it, first] = state.try_emplace(v->identity(), 1);
+      if (!first) return it->second == 1;
+    }
+    path.push_back({v, 0, shared});
+    return false;
+  };
+  for (const Value* root : roots) {
+    if (enter(root)) return true;
+    while (!path.empty()) {
+      const size_t top = path.size() - 1;
+      if (path[top].next < child_count(*path[top].v)) {
+        const Value* c = &child(*path[top].v, path[top].next++);
+        if (enter(c)) return true;
+      } else {
+        if (path[top].shared) state[path[top].v->identity()] = 2;
+        path.pop_back();
+      }
+    }
+  }
+  return false;
+}
+
+// Empties every container reachable from `roots`, so that cycles among them
+// cannot keep them alive (the whole graph is being thrown away).
+void release_graph(const std::vector<const Value*>& roots) {
+  std::unordered_set<const void*> seen;
+  std::vector<Value> all, work;
+  for (const Value* r : roots) work.push_back(*r);
+  while (!work.empty()) {
+    Value v = std::move(work.back());
+    work.pop_back();
+    if (!is_container(v) || !seen.insert(v.identity()).second) continue;
+    for (size_t i = 0, n = child_count(v); i < n; ++i) work.push_back(child(v, i));
+    all.push_back(std::move(v));
+  }
+  for (auto& v : all) {
+    if (v.is(Value::Kind::dict)) v.as_dict().items.clear();
+    else v.items().clear();
+  }
+}
+
+}  // namespace
+
 Value pickle_load(std::string_view data, size_t* pos, const PersistentLoader& persistent, const std::string& where) {
   Reader r(data, *pos, persistent, where);
-  Value v = r.run();
+  std::vector<const Value*> roots;
+  Value v;
+  try {
+    v = r.run();
+  } catch (...) {
+    r.roots(roots);  // a corrupt pickle may have built cycles before it broke
+    release_graph(roots);
+    throw;
+  }
+  roots.push_back(&v);
+  r.roots(roots);
+  if (has_cycle(roots)) {
+    release_graph(roots);
+    throw Error(where + ": the object graph has a cycle (a container that holds itself)", "dumps must be trees");
+  }
   *pos = r.pos();
   return v;
 }
