@@ -102,12 +102,7 @@ RL_BI_CLONES
 void rms_norm_rows(const float* x, const float* w, float eps, float* y, int64_t r0, int64_t r1, int64_t n) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int k = 0; k < 8; ++k) acc[k] = std::fma(xr[i + k], xr[i + k], acc[k]);
-    float ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; ++i) ss = std::fma(xr[i], xr[i], ss);
+    const float ss = dot_inline(xr, xr, n);
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
     float* yr = y + r * n;
     for (int64_t j = 0; j < n; ++j) yr[j] = w[j] * (xr[j] * inv);

@@ -12,18 +12,7 @@
 namespace rl::nn {
 namespace {
 
-// Eight independent partial sums: vectorises without reassociating one long
-// chain (no -ffast-math needed). Explicit fused multiply-adds: every x86-64 level
-// computes the same bits (see nn/batch_invariant.hpp).
-__attribute__((always_inline)) inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] = std::fma(a[i + k], b[i + k], acc[k]);
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
-  return s;
-}
+using bi::dot_inline;
 
 // Fixed 8-wide blocks for the same reason (-O2 leaves a variable-length loop scalar).
 __attribute__((always_inline)) inline void axpy(float w, const float* __restrict x, float* __restrict y, int64_t n) {
@@ -47,7 +36,7 @@ void attend_one(const float* q, const float* kc, const float* vc, const int64_t*
   const int64_t H = sh.H, D = sh.D, KV = sh.KV, group = H / KV;
   for (int64_t j = 0; j < n; ++j) {
     const float* kr = kc + row[j] * KV * D;
-    for (int64_t h = 0; h < H; ++h) w[h * n + j] = dot(q + h * D, kr + (h / group) * D, D) * sh.scale;
+    for (int64_t h = 0; h < H; ++h) w[h * n + j] = dot_inline(q + h * D, kr + (h / group) * D, D) * sh.scale;
   }
   for (int64_t h = 0; h < H; ++h) {
     float* wh = w + h * n;

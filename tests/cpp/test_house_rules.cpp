@@ -3,7 +3,8 @@
 // headers only in runtime's LibTorch folders and the torch_* bindings; runtime folders
 // without LibTorch (linked into the binary) include nothing from those folders; no
 // include cycle between runtime folders; and no test, benchmark or script reads
-// ../shared (the suite's data is tests/data, so a clone stands alone).
+// the workplace's shared folder beside the checkout (the suite's data is tests/data,
+// so a clone stands alone).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -98,9 +99,9 @@ bool is_torch_header(const Include& i) {
   return (i.angled && std::regex_search(i.target, torch)) || i.target == "tensor/torch_pch.hpp";
 }
 
-// A line naming ../shared as a place to read from. Citations of the design references
-// (../shared/reference/...) in prose are allowed; any other path into ../shared, or its
-// data folder spelled any way, is not.
+// A line naming the shared folder beside the checkout as a place to read from.
+// Citations of its design references (its reference/ folder) in prose are allowed; any
+// other path into it, or its data folder spelled any way, is not.
 bool names_shared(const std::string& line) {
   static const std::regex bad(R"((\.\./shared(?!/reference/))|(shared/data)|(SHARED_DATA)|(["']shared["']))");
   return std::regex_search(line, bad);
@@ -216,7 +217,7 @@ TEST_CASE("house: no include cycle between runtime folders", "[house]") {
   CHECK(edges["trainer"].count("engine") == 0);
 }
 
-TEST_CASE("house: no test, benchmark or script reads ../shared", "[house]") {
+TEST_CASE("house: no test, benchmark or script reads the shared folder beside the checkout", "[house]") {
   // The suite's data is tests/data (unpacked into <build>/test-data).
   std::vector<std::string> found;
   const auto code = [](const fs::path& p) {
