@@ -129,7 +129,7 @@ local function tail(path, n)
 end
 
 local function free_port()
-  local srv, err = require("rl.http").serve { host = "127.0.0.1", port = 0 }
+  local srv, err = require("rl.http").serve { host = "127.0.0.1", port = 0, handler = function() return { status = 503 } end }
   if not srv then return nil, err end
   local p = srv:port()
   srv:stop()
