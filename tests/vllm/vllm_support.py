@@ -36,17 +36,6 @@ def default_model(env):
     return r.stdout.strip().splitlines()[-1]
 
 
-def vllm_processes():
-    """pids of vLLM processes (API servers, EngineCores, workers) on this machine."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    pids = []
-    for line in out.splitlines():
-        pid, _, cmd = line.strip().partition(" ")
-        if "vllm.entrypoints.openai.api_server" in cmd or cmd.startswith("VLLM::"):
-            pids.append(int(pid))
-    return set(pids)
-
-
 def group_alive(pgid):
     """True while any process of the process group `pgid` exists."""
     try:

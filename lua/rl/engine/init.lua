@@ -307,7 +307,10 @@ function M.start(opts)
     if opts.threads and not (opts.env and opts.env.OMP_NUM_THREADS) then
       o.env = {}
       for k, v in pairs(opts.env or {}) do o.env[k] = v end
+      -- `threads` threads, scheduled by the OS as the native engine's are (vLLM's default
+      -- binds one core per server and keeps one for itself)
       o.env.OMP_NUM_THREADS = tostring(opts.threads)
+      o.env.VLLM_CPU_OMP_THREADS_BIND = o.env.VLLM_CPU_OMP_THREADS_BIND or "nobind"
     end
     return require("rl.engine.vllm").start(o)
   end

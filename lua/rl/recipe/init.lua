@@ -143,6 +143,7 @@ local function start_engines(opt, job)
   end
   local router, err = rl.router.start { workers = urls }
   if not router then error("router did not start: " .. tostring(err), 0) end
+  log.info("Router launched at %s", (router.url:gsub("^http://", "")))   -- the line the seed's profiling script greps
   return engines, router
 end
 
@@ -226,6 +227,7 @@ function M.setup(opt, setup_opts)
     rollout_temperature = opt.rollout_temperature, rollout_top_p = opt.rollout_top_p, rollout_top_k = opt.rollout_top_k,
     rollout_seed = opt.rollout_seed, num_engines = opt.num_engines, eval_datasets = job.eval_datasets,
     backend = opt.rollout_backend == "vllm" and "vllm" or nil,
+    weight_version = opt.rollout_backend == "vllm" and job.engines and job.engines[1].weight_version or nil,
     save_debug_rollout_data = opt.save_debug_rollout_data, load_debug_rollout_data = opt.load_debug_rollout_data,
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
   }
