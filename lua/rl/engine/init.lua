@@ -123,6 +123,20 @@ local function tail(path, n)
   local s = read_file(path) or ""
   return #s > n and s:sub(-n) or s
 end
+M._log_tail = tail
+
+-- SIGTERM to a child's process group, SIGKILL after `grace` s; reaps it.
+function M._stop_child(pid, grace)
+  proc.kill(pid, 15)
+  local deadline = now() + grace
+  while not proc.reap(pid) do
+    if now() > deadline then
+      proc.kill(pid, 9)
+      deadline = math.huge
+    end
+    if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
+  end
+end
 
 local function start_process(opts)
   local dir = os.tmpname()
@@ -265,16 +279,7 @@ function Engine:stop(drain)
     error("rl.engine.Engine:stop: bad argument #1 'drain' (seconds >= 0 expected, got " .. tostring(drain) .. ")", 2)
   end
   if self.mode == "process" then
-    if not self.pid then return end
-    proc.kill(self.pid, 15)
-    local deadline = now() + 15
-    while not proc.reap(self.pid) do
-      if now() > deadline then
-        proc.kill(self.pid, 9)
-        deadline = math.huge
-      end
-      if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
-    end
+    if self.pid then M._stop_child(self.pid, 15) end
     self.pid = nil
     return
   end

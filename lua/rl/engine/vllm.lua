@@ -17,7 +17,6 @@ local log = require "rl.log"
 local core = require "rl._core"
 local now = core.loop.now
 local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
-local read_file = require("rl._fs").read_file
 
 local M = {}
 
@@ -123,11 +122,6 @@ end
 
 -- ---- launching ---------------------------------------------------------------------
 
-local function tail(path, n)
-  local s = read_file(path) or ""
-  return #s > n and s:sub(-n) or s
-end
-
 local function free_port()
   local srv, err = require("rl.http").serve { host = "127.0.0.1", port = 0, handler = function() return { status = 503 } end }
   if not srv then return nil, err end
@@ -226,14 +220,14 @@ function M.start(opts)
     if code then
       self.pid = nil
       return nil, ("rl.engine.start: the vLLM server exited with status %s before serving; its log (%s):\n%s")
-        :format(tostring(code), logf, tail(logf, 4000))
+        :format(tostring(code), logf, require("rl.engine")._log_tail(logf, 4000))
     end
     local r = http.get(url .. "/health", { timeout = 5 })
     if r and r.status == 200 then break end
     if now() > deadline then
       self:stop()
       return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout); its log (%s):\n%s")
-        :format(tostring(timeout), logf, tail(logf, 4000))
+        :format(tostring(timeout), logf, require("rl.engine")._log_tail(logf, 4000))
     end
     task.sleep(0.5)
   end
@@ -362,16 +356,7 @@ function VllmEngine:resume_memory() return gpu_only("resume_memory") end
 --- Stops the server: SIGTERM to its process group (the API server and its
 --- EngineCore), SIGKILL after 20 s. Idempotent.
 function VllmEngine:stop()
-  if not self.pid then return end
-  proc.kill(self.pid, 15)
-  local deadline = now() + 20
-  while not proc.reap(self.pid) do
-    if now() > deadline then
-      proc.kill(self.pid, 9)
-      deadline = math.huge
-    end
-    if task.current() then task.sleep(0.1) else os.execute("sleep 0.1") end
-  end
+  if self.pid then require("rl.engine")._stop_child(self.pid, 20) end
   self.pid = nil
 end
 
