@@ -32,7 +32,7 @@ local out = {}
 for i, s in ipairs(d.samples) do
   local lps = s.rollout_log_probs
   out[i] = { tokens = #s.tokens, response_length = s.response_length, log_probs = type(lps) == "table" and #lps or -1,
-             max_lp = type(lps) == "table" and math.max(table.unpack(lps)) or 0,
+             max_lp = type(lps) == "table" and math.max(unpack(lps)) or 0,
              status = s.status, versions = s.weight_versions, reward = s.reward }
 end
 print(rl.json.encode(out))
@@ -72,6 +72,10 @@ class VllmRecipeTest(vs.RlhostTestCase):
         steps = [m for m in rows if "rollout/step" in m]
         self.assertEqual([m["rollout/step"] for m in steps], [0, 1, 2])
         for m in steps:
+            print("step %d: reward %.3f, engine-trainer log-prob |diff|: rollout %.3g, after sync %.3g, sync %.2f s"
+                  % (m["rollout/step"], m["rollout/raw_reward"],
+                     next(v for k, v in m.items() if k.endswith("train_rollout_logprob_abs_diff")),
+                     m["rollout/weight_sync_logprob_abs_diff"], m["perf/update_weights_time"]), flush=True)
             for key in ("rollout/raw_reward", "rollout/response_len/mean", "train/loss", "train/grad_norm",
                         "perf/rollout_time", "perf/update_weights_time"):
                 self.assertIn(key, m)
