@@ -12,6 +12,12 @@ local t = rl.spawn(function()
   local eng, err = rl.engine.start { model = model, backend = "vllm", python = "/nonexistent/bin/python" }
   out.bad_python = { eng = eng ~= nil, err = err }
 
+  -- a server that cannot serve: a timeout stops it; one that exits is reported with its log
+  local _, terr = rl.engine.start { model = model, backend = "vllm", ready_timeout = 1 }
+  out.timeout_err = terr
+  local _, xerr = rl.engine.start { model = model .. "/no-such-model", backend = "vllm", ready_timeout = 1200 }
+  out.exit_err = xerr
+
   local e, serr = rl.engine.start { model = model, backend = "vllm", ready_timeout = 1200,
                                     vllm_args = { max_model_len = 384, ["max-num-seqs"] = 8 } }
   assert(e, serr)

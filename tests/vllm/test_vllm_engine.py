@@ -10,12 +10,15 @@ as a child; the scenario (engine_scenario.lua) then checks:
 - weights reloaded in place (/collective_rpc reload_weights) change the log-probs,
   and reloading the original weights gives back the first run's log-probs;
 - an aborted request ends with finish reason "abort" and the tokens it had;
-- stop() leaves no process of the server's group (API server, EngineCore, worker).
+- stop() leaves no process of the server's group (API server, EngineCore, worker), nor
+  does a ready timeout; a server that exits before serving is an error with its log;
+- a SIGKILLed rlhost takes its vLLM servers' whole process groups with it.
 
     RLHOST_BIN=build/rlhost python3 tests/vllm/test_vllm_engine.py
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,6 +76,11 @@ class VllmEngineTest(vs.RlhostTestCase):
         self.assertIn("'native' or 'vllm'", out["bad_backend"])
         self.assertIn("opts.kv_cache_tokens", out["bad_option"])
         self.assertIn("vllm_args", out["bad_option"])
+        self.assertIn("did not serve within 1 s (ready_timeout; pid", out["timeout_err"])
+        stopped = int(re.search(r"ready_timeout; pid (\d+) stopped", out["timeout_err"]).group(1))
+        self.assertTrue(vs.wait_group_gone(stopped, 30), "processes left after a ready timeout")
+        self.assertIn("exited with status", out["exit_err"])
+        self.assertIn("no-such-model", out["exit_err"])
         self.assertFalse(out["bad_python"]["eng"])
         self.assertIn("/nonexistent/bin/python", out["bad_python"]["err"])
         self.assertIn("install_vllm.sh", out["bad_python"]["err"])
@@ -101,6 +109,43 @@ class VllmEngineTest(vs.RlhostTestCase):
 
         self.assertFalse(out["stopped_pid"])
         self.assertTrue(vs.wait_group_gone(out["pid"], 60), "vLLM processes left after stop()")
+
+
+HOLD = r"""
+local rl = require "rl"
+rl.spawn(function()
+  local e = assert(rl.engine.start { model = arg[1], backend = "vllm", ready_timeout = 1200,
+                                     vllm_args = { max_model_len = 384 } })
+  print("PID " .. e.pid)
+  io.stdout:flush()
+  rl.sleep(3600)
+end):wait()
+"""
+
+
+class VllmChildrenTest(vs.RlhostTestCase):
+    """A vLLM server's whole process group dies with rlhost, even on SIGKILL (vLLM's
+    EngineCore and worker outlive a killed API server: rlhost's supervisor takes them)."""
+
+    def setUp(self):
+        vs.require_vllm()
+        super().setUp()
+
+    def test_children_die_with_rlhost(self):
+        model = vs.default_model(self.env)
+        p = subprocess.Popen([vs.BIN, "--no-control", self.write("hold.lua", HOLD), model], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        self.assertTrue(line.startswith("PID "), line + p.stderr.read()[-3000:] if not line else line)
+        pgid = int(line.split()[1])
+        try:
+            self.assertTrue(vs.group_alive(pgid))
+            p.kill()
+            p.wait(timeout=30)
+            self.assertTrue(vs.wait_group_gone(pgid, 60), "vLLM processes left after rlhost was killed")
+        finally:
+            vs.kill_group(pgid)
 
 
 if __name__ == "__main__":

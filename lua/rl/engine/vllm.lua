@@ -157,6 +157,27 @@ M.vllm_flags = vllm_flags
 local DEFAULT_ARGS = { dtype = "float32", max_model_len = 2048, enforce_eager = true,
                        logprobs_mode = "processed_logprobs" }
 
+-- The child we spawn: a small supervisor in vLLM's python that runs the server in our
+-- process group. vLLM's EngineCore and workers outlive a killed API server, so when we
+-- die (the child's death signal, SIGTERM) or stop it (SIGTERM to the group) it lets
+-- the server shut down for up to 10 s, then SIGKILLs the whole group.
+local SUPERVISOR = [[
+import os, signal, subprocess, sys
+p = subprocess.Popen(sys.argv[1:])
+def down(*_):
+    try:
+        p.terminate(); p.wait(timeout=10)
+    except Exception:
+        pass
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, down)
+signal.signal(signal.SIGINT, down)
+rc = p.wait()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.killpg(0, signal.SIGTERM)
+sys.exit(rc if rc >= 0 else 128 - rc)
+]]
+
 local function shell_quote(s)
   if s:match("^[%w%./_=:,+-]+$") then return s end
   return "'" .. s:gsub("'", "'\\''") .. "'"
@@ -201,12 +222,13 @@ function M.start(opts)
   for k in pairs(env) do env_keys[#env_keys + 1] = k end
   table.sort(env_keys)
   for _, k in ipairs(env_keys) do argv[#argv + 1] = k .. "=" .. env[k] end
+  for _, a in ipairs { py, "-c", SUPERVISOR } do argv[#argv + 1] = a end
   for _, a in ipairs(cmd) do argv[#argv + 1] = a end
   local logf = opts.log_file or (os.tmpname() .. ".vllm.log")
   local shown = {}
   for i, a in ipairs(cmd) do shown[i] = shell_quote(a) end
   log.info("Launching vLLM server: " .. table.concat(shown, " ") .. " (log: " .. logf .. ")")
-  local pid, err = proc.spawn(argv, { log = logf })
+  local pid, err = proc.spawn(argv, { log = logf, death_signal = 15 })
   if not pid then return nil, "rl.engine.start: " .. tostring(err) end
   local url = ("http://%s:%d"):format(host == "0.0.0.0" and "127.0.0.1" or host, port)
   local self = setmetatable({ backend = "vllm", mode = "vllm", url = url, pid = pid, log_file = logf,
@@ -226,8 +248,8 @@ function M.start(opts)
     if r and r.status == 200 then break end
     if now() > deadline then
       self:stop()
-      return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout); its log (%s):\n%s")
-        :format(tostring(timeout), logf, require("rl.engine")._log_tail(logf, 4000))
+      return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout; pid %d stopped); "
+        .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine")._log_tail(logf, 4000))
     end
     task.sleep(0.5)
   end
@@ -353,8 +375,8 @@ end
 function VllmEngine:release_memory() return gpu_only("release_memory") end
 function VllmEngine:resume_memory() return gpu_only("resume_memory") end
 
---- Stops the server: SIGTERM to its process group (the API server and its
---- EngineCore), SIGKILL after 20 s. Idempotent.
+--- Stops the server: SIGTERM to its process group (supervisor, API server, EngineCore,
+--- worker; the supervisor SIGKILLs the group after 10 s), SIGKILL after 20 s. Idempotent.
 function VllmEngine:stop()
   if self.pid then require("rl.engine")._stop_child(self.pid, 20) end
   self.pid = nil
