@@ -201,11 +201,16 @@ end
 --- Generates for one SGLang /generate request table (text or input_ids, single
 --- or batched, sampling_params, return_logprob, ...); yields the calling task.
 --- Returns the /generate response (a table, or a list for batches) or nil, err.
-function Engine:generate(req)
+-- :generate's misuse checks, for every backend.
+function M._check_generate(req)
   if type(req) ~= "table" then
-    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 2)
+    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 3)
   end
   task.need_task("rl.engine.Engine:generate")
+end
+
+function Engine:generate(req)
+  M._check_generate(req)
   if self.mode == "process" then
     local r = {}
     for k, v in pairs(req) do r[k] = v end

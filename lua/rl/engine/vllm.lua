@@ -276,10 +276,7 @@ end
 
 --- SGLang /generate request -> response (a list when n > 1), through /v1/completions.
 function VllmEngine:generate(req)
-  if type(req) ~= "table" then
-    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 2)
-  end
-  task.need_task("rl.engine.Engine:generate")
+  require("rl.engine")._check_generate(req)
   local body, berr = M.completions_request(req, self.model)
   if not body then return nil, berr end
   local t0 = now()
