@@ -1,5 +1,5 @@
 ---@meta
--- LuaLS type stubs for rl.engine (lua/rl/engine.lua over librlhost_torch.so). docs/engine.md.
+-- LuaLS type stubs for rl.engine (lua/rl/engine/init.lua over librlhost_torch.so; lua/rl/engine/vllm.lua). docs/engine.md.
 
 ---@class rl.engine.StartOptions
 ---@field model string HF model directory or .gguf (required)
