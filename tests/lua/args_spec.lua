@@ -451,3 +451,30 @@ describe("rl.args declarations", function()
     usage({ "--a", "x" }, "--a: expected a number", { { name = "a", default = 1 } })
   end)
 end)
+
+describe("rl.args passthrough", function()
+  local function pspec()
+    local s = spec()
+    s.passthrough = { vllm = "vllm_args" }
+    s[#s + 1] = { name = "vllm_python", type = "string" }
+    return s
+  end
+  it("collects --<prefix>-<flag> [V] into a table, declared flags first", function()
+    local v = assert(parse({ "--model-path", "m", "--vllm-max-model-len", "384", "--vllm-enforce-eager",
+                             "--vllm-profiler-config={\"a\":1}", "--vllm_gpu_memory_utilization", "0.7",
+                             "--vllm-python", "/py", "--vllm-seed", "-1" }, pspec()))
+    eq(v.vllm_args, { max_model_len = "384", enforce_eager = true, profiler_config = '{"a":1}',
+                      gpu_memory_utilization = "0.7", seed = "-1" })
+    eq(v.vllm_python, "/py")
+  end)
+  it("is an empty table when none is given, and in the help", function()
+    eq(assert(parse({ "--model-path", "m" }, pspec())).vllm_args, {})
+    ok(rl.args.help(pspec()):find("--vllm-<flag> [V]", 1, true))
+    usage({ "--model-path", "m", "--vllm" }, "unknown option '--vllm'", pspec())
+  end)
+  it("rejects a bad passthrough declaration", function()
+    local s = spec()
+    s.passthrough = "vllm"
+    raises(function() parse({}, s) end, "'passthrough' must be a table")
+  end)
+end)

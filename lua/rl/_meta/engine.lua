@@ -1,5 +1,5 @@
 ---@meta
--- LuaLS type stubs for rl.engine (lua/rl/engine.lua over librlhost_torch.so). docs/engine.md.
+-- LuaLS type stubs for rl.engine (lua/rl/engine/init.lua over librlhost_torch.so; lua/rl/engine/vllm.lua). docs/engine.md.
 
 ---@class rl.engine.StartOptions
 ---@field model string HF model directory or .gguf (required)
@@ -26,7 +26,12 @@
 ---@field enable_prefix_cache? boolean default true
 ---@field weight_version? string reported until the first update (default "default")
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
----@field log_file? string process mode: the child's stdout/stderr (default a temp file)
+---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)
+---@field backend? "native"|"vllm" native (default): rlhost's engine; vllm: a vLLM server child (docs/engine.md, "vLLM engines")
+---@field python? string vllm: the python with vLLM (default $RLHOST_VLLM_PYTHON, else ~/.cache/rlhost/vllm-venv/bin/python)
+---@field vllm_args? table<string, string|number|boolean|table> vllm: vLLM's flags ({max_model_len = 384} -> --max-model-len 384; true: bare flag)
+---@field env? table<string, string> vllm: extra environment for the server
+---@field kv_cache_space? number vllm: VLLM_CPU_KVCACHE_SPACE in GiB (default 1)
 
 ---@class rl.engine.Stats
 ---@field num_running integer
@@ -78,11 +83,30 @@ function Engine:abort(rid) end
 ---@param drain? number thread mode: first stop accepting and let running requests finish for up to this many seconds
 function Engine:stop(drain) end
 
+--- A vLLM server (backend = "vllm"): the same methods, over vLLM's HTTP API.
+---@class rl.engine.VllmEngine: rl.engine.Engine
+---@field backend "vllm"
+---@field log_file string the server's output
+---@field weight_version string the last update's version ("default" before)
+local VllmEngine = {}
+
+--- Pauses generation until :resume(): "abort" (default) ends in-flight requests as aborted,
+--- "wait" lets them finish, "keep" freezes them.
+---@param mode? "abort"|"wait"|"keep"
+---@return table|nil result, string|nil err
+function VllmEngine:pause(mode) end
+---@return table|nil result, string|nil err
+function VllmEngine:resume() end
+--- True when /health answers 200.
+---@param timeout? number
+---@return boolean
+function VllmEngine:health(timeout) end
+
 ---@class rl.engine
 local engine = {}
 
 ---@param opts rl.engine.StartOptions
----@return rl.engine.Engine|nil engine, string|nil err
+---@return rl.engine.Engine|rl.engine.VllmEngine|nil engine, string|nil err
 function engine.start(opts) end
 
 --- Headers for an engine's control endpoints (weights, memory, profile, abort,

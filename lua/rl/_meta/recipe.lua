@@ -123,3 +123,15 @@ function Job:sleep(interval_s) end
 --- Stops engines and router, closes sinks, prints the summary; exit 130 after Ctrl-C.
 ---@param last_rollout? integer
 function Job:finish(last_rollout) end
+
+--- rl.recipe.sync_check (lua/rl/recipe/sync_check.lua): slime's --check-weight-update-equal
+--- by log-probs: every engine samples a response to a fixed prompt, the trainer scores it.
+---@class rl.recipe.sync_check
+local sync_check = {}
+
+--- The largest |engine - trainer| log-prob over engines and tokens; raises naming the
+--- engine when one is above `tolerance`.
+---@param job rl.recipe.Job
+---@param tolerance number
+---@return number
+function sync_check.run(job, tolerance) end

@@ -4,6 +4,8 @@
 ---@class rl.rollout.Options
 ---@field url? string a router or engine base URL (POST /generate)
 ---@field engine? table an rl.engine handle, called in process instead of HTTP
+---@field backend? "native"|"vllm" vllm: the engines behind url are vLLM servers (/v1/completions, /abort_requests)
+---@field weight_version? string vllm: the weight version samples report (vLLM's completions carry none; the recipe sets it after each sync)
 ---@field tokenizer? table an rl.tokenizer, to encode prompts that have no tokens yet
 ---@field data? table an rl.data source (generate_rollout)
 ---@field reward? string|fun(sample: table): any a reward function or an rl.rewards name

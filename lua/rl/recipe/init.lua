@@ -130,6 +130,9 @@ local function start_engines(opt, job)
   local engines, urls = {}, {}
   job.engine_opts = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
                       max_running_requests = opt.max_running_requests }
+  if opt.rollout_backend == "vllm" then   -- --vllm-<flag> V: vLLM's --<flag> V
+    job.engine_opts.backend, job.engine_opts.vllm_args, job.engine_opts.python = "vllm", opt.vllm_args, opt.vllm_python
+  end
   for i = 1, opt.num_engines do
     local eng, err = rl.engine.start(job.engine_opts)
     if not eng then
@@ -140,6 +143,7 @@ local function start_engines(opt, job)
   end
   local router, err = rl.router.start { workers = urls }
   if not router then error("router did not start: " .. tostring(err), 0) end
+  log.info("Router launched at %s", (router.url:gsub("^http://", "")))   -- the line the seed's profiling script greps
   return engines, router
 end
 
@@ -222,6 +226,8 @@ function M.setup(opt, setup_opts)
     over_sampling_batch_size = opt.over_sampling_batch_size, rollout_max_response_len = opt.rollout_max_response_len,
     rollout_temperature = opt.rollout_temperature, rollout_top_p = opt.rollout_top_p, rollout_top_k = opt.rollout_top_k,
     rollout_seed = opt.rollout_seed, num_engines = opt.num_engines, eval_datasets = job.eval_datasets,
+    backend = opt.rollout_backend == "vllm" and "vllm" or nil,
+    weight_version = opt.rollout_backend == "vllm" and job.engines and job.engines[1].weight_version or nil,
     save_debug_rollout_data = opt.save_debug_rollout_data, load_debug_rollout_data = opt.load_debug_rollout_data,
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
   }

@@ -103,6 +103,12 @@ function Job:sync()
   end
   if not r then error("weight sync failed: " .. tostring(serr), 0) end
   self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
+  -- vLLM's completions carry no weight version: the rollout reports the synced one
+  if self.rollout and self.rollout.backend == "vllm" then self.rollout.weight_version = tostring(r.weight_version) end
+  if self.opt.check_weight_update_equal then   -- slime's flag: every engine answers with the trainer's weights
+    self.step_metrics["rollout/weight_sync_logprob_abs_diff"] =
+      require("rl.recipe.sync_check").run(self, self.opt.check_weight_update_tolerance)
+  end
   local how = table.concat(r.methods or {}, ", ")
   if how ~= self.sync_methods then  -- said once, and again when it changes
     self.sync_methods = how

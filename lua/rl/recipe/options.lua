@@ -71,6 +71,13 @@ local FLAGS = {
   { name = "num_engines", type = "int", default = 1, help = "inference engines behind the router" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
     help = "thread: engines in this process (weights handed over in memory); process: child processes" },
+  { name = "rollout_backend", choices = { "native", "vllm" }, default = "native",
+    help = "native: rlhost's engines; vllm: vLLM servers (scripts/install_vllm.sh; --vllm-<flag> V passes --<flag> V)" },
+  { name = "vllm_python", type = "string", help = "python with vLLM (default $RLHOST_VLLM_PYTHON, else ~/.cache/rlhost/vllm-venv)" },
+  { name = "check_weight_update_equal", type = "bool", default = false,
+    help = "after each weight sync, check every engine's log-probs of a sampled response against the trainer's" },
+  { name = "check_weight_update_tolerance", type = "number", default = 1e-3,
+    help = "largest |engine - trainer| log-prob --check-weight-update-equal accepts" },
   { name = "max_running_requests", type = "int",
     help = "sequences an engine decodes at once (default: 256 default model, the engine's 64 otherwise)" },
   { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
@@ -100,6 +107,9 @@ function M.add(spec)
   for _, o in ipairs(FLAGS) do
     if not have[o.name] then spec[#spec + 1] = o end
   end
+  -- vime's pass-through: --vllm-<flag> V reaches the vLLM servers as --<flag> V (opt.vllm_args)
+  spec.passthrough = spec.passthrough or {}
+  spec.passthrough.vllm = spec.passthrough.vllm or "vllm_args"
   return require("rl.metrics").add_options(spec)
 end
 

@@ -35,6 +35,9 @@ local DEFAULTS = {
   retries = 60, retry_interval = 1.0, request_timeout = 3600, abort_retry_interval = 3.0,
   sample_hooks = false, sample_filter = false, all_samples_process = false, custom_generate = false,
   eval_datasets = false, tokenizer = false, data = false, url = false, engine = false,
+  -- "vllm": the engines behind url are vLLM servers (/v1/completions, /abort_requests;
+  -- lua/rl/engine/vllm.lua translates); weight_version: what their samples report
+  backend = "native", weight_version = false,
   save_debug_rollout_data = false, load_debug_rollout_data = false, load_debug_rollout_data_subsample = false,
 }
 local STEPS = { generate = true, generate_and_rm = true, generate_and_rm_group = true, generate_rollout = true,
@@ -112,16 +115,28 @@ function Rollout:_post(req, routing_key)
     return out, err, { elapsed = require("rl._core").loop.now() - t0 }
   end
   local http = require "rl.http"
-  local body = json.encode(req)
+  local vllm = self.backend == "vllm" and require "rl.engine.vllm"
+  local path, body = "/generate", nil
+  if vllm then
+    local b, berr = vllm.completions_request(req)
+    if not b then return nil, berr end
+    path, body = "/v1/completions", json.encode(b)
+  else
+    body = json.encode(req)
+  end
   local headers = { ["content-type"] = "application/json" }
   if routing_key then headers["x-smg-routing-key"] = tostring(routing_key) end
   local last
   for attempt = 1, self.retries + 1 do
-    local resp, err = http.request { method = "POST", url = self.url .. "/generate", body = body, headers = headers,
+    local resp, err = http.request { method = "POST", url = self.url .. path, body = body, headers = headers,
                                      timeout = self.request_timeout }
     if resp and resp.status == 200 then
       local out, derr = json.decode(resp.body)
-      if not out then return nil, "POST " .. self.url .. "/generate: bad JSON: " .. tostring(derr) end
+      if not out then return nil, "POST " .. self.url .. path .. ": bad JSON: " .. tostring(derr) end
+      if vllm then
+        out, derr = vllm.generate_response(out, self.weight_version or nil)
+        if not out then return nil, "POST " .. self.url .. path .. ": " .. derr end
+      end
       local h = resp.headers or {}
       return out, nil, { elapsed = resp.elapsed, worker = h["x-rlhost-worker"],
                          attempts = attempt + (tonumber(h["x-rlhost-attempts"]) or 1) - 1, last_error = last }
@@ -129,10 +144,10 @@ function Rollout:_post(req, routing_key)
     last = resp and ("HTTP %d: %s"):format(resp.status, resp.body:sub(1, 300)) or err
     if resp and resp.status >= 400 and resp.status < 500 then break end
     if self.aborted or attempt > self.retries then break end
-    log.debug(("rl.rollout: POST %s/generate failed (%s); retry %d of %d"):format(self.url, last, attempt, self.retries))
+    log.debug(("rl.rollout: POST %s%s failed (%s); retry %d of %d"):format(self.url, path, last, attempt, self.retries))
     task.sleep(self.retry_interval)
   end
-  return nil, ("POST %s/generate: %s"):format(self.url or "engine", tostring(last))
+  return nil, ("POST %s%s: %s"):format(self.url or "engine", path, tostring(last))
 end
 
 -- End attrs of the sglang_generate span: slime's meta attrs (PD phases as child
@@ -194,7 +209,8 @@ function Rollout:generate(sample, params)
     return sample
   end
   local req = { input_ids = sample.tokens, sampling_params = p, return_logprob = true }
-  trace.span(sample, "sglang_generate", { max_new_tokens = p.max_new_tokens }, function(span)
+  local span_name = self.backend == "vllm" and "vllm_generate" or "sglang_generate"   -- vime's name
+  trace.span(sample, span_name, { max_new_tokens = p.max_new_tokens }, function(span)
     local out, err, info = self:_post(req, sample.session_id)
     if not out then error(err, 0) end
     require("rl.watchdog").progress("request")

@@ -158,6 +158,36 @@ return function(M, Rollout)
   end
   M._request_count = request_count
 
+  -- SGLang's abort_request {abort_all}, until /v1/loads counts no request.
+  local function abort_sglang(self, url)
+    local http = require "rl.http"
+    for _ = 1, 100 do
+      local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
+                                    body = json.encode { abort_all = true },
+                                    headers = require("rl.engine").control_headers() }
+      if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)); return end
+      local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
+      local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
+      if not count or count == 0 then return end
+      task.sleep(self.abort_retry_interval)
+    end
+  end
+
+  -- vLLM's /abort_requests (every request in flight), re-swept until one finds none (vime).
+  local function abort_vllm(self, url)
+    local http = require "rl.http"
+    for _ = 1, 100 do
+      local r, err = http.request { method = "POST", url = url .. "/abort_requests", timeout = 10, body = "{}",
+                                    headers = { ["content-type"] = "application/json" } }
+      if not r or r.status ~= 200 then
+        log.warn(("rl.rollout: abort on %s: %s"):format(url, r and ("HTTP " .. r.status) or err)); return
+      end
+      local body = json.decode(r.body)
+      if type(body) ~= "table" or (tonumber(body.aborted) or 0) == 0 then return end
+      task.sleep(self.abort_retry_interval)
+    end
+  end
+
   --- Aborts every request on every engine until each reports none (slime's
   --- abort_servers_until_idle), lets the pending groups finish, and returns them;
   --- with partial_rollout their samples remember start_rollout_id.
@@ -166,18 +196,8 @@ return function(M, Rollout)
     if self.engine then
       self.engine:abort()
     else
-      local http = require "rl.http"
       for _, url in ipairs(self:worker_urls()) do
-        for _ = 1, 100 do
-          local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
-                                        body = json.encode { abort_all = true },
-                                        headers = require("rl.engine").control_headers() }
-          if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)); break end
-          local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
-          local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
-          if not count or count == 0 then break end
-          task.sleep(self.abort_retry_interval)
-        end
+        if self.backend == "vllm" then abort_vllm(self, url) else abort_sglang(self, url) end
       end
     end
     local left = {}

@@ -132,7 +132,7 @@ local REQUEST_METRICS = {
   { "request/router_overhead", "router_overhead_s" },
 }
 M.REQUEST_METRICS = REQUEST_METRICS
-local GENERATE_SPANS = { sglang_generate = true, sglang_generate_stream = true }
+local GENERATE_SPANS = { sglang_generate = true, sglang_generate_stream = true, vllm_generate = true }
 
 local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
 
@@ -172,7 +172,7 @@ function M.perf_from_samples(samples, rollout_time, opts)
     local tr = s.trace
     if type(tr) == "table" and type(tr.events) == "table" then
       for _, ev in ipairs(tr.events) do
-        if ev.type == "span_end" and ev.name == "sglang_generate" then
+        if ev.type == "span_end" and (ev.name == "sglang_generate" or ev.name == "vllm_generate") then
           requests = requests + 1
           local attrs, any = type(ev.attrs) == "table" and ev.attrs or {}, false
           for _, m in ipairs(REQUEST_METRICS) do

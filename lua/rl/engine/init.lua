@@ -13,6 +13,8 @@
 -- `rlhost engine ... --ready-file F` is started and everything goes over HTTP.
 -- Both take and return SGLang's /generate shapes. Runtime failures (bad model
 -- directory, refused request) return nil, err; misuse raises. See docs/engine.md.
+-- backend = "vllm" starts a vLLM server instead (lua/rl/engine/vllm.lua), with the
+-- same methods; backend = "native" (default) is rlhost's own engine.
 local json = require "rl.json"
 local task = require "rl.task"
 local core = require "rl._core"
@@ -32,22 +34,41 @@ local OPTION_TYPES = {
   max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
   api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
   server_args = "string",  -- JSON object text echoed by /get_server_info
+  backend = "string",
 }
+
+-- Options of backend = "vllm" (lua/rl/engine/vllm.lua).
+local VLLM_OPTIONS = {
+  model = "string", backend = "string", host = "string", port = "number", served_model_name = "string",
+  python = "string", vllm_args = "table", env = "table", ready_timeout = "number", log_file = "string",
+  kv_cache_space = "number", weight_version = "string", api_key = "string",
+  -- native options a recipe passes to every backend; vLLM has its own flags for them
+  threads = "number", max_running_requests = "number", mode = "string",
+}
+local BACKENDS = { native = true, vllm = true }
 
 local function check_opts(opts)
   if type(opts) ~= "table" then
     error("rl.engine.start: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 3)
   end
+  local backend = opts.backend or "native"
+  if not BACKENDS[backend] then
+    error(("rl.engine.start: bad argument 'opts.backend' ('native' or 'vllm' expected, got '%s')")
+      :format(tostring(backend)), 3)
+  end
+  local types = backend == "vllm" and VLLM_OPTIONS or OPTION_TYPES
   for k, v in pairs(opts) do
-    local want = OPTION_TYPES[k]
+    local want = types[k]
     if not want then
-      error(("rl.engine.start: bad argument 'opts.%s' (unknown option)"):format(tostring(k)), 3)
+      error(("rl.engine.start: bad argument 'opts.%s' (unknown option%s)"):format(tostring(k),
+        backend == "vllm" and " for backend 'vllm'; vLLM's own flags go in opts.vllm_args" or ""), 3)
     end
     if type(v) ~= want then
       error(("rl.engine.start: bad argument 'opts.%s' (%s expected, got %s)"):format(k, want, type(v)), 3)
     end
   end
   if not opts.model then error("rl.engine.start: bad argument 'opts.model' (string expected, got nil)", 3) end
+  if backend == "vllm" then return "vllm" end
   local mode = opts.mode or "thread"
   if mode ~= "thread" and mode ~= "process" then
     error("rl.engine.start: bad argument 'opts.mode' ('thread' or 'process' expected, got '" .. mode .. "')", 3)
@@ -101,6 +122,20 @@ local read_file = require("rl._fs").read_file
 local function tail(path, n)
   local s = read_file(path) or ""
   return #s > n and s:sub(-n) or s
+end
+M._log_tail = tail
+
+-- SIGTERM to a child's process group, SIGKILL after `grace` s; reaps it.
+function M._stop_child(pid, grace)
+  proc.kill(pid, 15)
+  local deadline = now() + grace
+  while not proc.reap(pid) do
+    if now() > deadline then
+      proc.kill(pid, 9)
+      deadline = math.huge
+    end
+    if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
+  end
 end
 
 local function start_process(opts)
@@ -166,11 +201,16 @@ end
 --- Generates for one SGLang /generate request table (text or input_ids, single
 --- or batched, sampling_params, return_logprob, ...); yields the calling task.
 --- Returns the /generate response (a table, or a list for batches) or nil, err.
-function Engine:generate(req)
+-- :generate's misuse checks, for every backend.
+function M._check_generate(req)
   if type(req) ~= "table" then
-    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 2)
+    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 3)
   end
   task.need_task("rl.engine.Engine:generate")
+end
+
+function Engine:generate(req)
+  M._check_generate(req)
   if self.mode == "process" then
     local r = {}
     for k, v in pairs(req) do r[k] = v end
@@ -244,16 +284,7 @@ function Engine:stop(drain)
     error("rl.engine.Engine:stop: bad argument #1 'drain' (seconds >= 0 expected, got " .. tostring(drain) .. ")", 2)
   end
   if self.mode == "process" then
-    if not self.pid then return end
-    proc.kill(self.pid, 15)
-    local deadline = now() + 15
-    while not proc.reap(self.pid) do
-      if now() > deadline then
-        proc.kill(self.pid, 9)
-        deadline = math.huge
-      end
-      if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
-    end
+    if self.pid then M._stop_child(self.pid, 15) end
     self.pid = nil
     return
   end
@@ -272,6 +303,27 @@ function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tost
 function M.start(opts)
   local mode = check_opts(opts)
   require("rl._admin").save()   -- for the same user's tools (tools/profile_rollout.lua, curl)
+  if mode == "vllm" then
+    task.need_task("rl.engine.start")
+    local o = {}
+    for k, v in pairs(opts) do
+      if k ~= "threads" and k ~= "max_running_requests" and k ~= "mode" and k ~= "backend" then o[k] = v end
+    end
+    -- the recipe's native knobs, as vLLM flags unless vllm_args sets them
+    local va = {}
+    for k, v in pairs(opts.vllm_args or {}) do va[(tostring(k):gsub("-", "_"))] = v end
+    if opts.max_running_requests and va.max_num_seqs == nil then va.max_num_seqs = opts.max_running_requests end
+    o.vllm_args = va
+    if opts.threads and not (opts.env and opts.env.OMP_NUM_THREADS) then
+      o.env = {}
+      for k, v in pairs(opts.env or {}) do o.env[k] = v end
+      -- `threads` threads, scheduled by the OS as the native engine's are (vLLM's default
+      -- binds one core per server and keeps one for itself)
+      o.env.OMP_NUM_THREADS = tostring(opts.threads)
+      o.env.VLLM_CPU_OMP_THREADS_BIND = o.env.VLLM_CPU_OMP_THREADS_BIND or "nobind"
+    end
+    return require("rl.engine.vllm").start(o)
+  end
   if mode == "process" then
     task.need_task("rl.engine.start")
     return start_process(opts)

@@ -1,0 +1,2 @@
+-- Prints the default model's directory (built and cached on first use).
+print(require("rl").mathgen.default_model())

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""`rlhost recipes/grpo_gsm8k.lua --rollout-backend vllm` with 2 real vLLM engines.
+
+Three GRPO steps on the default model: the engines are vLLM servers behind rlhost's
+router (/v1/completions, token ids in and out, per-token log-probs), the trainer
+syncs its weights to them each step (safetensors on tmpfs, reload_weights in place)
+and --check-weight-update-equal has every engine's log-probs of a sampled response
+match the trainer's after every sync. Checked: rewards and log-prob metrics per step
+(engine and trainer agree: train_rollout_logprob_abs_diff), the sync check's metric,
+the debug dumps (tokens, rollout log-probs, finish reasons, the synced weight
+version), the router's launch line and /workers naming the vLLM servers (what
+tools/profile_rollout.lua reads), and no vLLM process left when the run ends.
+
+    RLHOST_BIN=build/rlhost python3 tests/vllm/test_vllm_recipe.py
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vllm_support as vs  # noqa: E402
+from support import read_jsonl  # noqa: E402
+
+RECIPE = os.path.join(vs.SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
+
+DUMP = r"""
+local d = assert(rl.dump.load(arg[1]))
+local out = {}
+for i, s in ipairs(d.samples) do
+  local lps = s.rollout_log_probs
+  out[i] = { tokens = #s.tokens, response_length = s.response_length, log_probs = type(lps) == "table" and #lps or -1,
+             max_lp = type(lps) == "table" and math.max(unpack(lps)) or 0,
+             status = s.status, versions = s.weight_versions, reward = s.reward }
+end
+print(rl.json.encode(out))
+"""
+
+
+class VllmRecipeTest(vs.RlhostTestCase):
+    def setUp(self):
+        vs.require_vllm()
+        super().setUp()
+
+    def test_grpo_with_two_vllm_engines(self):
+        d = self.dir
+        args = [vs.BIN, "--no-control", RECIPE, "--rollout-backend", "vllm", "--num-engines", "2",
+                "--num-rollout", "3", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
+                "--over-sampling-batch-size", "4", "--dynamic-sampling-filter", "none",
+                "--rollout-max-response-len", "48", "--eval-max-prompts", "4", "--eval-interval", "3",
+                "--check-weight-update-equal", "--vllm-max-model-len", "384", "--vllm-max-num-seqs", "32",
+                "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt", "--metrics-dir", d + "/m",
+                "--no-progress"]
+        p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=3000)
+        log = p.stderr + p.stdout
+        self.assertEqual(p.returncode, 0, log[-8000:])
+
+        # the launch lines: vime's "Launching vLLM server", the router's line the seed greps
+        launches = re.findall(r"Launching vLLM server: (\S+) -m vllm.entrypoints.openai.api_server .*", log)
+        self.assertEqual(len(launches), 2, log[-4000:])
+        self.assertIn("--max-model-len 384", log)
+        self.assertIn("--max-num-seqs 32", log)
+        servers = re.findall(r"Starting vLLM server on (http://\S+) \(pid (\d+)\)", log)
+        self.assertEqual(len(servers), 2, log[-4000:])
+        self.assertNotEqual(servers[0][0], servers[1][0])
+        self.assertRegex(log, r"Router launched at 127\.0\.0\.1:\d+")
+        self.assertIn("weight sync to 2 engine(s): disk, disk", log)
+
+        rows = read_jsonl(d + "/m/metrics.jsonl")
+        steps = [m for m in rows if "rollout/step" in m]
+        self.assertEqual([m["rollout/step"] for m in steps], [0, 1, 2])
+        for m in steps:
+            print("step %d: reward %.3f, engine-trainer log-prob |diff|: rollout %.3g, after sync %.3g, sync %.2f s"
+                  % (m["rollout/step"], m["rollout/raw_reward"],
+                     next(v for k, v in m.items() if k.endswith("train_rollout_logprob_abs_diff")),
+                     m["rollout/weight_sync_logprob_abs_diff"], m["perf/update_weights_time"]), flush=True)
+            for key in ("rollout/raw_reward", "rollout/response_len/mean", "train/loss", "train/grad_norm",
+                        "perf/rollout_time", "perf/update_weights_time"):
+                self.assertIn(key, m)
+            # every engine answered with the trainer's new weights after each sync
+            self.assertLess(m["rollout/weight_sync_logprob_abs_diff"], 1e-3, m)
+            diff = [v for k, v in m.items() if k.endswith("train_rollout_logprob_abs_diff")]
+            self.assertEqual(len(diff), 1, sorted(m))
+            self.assertLess(diff[0], 1e-3, m)
+        self.assertTrue(any("eval/heldout" in m for m in rows))
+
+        for step in range(3):
+            path = d + "/dump/rollout_%d.pt" % step
+            self.assertTrue(os.path.exists(path), path)
+            script = os.path.join(d, "dump.lua")
+            with open(script, "w") as f:
+                f.write(DUMP)
+            r = subprocess.run([vs.BIN, "--no-control", script, path], capture_output=True, text=True,
+                               env=self.env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            samples = json.loads(r.stdout)
+            self.assertEqual(len(samples), 16)
+            for s in samples:
+                self.assertGreater(s["response_length"], 0)
+                self.assertEqual(s["log_probs"], s["response_length"], s)
+                self.assertLessEqual(s["max_lp"], 0)
+                self.assertIn(s["status"], ("completed", "truncated"))
+                # the weights the samples were generated with: the initial ones, then each sync's
+                want = "default" if step == 0 else str(steps[step - 1]["rollout/weight_version"])
+                self.assertEqual(s["versions"], [want], s)
+                self.assertIsNotNone(s["reward"])
+
+        for url, pid in servers:   # each server's process group (API server, EngineCore, worker) is gone
+            self.assertTrue(vs.wait_group_gone(int(pid), 30), "vLLM processes of %s left after the run" % url)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
