@@ -55,6 +55,14 @@ def http(url, body=None, timeout=120):
         return r.status, r.read().decode()
 
 
+def read_ready(path):
+    """The URL a --ready-file holds, or None while it is not written."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return f.read().strip() or None
+
+
 def tool(name, *args, timeout=600):
     r = subprocess.run([BIN, "--no-control", os.path.join(SOURCE_DIR, "tools", name + ".lua"), *args],
                        capture_output=True, text=True, timeout=timeout, env=clean_env())
@@ -98,11 +106,16 @@ class VllmProfile(unittest.TestCase):
             stdout=cls.vllm_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         ready = os.path.join(cls.tmp, "router.url")
         cls.router_proc = subprocess.Popen(
-            [BIN, "--no-control", "router", "--port", "0", "--policy", "round_robin", "--worker", cls.worker,
+            [BIN, "router", "--port", "0", "--policy", "round_robin", "--worker", cls.worker,
              "--health-interval", "1", "--ready-file", ready],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(), start_new_session=True)
         cls.procs.append(cls.router_proc)
-        cls.router = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), 60, "the router")
+
+        def router_up():
+            if cls.router_proc.poll() is not None:
+                raise AssertionError("the router exited: %s" % cls.router_proc.communicate()[0])
+            return read_ready(ready)
+        cls.router = wait_for(router_up, 60, "the router")
 
         def vllm_up():
             if cls.vllm.poll() is not None:
@@ -224,7 +237,7 @@ class VllmProfile(unittest.TestCase):
              "--storage", os.path.join(self.tmp, "tsdb"), "--listen", listen, "--ready-file", ready],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(), start_new_session=True)
         self.procs.append(prom)  # killed in tearDownClass if this test fails; Prometheus dies with it
-        url = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), 120, "prometheus")
+        url = wait_for(lambda: read_ready(ready), 120, "prometheus")
 
         def scraped():
             q = urllib.parse.quote("vllm:num_requests_running")
