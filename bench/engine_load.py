@@ -54,13 +54,17 @@ async def main():
                 path = "/generate"
                 body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": 0,
                                                               "ignore_eos": True}}
-            async with session.post(url + path, json=body) as r:
-                if r.status != 200:
-                    errors += 1
-                    first_error = first_error or "HTTP %d: %s" % (r.status, (await r.text())[:300])
-                    continue
-                out = await r.json()
-                tokens += out["usage"]["completion_tokens"] if openai else len(out["output_ids"])
+            try:
+                async with session.post(url + path, json=body) as r:
+                    if r.status != 200:
+                        errors += 1
+                        first_error = first_error or "HTTP %d: %s" % (r.status, (await r.text())[:300])
+                        continue
+                    out = await r.json()
+                    tokens += out["usage"]["completion_tokens"] if openai else len(out["output_ids"])
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:  # a dropped connection counts as an error
+                errors += 1
+                first_error = first_error or "%s: %s" % (type(e).__name__, e)
 
     conn = aiohttp.TCPConnector(limit=conc)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=3600)) as s:

@@ -9,7 +9,8 @@
 #   SHAPES="42m default" CONCS="1 64 256" ROUNDS=2 NEW=64 bench/engine_vllm.sh
 # SHAPES: 15m | 42m | 110m (random llama2.c-shaped Llama, bench/llama_shapes.sh) or
 # default (rl.mathgen.default_model(), the 1.2M math model). Raw RESULT lines and the
-# table go to $OUT_DIR/engine_vllm-<UTC time>.txt (default bench/out/).
+# table go to $OUT_DIR/engine_vllm-<UTC time>.txt (default bench/out/), the servers' logs
+# next to it; bench/engine_vllm_table.py prints the table again from such files.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${RLHOST_BIN:-$root/build/rlhost}"
@@ -60,7 +61,7 @@ for shape in $shapes; do
   vocab="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1] + "/config.json"))["vocab_size"])' "$model")"
   declare -A url=() pg=()
   for side in rlhost rlhost_bi0; do
-    ready="$work/$side.url" log="$work/$side.log"
+    ready="$work/$side.url" log="${out%.txt}.$shape.$side.log"
     rm -f "$ready"
     bi=1; [ $side = rlhost_bi0 ] && bi=0
     RLHOST_BATCH_INVARIANT=$bi setsid "$bin" engine --model "$model" --port 0 --ready-file "$ready" --threads 1 \
@@ -73,11 +74,11 @@ for shape in $shapes; do
   port="$(free_port)"
   VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
     setsid "$vpy" -m vllm.entrypoints.openai.api_server --model "$model" --dtype float32 --max-model-len 384 \
-    --enforce-eager --max-num-seqs 256 --disable-uvicorn-access-log --port "$port" >"$work/vllm.log" 2>&1 &
+    --enforce-eager --max-num-seqs 256 --disable-uvicorn-access-log --port "$port" >"${out%.txt}.$shape.vllm.log" 2>&1 &
   pg[vllm]=$!; groups+=("$!")
   url[vllm]="http://127.0.0.1:$port"
-  wait_url "${url[vllm]}" "${pg[vllm]}" "$work/vllm.log"
-  grep -m1 -o "VLLM_CPU_OMP_THREADS_BIND=[^,]*" "$work/vllm.log" | sed 's/^/# vllm /' | tee -a "$out"
+  wait_url "${url[vllm]}" "${pg[vllm]}" "${out%.txt}.$shape.vllm.log"
+  grep -m1 -o "VLLM_CPU_OMP_THREADS_BIND=[^,]*" "${out%.txt}.$shape.vllm.log" | sed 's/^/# vllm /' | tee -a "$out"
   echo "# model $shape $model (vocab $vocab): rlhost ${url[rlhost]}, rlhost_bi0 ${url[rlhost_bi0]}, vllm ${url[vllm]}" | tee -a "$out"
   sides=(rlhost rlhost_bi0 vllm)
   for side in "${sides[@]}"; do  # warm-up: first allocations, vLLM's first batches
@@ -101,30 +102,5 @@ for shape in $shapes; do
   wait 2>/dev/null || true
   groups=()
 done
-python3 - "$out" <<'PY' | tee -a "$out"
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    if line.startswith("#") or "conc=" not in line:
-        continue
-    shape, side, *kv = line.split()
-    kv = dict(x.split("=", 1) for x in kv)
-    rows.setdefault((shape, int(kv["conc"]), side), []).append(kv)
-def med(runs, k): return statistics.median(float(x[k]) for x in runs)
-def rng(runs, k): return "%s-%s" % (min(float(x[k]) for x in runs), max(float(x[k]) for x in runs))
-print("\nmedian of the rounds (range in brackets); ratio = rlhost tok/s / vLLM tok/s; cpu = server CPU s per 1k tokens")
-print("%-8s %5s %22s %22s %22s %8s %8s %18s" % ("model", "conc", "rlhost tok/s", "rlhost BI=0 tok/s", "vLLM tok/s",
-                                              "ratio", "BI=0 x", "cpu rl/bi0/vllm"))
-for (shape, conc) in sorted({(s, c) for s, c, _ in rows}, key=lambda x: (x[0], x[1])):
-    a, b, v = (rows.get((shape, conc, s), []) for s in ("rlhost", "rlhost_bi0", "vllm"))
-    if not (a and b and v):
-        continue
-    cpu = lambda runs: statistics.median(float(x["server_cpu_s"]) / (float(x["tok_s"]) * float(x["seconds"])) * 1000
-                                         for x in runs)
-    print("%-8s %5d %9.1f [%11s] %9.1f [%11s] %9.1f [%11s] %7.2fx %7.2fx %18s" % (
-        shape, conc, med(a, "tok_s"), rng(a, "tok_s"), med(b, "tok_s"), rng(b, "tok_s"), med(v, "tok_s"),
-        rng(v, "tok_s"), med(a, "tok_s") / med(v, "tok_s"), med(b, "tok_s") / med(v, "tok_s"),
-        "%.2f/%.2f/%.2f" % (cpu(a), cpu(b), cpu(v))))
-print("req/s: " + "; ".join("%s@%d %s %.2f" % (s, c, side, med(r, "req_s")) for (s, c, side), r in sorted(rows.items())))
-PY
+python3 "$root/bench/engine_vllm_table.py" "$out" | tee -a "$out"
 echo "written: $out"
