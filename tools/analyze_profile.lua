@@ -6,8 +6,9 @@
 --   rlhost tools/analyze_profile.lua --profile-dir DIR --rank 1 --top-n 30 --json report.json
 --
 -- Reads Chrome-trace JSON (*.trace.json.gz, *.json, recursively under the
--- directory). Per trace: time by category, top ops, device busy vs idle, the
--- biggest idle gaps and the host event that overlapped each. Exit status 1 when
+-- directory). Per trace: time by category, top ops, device busy vs idle, engine
+-- step times (vLLM's execute_* step annotations), the biggest idle gaps and the host
+-- event that overlapped each. Exit status 1 when
 -- a file could not be analysed (named, with the reason).
 local opt = rl.args {
   description = "Analyses profiler traces (Chrome trace JSON, gzipped or not) from rlhost engines, SGLang or vLLM.",
@@ -73,6 +74,16 @@ local function report(r)
     p("%3d %10.3f %6.1f%% %7d %10.1f  %-14s %s", i, ms(o.time), pct(o.time / math.max(r.self_total, 1e-9)), o.count,
       o.time / o.count, o.category, name)
   end
+  if #r.steps > 0 then
+    p("")
+    p("engine steps (the engine's per-step annotations)")
+    p("%-8s %6s %10s %9s %9s %9s %9s %8s %10s", "kind", "steps", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms",
+      "batch", "tokens")
+    for _, st in ipairs(r.steps) do
+      p("%-8s %6d %10.3f %9.3f %9.3f %9.3f %9.3f %8.1f %10d", st.kind, st.count, ms(st.total), ms(st.mean), ms(st.p50),
+        ms(st.p90), ms(st.max), st.mean_batch, st.tokens)
+    end
+  end
   p("")
   if #r.gaps == 0 then
     p("no idle gaps: the %s was busy for the whole span", r.mode == "gpu" and "device" or "CPU")
@@ -122,12 +133,15 @@ end
 if opt.all_ranks and #reports > 0 then
   p("")
   p("cross-rank summary")
-  p("%5s %10s %10s %7s  %-14s %s", "rank", "span ms", "busy ms", "util", "top category", "file")
+  p("%5s %10s %10s %7s %6s %9s  %-14s %s", "rank", "span ms", "busy ms", "util", "steps", "step ms", "top category", "file")
   local lo, hi = math.huge, -math.huge
   for _, r in ipairs(reports) do
     lo, hi = math.min(lo, r.util), math.max(hi, r.util)
     local top = r.categories[1]
-    p("%5s %10.3f %10.3f %6.1f%%  %-14s %s", tostring(r.rank or "?"), ms(r.span), ms(r.busy), pct(r.util),
+    local steps, step_total = 0, 0
+    for _, st in ipairs(r.steps) do steps, step_total = steps + st.count, step_total + st.total end
+    p("%5s %10.3f %10.3f %6.1f%% %6s %9s  %-14s %s", tostring(r.rank or "?"), ms(r.span), ms(r.busy), pct(r.util),
+      steps > 0 and tostring(steps) or "-", steps > 0 and ("%.3f"):format(ms(step_total / steps)) or "-",
       top and top.name or "-", rel(r.path))
   end
   if #reports > 1 and hi - lo > 0.05 then

@@ -47,7 +47,7 @@ end
 
 local lines = {
   "# Written by rlhost tools/prometheus.lua (docs/observability.md).",
-  "# rlhost_engines: every engine's /metrics through the router (label worker=<engine url>): sglang:*",
+  "# rlhost_engines: every engine's /metrics through the router (label worker=<engine url>): sglang:*, vllm:*",
   "# rlhost_router: the router's own rlhost_router_* series; rlhost_trainer: rl.metrics gauges (rlhost_*)",
   "global:",
   "  scrape_interval: " .. opt.scrape_interval,
@@ -112,7 +112,7 @@ while true do
 end
 print(("Prometheus at %s (pid %d, TSDB %s, retention %s, log %s); Ctrl-C stops it"):format(url, proc.pid, opt.storage,
   opt.retention, log))
-print("  try: " .. url .. "/graph?g0.expr=sglang:num_running_reqs")
+print("  try: " .. url .. "/graph?g0.expr=sglang:num_running_reqs (vLLM workers: vllm:num_requests_running)")
 io.stdout:flush()
 if opt.ready_file then
   local rf = assert(io.open(opt.ready_file .. ".tmp", "w"))

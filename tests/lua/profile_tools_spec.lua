@@ -15,12 +15,24 @@ local function tool(name, ...)
 end
 
 -- A fake engine: records /start_profile and /stop_profile bodies; `fail` answers 500.
-local function fake_worker(fail)
+-- `vllm`: answers as vLLM does (/v1/models owned_by "vllm", an empty 200, 409 while a
+-- session is open) so that the body vLLM gets is checked where vLLM is not installed
+-- (tests/vllm/test_vllm_profile.py runs the real one).
+local function fake_worker(fail, vllm)
   local w = { bodies = {} }
   w.srv = assert(rl.http.serve {
     port = 0,
     handler = function(req)
       if req.path == "/health" then return "ok" end
+      if req.path == "/v1/models" and vllm then return { status = 200, body = { data = { { id = "m", owned_by = "vllm" } } } } end
+      if (req.path == "/start_profile" or req.path == "/stop_profile") and vllm then
+        w.bodies[#w.bodies + 1] = { path = req.path, body = rl.json.decode(req.body) }
+        if req.path == "/start_profile" and w.open then
+          return { status = 409, body = { error = { message = "A profiling session is already active." } } }
+        end
+        w.open = req.path == "/start_profile"
+        return { status = 200, body = "" }
+      end
       if req.path == "/start_profile" or req.path == "/stop_profile" then
         w.bodies[#w.bodies + 1] = { path = req.path, body = rl.json.decode(req.body) }
         if fail then return { status = 500, body = { error = { message = "profiler exploded" } } } end
@@ -64,6 +76,32 @@ describe("profile_rollout", function()
     ok(a.bodies[3].body.output_dir:match("^/tmp/p/127%.0%.0%.1_%d+$"), a.bodies[3].body.output_dir)
     router:stop()
     for _, w in ipairs { a, b, bad } do w.srv:stop() end
+  end, { timeout = 120 })
+
+  it("gives vLLM workers vLLM's body (max_iterations, profile_prefix) next to SGLang-shaped ones", function()
+    local v, sg = fake_worker(false, true), fake_worker()
+    local router = assert(rl.router.start { workers = { v.url, sg.url }, policy = "round_robin" })
+    local code, out = tool("profile_rollout", "--router-url", router.url, "--num-steps", "4", "--per-worker-dirs")
+    eq(code, 0, out)
+    ok(out:find("vLLM: started for 4 iterations", 1, true), out)
+    ok(out:find("(vLLM: its torch_profiler_dir)", 1, true), out)
+    local want_prefix = v.url:gsub("^http://", ""):gsub(":", "_")
+    eq(v.bodies[1].body, { max_iterations = 4, profile_prefix = want_prefix })
+    eq(sg.bodies[1].body.num_steps, 4)
+    code, out = tool("profile_rollout", "--worker-urls", v.url, "--num-steps", "0")
+    eq(code, 1, out)
+    ok(out:find("FAIL 409", 1, true) and out:find("run --action stop, then start again", 1, true), out)
+    eq(v.bodies[2].body, {})
+    code, out = tool("profile_rollout", "--worker-urls", v.url, "--action", "stop")
+    eq(code, 0, out)
+    ok(out:find("vLLM: stopped", 1, true), out)
+    -- --engine sglang overrides the detection
+    code, out = tool("profile_rollout", "--worker-urls", v.url, "--engine", "sglang")
+    eq(code, 0, out)
+    eq(v.bodies[4].body.output_dir, "/tmp/sglang_profile")
+    router:stop()
+    v.srv:stop()
+    sg.srv:stop()
   end, { timeout = 120 })
 
   it("exits 1 with a hint when no worker succeeds, none is registered, or the router is unreachable", function()
@@ -141,6 +179,29 @@ describe("analyze_profile", function()
     eq(code, 1, out)
     ok(out:find("ranks found: 0, 1", 1, true), out)
   end, { timeout = 120 })
+
+  it("reads vLLM's step annotations and names the innermost Python frame of a gap", function()
+    local function x(name, cat, ts, dur, tid) return { ph = "X", name = name, cat = cat, ts = ts, dur = dur, pid = 1, tid = tid or 1 } end
+    local ev = {
+      x("execute_context_2(12)_generation_0(0)", "user_annotation", 0, 100),
+      x("_C::onednn_mm", "cpu_op", 10, 80),
+      x("threading.py(1002): _bootstrap", "python_function", 0, 1000, 2),
+      x("selectors.py(415): select", "python_function", 85, 330, 2),
+      x("execute_context_0(0)_generation_2(2)", "user_annotation", 400, 50),
+      x("vllm::unified_attention_with_output", "cpu_op", 405, 40),
+      x("execute_context_0(0)_generation_2(2)", "user_annotation", 500, 70),
+      x("aten::silu", "cpu_op", 505, 60),
+    }
+    local r = assert(rl.profile.analyze({ path = "vllm", events = ev }))
+    eq(r.mode, "cpu")
+    eq(r.categories[1].name, "gemm")
+    eq(#r.steps, 2)
+    eq({ r.steps[1].kind, r.steps[1].count, r.steps[1].tokens, r.steps[1].mean_batch }, { "prefill", 1, 12, 2 })
+    eq({ r.steps[2].kind, r.steps[2].count, r.steps[2].total, r.steps[2].max }, { "decode", 2, 120, 70 })
+    near(r.gaps[1].len, 315, 1e-9)
+    eq(r.gaps[1].cause, "selectors.py(415): select")  -- not the thread's bootstrap frame around it
+    eq(rl.profile.rank_of("/d/127.0.0.1_8000_rank0.1795675864735858711.pt.trace.json.gz"), 0)
+  end)
 
   it("names the argument or file on bad input", function()
     local empty = tmpdir(true)

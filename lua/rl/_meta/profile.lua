@@ -26,6 +26,18 @@ rl.profile = {}
 ---@field top_ops {name: string, category: string, count: integer, time: number}[]
 ---@field gaps {s: number, e: number, len: number, offset: number, cause?: string, cause_cat?: string, overlap?: number}[]
 ---@field lanes {name: string, events: integer, busy: number, util: number}[] per stream (gpu) or thread (cpu)
+---@field steps rl.profile.Steps[] engine steps by kind, from vLLM's execute_* annotations (empty without them)
+
+---@class rl.profile.Steps
+---@field kind "prefill"|"decode" prefill: the step took new prompts; decode: running sequences only
+---@field count integer
+---@field total number microseconds
+---@field mean number
+---@field p50 number
+---@field p90 number
+---@field max number
+---@field tokens integer tokens the steps computed (prompt + generated)
+---@field mean_batch number requests per step
 
 --- Trace files (*.json, *.json.gz) under `dir`, recursively and sorted, or nil, err.
 ---@param dir string
@@ -48,6 +60,12 @@ function rl.profile.rank_of(path, meta) end
 ---@param opts? {top_n?: integer, gaps?: integer}
 ---@return rl.profile.Report|nil report, string|nil err
 function rl.profile.analyze(trace, opts) end
+
+--- A vLLM step annotation (execute_context_<n>(<tokens>)_generation_<n>(<tokens>), or the
+--- detailed form) → {kind, tokens, requests}; nil for any other name.
+---@param name string
+---@return {kind: "prefill"|"decode", tokens: integer, requests: integer}|nil
+function rl.profile.step_of(name) end
 
 --- The category of an op or kernel name (gemm, attention, communication, norm, ...).
 ---@param name string

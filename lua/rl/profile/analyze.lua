@@ -21,7 +21,7 @@ local CATEGORIES = {
   { "moe", { "moe", "topk_softmax", "expert", "grouped_topk", "fused_topk" } },
   { "quantization", { "quant", "fp8", "int8", "fp4", "scaled_mm" } },
   { "gemm", { "gemm", "cutlass", "cublas", "nvjet", "matmul", "xmma", "addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul",
-              "sm90_", "sm80_", "ampere_", "hopper", "deepgemm", "wgmma" } },
+              "sm90_", "sm80_", "ampere_", "hopper", "deepgemm", "wgmma", "onednn", "mkldnn", "dnnl" } },
   { "embedding/rope", { "embedding", "rotary", "rope", "pos_encoding" } },
   { "sampling", { "sample", "sampling", "multinomial", "argmax", "top_k", "top_p", "topk", "softmax", "log_softmax" } },
   { "memory", { "memcpy", "memset", "copy_", "_to_copy", "aten::to", "as_strided", "aten::expand", "squeeze",
@@ -119,15 +119,71 @@ local function union(list)
   return merged, total
 end
 
--- The cause event overlapping [s, e] the most.
+-- The cause event overlapping [s, e] the most; of equal overlaps the shortest, the
+-- most specific (with Python stacks every frame from the thread's bootstrap down to
+-- the one that waited covers the gap: the innermost one says what it waited on).
 local function best_overlap(causes, s, e)
   local best, best_ov = nil, 0
   for _, c in ipairs(causes) do
     if c.s >= e then break end
     local ov = math.min(e, c.e) - math.max(s, c.s)
-    if ov > best_ov then best, best_ov = c, ov end
+    if ov > best_ov + 1e-6 or (best and ov > best_ov - 1e-6 and c.e - c.s < best.e - best.s) then
+      best, best_ov = c, ov
+    end
   end
   return best, best_ov
+end
+
+-- Engine steps: vLLM's worker annotates each step as
+-- execute_context_<reqs>(<tokens>)_generation_<reqs>(<tokens>) (or, with
+-- detailed_trace_annotation, execute_<tokens>_context_<reqs>(sq<tokens>...)_generation_<reqs>(sq<tokens>...)).
+-- Returns {kind = "prefill"|"decode", dur, tokens} or nil.
+function M.step_of(name)
+  if name:sub(1, 8) ~= "execute_" then return nil end
+  local cr, ct, gr, gt = name:match("^execute_context_(%d+)%((%d+)%)_generation_(%d+)%((%d+)%)")
+  if not cr then cr, ct, gr, gt = name:match("^execute_%d+_context_(%d+)%(sq(%d+).-%)_generation_(%d+)%(sq(%d+)") end
+  if not cr then return nil end
+  return { kind = tonumber(cr) > 0 and "prefill" or "decode", tokens = tonumber(ct) + tonumber(gt),
+           requests = tonumber(cr) + tonumber(gr) }
+end
+
+local function percentile(sorted, q)
+  if #sorted == 0 then return 0 end
+  return sorted[math.max(1, math.ceil(q * #sorted))]
+end
+
+-- Step times by kind (prefill: a step with new prompts; decode: only running ones).
+-- A GPU trace carries each annotation on the host and on the device: the host ones
+-- (user_annotation) count, the device copies only when there are no host ones.
+local function step_stats(all)
+  local function collect(cat)
+    local by, n = {}, 0
+    for _, iv in ipairs(all) do
+      local st = iv.cat == cat and M.step_of(iv.name)
+      if st then
+        local k = by[st.kind] or { durs = {}, tokens = 0, requests = 0 }
+        by[st.kind] = k
+        k.durs[#k.durs + 1] = iv.e - iv.s
+        k.tokens, k.requests, n = k.tokens + st.tokens, k.requests + st.requests, n + 1
+      end
+    end
+    return by, n
+  end
+  local by, n = collect("user_annotation")
+  if n == 0 then by = collect("gpu_user_annotation") end
+  local out = {}
+  for _, kind in ipairs { "prefill", "decode" } do
+    local k = by[kind]
+    if k then
+      table.sort(k.durs)
+      local total = 0
+      for _, d in ipairs(k.durs) do total = total + d end
+      out[#out + 1] = { kind = kind, count = #k.durs, total = total, mean = total / #k.durs,
+                        p50 = percentile(k.durs, 0.5), p90 = percentile(k.durs, 0.9), max = k.durs[#k.durs],
+                        tokens = k.tokens, mean_batch = k.requests / #k.durs }
+    end
+  end
+  return out
 end
 
 local function sorted_desc(t, key)
@@ -142,7 +198,8 @@ end
 
 --- Analyses one loaded trace (rl.profile.load). opts: top_n (20), gaps (15).
 --- Returns {mode, events, ops, span, busy, idle, util, categories, top_ops,
---- gaps, lanes} (times in microseconds), or nil, err when the trace holds no
+--- gaps, lanes, steps} (times in microseconds; steps: per kind of engine step, when
+--- the trace annotates steps as vLLM does), or nil, err when the trace holds no
 --- timed op at all.
 function M.analyze(trace, opts)
   opts = opts or {}
@@ -215,6 +272,7 @@ function M.analyze(trace, opts)
     path = trace.path, rank = trace.rank, mode = mode, events = #trace.events, ops = #ops,
     span = span, busy = busy, idle = span - busy, util = span > 0 and busy / span or 0,
     self_total = self_total, categories = sorted_desc(cats, "time"), top_ops = top, gaps = gaps, lanes = lane_list,
+    steps = step_stats(all),
   }
 end
 

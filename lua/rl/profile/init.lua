@@ -81,5 +81,6 @@ end
 
 M.analyze = function(...) return require("rl.profile.analyze").analyze(...) end
 M.classify = function(...) return require("rl.profile.analyze").classify(...) end
+M.step_of = function(...) return require("rl.profile.analyze").step_of(...) end
 
 return M
