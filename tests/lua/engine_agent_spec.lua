@@ -129,6 +129,20 @@ describe("rl.agent on the default model", function()
     print(("      %d samples, %d turns; a decode->re-encode would have changed %d of the turns' outputs"):format(
       batch.size, total_turns, reencode_changes))
     ok(turns > batch.size, "several turns per sample")
+    -- the trainer computes, on the ids it receives, the engine's log-probs for every generated token
+    local tr = assert(rl.trainer.new { model = p.dir })
+    local lps = tr:logprobs(batch)
+    local worst, compared = 0, 0
+    for row = 1, batch.size do
+      for i, mk in ipairs(batch.loss_masks[row]) do
+        if mk == 1 then
+          worst = math.max(worst, math.abs(lps[row][i] - batch.rollout_log_probs[row][i]))
+          compared = compared + 1
+        end
+      end
+    end
+    print(("      trainer vs engine log-probs over %d generated tokens: max |diff| %.3g"):format(compared, worst))
+    ok(worst < 1e-4, "trainer and engine log-probs agree on the trainer's ids: " .. worst)
     local metrics = rl.rollout.metrics.rollout_metrics(0, groups, 1.0, m)
     ok(metrics["rollout/turns/mean"] > 1, "rollout/turns/mean")
     eq(metrics["rollout/turns/max"] <= 4, true)
