@@ -78,9 +78,15 @@ local function check_against_record(p, s, rec, row, batch)
   local mask = {}
   local outs, obs = rec.outputs[s.session_id] or {}, rec.observations[s.session_id] or {}
   local tr = s.metadata.trajectory
-  eq(#outs, #tr.turns, "one /generate per turn")
-  for k, ids in ipairs(outs) do
-    for _, id in ipairs(ids) do want[#want + 1] = id; mask[#mask + 1] = 1 end
+  local calls = 0
+  for _, t in ipairs(tr.turns) do calls = calls + #t.segments end
+  eq(#outs, calls, "one /generate per turn, and one more per resumption")
+  local next_out = 1
+  for k, t in ipairs(tr.turns) do
+    for _ = 1, #t.segments do   -- a turn resumed after an abort is the concatenation of its calls
+      for _, id in ipairs(outs[next_out]) do want[#want + 1] = id; mask[#mask + 1] = 1 end
+      next_out = next_out + 1
+    end
     if tr.turns[k].observation_start then   -- an observation that did not fit was not appended
       for _, id in ipairs(obs[k] or {}) do want[#want + 1] = id; mask[#mask + 1] = 0 end
     else
@@ -231,17 +237,40 @@ describe("rl.agent on the default model", function()
     eq(t2.segments[1].length, partial)
     eq(t2.segments[2].weight_version, "v2")
     s.reward = 0
-    -- the resumed call's output continues the same turn: outputs = turn 1, turn 2a + 2b, ...
-    local outs = rec.outputs[s.session_id]
-    local merged = { outs[1], {} }
-    for _, id in ipairs(outs[2]) do merged[2][#merged[2] + 1] = id end
-    for _, id in ipairs(outs[3]) do merged[2][#merged[2] + 1] = id end
-    for i = 4, #outs do merged[#merged + 1] = outs[i] end
-    rec.outputs[s.session_id] = merged
     check_against_record(p, s, rec, 1, rl.rollout.train_data.convert({ s }, { normalize = false }))
     local wv = T.token_weight_versions(s)
     eq(wv[1], "default")
     eq(wv[#wv], "v2")
+  end)
+
+  it("partial rollout: trajectories aborted mid-step go back to the data and finish next step", function()
+    local p = parts()
+    local ro, rec = recorded_rollout(p, { env = counting_env(4), max_turns = 4, max_total_tokens = 380, max_turn_tokens = 60 },
+      { data = rl.data.load(p.path, { label_key = "label" }), rollout_batch_size = 1, n_samples_per_prompt = 1,
+        over_sampling_batch_size = 4, partial_rollout = true, reward = function() return 0 end,
+        extra_sampling_params = { min_new_tokens = 30 } })
+    local all, resumed = {}, 0
+    for step = 0, 3 do
+      local groups, m, aborted = ro:generate_rollout(step)
+      for _, g in ipairs(groups) do for _, s in ipairs(g) do all[#all + 1] = s end end
+      for _, g in ipairs(aborted) do
+        for _, s in ipairs(g) do
+          local tr = s.metadata.trajectory
+          if tr and tr.end_reason == "aborted" then eq(s.status, "aborted") end
+          if tr then assert(T.check(s)) end
+        end
+      end
+    end
+    for _, s in ipairs(all) do
+      if s.metadata.start_rollout_id ~= nil then resumed = resumed + 1 end
+    end
+    print(("      %d trajectories trained, %d of them resumed after an abort"):format(#all, resumed))
+    ok(resumed > 0, "some trajectory finished in a later step than it started")
+    local batch = rl.rollout.train_data.convert({ all }, { normalize = false })
+    for row, s in ipairs(batch.samples) do
+      ok(s.metadata.trajectory.end_reason ~= "aborted")
+      check_against_record(p, s, rec, row, batch)
+    end
   end)
 
   it("runs an environment that lives in a Python process", function()

@@ -184,6 +184,9 @@ function Agent:generate(ro, sample, params, evaluation)
   local max_turn = self.max_turn_tokens or ro.rollout_max_response_len
   local limit_total = self.max_total_tokens or (tr.prompt_length + ro.rollout_max_response_len)
   while true do
+    -- the rollout's abort (the step has enough groups): stop between turns too; with
+    -- partial_rollout the trajectory resumes next step from here
+    if ro.aborted then return finish(self, sample, "aborted", sample_mod.ABORTED) end
     local open = T.open_turn(tr)
     local k = #tr.turns + (open and 0 or 1)
     if not open and k > self.max_turns then return finish(self, sample, "max_turns", sample_mod.TRUNCATED) end
