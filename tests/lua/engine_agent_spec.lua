@@ -29,13 +29,22 @@ end
 
 -- An environment that answers every turn with "turn k: <the turn's last number>" and ends
 -- after `turns` turns (reward 1 when the last turn names the label).
-local function counting_env(turns)
+-- with_tool: the environment itself calls the calculator (2 * that number) each turn.
+local function counting_env(turns, with_tool)
   local E = {}
+  local reg = rl.agent.tools.registry { rl.agent.tools.calculator() }
   function E:reset() self.k = 0 end
   function E:step(a)
     self.k = self.k + 1
     if self.k >= turns then return nil, a.text:find(tostring(a.sample.label), 1, true) and 1 or 0, true end
-    return ("turn %d: %s"):format(self.k, a.text:match("(%d+)%D*$") or "none"), nil, false
+    local last = a.text:match("(%d+)%D*$") or "none"
+    if with_tool then
+      local content, outcome = reg:call({ name = "calculator", arguments = { expression = "2*" .. last } },
+                                        { sample = a.sample }, a.sample)
+      rl.agent.env.record_call(a.record, "calculator", outcome)
+      last = content
+    end
+    return ("turn %d: %s"):format(self.k, last), nil, false
   end
   return E
 end
@@ -110,7 +119,7 @@ describe("rl.agent on the default model", function()
   it("a whole multi-turn rollout: trainer ids == prompt ++ outputs ++ observations, 0 mismatches", function()
     local p = parts()
     local dump = tmpdir(true) .. "/rollout_{rollout_id}.pt"
-    local ro, rec = recorded_rollout(p, { env = counting_env(4), max_turns = 6, max_total_tokens = 380 },
+    local ro, rec = recorded_rollout(p, { env = counting_env(4, true), max_turns = 6, max_total_tokens = 380 },
       { data = rl.data.load(p.path, { label_key = "label" }), rollout_batch_size = 3, n_samples_per_prompt = 2,
         reward = function() return 0 end, save_debug_rollout_data = dump })
     local groups, m = ro:generate_rollout(0)
@@ -152,7 +161,8 @@ describe("rl.agent on the default model", function()
     local metrics = rl.rollout.metrics.rollout_metrics(0, groups, 1.0, m)
     ok(metrics["rollout/turns/mean"] > 1, "rollout/turns/mean")
     eq(metrics["rollout/turns/max"] <= 4, true)
-    eq(metrics["rollout/tool_calls/mean"], 0)
+    ok(metrics["rollout/tool_calls/mean"] > 0, "rollout/tool_calls/mean")
+    ok(metrics["rollout/tool/calculator/calls"] > 0 and metrics["rollout/tool_errors/rate"] ~= nil)
     -- the debug dump keeps the whole trajectory
     local d = assert(rl.dump.load(dump, { rollout_id = 0 }))
     eq(#d.samples, 6)
@@ -168,8 +178,15 @@ describe("rl.agent on the default model", function()
       if ev.type == "span_start" then names[#names + 1] = ev.name end
     end
     local seq = table.concat(names, " ")
-    ok(seq:find("^generate_and_rm_group generate_and_rm env_reset turn sglang_generate .- env_step turn sglang_generate"),
+    ok(seq:find("^generate_and_rm_group generate_and_rm env_reset turn sglang_generate .- env_step tool_call turn sglang_generate"),
        seq)
+    -- the trace viewer's cache has the turn and tool_call spans
+    local pt = rl.dump.path(dump, 0)
+    local code, out = rl.process.run({ rl.process.self(), "--no-control", HERE .. "/../../tools/trace_timeline.lua", pt,
+                                       "--no-serve" }, { timeout = 120 })
+    eq(code, 0, out)
+    local cache = read_file((pt:gsub("%.pt$", ".trace_timeline_cache.json")))
+    ok(cache and cache:find('"turn"', 1, true) and cache:find('"tool_call"', 1, true), "turn and tool_call spans in the viewer")
   end)
 
   it("ends cleanly at max_turns, max_total_tokens and a turn's length, with the reason", function()
