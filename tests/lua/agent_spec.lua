@@ -214,6 +214,22 @@ describe("rl.agent.trajectory", function()
   end)
 end)
 
+describe("rl.agent prompts", function()
+  it("renders a tool environment's tools into the prompt with the chat template, once", function()
+    local tok = assert(rl.tokenizer.load(QWEN25))
+    local reg = tools.registry { tools.calculator() }
+    local agent = rl.agent.new { env = rl.agent.tool_env { tools = reg }, tokenizer = tok }
+    local ro = rl.rollout.new { url = "http://127.0.0.1:1", tokenizer = tok }
+    local s = rl.sample.new { prompt = { { role = "user", content = "What is 3*4?" } } }
+    agent:tokenize(ro, s)
+    local text = tok:decode(s.tokens)
+    ok(text:find("# Tools", 1, true) and text:find('"name": "calculator"', 1, true), text)
+    ok(text:find("<|im_start|>assistant\n$"), text)
+    raises(function() rl.agent.new { env = {} } end, "needs a step method")
+    raises(function() rl.agent.new { env = { step = print }, max_turn = 3 } end, "opts.max_turn' (unknown option)")
+  end)
+end)
+
 describe("rl.agent.http_env", function()
   local server, url
   local function start()

@@ -99,7 +99,7 @@ function Agent:observation_ids(ro, sample, msgs)
   if msgs.ids then return msgs.ids, nil end
   local tok = tok_of(self, ro)
   local last = sample.tokens[#sample.tokens]
-  local ids, text = T.observation_ids(tok, msgs, last, self.template_opts)
+  local ids, text = T.observation_ids(tok, msgs, last, self:template(ro))
   if not ids then error("rl.agent: " .. tostring(text), 0) end
   return ids, text
 end
@@ -154,10 +154,27 @@ function Agent:add_to_prompt(ro, sample, obs)
   end
 end
 
+-- The chat-template options of the prompt and observations: template_opts, else the
+-- tool environment's tool schemas (Qwen's template lists them in the system turn).
+function Agent:template(ro)
+  if self.template_opts then return self.template_opts end
+  local reg = self.env.tools
+  if type(reg) == "table" and type(reg.schemas) == "function" then return { tools = reg:schemas() } end
+end
+
 function Agent:tokenize(ro, sample)
   if #sample.tokens == 0 then
-    if self.tokenizer and not ro.tokenizer then ro.tokenizer = self.tokenizer end
-    ro:tokenize_prompt(sample)
+    local topts = self:template(ro)
+    if type(sample.prompt) == "table" and topts then
+      local o = { add_generation_prompt = true, tokenize = true }
+      for k, v in pairs(topts) do o[k] = v end
+      local ids, err = tok_of(self, ro):apply_chat_template(sample.prompt, o)
+      if not ids then error("rl.agent: the prompt's chat template: " .. tostring(err), 0) end
+      sample.tokens = json.array(ids)
+    else
+      if self.tokenizer and not ro.tokenizer then ro.tokenizer = self.tokenizer end
+      ro:tokenize_prompt(sample)
+    end
   end
   local extra = rawget(sample, "_reset_ids")
   if extra then
