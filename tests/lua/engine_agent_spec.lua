@@ -211,6 +211,16 @@ describe("rl.agent on the default model", function()
       if c[2] == "max_total_tokens" then ok(#s.tokens <= 120, #s.tokens) end
       if c[2] == "length" then eq(s.metadata.trajectory.turns[1].output_length, 3) end
     end
+    -- an environment that raises fails the sample (as a failed /generate does), with the reason
+    local broken = { step = function(_, a) if a.turn == 2 then error("env exploded") end; return "ok", nil, false end }
+    local ro = recorded_rollout(p, { env = broken, max_turns = 5, max_total_tokens = 380 })
+    local s = ro:generate_and_rm(rl.sample.new { prompt = { { role = "user", content = "Hi" } }, index = 0, session_id = "boom" },
+                                 ro:sampling_params())
+    eq(s.status, "failed")
+    ok(s.generate_error:find("env exploded", 1, true), s.generate_error)
+    eq(s.metadata.trajectory.end_reason, "env_error")
+    eq(#s.metadata.trajectory.turns, 2)
+    assert(T.check(s))
   end)
 
   it("an abort mid-turn keeps the partial turn; the resumed turn continues from the exact ids on new weights", function()

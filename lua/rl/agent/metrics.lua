@@ -3,6 +3,7 @@
 --- samples carry metadata.trajectory):
 ---   turns/{mean,median,max,min}, tool_calls/{mean,median,max,min},
 ---   tool_errors/rate (calls whose outcome is not ok / calls), tool_errors/count,
+---   tool_success/rate (1 - tool_errors/rate; 0 with no calls),
 ---   tool/<name>/calls, tool/<name>/error_rate, agent_end/<reason> (counts).
 local json = require "rl.json"
 
@@ -42,6 +43,7 @@ function M.from_samples(samples)
   for k, v in pairs(stats(calls)) do out["tool_calls/" .. k] = v end
   out["tool_errors/count"] = total_err
   out["tool_errors/rate"] = total_calls > 0 and total_err / total_calls or 0
+  out["tool_success/rate"] = total_calls > 0 and (total_calls - total_err) / total_calls or 0
   for name, p in pairs(per) do
     out["tool/" .. name .. "/calls"] = p.calls
     out["tool/" .. name .. "/error_rate"] = p.errors / p.calls
