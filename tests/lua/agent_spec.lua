@@ -307,6 +307,13 @@ describe("rl.agent.watch_env", function()
     write_file(path, "local E = {\nreturn E\n")
     rl.reload.check()
     eq(inst:step {}, "v2 nil")
+    -- the agent puts the version into its env spans
+    local agent = rl.agent.new { env = env }
+    local s = rl.sample.new()
+    agent:env_call(s, "env_step", { turn = 1 }, function() end)
+    local ev = s.trace.events[1]
+    eq(ev.type .. " " .. ev.name, "span_start env_step")
+    eq(ev.attrs.env_version, env.version())
   end)
 end)
 

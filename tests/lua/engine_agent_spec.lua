@@ -33,7 +33,10 @@ end
 local function counting_env(turns, with_tool)
   local E = {}
   local reg = rl.agent.tools.registry { rl.agent.tools.calculator() }
-  function E:reset() self.k = 0 end
+  function E:reset()
+    self.k = 0
+    if with_tool then return { role = "user", content = "Answer with a number." } end   -- joins the prompt
+  end
   function E:step(a)
     self.k = self.k + 1
     if self.k >= turns then return nil, a.text:find(tostring(a.sample.label), 1, true) and 1 or 0, true end
@@ -128,6 +131,7 @@ describe("rl.agent on the default model", function()
     eq(batch.size, 6)
     local turns, reencode_changes, total_turns = 0, 0, 0
     for row, s in ipairs(batch.samples) do
+      eq(s.prompt[#s.prompt].content, "Answer with a number.", "reset's observation joined the prompt")
       check_against_record(p, s, rec, row, batch)
       local tr = s.metadata.trajectory
       ok(tr.end_reason == "done" or tr.end_reason == "max_total_tokens" or tr.end_reason == "length", tr.end_reason)
