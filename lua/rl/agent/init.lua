@@ -259,9 +259,7 @@ function Agent:generate(ro, sample, params, evaluation)
     end
     sample.status = sample_mod.COMPLETED
     if done then return finish(self, sample, "done", sample_mod.COMPLETED) end
-    if not msgs then
-      -- no observation and not done: the next turn continues right after the model's turn
-    end
+    -- no observation and not done: the next turn continues right after the model's turn
   end
 end
 
