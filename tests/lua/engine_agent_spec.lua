@@ -333,6 +333,28 @@ describe("rl.agent on the default model", function()
     end
     local log = json.decode(rl.http.get(url .. "/log").body)
     eq(log.sessions, 0, "every session closed")
+    -- a trajectory stopped after turn 1 goes on under another agent (as in another process):
+    -- the adapter reattaches to the server's session
+    local env = rl.agent.http_env { url = url }
+    local ro1 = recorded_rollout(p, { env = env, max_turns = 5, max_total_tokens = 380 })
+    local s = rl.sample.new { prompt = { { role = "user", content = "Ben has 4 cards." } }, label = "4", index = 9,
+                              group_index = 0, session_id = "http-resume" }
+    local orig_step
+    local stop_after_one = rl.agent.new { env = { new = function(smp)
+      local inst = env.new(smp)
+      orig_step = inst.step
+      inst.step = function(self, a) local o, r, d = orig_step(self, a); ro1.aborted = true; return o, r, d end
+      return inst
+    end }, max_turns = 5, max_total_tokens = 380 }
+    s = stop_after_one:generate(ro1, s, ro1:sampling_params())
+    eq(s.status, "aborted")
+    eq(#s.metadata.trajectory.turns, 1)
+    ro1.aborted = false
+    local ro2 = recorded_rollout(p, { env = env, max_turns = 5, max_total_tokens = 380 })
+    s = ro2:generate_and_rm(s, ro2:sampling_params())
+    eq(s.metadata.trajectory.end_reason, "done")
+    eq(#s.metadata.trajectory.turns, 3)
+    assert(T.check(s))
     server:stop()
   end)
 end)

@@ -45,7 +45,9 @@ function M.new(opts)
     return v
   end
 
-  local env = { url = base }
+  -- resumable: a trajectory resumed elsewhere (partial rollout, a loaded dump) reattaches to
+  -- its session (metadata.env_session), whose state the server keeps
+  local env = { url = base, resumable = true }
   function env.new(sample)
     local md = sample.metadata
     local sid = type(md) == "table" and md.env_session

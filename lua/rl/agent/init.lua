@@ -195,7 +195,8 @@ function Agent:generate(ro, sample, params, evaluation)
     self:add_to_prompt(ro, sample, obs)
     self:tokenize(ro, sample)
     tr = T.begin(sample)
-  elseif fresh then
+  elseif fresh and not self.env.resumable then
+    -- (an HTTP environment keeps its state in its server, keyed by metadata.env_session: resumable)
     error("rl.agent: the environment of this trajectory is gone (resumed in another process?); it cannot go on", 0)
   end
   local max_turn = self.max_turn_tokens or ro.rollout_max_response_len
