@@ -128,23 +128,26 @@ function M.check(sample, opts)
   local tr = M.of(sample)
   if not tr then return false, "no trajectory record" end
   local pos = tr.prompt_length + 1
-  local lm, P = sample.loss_mask, tr.prompt_length
+  local lm, P = sample.loss_mask or {}, tr.prompt_length
+  local function bad(fmt, ...) return false, fmt:format(...) end
   for k, t in ipairs(tr.turns) do
-    if t.output_start ~= pos then return false, ("turn %d output starts at %d, expected %d"):format(k, t.output_start, pos) end
+    if t.output_start ~= pos then return bad("turn %d output starts at %d, expected %d", k, t.output_start, pos) end
     local seg = 0
     for _, s in ipairs(t.segments) do seg = seg + s.length end
-    if seg ~= t.output_length then return false, ("turn %d: segments hold %d tokens, output %d"):format(k, seg, t.output_length) end
+    if seg ~= t.output_length then return bad("turn %d: segments hold %d tokens, output %d", k, seg, t.output_length) end
     for i = pos, pos + t.output_length - 1 do
       local m = lm[i - P]
       if m ~= 1 and not (opts and opts.masked_outputs and m == 0) then
-        return false, ("turn %d: output token %d has loss mask %s"):format(k, i, tostring(m))
+        return bad("turn %d: output token %d has loss mask %s", k, i, tostring(m))
       end
     end
     pos = pos + t.output_length
     if t.observation_start then
-      if t.observation_start ~= pos then return false, ("turn %d observation starts at %d, expected %d"):format(k, t.observation_start, pos) end
+      if t.observation_start ~= pos then
+        return bad("turn %d observation starts at %d, expected %d", k, t.observation_start, pos)
+      end
       for i = pos, pos + t.observation_length - 1 do
-        if lm[i - P] ~= 0 then return false, ("turn %d: observation token %d has loss mask %s"):format(k, i, tostring(lm[i - P])) end
+        if lm[i - P] ~= 0 then return bad("turn %d: observation token %d has loss mask %s", k, i, tostring(lm[i - P])) end
       end
       pos = pos + t.observation_length
     end
