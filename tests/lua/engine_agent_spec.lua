@@ -162,6 +162,37 @@ describe("rl.agent on the default model", function()
     end
     print(("      trainer vs engine log-probs over %d generated tokens: max |diff| %.3g"):format(compared, worst))
     ok(worst < 1e-4, "trainer and engine log-probs agree on the trainer's ids: " .. worst)
+    -- the trainer honours the per-token mask: a trailing observation (mask 0) leaves the
+    -- training step's loss unchanged and its update the same up to float reduction order;
+    -- the same tokens with mask 1 (the control) move the model
+    local function one_step(extra, extra_mask)
+      local b = rl.rollout.train_data.convert({ batch.samples[1], batch.samples[2] }, { normalize = false })
+      b.rewards = { 1, -1 }
+      for r = 1, 2 do
+        local toks, mask, lp = { unpack(b.tokens[r]) }, { unpack(b.loss_masks[r]) }, { unpack(b.rollout_log_probs[r]) }
+        for _, id in ipairs(extra or {}) do toks[#toks + 1] = id; mask[#mask + 1] = extra_mask; lp[#lp + 1] = 0.0 end
+        b.tokens[r], b.loss_masks[r], b.rollout_log_probs[r] = toks, mask, lp
+        b.response_lengths[r] = #mask
+      end
+      local t = assert(rl.trainer.new { model = p.dir, optimizer = { lr = 1e-2 }, micro_batch_size = 2 })
+      local met = assert(t:train(b))
+      local after = t:logprobs(rl.rollout.train_data.convert({ batch.samples[1] }, { normalize = false }))
+      return met["train/loss"], after[1]
+    end
+    local function maxdiff(a, b)
+      local d = 0
+      for i = 1, #a do d = math.max(d, math.abs(a[i] - b[i])) end
+      return d
+    end
+    local extra = T.observation_ids(p.tok, { { role = "tool", content = "a trailing observation" } }, nil)
+    local loss_a, lp_a = one_step()
+    local loss_b, lp_b = one_step(extra, 0)
+    local _, lp_c = one_step(extra, 1)
+    local masked, unmasked = maxdiff(lp_a, lp_b), maxdiff(lp_a, lp_c)
+    print(("      one train step (lr 1e-2) with a trailing observation: masked 0 -> log-probs after the step differ "
+      .. "by at most %.2g from the step without it; masked 1 (control) -> by %.2g"):format(masked, unmasked))
+    eq(loss_b, loss_a)
+    ok(masked < 1e-3 and unmasked > 100 * masked, ("masked %g, unmasked %g"):format(masked, unmasked))
     local metrics = rl.rollout.metrics.rollout_metrics(0, groups, 1.0, m)
     ok(metrics["rollout/turns/mean"] > 1, "rollout/turns/mean")
     eq(metrics["rollout/turns/max"] <= 4, true)
