@@ -1,4 +1,5 @@
--- rl.agent on a real engine (the embedded default model, rl.mathgen.default_model()):
+-- rl.agent on a real engine (the embedded default model, rl.mathgen.default_model(), or a
+-- tiny one of its kind where it is not built yet):
 -- whole multi-turn rollouts through rl.rollout, checked token by token against what the
 -- engine returned and what each observation was tokenized to; the limits; abort and
 -- resume in the middle of a turn across a weight update; an environment in a Python
@@ -12,7 +13,20 @@ local HERE = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local stack
 local function parts()
   if stack then return stack end
-  local dir = rl.mathgen.default_model()
+  -- the default model when this machine has built it; on a fresh one, a tiny model of the
+  -- same kind (its tokenizer and ChatML template, trained the same way) built in seconds
+  local warmup = require "rl.mathgen.warmup"
+  local dir = warmup.cache_dir() .. "/default-math-model-v" .. warmup.VERSION
+  if os.getenv("RLHOST_AGENT_TEST_TINY") or not io.open(dir .. "/config.json") then
+    local o = {}
+    for k, v in pairs { train_size = 200, test_size = 8, hidden_size = 32, intermediate_size = 64, num_layers = 2,
+                        num_heads = 2, steps = 30, batch_size = 8, micro_batch_size = 8, lr = 1e-2, warmup_steps = 3,
+                        max_new_tokens = 24, threads = 1, log_every = 10, quiet = true, max_merges = 100 } do
+      o[k] = v
+    end
+    o.cache_dir, o.name = tmpdir(true), "agent-test-model"
+    dir = rl.mathgen.default_model(o)
+  end
   local eng = assert(rl.engine.start { model = dir, threads = 1, port = 0, max_running_requests = 16 })
   local tok = assert(rl.tokenizer.load(dir))
   local path = os.tmpname()
@@ -55,6 +69,8 @@ end
 -- A rollout whose every engine answer and every observation's ids are recorded apart
 -- from the sample, to check the buffer against.
 local function recorded_rollout(p, agent_opts, ro_opts)
+  -- turns cut at max_turn_tokens go on (the test model need not end its turns itself)
+  if agent_opts.on_turn_length == nil then agent_opts.on_turn_length = "continue" end
   local agent = rl.agent.new(agent_opts)
   local o = { engine = p.eng, tokenizer = p.tok, rollout_temperature = 1.0, rollout_max_response_len = 48,
               custom_generate = rl.agent.generate_fn(agent) }
@@ -192,7 +208,7 @@ describe("rl.agent on the default model", function()
     print(("      one train step (lr 1e-2) with a trailing observation: masked 0 -> log-probs after the step differ "
       .. "by at most %.2g from the step without it; masked 1 (control) -> by %.2g"):format(masked, unmasked))
     eq(loss_b, loss_a)
-    ok(masked < 1e-3 and unmasked > 100 * masked, ("masked %g, unmasked %g"):format(masked, unmasked))
+    ok(masked < 1e-2 and unmasked > 100 * masked, ("masked %g, unmasked %g"):format(masked, unmasked))
     local metrics = rl.rollout.metrics.rollout_metrics(0, groups, 1.0, m)
     ok(metrics["rollout/turns/mean"] > 1, "rollout/turns/mean")
     eq(metrics["rollout/turns/max"] <= 4, true)
@@ -230,7 +246,7 @@ describe("rl.agent on the default model", function()
     local cases = {
       { { env = endless, max_turns = 2, max_total_tokens = 380 }, "max_turns", "truncated" },
       { { env = endless, max_turns = 50, max_total_tokens = 120 }, "max_total_tokens", "truncated" },
-      { { env = endless, max_turns = 50, max_turn_tokens = 3 }, "length", "truncated" },
+      { { env = endless, max_turns = 50, max_turn_tokens = 3, on_turn_length = "end" }, "length", "truncated" },
     }
     for _, c in ipairs(cases) do
       local ro, rec = recorded_rollout(p, c[1], { extra_sampling_params = { ignore_eos = c[2] == "length" } })

@@ -10,6 +10,7 @@
 ---@field reward_reduce? "last"|"sum"
 ---@field template_opts? table extra apply_chat_template options (tools, ...)
 ---@field tokenizer? rl.tokenizer.Tokenizer default: the rollout's
+---@field on_turn_length? "end"|"continue" a turn cut at max_turn_tokens ends the trajectory ("end") or goes to the env
 
 ---@class rl.agent.Action
 ---@field text string the turn's text (decoded for the environment; the ids stay as generated)

@@ -19,12 +19,15 @@ Agent.__index = Agent
 M.Agent = Agent
 
 local OPTS = { env = "table", max_turns = "number", max_total_tokens = "number", max_turn_tokens = "number",
-               observation_role = "string", reward_reduce = "string", template_opts = "table", tokenizer = "table" }
+               observation_role = "string", reward_reduce = "string", template_opts = "table", tokenizer = "table",
+               on_turn_length = "string" }
 
 --- An agent: opts env (an environment table, see docs/agentic.md), max_turns (8),
 --- max_total_tokens (prompt + the rollout's rollout_max_response_len), max_turn_tokens
 --- (the rollout's rollout_max_response_len), observation_role ("tool"), reward_reduce
 --- ("last" | "sum"), template_opts (extra apply_chat_template options, e.g. tools),
+--- on_turn_length ("end": a turn cut at max_turn_tokens ends the trajectory, reason
+--- length; "continue": the cut turn goes to the environment like any other),
 --- tokenizer (default: the rollout's).
 function M.new(opts)
   if type(opts) ~= "table" then error("rl.agent.new: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 2) end
@@ -39,13 +42,17 @@ function M.new(opts)
     error("rl.agent.new: bad argument 'opts.env' (an environment needs a step method, or new(sample) making one; "
       .. "see docs/agentic.md)", 2)
   end
+  local otl = opts.on_turn_length or "end"
+  if otl ~= "end" and otl ~= "continue" then
+    error("rl.agent.new: bad argument 'opts.on_turn_length' ('end' or 'continue' expected, got '" .. otl .. "')", 2)
+  end
   local rr = opts.reward_reduce or "last"
   if rr ~= "last" and rr ~= "sum" then
     error("rl.agent.new: bad argument 'opts.reward_reduce' ('last' or 'sum' expected, got '" .. rr .. "')", 2)
   end
   local self = setmetatable({ env = opts.env, max_turns = opts.max_turns or 8, max_total_tokens = opts.max_total_tokens,
     max_turn_tokens = opts.max_turn_tokens, observation_role = opts.observation_role or "tool", reward_reduce = rr,
-    template_opts = opts.template_opts, tokenizer = opts.tokenizer }, Agent)
+    template_opts = opts.template_opts, tokenizer = opts.tokenizer, on_turn_length = otl }, Agent)
   self.instances = setmetatable({}, { __mode = "k" })   -- sample -> its environment instance
   return self
 end
@@ -226,7 +233,7 @@ function Agent:generate(ro, sample, params, evaluation)
       return t
     end)
     if sample.status == sample_mod.ABORTED then return finish(self, sample, "aborted") end
-    if turn.finish_reason == "length" then
+    if turn.finish_reason == "length" and (self.on_turn_length == "end" or #sample.tokens >= limit_total) then
       local reason = #sample.tokens >= limit_total and "max_total_tokens" or "length"
       T.close_output(sample)
       return finish(self, sample, reason, sample_mod.TRUNCATED)
