@@ -24,7 +24,8 @@ function Env:step(a)
   return { role = "tool", content = ("result %d (%d calls)"):format(self.k, #calls) }, nil, false
 end
 
-local agent = rl.agent.new { env = Env, max_turns = turns, max_total_tokens = 384, max_turn_tokens = turn_tokens }
+local agent = rl.agent.new { env = Env, max_turns = turns, max_total_tokens = 384, max_turn_tokens = turn_tokens,
+                             on_turn_length = "continue" }
 -- turns of turn_tokens/2 .. turn_tokens tokens (min_new_tokens), ended by the model's <|im_end|>
 local ro = rl.rollout.new { engine = eng, tokenizer = tok, rollout_temperature = 1.0, rollout_max_response_len = turn_tokens,
   extra_sampling_params = { min_new_tokens = math.floor(turn_tokens / 2) }, custom_generate = rl.agent.generate_fn(agent) }
@@ -36,6 +37,21 @@ ro._post = function(self, req, key)
   gen_time = gen_time + (now() - t0)
   return a, b, c
 end
+
+-- the token-buffer work alone: rendering + tokenizing observations, appending outputs and observations
+local buffer_time = 0
+local function timed(tbl, name)
+  local f = tbl[name]
+  tbl[name] = function(...)
+    local t0 = now()
+    local a, b = f(...)
+    buffer_time = buffer_time + (now() - t0)
+    return a, b
+  end
+end
+timed(agent, "observation_ids")
+timed(T, "append_output")
+timed(T, "append_observation")
 
 local function retokenize_cost(s)
   -- the peer: after every turn, rebuild the conversation's text and encode it all again
@@ -54,6 +70,7 @@ end
 
 local function run(n, report)
   local total, gen, peer, tok_count, turn_count = 0, 0, 0, 0, 0
+  buffer_time = 0
   for i = 1, n do
     local s = rl.sample.new { prompt = { { role = "user", content = "Tom has 3 apples. He buys 4 more. How many?" } },
                               index = i, group_index = i }
@@ -72,6 +89,8 @@ local function run(n, report)
     print(("generation (the /generate calls):          %8.1f ms per trajectory"):format(1000 * gen / n))
     print(("rlhost's trajectory work (all the rest):    %8.2f ms per trajectory  = %5.2f %% of generation"):format(
       1000 * over / n, 100 * over / gen))
+    print(("  of which the token buffer (observations rendered and tokenized once, appends): %.2f ms = %.2f %%"):format(
+      1000 * buffer_time / n, 100 * buffer_time / gen))
     print(("peer: re-tokenize the conversation per turn: %7.2f ms per trajectory  = %5.2f %% of generation"):format(
       1000 * peer / n, 100 * peer / gen))
   end

@@ -166,7 +166,12 @@ end
 function Agent:template(ro)
   if self.template_opts then return self.template_opts end
   local reg = self.env.tools
-  if type(reg) == "table" and type(reg.schemas) == "function" then return { tools = reg:schemas() } end
+  if type(reg) == "table" and type(reg.schemas) == "function" then
+    if not self._tool_template or self._tool_template_n ~= #reg.order then   -- (tools added later)
+      self._tool_template, self._tool_template_n = { tools = reg:schemas() }, #reg.order
+    end
+    return self._tool_template
+  end
 end
 
 function Agent:tokenize(ro, sample)

@@ -73,14 +73,24 @@ end
 --- last_id: the turn's last token; when the template's end-of-turn text after the
 --- assistant content starts with that token's text (the model's own <|im_end|>), it is
 --- not repeated. template_opts: extra apply_chat_template options (tools, ...).
+local before_cache = setmetatable({}, { __mode = "k" })   -- tok -> template_opts (or NONE) -> rendered base
+local NONE = {}
+
 function M.observation_ids(tok, messages, last_id, template_opts)
   local mark = "\1agent-turn\1"
   local base = { { role = "user", content = "q" }, { role = "assistant", content = mark } }
   local o = {}
   for k, v in pairs(template_opts or {}) do o[k] = v end
-  o.add_generation_prompt = false
-  local before, err = tok:apply_chat_template(base, o)
-  if not before then return nil, err end
+  local per_tok = before_cache[tok]
+  if not per_tok then per_tok = setmetatable({}, { __mode = "k" }); before_cache[tok] = per_tok end
+  local before = per_tok[template_opts or NONE]
+  if not before then
+    o.add_generation_prompt = false
+    local err
+    before, err = tok:apply_chat_template(base, o)
+    if not before then return nil, err end
+    per_tok[template_opts or NONE] = before
+  end
   local full = {}
   for i, m in ipairs(base) do full[i] = m end
   for _, m in ipairs(messages) do full[#full + 1] = m end
