@@ -19,6 +19,7 @@
 ---@field timeline rl.timeline
 ---@field dist rl.dist
 ---@field watchdog rl.watchdog
+---@field agent rl.agent
 rl = {}
 
 -- ---- tasks and time --------------------------------------------------------------------

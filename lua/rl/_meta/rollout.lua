@@ -87,6 +87,16 @@ function Rollout:generate_and_rm(sample, params, evaluation) end
 ---@return table sample
 function Rollout:generate(sample, params, evaluation) end
 
+--- Encodes the sample's prompt into sample.tokens once (chat template for message lists).
+---@return integer[] tokens
+function Rollout:tokenize_prompt(sample) end
+
+--- One /generate from sample.tokens as they stand with params as given; the output ids
+--- and log-probs go to on_output(ids, logprobs, meta_info, text), default append_response.
+---@param on_output? fun(ids: integer[], logprobs: number[], meta: table, text: string)
+---@return table sample
+function Rollout:generate_call(sample, params, on_output) end
+
 ---@return table[][] aborted groups
 function Rollout:abort(rollout_id, done_queue) end
 
