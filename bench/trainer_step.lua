@@ -1,8 +1,9 @@
 -- rlhost side of bench/trainer_step.sh: one GRPO optimiser step (forward,
 -- backward, AdamW) on B sequences of T tokens, tokens/s over N timed steps.
---   rlhost bench/trainer_step.lua MODEL_DIR THREADS [batch=8] [tokens=256] [steps=3]
+--   rlhost bench/trainer_step.lua MODEL_DIR THREADS [batch=8] [tokens=256] [steps=3] [device=cpu] [bf16=0]
 local model, threads = assert(arg[1]), tonumber(arg[2]) or 1
 local B, T, steps = tonumber(arg[3]) or 8, tonumber(arg[4]) or 256, tonumber(arg[5]) or 3
+local device, bf16 = arg[6] or "cpu", arg[7] == "1"
 local prompt = math.floor(T / 4)
 rl.torch.set_num_threads(threads)
 rl.torch.manual_seed(0)
@@ -18,10 +19,11 @@ for i = 1, B do
   batch.tokens[i], batch.response_lengths[i], batch.loss_masks[i] = t, T - prompt, m
   batch.rewards[i] = (i % 2 == 0) and 1 or -1
 end
-local tr = rl.trainer.new { model = model, loss = { advantage_estimator = "grpo" },
+local tr = rl.trainer.new { model = model, loss = { advantage_estimator = "grpo" }, device = device, bf16 = bf16 or nil,
                             optimizer = { lr = 1e-6, clip_grad = 1.0 }, micro_batch_size = B }
 assert(tr:train(batch))  -- warm-up: allocations, optimiser state
 local t0 = rl.now()
 for _ = 1, steps do assert(tr:train(batch)) end
 local dt = (rl.now() - t0) / steps
-print(("RESULT impl=rlhost threads=%d batch=%d tokens=%d step_s=%.3f tok_s=%.1f"):format(threads, B, T, dt, B * T / dt))
+print(("RESULT impl=rlhost threads=%d batch=%d tokens=%d device=%s bf16=%d step_s=%.3f tok_s=%.1f"):format(
+  threads, B, T, device, bf16 and 1 or 0, dt, B * T / dt))

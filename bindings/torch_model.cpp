@@ -53,7 +53,7 @@ nn::ModelOptions options_arg(lua_State* L, int idx, const char* table) {
 }
 
 void push_numbers(lua_State* L, const torch::Tensor& t) {
-  auto c = t.to(torch::kFloat64).contiguous();
+  auto c = t.to(torch::kCPU, torch::kFloat64).contiguous();  // the host reads it: copy off the device first
   const double* p = c.data_ptr<double>();
   lua_createtable(L, static_cast<int>(c.numel()), 0);
   for (int64_t i = 0; i < c.numel(); ++i) {

@@ -35,7 +35,15 @@ function M.load(path, opts)
   if type(path) ~= "string" then
     error("rl.model.load: bad argument #1 'path' (string expected, got " .. type(path) .. ")", 2)
   end
-  local h, err = native.model_load(path, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("rl.model.load: bad argument #2 'opts' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  local dev, derr = require("rl.device").resolve(o.device, "rl.model.load: opts.device")
+  if not dev then return nil, derr end
+  o.device = dev
+  local h, err = native.model_load(path, o)
   if not h then return nil, err end
   return wrap(h, path)
 end

@@ -23,9 +23,9 @@ Trainer.__index = Trainer
 
 local function native() return require("rl.torch")._trainer end
 
-local function as_model(v, what, dtype)
+local function as_model(v, what, dtype, device)
   if type(v) == "string" then
-    local m, err = require("rl.model").load(v, { dtype = dtype })
+    local m, err = require("rl.model").load(v, { dtype = dtype, device = device })
     if not m then error(("rl.trainer.new: %s: %s"):format(what, err), 3) end
     return m
   end
@@ -33,7 +33,7 @@ local function as_model(v, what, dtype)
   error(("rl.trainer.new: %s: a model directory or an rl.model expected, got %s"):format(what, type(v)), 3)
 end
 
-local RESERVED = { model = true, ref = true, loss = true, optimizer = true, dtype = true }
+local RESERVED = { model = true, ref = true, loss = true, optimizer = true, dtype = true, device = true }
 
 --- A trainer. opts: model (directory or rl.model; trained in place), ref (a
 --- directory, an rl.model, or true = a frozen copy of model's checkpoint), loss
@@ -43,15 +43,15 @@ local RESERVED = { model = true, ref = true, loss = true, optimizer = true, dtyp
 function M.new(opts)
   if type(opts) ~= "table" then error("rl.trainer.new: bad argument #1 'opts' (table expected)", 2) end
   if opts.model == nil then error("rl.trainer.new: opts.model is required (a model directory or an rl.model)", 2) end
-  local model = as_model(opts.model, "model", opts.dtype)
+  local model = as_model(opts.model, "model", opts.dtype, opts.device)
   local ref
   if opts.ref == true then
     if type(opts.model) ~= "string" then
       error("rl.trainer.new: ref = true needs model to be a directory (or pass ref = <directory>)", 2)
     end
-    ref = as_model(opts.model, "ref", opts.dtype)
+    ref = as_model(opts.model, "ref", opts.dtype, opts.device)
   elseif opts.ref then
-    ref = as_model(opts.ref, "ref", opts.dtype)
+    ref = as_model(opts.ref, "ref", opts.dtype, opts.device)
   end
   local flat = {}
   for _, sub in ipairs { opts.loss or {}, opts.optimizer or {} } do
@@ -480,13 +480,13 @@ function M.load(path, opts)
   local dtype = opts.dtype or st.dtype
   local model, err = opts.model or dir, nil
   if type(model) == "string" then
-    model, err = require("rl.model").load(model, { dtype = dtype })
+    model, err = require("rl.model").load(model, { dtype = dtype, device = opts.device })
     if not model then return nil, ("%s: model %s: %s"):format(fname, tostring(opts.model or dir), err) end
   end
   local ref = opts.ref
   if ref == nil or ref == true then ref = sources.ref end
   if type(ref) == "string" then
-    local r, rerr = require("rl.model").load(ref, { dtype = dtype })
+    local r, rerr = require("rl.model").load(ref, { dtype = dtype, device = opts.device })
     if not r then
       local from = type(opts.ref) == "string" and "opts.ref" or "sources.ref in trainer_state.json"
       return nil, ("%s: the reference model %s (%s) cannot be loaded: %s "

@@ -69,6 +69,7 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> backend;
   torch::Device device = torch::kCPU;
   std::mutex mu;  // one collective at a time from this process
+  bool failed = false;  // a collective failed or timed out: abort (not shut down) on close
 
   std::string where(const std::string& op) const {
     return "dist: " + op + " (group '" + o.name + "', rank " + std::to_string(o.rank) + " of " +
@@ -81,10 +82,15 @@ struct ProcessGroup::Impl {
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      if (!work->wait(timeout())) throw Error(where(op) + " did not finish in time");
+      if (!work->wait(timeout())) {
+        failed = true;
+        throw Error(where(op) + " did not finish in time");
+      }
     } catch (const Error&) {
+      failed = true;
       throw;
     } catch (const std::exception& e) {
+      failed = true;
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::string msg = e.what();
       if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
@@ -137,7 +143,18 @@ ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
   if (g.rank == 0) g.master_port = impl_->store->getPort();
 }
 
-ProcessGroup::~ProcessGroup() = default;
+// NCCL needs an explicit shutdown (torch warns at exit otherwise, and may hang on a
+// group whose peer died); Gloo's is a no-op. Never throws: it runs on error paths.
+ProcessGroup::~ProcessGroup() {
+  if (!impl_ || !impl_->backend) return;
+  try {
+    if (impl_->failed) impl_->backend->abort();
+    else impl_->backend->shutdown();
+  } catch (const std::exception& e) {
+    log::warn("dist: group '" + impl_->o.name + "': shutting down the " + impl_->o.backend + " backend: " + e.what());
+  }
+  impl_->backend.reset();
+}
 
 void ProcessGroup::connect() {
   auto& im = *impl_;

@@ -49,6 +49,8 @@ class AutocastScope {
 
 // A micro-batch, right-padded: ids [B, L]; per response token (R = longest
 // response): mask, rewards broadcast later, old/rollout log-probs [B, R].
+// The tensors live on the policy's device; the index lists stay on the host
+// (nothing in a step reads a device tensor back element by element).
 struct Trainer::Packed {
   torch::Tensor ids;            // [B, L] int64
   torch::Tensor mask;           // [B, R] float32
@@ -56,6 +58,9 @@ struct Trainer::Packed {
   torch::Tensor behaviour_logp; // [B, R] float32: the policy's before this train() call, or undefined
   torch::Tensor rewards;        // [B] float32
   std::vector<int64_t> prompt_lens, resp_lens;
+  // Response tokens in order: row of the flattened [B*L] hidden states that predicts
+  // each, its column in the flattened [B*R] mask, and its id.
+  std::vector<int64_t> rows, cols, targets;
   int64_t tokens = 0;           // real tokens (prompt + response)
 };
 
@@ -165,6 +170,18 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
       auto acc = p.behaviour_logp.accessor<float, 2>();
       for (int64_t j = 0; j < resp; ++j) acc[r][j] = behaviour_logp_[i][j];
     }
+    for (int64_t j = 0; j < resp; ++j) {
+      const int64_t pos = n - resp + j;  // position of the response token
+      p.rows.push_back(r * L + pos - 1);
+      p.cols.push_back(r * R + j);
+      p.targets.push_back(t[pos]);
+    }
+  }
+  // Built on the host, then moved once to where the policy lives.
+  const auto dev = policy_->options().device;
+  if (dev != torch::kCPU) {
+    for (auto* t : {&p.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp})
+      if (t->defined()) *t = t->to(dev);
   }
   return p;
 }
@@ -175,21 +192,11 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
 torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy) {
   const int64_t B = p.ids.size(0), R = p.mask.size(1);
   AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
-  auto hidden = m.forward(p.ids);  // [B, L, H]
-  std::vector<int64_t> rows, cols, targets_v;
-  const auto ids = p.ids.accessor<int64_t, 2>();
-  for (int64_t r = 0; r < B; ++r) {
-    for (int64_t j = 0; j < p.resp_lens[r]; ++j) {
-      const int64_t pos = p.prompt_lens[r] + j;  // position of the response token
-      rows.push_back(r * hidden.size(1) + pos - 1);
-      cols.push_back(r * R + j);
-      targets_v.push_back(ids[r][pos]);
-    }
-  }
-  auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, torch::tensor(rows, torch::kInt64));
-  auto out = nn::token_logprobs(flat, m.lm_head_weight(), torch::tensor(targets_v, torch::kInt64), opts_.temperature,
-                                with_entropy);
-  auto index = torch::tensor(cols, torch::kInt64);
+  auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
+  const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
+  auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
+  auto out = nn::token_logprobs(flat, m.lm_head_weight(), on_device(p.targets), opts_.temperature, with_entropy);
+  auto index = on_device(p.cols);
   auto logp = torch::zeros({B * R}, out.logprobs.options()).index_put({index}, out.logprobs).view({B, R});
   if (entropy && with_entropy)
     *entropy = torch::zeros({B * R}, out.entropy.options()).index_put({index}, out.entropy).view({B, R});
@@ -378,17 +385,23 @@ void Trainer::validate(const TrainBatch& b) const {
 void Trainer::record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
                                   const torch::Tensor& clipped, double divisor, bool token_mean,
                                   const std::vector<int64_t>& rows) {
+  torch::NoGradGuard ng;
   const auto m = p.mask;
   const auto msum = m.sum(1).clamp_min(1.0);
-  const auto a = ((adv * m).sum(1) / msum).contiguous();
-  const auto lp = ((logp * m).sum(1) / msum).contiguous();
-  const auto c = clipped.defined() ? ((clipped * m).sum(1) / msum).contiguous() : torch::zeros_like(a);
+  const auto a = (adv * m).sum(1) / msum;
+  const auto lp = (logp * m).sum(1) / msum;
+  const auto c = clipped.defined() ? (clipped * m).sum(1) / msum : torch::zeros_like(a);
+  // One copy to the host for the four per-sample columns (not one sync per value).
+  const auto host = torch::stack({a.to(torch::kFloat64), lp.to(torch::kFloat64), c.to(torch::kFloat64),
+                                  msum.to(torch::kFloat64)}).to(torch::kCPU).contiguous();
+  const auto h = host.accessor<double, 2>();
   for (size_t r = 0; r < rows.size(); ++r) {
+    const auto i = static_cast<int64_t>(r);
     SampleStats st;
-    st.advantage = a[r].item<double>();
-    st.logp_mean = lp[r].item<double>();
-    st.clipped_frac = c[r].item<double>();
-    st.loss_weight = token_mean ? msum[r].item<double>() / divisor : 1.0 / divisor;
+    st.advantage = h[0][i];
+    st.logp_mean = h[1][i];
+    st.clipped_frac = h[2][i];
+    st.loss_weight = token_mean ? h[3][i] / divisor : 1.0 / divisor;
     st.step = step_ + 1;
     sample_stats_[rows[r]] = st;
   }
@@ -468,7 +481,7 @@ std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b) 
   std::iota(all.begin(), all.end(), 0);
   for (const auto& mb : micro_batches(b, all)) {
     Packed p = pack(b, mb);
-    auto lp = response_logp(*policy_, p, false, nullptr).contiguous();
+    auto lp = response_logp(*policy_, p, false, nullptr).to(torch::kCPU).contiguous();
     const auto acc = lp.accessor<float, 2>();
     for (size_t r = 0; r < mb.size(); ++r)
       for (int64_t j = 0; j < p.resp_lens[r]; ++j) out[mb[r]].push_back(acc[r][j]);

@@ -430,6 +430,24 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--prompt-data is required", r.stderr)
 
+    def test_placement_flags(self):
+        # A GPU this build or machine lacks is a usage error naming the flag, with a hint.
+        base = [BIN, "--no-control", RECIPE, "--hf-checkpoint", self.model, "--prompt-data", self.model + "/data/train.jsonl"]
+        cuda = subprocess.run([BIN, "-e", "print(rl.torch.info().cuda_available)"], capture_output=True, text=True,
+                              timeout=60, env=self.env).stdout.strip() == "true"
+        if not cuda:
+            r = subprocess.run(base + ["--device", "cuda"], capture_output=True, text=True, timeout=60, env=self.env)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("--device: cuda asked for", r.stderr)
+            self.assertIn("hint:", r.stderr)
+        r = subprocess.run(base + ["--device", "tpu"], capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--device: 'tpu' is not a device (use cpu, cuda, cuda:N or auto)", r.stderr)
+        r = subprocess.run(base + ["--device", "cpu", "--rollout-device", "auto", "--colocate", "--rollout-device", "cuda:7"],
+                           capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--rollout-device", r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -13,6 +13,14 @@
 --   end)
 local rl = require "rl"
 
+-- RLHOST_TEST_DEVICE=cuda (or cuda:N): the LibTorch specs' models, engines and trainers
+-- that name no device run there (rl.device.set_default); CPU otherwise.
+local test_device = os.getenv("RLHOST_TEST_DEVICE")
+if test_device and test_device ~= "" and test_device ~= "cpu" then
+  rl.device.set_default(test_device)
+  io.stderr:write("spec: LibTorch work on " .. rl.device.default() .. " (RLHOST_TEST_DEVICE)\n")
+end
+
 local tests, prefix, filter = {}, {}, nil
 local before = {}
 

@@ -302,6 +302,14 @@ function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tost
 --- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
 function M.start(opts)
   local mode = check_opts(opts)
+  -- the device: opts.device, else rl.device.default() ($RLHOST_DEVICE, else cpu), checked here
+  local dev, derr = require("rl.device").resolve(opts.device, "rl.engine.start: opts.device")
+  if not dev then return nil, derr end
+  if dev ~= opts.device then
+    local o = { device = dev }
+    for k, v in pairs(opts) do if k ~= "device" then o[k] = v end end
+    opts = o
+  end
   require("rl._admin").save()   -- for the same user's tools (tools/profile_rollout.lua, curl)
   if mode == "vllm" then
     task.need_task("rl.engine.start")

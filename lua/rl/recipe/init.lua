@@ -110,7 +110,7 @@ local function make_trainer(opt, job)
     optimizer = { lr = opt.lr, weight_decay = opt.weight_decay, clip_grad = opt.clip_grad },
     global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
-    kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil,
+    kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
   }
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
   local ckpt = checkpoint_in(opt.load)
@@ -132,6 +132,8 @@ local function start_engines(opt, job)
                       max_running_requests = opt.max_running_requests }
   if opt.rollout_backend == "vllm" then   -- --vllm-<flag> V: vLLM's --<flag> V
     job.engine_opts.backend, job.engine_opts.vllm_args, job.engine_opts.python = "vllm", opt.vllm_args, opt.vllm_python
+  else
+    job.engine_opts.device = job.placement.engines
   end
   for i = 1, opt.num_engines do
     local eng, err = rl.engine.start(job.engine_opts)
@@ -184,6 +186,9 @@ function M.setup(opt, setup_opts)
     job.model_dir = rl.dist.broadcast_object(job.model_dir)   -- built once, by rank 0
   end
   fill_defaults(opt, job.default_model, job.world_size)
+  job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
+  if opt.colocate then opt.offload_rollout = true end
+  if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
   rl.torch.set_num_threads(opt.threads)
   rl.torch.manual_seed(opt.rollout_seed)
   local tok, err = rl.tokenizer.load(job.model_dir)

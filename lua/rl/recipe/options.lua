@@ -81,6 +81,13 @@ local FLAGS = {
   { name = "max_running_requests", type = "int",
     help = "sequences an engine decodes at once (default: 256 default model, the engine's 64 otherwise)" },
   { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
+  -- placement (docs/recipes.md#placement)
+  { name = "device", type = "string", default = "auto",
+    help = "the trainer's device: auto (the first GPU when there is one, else cpu), cpu, cuda, cuda:N" },
+  { name = "rollout_device", type = "string",
+    help = "the engines' device (default: the trainer's, or the next GPU when there is one and no --colocate)" },
+  { name = "colocate", type = "bool", default = false,
+    help = "engines share the trainer's device and release weights and KV cache while it steps (slime's --colocate)" },
   -- fault tolerance (slime's flags; docs/fault_tolerance.md)
   { name = "use_fault_tolerance", type = "bool", default = false,
     help = "probe the engines; restart a dead or stuck one, refit it and put it back in the router" },
