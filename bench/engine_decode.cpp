@@ -6,6 +6,7 @@
 //   bench_engine_decode MODEL_DIR THREADS BATCH[,BATCH...] [new=128] [prompt=16]
 // Also: bench_engine_decode --bandwidth THREADS   (read bandwidth, GB/s)
 #include <chrono>
+#include <ctime>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,12 @@
 #include "model/config.hpp"
 
 namespace {
+
+double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -116,11 +123,18 @@ int main(int argc, char** argv) {
   };
   run(1, 8, 0);  // warm-up
   for (int batch : batches) {
+    const double cpu0 = cpu_now();
     auto [total, prefill] = run(batch, n_new, static_cast<uint64_t>(batch));
+    const double cpu = cpu_now() - cpu0;
     // Decode rate: tokens after the first over the time after the (last) prefill.
     const double decode_s = total - prefill;
-    std::printf("RESULT impl=rlhost threads=%d batch=%d new=%lld total_s=%.3f decode_tok_s=%.1f\n", threads, batch,
-                static_cast<long long>(n_new), total, batch * (n_new - 1) / decode_s);
+    // cpu_s: the process's CPU seconds for the whole run (prefill and decode, all
+    // threads); tok_per_cpu_s = generated tokens / cpu_s (the figure to compare on a
+    // loaded machine, where wall-clock rates swing).
+    std::printf("RESULT impl=rlhost threads=%d batch=%d new=%lld total_s=%.3f decode_tok_s=%.1f cpu_s=%.3f "
+                "tok_per_cpu_s=%.1f\n",
+                threads, batch, static_cast<long long>(n_new), total, batch * (n_new - 1) / decode_s, cpu,
+                batch * n_new / cpu);
     std::fflush(stdout);
   }
   engine->stop();

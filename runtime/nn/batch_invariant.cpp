@@ -14,6 +14,10 @@
 #define RL_BI_INLINE __attribute__((always_inline)) inline
 
 namespace rl::nn::bi {
+namespace detail {
+bool gemm_panels(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
+                 int64_t ldy, int64_t m, int64_t k, int64_t n);  // batch_invariant_packed.cpp
+}
 namespace {
 
 constexpr int kNR = 32;  // columns per register tile
@@ -143,6 +147,8 @@ float exp_one(float x) { return exp_inline(x); }
 void gemm(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
           int64_t ldy, int64_t m, int64_t k, int64_t n) {
   if (m <= 0 || n <= 0) return;
+  // AVX-512: register tiles over panels packed per call (batch_invariant_packed.cpp).
+  if (!(w_kn && m <= kStreamRows) && detail::gemm_panels(x, ldx, w, ldw, w_kn, bias, y, ldy, m, k, n)) return;
   if (w_kn && m <= kStreamRows) {
     const int64_t cols = stream_cols(m), chunks = (n + cols - 1) / cols;
     const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, m * k * cols));

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 namespace rl::nn::bi {
 
@@ -23,6 +24,29 @@ namespace rl::nn::bi {
 // (w_kn = true) or [n, k] with row stride ldw (w_kn = false: the HF layout).
 void gemm(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
           int64_t ldy, int64_t m, int64_t k, int64_t n);
+
+// A [k, n] weight packed once (at load or weight update) for gemm_packed: column
+// panels of kPanelCols, each [k, kPanelCols] contiguous (the last zero-padded), so
+// a call streams it in order and packs nothing. Same bits as gemm().
+constexpr int64_t kPanelCols = 48;
+struct PackedWeight {
+  int64_t k = 0, n = 0;
+  std::shared_ptr<float> data;  // 64-byte aligned
+  bool defined() const { return data != nullptr; }
+  size_t bytes() const;
+};
+// False under RLHOST_BI_SIMD=0: the SIMD-specific paths (packed AVX-512 GEMM,
+// AVX2 attention) step aside for the portable kernels, to measure what they save
+// and to test both (same bits either way).
+bool simd_kernels();
+// Whether gemm_packed has a fast path on this CPU (AVX-512); pack_weight is only
+// worth its memory where it does.
+bool packed_available();
+// w as for gemm() (w_kn: [k, n] with row stride ldw; else [n, k]).
+PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n);
+// y[i, j] = (sum over k ascending of x[i, k] * w(k, j)) (+ bias[j]): gemm() on a packed weight.
+void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float* bias, float* y, int64_t ldy,
+                 int64_t m);
 
 // y = w * (x * 1/sqrt(mean(x^2) + eps)) row by row; x, y [rows, n] contiguous.
 void rms_norm(const float* x, const float* w, float eps, float* y, int64_t rows, int64_t n);

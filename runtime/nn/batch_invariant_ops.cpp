@@ -187,6 +187,29 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
   return linear_forward(x, w, b);
 }
 
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const PackedWeight& packed) {
+  if (!packed.defined() || needs_grad({&x, &w, &b})) return linear(x, w, b);
+  const int64_t K = x.size(-1), N = w.size(0);
+  if (packed.k != K || packed.n != N) throw std::invalid_argument("bi::linear: packed weight is not [out, " + std::to_string(K) + "]");
+  auto x2 = x.reshape({-1, K}).contiguous();
+  auto bc = b.defined() ? b.contiguous() : b;
+  auto y = torch::empty({x2.size(0), N}, x2.options());
+  gemm_packed(x2.data_ptr<float>(), K, packed, bc.defined() ? bc.data_ptr<float>() : nullptr, y.data_ptr<float>(), N,
+              x2.size(0));
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return y.view(sizes);
+}
+
+PackedWeight pack(const torch::Tensor& w) {
+  if (!packed_available() || w.dim() != 2 || !w.device().is_cpu() || w.scalar_type() != torch::kFloat32) return {};
+  torch::NoGradGuard no_grad;
+  const int64_t N = w.size(0), K = w.size(1);
+  if (N > 1 && w.stride(0) == 1) return pack_weight(w.data_ptr<float>(), w.stride(1), true, K, N);
+  auto wc = w.stride(1) == 1 ? w : w.contiguous();
+  return pack_weight(wc.data_ptr<float>(), wc.stride(0), false, K, N);
+}
+
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   if (needs_grad({&x, &w})) return RmsNormFn::apply(x, w, eps);
   return rms_norm_forward(x, w, eps);

@@ -10,6 +10,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "nn/batch_invariant.hpp"
+
 namespace rl::nn::bi {
 
 bool active(const torch::Tensor& x);
@@ -17,6 +19,11 @@ bool active(const torch::Tensor& x);
 // x [..., in] @ w^T + b; w [out, in] in any layout (a transposed [in, out] matrix
 // is read in place), b [out] or undefined.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+// The same with w also packed (pack_weight of w's current values): the packed copy
+// serves forward-only calls (no gradient wanted), w the rest. Same bits.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const PackedWeight& packed);
+// pack_weight of w [out, in] in any layout (empty where packed_available() is false).
+PackedWeight pack(const torch::Tensor& w);
 // w * x / sqrt(mean(x^2, -1) + eps)
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 // silu(g) * u; g and u may be column slices of one matrix.

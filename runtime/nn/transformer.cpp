@@ -20,8 +20,9 @@ void check_ids(const torch::Tensor& ids, int64_t vocab) {
 
 // float32 on the CPU: the batch-invariant kernels (nn/batch_invariant_ops.hpp), so
 // the engine's decode and the trainer's forward compute the same bits.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  if (bi::active(x)) return bi::linear(x, w, b);
+torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                     const bi::PackedWeight& packed = {}) {
+  if (bi::active(x)) return bi::linear(x, w, b, packed);
   return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
 }
 
@@ -135,6 +136,16 @@ void Transformer::load(const model::TensorSet& tensors) {
 void Transformer::weights_changed() {
   torch::NoGradGuard no_grad;
   if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
+  // The inference layout's matrices, packed once here instead of per GEMM call.
+  const bool pack = opts_.inference_layout && bi::active(embed_) && bi::packed_available();
+  auto packed = [&](const torch::Tensor& w) { return pack && w.defined() ? bi::pack(w) : bi::PackedWeight{}; };
+  for (auto& l : layers_) {
+    l.qkv_p = packed(l.qkv_w.defined() ? l.qkv_w.t() : torch::Tensor());
+    l.gate_up_p = packed(l.gate_up_w.defined() ? l.gate_up_w.t() : torch::Tensor());
+    l.o_p = packed(l.o_w);
+    l.down_p = packed(l.down_w);
+  }
+  lm_head_p_ = packed(lm_head_);
 }
 
 void Transformer::init_random(uint64_t seed) {
@@ -170,15 +181,15 @@ torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
   if (l.gate_up_w.defined()) {
     torch::Tensor gu;
     if (exact) {
-      gu = bi::linear(x, l.gate_up_w.t(), l.gate_up_b);
+      gu = bi::linear(x, l.gate_up_w.t(), l.gate_up_b, l.gate_up_p);
     } else {
       gu = torch::matmul(x, l.gate_up_w);
       if (l.gate_up_b.defined()) gu = gu + l.gate_up_b;
     }
     const int64_t I = l.gate_w.size(0);
-    return linear(silu_mul(gu.narrow(-1, 0, I), gu.narrow(-1, I, I)), l.down_w, l.down_b);
+    return project(silu_mul(gu.narrow(-1, 0, I), gu.narrow(-1, I, I)), l.down_w, l.down_b, l.down_p);
   }
-  return linear(silu_mul(linear(x, l.gate_w, l.gate_b), linear(x, l.up_w, l.up_b)), l.down_w, l.down_b);
+  return project(silu_mul(project(x, l.gate_w, l.gate_b), project(x, l.up_w, l.up_b)), l.down_w, l.down_b);
 }
 
 // q, k, v for `x` [..., hidden] as [..., heads, head_dim], with q/k norm and RoPE applied.
@@ -196,7 +207,7 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
   if (l.qkv_w.defined()) {
     torch::Tensor qkv;
     if (bi::active(x)) {
-      qkv = bi::linear(x, l.qkv_w.t(), l.qkv_b);
+      qkv = bi::linear(x, l.qkv_w.t(), l.qkv_b, l.qkv_p);
     } else {
       qkv = torch::matmul(x, l.qkv_w);
       if (l.qkv_b.defined()) qkv = qkv + l.qkv_b;
@@ -206,9 +217,9 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
     k = qkv.narrow(-1, qd, kd).reshape(heads_shape(config_.num_key_value_heads));
     v = qkv.narrow(-1, qd + kd, kd).reshape(heads_shape(config_.num_key_value_heads));
   } else {
-    q = linear(x, l.q_w, l.q_b).view(heads_shape(config_.num_attention_heads));
-    k = linear(x, l.k_w, l.k_b).view(heads_shape(config_.num_key_value_heads));
-    v = linear(x, l.v_w, l.v_b).view(heads_shape(config_.num_key_value_heads));
+    q = project(x, l.q_w, l.q_b).view(heads_shape(config_.num_attention_heads));
+    k = project(x, l.k_w, l.k_b).view(heads_shape(config_.num_key_value_heads));
+    v = project(x, l.v_w, l.v_b).view(heads_shape(config_.num_key_value_heads));
   }
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
@@ -224,7 +235,7 @@ torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& posi
   for (const auto& l : layers_) {
     torch::Tensor k, v;
     auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v);
-    x = x + linear(attend(q, k, v, &l - layers_.data()), l.o_w, l.o_b);
+    x = x + project(attend(q, k, v, &l - layers_.data()), l.o_w, l.o_b, l.o_p);
     x = x + mlp(l, rms_norm(x, l.post_norm));
   }
   return rms_norm(x, final_norm_);
@@ -249,7 +260,9 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
   });
 }
 
-torch::Tensor Transformer::logits(const torch::Tensor& hidden) const { return linear(hidden, lm_head_, torch::Tensor()); }
+torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {
+  return project(hidden, lm_head_, torch::Tensor(), lm_head_p_);
+}
 
 TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, double temperature, bool with_entropy) {
   const int64_t B = input_ids.size(0), T = input_ids.size(1);

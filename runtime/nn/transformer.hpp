@@ -14,6 +14,7 @@
 
 #include "model/checkpoint.hpp"
 #include "model/config.hpp"
+#include "nn/batch_invariant.hpp"
 #include "nn/kv_cache.hpp"
 #include "nn/logprobs.hpp"
 #include "nn/rope.hpp"
@@ -54,8 +55,8 @@ class Transformer {
   torch::Tensor parameter(const std::string& name) const;  // throws naming unknown names
   void set_requires_grad(bool on);
   // After writing parameters in place from outside (copy_ into named_parameters()):
-  // refreshes anything derived from them (nothing in the current layouts; kept as
-  // the one place to do it, and called by every writer).
+  // refreshes anything derived from them (the tied lm_head copy, the packed GEMM
+  // panels of the inference layout); the one place to do it, called by every writer.
   void weights_changed();
   const torch::Tensor& lm_head_weight() const { return lm_head_; }
 
@@ -86,6 +87,9 @@ class Transformer {
     // Inference layout: q/k/v and gate/up live in one [in, out] matrix each (the
     // per-projection weights above are views into them), so each runs as one matmul.
     torch::Tensor qkv_w, qkv_b, gate_up_w, gate_up_b;
+    // The same matrices packed for the float32 CPU GEMM (inference layout on
+    // AVX-512 CPUs; refreshed by weights_changed()).
+    bi::PackedWeight qkv_p, o_p, gate_up_p, down_p;
   };
   void fuse_projections();
   template <class Attend>
@@ -99,6 +103,7 @@ class Transformer {
   ModelOptions opts_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   torch::Tensor embed_, final_norm_, lm_head_;
+  bi::PackedWeight lm_head_p_;
   std::vector<Layer> layers_;
   RopeTable rope_;
 };

@@ -54,6 +54,54 @@ CATCH_TEST_CASE("bi::linear matches float64 and gives a row the same bits in any
   }
 }
 
+// The definition itself, one element at a time: an accumulator from 0 taking the
+// products in ascending k through fma, then + bias.
+torch::Tensor fma_reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  auto y = torch::empty({M, N});
+  auto xa = x.accessor<float, 2>(), wa = w.accessor<float, 2>(), ya = y.accessor<float, 2>();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(xa[i][k], wa[j][k], acc);
+      ya[i][j] = b.defined() ? acc + b[j].item<float>() : acc;
+    }
+  return y;
+}
+
+CATCH_TEST_CASE("bi::linear, per-call and on packed weights, computes each element in the fixed fma order", "[bi]") {
+  torch::NoGradGuard ng;
+  torch::manual_seed(11);
+  // Rows around the 8-row tiles (decode batches up to 64 and a ragged rest), columns
+  // around the 48-column panels; with and without bias.
+  for (int64_t K : {1, 19, 130}) {
+    for (int64_t N : {1, 47, 48, 49, 200}) {
+      auto w = torch::randn({N, K});
+      auto w_kn = w.t().contiguous().t();
+      auto b = torch::randn({N});
+      auto x = torch::randn({67, K});
+      const auto packed = bi::pack(w_kn);
+      CATCH_CHECK(packed.defined() == bi::packed_available());
+      for (bool bias : {false, true}) {
+        auto bb = bias ? b : torch::Tensor();
+        auto want = fma_reference(x, w, bb);
+        CATCH_INFO("K " << K << " N " << N << " bias " << bias);
+        CATCH_CHECK(torch::equal(bi::linear(x, w, bb), want));
+        CATCH_CHECK(torch::equal(bi::linear(x, w_kn, bb, packed), want));
+        for (int64_t m : {1, 3, 8, 9, 16, 31, 64}) {
+          CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, 67 - m, m), w_kn, bb, packed), want.narrow(0, 67 - m, m)));
+          CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, 0, m), w_kn, bb), want.narrow(0, 0, m)));
+        }
+      }
+    }
+  }
+  // A packed weight of another shape is refused, naming the shape wanted.
+  auto w = torch::randn({5, 4});
+  if (bi::packed_available())
+    CATCH_CHECK_THROWS_WITH(bi::linear(torch::randn({2, 4}), w, torch::Tensor(), bi::pack(torch::randn({5, 3}))),
+                            Catch::Contains("packed weight is not [out, 4]"));
+}
+
 CATCH_TEST_CASE("bi::exp is within 3 ulp of libm's and exact at the edges", "[bi]") {
   int64_t worst = 0;
   for (float x = -87.0f; x <= 88.0f; x += 0.0137f) worst = std::max(worst, ulps(bi::exp(x), std::exp(x)));

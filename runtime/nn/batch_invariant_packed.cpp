@@ -1,0 +1,177 @@
+// The AVX-512 path of the batch-invariant GEMM (nn/batch_invariant.hpp): register
+// tiles of up to 8 rows x 48 columns (24 of the 32 vector registers) over column
+// panels [k, 48]; either panels packed once per weight update (gemm_packed, the
+// engine) or packed per call into a panel buffer (gemm() on other CPUs' layouts).
+// Each output element is still one accumulator starting at 0 that takes the k
+// products in ascending order through a fused multiply-add, then + bias: the bits
+// of the portable kernels, only with the accumulators held in registers.
+#include "nn/batch_invariant.hpp"
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+namespace rl::nn::bi {
+namespace {
+
+constexpr int kVecs = kPanelCols / 16;  // zmm registers per tile row
+constexpr int kMaxRows = 8;
+
+const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels();
+
+// rows [0, MR) of x against one panel; stores columns [0, nc) of y. With `next`,
+// also pulls the next panel into L2 while this one is computed (a decode step
+// streams every weight from memory: compute and reads overlap, ~1.1-1.4x).
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void tile(const float* x, int64_t ldx, const float* p,
+                                                                   int64_t K, const float* bias, float* y,
+                                                                   int64_t ldy, int64_t nc, const float* next) {
+  __m512 acc[MR][kVecs];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    if (next) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(next + k * kPanelCols + 16 * v), _MM_HINT_T1);
+    }
+    __m512 w[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) w[v] = _mm512_load_ps(p + k * kPanelCols + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(xv, w[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < kVecs; ++v) {
+    const int64_t left = std::clamp<int64_t>(nc - 16 * v, 0, 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * v, mask, bias ? _mm512_add_ps(acc[r][v], b) : acc[r][v]);
+  }
+}
+
+// All m rows against one panel: tiles of 8 rows, then one tile of the rest; the
+// first tile prefetches `next` (the following panel, or null).
+__attribute__((target("avx512f"))) void panel_rows(const float* x, int64_t ldx, const float* p, int64_t K,
+                                                   const float* bias, float* y, int64_t ldy, int64_t m, int64_t nc,
+                                                   const float* next) {
+  int64_t i = 0;
+  for (; i + kMaxRows <= m; i += kMaxRows, next = nullptr)
+    tile<kMaxRows>(x + i * ldx, ldx, p, K, bias, y + i * ldy, ldy, nc, next);
+  const float* xr = x + i * ldx;
+  float* yr = y + i * ldy;
+  switch (m - i) {
+    case 7: tile<7>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 6: tile<6>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 5: tile<5>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 4: tile<4>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 3: tile<3>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 2: tile<2>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 1: tile<1>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    default: break;
+  }
+}
+
+// Panel `jb` of w (layout as for gemm()) into dst [K, kPanelCols], zero-padded.
+void pack_panel(const float* w, int64_t ldw, bool w_kn, int64_t K, int64_t n, int64_t jb, float* dst) {
+  const int64_t c0 = jb * kPanelCols, nc = std::min(kPanelCols, n - c0);
+  for (int64_t k = 0; k < K; ++k) {
+    float* d = dst + k * kPanelCols;
+    if (w_kn) {
+      std::copy(w + k * ldw + c0, w + k * ldw + c0 + nc, d);
+    } else {
+      for (int64_t c = 0; c < nc; ++c) d[c] = w[(c0 + c) * ldw + k];
+    }
+    std::fill(d + nc, d + kPanelCols, 0.0f);
+  }
+}
+
+float* aligned_floats(size_t n) {
+  void* p = std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return static_cast<float*>(p);
+}
+
+int64_t panels(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
+
+// Enough multiply-adds per task to pay for a thread.
+int64_t grain(int64_t m, int64_t K) { return std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, m * K * kPanelCols)); }
+
+}  // namespace
+
+namespace detail {
+// gemm() on AVX-512 CPUs (false elsewhere): each task packs its panels into a buffer.
+bool gemm_panels(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
+                 int64_t ldy, int64_t m, int64_t K, int64_t n) {
+  if (!kAvx512) return false;
+  at::parallel_for(0, panels(n), grain(m, K), [&](int64_t p0, int64_t p1) {
+    std::unique_ptr<float, decltype(&std::free)> buf(aligned_floats(static_cast<size_t>(K * kPanelCols)), &std::free);
+    for (int64_t jb = p0; jb < p1; ++jb) {
+      const int64_t c0 = jb * kPanelCols;
+      pack_panel(w, ldw, w_kn, K, n, jb, buf.get());
+      panel_rows(x, ldx, buf.get(), K, bias ? bias + c0 : nullptr, y + c0, ldy, m, std::min(kPanelCols, n - c0),
+                 nullptr);
+    }
+  });
+  return true;
+}
+}  // namespace detail
+
+bool simd_kernels() {
+  static const bool on = [] {
+    const char* e = std::getenv("RLHOST_BI_SIMD");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
+size_t PackedWeight::bytes() const { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
+
+bool packed_available() { return kAvx512; }
+
+PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n) {
+  PackedWeight p;
+  p.k = k;
+  p.n = n;
+  p.data = std::shared_ptr<float>(aligned_floats(p.bytes() / sizeof(float)), &std::free);
+  float* d = p.data.get();
+  at::parallel_for(0, panels(n), 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t jb = p0; jb < p1; ++jb) pack_panel(w, ldw, w_kn, k, n, jb, d + jb * k * kPanelCols);
+  });
+  return p;
+}
+
+void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float* bias, float* y, int64_t ldy,
+                 int64_t m) {
+  if (m <= 0 || w.n <= 0) return;
+  const int64_t K = w.k, n = w.n;
+  const float* d = w.data.get();
+  if (!kAvx512) {  // packed on another CPU's behalf: unpack each panel's columns through gemm()
+    for (int64_t jb = 0; jb < panels(n); ++jb) {
+      const int64_t c0 = jb * kPanelCols;
+      gemm(x, ldx, d + jb * K * kPanelCols, kPanelCols, true, bias ? bias + c0 : nullptr, y + c0, ldy, m, K,
+           std::min(kPanelCols, n - c0));
+    }
+    return;
+  }
+  at::parallel_for(0, panels(n), grain(m, K), [&](int64_t p0, int64_t p1) {
+    for (int64_t jb = p0; jb < p1; ++jb) {
+      const int64_t c0 = jb * kPanelCols;
+      panel_rows(x, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + c0, ldy, m,
+                 std::min(kPanelCols, n - c0), jb + 1 < p1 ? d + (jb + 1) * K * kPanelCols : nullptr);
+    }
+  });
+}
+
+}  // namespace rl::nn::bi
