@@ -127,20 +127,12 @@ local function make_trainer(opt, job)
 end
 
 local function start_engines(opt, job)
-  local engines, urls = {}, {}
   job.engine_opts = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
                       max_running_requests = opt.max_running_requests }
-  for i = 1, opt.num_engines do
-    local eng, err = rl.engine.start(job.engine_opts)
-    if not eng then
-      for _, e in ipairs(engines) do e:stop() end
-      error(("engine %d of %d did not start: %s"):format(i, opt.num_engines, tostring(err)), 0)
-    end
-    engines[i], urls[i] = eng, eng.url
-  end
-  local router, err = rl.router.start { workers = urls }
-  if not router then error("router did not start: " .. tostring(err), 0) end
-  return engines, router
+  -- engine groups (--sglang-config, else one from the flags): job.groups.<name>.url
+  local groups, policy = require("rl.recipe.engines").start(opt, job, job.engine_opts)
+  job.groups, job.policy_group = groups, policy
+  return policy and policy.engines or {}, (policy or groups[1]).router
 end
 
 --- Sets the job up (see the module comment). setup_opts: reward (function or

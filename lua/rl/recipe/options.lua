@@ -74,6 +74,15 @@ local FLAGS = {
   { name = "max_running_requests", type = "int",
     help = "sequences an engine decodes at once (default: 256 default model, the engine's 64 otherwise)" },
   { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
+  { name = "sglang_config", type = "string",
+    help = "engine groups (slime's server groups): a YAML, JSON or Lua file 'sglang: [{name, model_path, update_weights, "
+      .. "backend, server_groups: [{num_gpus, overrides}]}]'; each model gets its engines and router (docs/recipes.md)" },
+  { name = "colocate", type = "bool", default = false,
+    help = "slime's: trainer and engines share the devices (here always the machine); turns --offload-rollout on" },
+  { name = "offload_rollout", type = "bool",
+    help = "release the engines' weights and KV cache while training, resume them around the weight sync" },
+  { name = "offload_rollout_level", type = "list", of = "string", default = { "kv_cache", "weight" },
+    help = "what --offload-rollout releases: kv_cache, weight" },
   -- fault tolerance (slime's flags; docs/fault_tolerance.md)
   { name = "use_fault_tolerance", type = "bool", default = false,
     help = "probe the engines; restart a dead or stuck one, refit it and put it back in the router" },
