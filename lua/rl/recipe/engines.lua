@@ -56,6 +56,9 @@ function M.load_config(path, policy_model)
     rl.args.usage_error(("--sglang-config %s: %s%s"):format(path, field and (field .. ": ") or "", msg))
   end
   local data, err = read_config(path)
+  if data == nil and err and err:sub(1, #path + 1) == path .. ":" then   -- a YAML error names file:line
+    rl.args.usage_error("--sglang-config " .. err)
+  end
   if data == nil then bad(nil, err or "the file holds no value") end
   if type(data) ~= "table" or type(data.sglang) ~= "table" then
     bad(nil, "expected a top-level 'sglang' list of models (e.g. sglang: [{name: actor, server_groups: "

@@ -135,6 +135,28 @@ local function start_engines(opt, job)
   return policy and policy.engines or {}, (policy or groups[1]).router
 end
 
+-- slime's --custom-rm-path: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default "reward").
+local function custom_reward(spec)
+  local file, fname = spec:match("^(.-%.lua):?([%w_]*)$")
+  local mod, fn
+  if file then
+    local chunk, err = loadfile(file)
+    if not chunk then rl.args.usage_error("--custom-rm-path: " .. tostring(err)) end
+    local ok, m = pcall(chunk)
+    if not ok then rl.args.usage_error("--custom-rm-path " .. file .. ": " .. tostring(m)) end
+    mod, fn = m, fname ~= "" and fname or "reward"
+  else
+    local name, f = spec:match("^(.+)%.([%w_]+)$")
+    local ok, m = pcall(require, name or spec)
+    if not ok then rl.args.usage_error("--custom-rm-path " .. spec .. ": " .. tostring(m)) end
+    mod, fn = m, f or "reward"
+  end
+  if type(mod) ~= "table" or type(mod[fn]) ~= "function" then
+    rl.args.usage_error(("--custom-rm-path %s: no function '%s' (give FILE.lua:FUNCTION or MODULE.FUNCTION)"):format(spec, fn))
+  end
+  return mod[fn]
+end
+
 --- Sets the job up (see the module comment). setup_opts: reward (function or
 --- rl.rewards name, default "gsm8k"), dynamic_filter (function or rl.rollout.filters
 --- name, default --dynamic-sampling-filter's; off under --dynamic-sampling-filter none),
@@ -153,6 +175,7 @@ function M.setup(opt, setup_opts)
     if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn):gsub("^[^:]*:%d+: ", "")) end
     reward = fn
   end
+  if opt.custom_rm_path then reward = custom_reward(opt.custom_rm_path) end
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
   -- engines, rollout, eval and checkpoints; every rank trains on its share.

@@ -16,6 +16,8 @@ local FLAGS = {
   { name = "apply_chat_template", type = "bool", default = true, help = "format prompts with the tokenizer's chat template" },
   { name = "rm_type", type = "string",
     help = "a built-in reward in place of the recipe's: math, deepscaler, dapo, gsm8k, random, boxed_<type> (a sample's metadata.rm_type wins)" },
+  { name = "custom_rm_path", type = "string",
+    help = "the reward in place of the recipe's: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default reward)" },
   { name = "reward_key", type = "string", help = "field of a table reward to train on (dapo: score)" },
   { name = "rollout_shuffle", type = "bool", default = true, help = "shuffle --prompt-data each epoch, in slime's order for --rollout-seed" },
   { name = "rollout_seed", type = "int", default = 42, help = "seed of the prompt order and the sampling" },
