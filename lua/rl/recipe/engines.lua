@@ -266,8 +266,14 @@ function M.offload(job)
   if not any then return end
   if job.health then job.health:hold("offloaded") end
   local tags = M.offload_options(job.opt)
-  local errs = each_offloaded(job, function(e) return e:release_memory(tags) end)
+  local t0, n = rl.now(), 0
+  local errs = each_offloaded(job, function(e) n = n + 1; return e:release_memory(tags) end)
   job.offloaded = true
+  if not job.offload_logged then   -- said once
+    job.offload_logged = true
+    log.info("--offload-rollout: %d engine(s) released %s for training in %.2f s; resumed around the weight sync",
+      n - #errs, table.concat(tags, " and "), rl.now() - t0)
+  end
   if #errs > 0 then log.warn("offload: %s", table.concat(errs, "; ")) end
 end
 
