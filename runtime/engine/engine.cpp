@@ -319,7 +319,7 @@ void EngineImpl::resume_memory(const std::vector<std::string>& tags) {
       // The last update is gone (in memory, or a deleted directory): the model's own
       // weights come back, under the version they had at start; a sync follows.
       weight_version_ = opts_.weight_version;
-      log::warn("engine: weights resumed from " + opts_.model.string() +
+      log::info("engine: weights resumed from " + opts_.model.string() +
                 " (the last update was not on disk); weight_version back to " + weight_version_);
     }
     if (has_tag(tags, "kv_cache") && kv_released_) {

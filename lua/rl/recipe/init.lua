@@ -132,6 +132,7 @@ local function start_engines(opt, job)
   -- engine groups (--sglang-config, else one from the flags): job.groups.<name>.url
   local groups, policy = require("rl.recipe.engines").start(opt, job, job.engine_opts)
   job.groups, job.policy_group = groups, policy
+  if policy then opt.num_engines = #policy.engines end   -- the rollout's concurrency follows the policy's
   return policy and policy.engines or {}, (policy or groups[1]).router
 end
 
