@@ -31,12 +31,11 @@ PROMPTS, N = 2, 4
 
 # Per sample of a dump: the policy's weight versions and what the frozen judge said.
 DUMP_SAMPLES = r"""
-local d = assert(rl.dump.load(arg[1]))
-local out = {}
-for i, s in ipairs(d.samples) do
-  out[i] = { versions = s.weight_versions, judge = s.metadata and s.metadata.judge or rl.json.null }
+local rows = {}
+for _, s in ipairs(assert(rl.dump.load(arg[1])).samples) do
+  rows[#rows + 1] = { versions = s.weight_versions, judge = s.metadata.judge }
 end
-print(rl.json.encode(out))
+print(rl.json.encode(rows))
 """
 
 # A process engine on a random Llama: VmRSS (MiB) around release/resume, twice.
