@@ -66,7 +66,7 @@ sglang:
         for j, sg in ipairs(m.server_groups) do sgs[j] = { n = sg.num_engines, overrides = sg.overrides } end
         got[i] = { m.name, m.model_path, m.update_weights, m.backend, sgs }
       end
-      eq(got[1], { "actor", "/models/policy", true, "native", { { n = 2, overrides = { max_running_requests = 8 } } } })
+      eq(got[1], { "actor", "/models/policy", true, nil, { { n = 2, overrides = { max_running_requests = 8 } } } })
       eq(got[2], { "ref", "/models/ref", false, "vllm", { { n = 1, overrides = { vllm_args = { "--max-num-seqs", "4" } } } } })
       if want then eq(got, want, f[1]) end
       want = got

@@ -137,7 +137,7 @@ function M.load_config(path, policy_model)
       end
       groups[gi] = { num_engines = g.num_gpus, overrides = ov, where = gat }
     end
-    models[mi] = { name = m.name, model_path = model_path, update_weights = update, backend = m.backend or "native",
+    models[mi] = { name = m.name, model_path = model_path, update_weights = update, backend = m.backend,
                    offload = m.offload, server_groups = groups, where = at }
   end
   if #models == 0 then bad("sglang", "the list of models is empty") end
@@ -150,7 +150,7 @@ end
 -- The models of the job: the config's, or one "default" group from the flags.
 local function models_of(opt, job)
   if opt.sglang_config then return M.load_config(opt.sglang_config, job.model_dir) end
-  return { { name = "default", model_path = job.model_dir, update_weights = true, backend = "native",
+  return { { name = "default", model_path = job.model_dir, update_weights = true,
              server_groups = { { num_engines = opt.num_engines, overrides = {} } }, where = "--num-engines" } }
 end
 
@@ -171,15 +171,21 @@ function M.start(opt, job, base_opts)
   local offload = M.offload_options(opt)
   local groups, by_name, policy = {}, {}, nil
   for _, m in ipairs(models) do
-    local g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights, backend = m.backend,
+    local g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights,
                 engines = {}, engine_opts = {}, server_groups = {} }
     groups[#groups + 1], by_name[m.name] = g, g
     for si, sg in ipairs(m.server_groups) do
       local eopts = {}
       for k, v in pairs(base_opts) do eopts[k] = v end
       eopts.model = m.model_path
-      if m.backend ~= "native" then eopts.backend = m.backend end
+      if m.backend then eopts.backend = m.backend end   -- else the flags' (job.engine_opts.backend)
       for k, v in pairs(sg.overrides) do eopts[k] = v end
+      if eopts.backend == "native" then eopts.backend = nil end   -- rl.engine's default
+      g.backend = eopts.backend or "native"
+      for k in pairs(base_opts) do   -- another backend's pass-through flags (vllm_args, ...) stay with it
+        local b = k:match("^(%w+)_args$")
+        if b and b ~= g.backend and sg.overrides[k] == nil then eopts[k] = nil end
+      end
       g.server_groups[si] = { num_engines = sg.num_engines, engine_opts = eopts }
       for i = 1, sg.num_engines do
         local ok, eng, err = pcall(rl.engine.start, eopts)
@@ -205,13 +211,13 @@ function M.start(opt, job, base_opts)
     if m.update_weights then policy = g end
     -- slime's needs_offload: every group shares the machine with the trainer here
     g.offload = (offload and m.offload ~= false) or false
-    if g.offload and m.backend == "vllm" and not M.gpu_available() then
+    if g.offload and g.backend == "vllm" and not M.gpu_available() then
       log.warn("--offload-rollout: group '%s' (vLLM) keeps its memory: vLLM's sleep mode needs a GPU, not supported "
         .. "on this platform", m.name)
       g.offload = false
     end
     if #models > 1 or opt.sglang_config then
-      log.info("engine group '%s': %d %s engine(s) of %s behind %s%s%s", m.name, #g.engines, m.backend, m.model_path,
+      log.info("engine group '%s': %d %s engine(s) of %s behind %s%s%s", m.name, #g.engines, g.backend, m.model_path,
         g.url, m.update_weights and " (takes weight updates)" or " (frozen)", g.offload and ", offloaded while training" or "")
     end
   end
