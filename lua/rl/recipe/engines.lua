@@ -151,7 +151,7 @@ end
 local function models_of(opt, job)
   if opt.sglang_config then return M.load_config(opt.sglang_config, job.model_dir) end
   return { { name = "default", model_path = job.model_dir, update_weights = true,
-             server_groups = { { num_engines = opt.num_engines, overrides = {} } }, where = "--num-engines" } }
+             server_groups = { { num_engines = opt.num_engines, overrides = {} } }, where = "the engine flags" } }
 end
 
 local function stop_all(groups)
@@ -214,6 +214,9 @@ function M.start(opt, job, base_opts)
     if g.offload and g.backend == "vllm" and not M.gpu_available() then
       log.warn("--offload-rollout: group '%s' (vLLM) keeps its memory: vLLM's sleep mode needs a GPU, not supported "
         .. "on this platform", m.name)
+      g.offload = false
+    elseif g.offload and type(g.engines[1].release_memory) ~= "function" then
+      log.warn("--offload-rollout: group '%s' keeps its memory: its %s engines cannot release it", m.name, g.backend)
       g.offload = false
     end
     if #models > 1 or opt.sglang_config then
