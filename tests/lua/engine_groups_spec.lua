@@ -191,6 +191,33 @@ describe("engine groups with real engines", function()
     if not ok_run then error(err, 0) end
   end, { timeout = 120 })
 
+  it("resume brings back the last update when a directory holds it, else the model's weights at the start version",
+    function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    local function run()
+      local r = assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })
+      return { r.output_ids, r.meta_info.weight_version }
+    end
+    local ok_run, err = pcall(function()
+      local orig = run()
+      local other = second_model()
+      assert(eng:update_weights_from_disk(other, "v9"))
+      local v9 = run()
+      ok(v9[1][1] ~= orig[1][1] or v9[1][2] ~= orig[1][2], "the other model answers differently")
+      assert(eng:release_memory())
+      assert(eng:resume_memory())
+      eq(run(), v9)                                   -- that directory still holds the last update
+      local tr = assert(rl.trainer.new { model = STORIES })
+      assert(tr:sync(eng, "7"))                       -- in memory: nothing on disk holds it
+      eq(run(), { orig[1], "7" })
+      assert(eng:release_memory { "weights" })
+      assert(eng:resume_memory { "weights" })
+      eq(run(), orig)                                 -- the model's own weights, at the start version
+    end)
+    eng:stop()
+    if not ok_run then error(err, 0) end
+  end, { timeout = 120 })
+
   it("--offload-rollout-level and --colocate follow slime", function()
     eq(engines.offload_options { colocate = true }, { "kv_cache", "weights" })
     eq(engines.offload_options { colocate = true, offload_rollout = false }, nil)
