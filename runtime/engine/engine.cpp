@@ -2,6 +2,8 @@
 // the Scheduler (who runs), the ModelRunner (one forward) and the sampler.
 #include "engine/engine.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -301,6 +303,9 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
       scheduler_->preempt_all();
       runner_->free_weights();
     }
+    // The freed tensors sit in glibc's heap (its mmap threshold grows with every large
+    // free): hand the pages back, so that releasing lowers the process's RSS on a CPU.
+    malloc_trim(0);
     log::info(std::string("engine: memory released (") + (has_tag(tags, "kv_cache") ? "kv_cache " : "") +
               (has_tag(tags, "weights") ? "weights" : "") + ")");
     publish_stats();
@@ -310,7 +315,13 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
 void EngineImpl::resume_memory(const std::vector<std::string>& tags) {
   check_tags(tags);
   run_between_steps([&] {
-    if (has_tag(tags, "weights") && !runner_->has_weights()) runner_->restore_weights();
+    if (has_tag(tags, "weights") && !runner_->has_weights() && !runner_->restore_weights()) {
+      // The last update is gone (in memory, or a deleted directory): the model's own
+      // weights come back, under the version they had at start; a sync follows.
+      weight_version_ = opts_.weight_version;
+      log::info("engine: weights resumed from " + opts_.model.string() +
+                " (the last update was not on disk); weight_version back to " + weight_version_);
+    }
     if (has_tag(tags, "kv_cache") && kv_released_) {
       runner_->allocate_cache(num_blocks_, opts_.block_size);
       kv_released_ = false;

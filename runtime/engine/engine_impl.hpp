@@ -39,7 +39,10 @@ class ModelRunner {
   void free_cache();
   bool has_weights() const { return model_ != nullptr; }
   void free_weights();
-  void restore_weights();  // from the last directory loaded
+  // Reloads released weights: from the last directory loaded when it still exists
+  // and no in-memory/shared-memory update came after it, else from the model
+  // directory. Returns true when that is the weights the engine served before.
+  bool restore_weights();
   void load_weights_from(const std::filesystem::path& dir);
   void copy_weights(const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
   // Moves the weights into a new two-buffer shared-memory file in `dir` (the
@@ -61,6 +64,7 @@ class ModelRunner {
   std::unique_ptr<nn::Transformer> model_;
   nn::KVCache cache_;
   std::filesystem::path weights_dir_;  // last update_weights_from_disk directory (empty: the model)
+  bool updated_in_memory_ = false;     // a copy/shm update came after weights_dir_ (not on disk)
   std::unique_ptr<nn::SharedWeights> shared_;  // weights in shared memory (share_weights), or none
 };
 

@@ -91,10 +91,14 @@ void ModelRunner::free_weights() {
   model_.reset();
 }
 
-void ModelRunner::restore_weights() {
+bool ModelRunner::restore_weights() {
   model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_, true});
-  if (!weights_dir_.empty()) model_->load(model::read_safetensors_dir(weights_dir_));
+  const bool same = !updated_in_memory_ && (weights_dir_.empty() || fs::is_directory(weights_dir_));
+  if (same && !weights_dir_.empty()) model_->load(model::read_safetensors_dir(weights_dir_));
+  if (!same) weights_dir_.clear();
+  updated_in_memory_ = false;
   model_->set_requires_grad(false);
+  return same;
 }
 
 void ModelRunner::load_weights_from(const fs::path& dir) {
@@ -104,6 +108,7 @@ void ModelRunner::load_weights_from(const fs::path& dir) {
   model::TensorSet tensors = model::read_safetensors_dir(dir);
   model_->load(tensors);  // validates names, shapes and dtypes against the config first
   weights_dir_ = dir;
+  updated_in_memory_ = false;
 }
 
 void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
@@ -118,6 +123,7 @@ void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::T
     nn::copy_weight(dst, t);
   }
   model_->weights_changed();
+  updated_in_memory_ = true;
 }
 
 const nn::SharedLayout& ModelRunner::share_weights(const std::string& dir) {
@@ -135,6 +141,7 @@ void ModelRunner::use_shared_buffer(const std::string& id, int k) {
                 "write the other buffer (the reply's next_buffer)");
   shared_->activate(k);
   model_->weights_changed();
+  updated_in_memory_ = true;
 }
 
 torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch) {

@@ -17,8 +17,11 @@ function rl.recipe.options(spec) end
 ---@field tokenizer rl.Tokenizer
 ---@field data rl.DataSource
 ---@field eval_datasets table[]
----@field engines rl.Engine[]|nil
----@field router table|nil
+---@field engines rl.Engine[]|nil the policy group's engines (the ones the trainer syncs)
+---@field router table|nil the policy group's router (the rollout's URL)
+---@field groups rl.recipe.EngineGroup[]|nil every engine group, in order and by name (job.groups.ref.url)
+---@field policy_group rl.recipe.EngineGroup|nil the group that takes weight updates
+---@field offloaded boolean|nil --offload-rollout: the engines' memory is released (training)
 ---@field trainer rl.Trainer
 ---@field rollout table the rl.rollout instance (its options are live fields)
 ---@field metrics rl.metrics.Logger
@@ -36,6 +39,34 @@ function rl.recipe.options(spec) end
 ---@field phase string|nil the timer running now (rollout, train, sync, eval, save)
 local Job = {}
 
+--- An engine group (slime's rollout server with its server groups; --sglang-config).
+---@class rl.recipe.EngineGroup
+---@field name string the config's model name ("default" without a config)
+---@field model_path string
+---@field backend string "native", or another rl.engine backend ("vllm")
+---@field update_weights boolean false: frozen (a reference or reward model), never synced
+---@field offload boolean released while training under --offload-rollout
+---@field engines rl.Engine[]
+---@field engine_opts table[] each engine's rl.engine.start options (restarts use them)
+---@field router table its own router
+---@field url string the router's URL: where rewards and recipes reach this model
+
+--- rl.recipe.engines: engine groups and offload/onload (docs/recipes.md, "Engine groups").
+---@class rl.recipe.engines
+local engines = {}
+--- Reads and checks an --sglang-config file (YAML, JSON or Lua); usage error naming file and field.
+---@param path string
+---@param policy_model string the trainer's model directory
+---@return table[] models
+function engines.load_config(path, policy_model) end
+--- Starts every group's engines and router; returns the groups (in order and by name) and the policy group.
+---@return rl.recipe.EngineGroup[] groups, rl.recipe.EngineGroup|nil policy
+function engines.start(opt, job, base_opts) end
+--- Releases the offloaded groups' memory (health monitoring held) / weights back / KV back (monitoring again).
+function engines.offload(job) end
+function engines.onload_weights(job) end
+function engines.onload_kv(job) end
+
 --- rl.recipe.health: the engines' monitor (docs/fault_tolerance.md).
 ---@class rl.recipe.Health
 ---@field states {state: "healthy"|"suspect"|"dead"|"restarting", fails: integer, restarts: integer, why: string|nil}[]
@@ -43,6 +74,11 @@ local Health = {}
 --- Stops probing (engines released, weight sync) / probes again.
 function Health:pause() end
 function Health:resume() end
+--- A named pause that resume() does not end (--offload-rollout holds "offloaded").
+---@param why string
+function Health:hold(why) end
+---@param why string
+function Health:release(why) end
 --- SIGKILL ("kill") or SIGSTOP ("stop") to process engine i now.
 ---@param action "kill"|"stop"
 ---@param i integer

@@ -44,6 +44,7 @@ local VLLM_OPTIONS = {
   kv_cache_space = "number", weight_version = "string", api_key = "string",
   -- native options a recipe passes to every backend; vLLM has its own flags for them
   threads = "number", max_running_requests = "number", mode = "string",
+  device = "string",   -- cpu, or cuda:N (the server sees that GPU only: CUDA_VISIBLE_DEVICES)
 }
 local BACKENDS = { native = true, vllm = true }
 
@@ -305,17 +306,21 @@ function M.start(opts)
   -- the device: opts.device, else rl.device.default() ($RLHOST_DEVICE, else cpu), checked here
   local dev, derr = require("rl.device").resolve(opts.device, "rl.engine.start: opts.device")
   if not dev then return nil, derr end
-  if dev ~= opts.device then
-    local o = { device = dev }
-    for k, v in pairs(opts) do if k ~= "device" then o[k] = v end end
-    opts = o
-  end
   require("rl._admin").save()   -- for the same user's tools (tools/profile_rollout.lua, curl)
   if mode == "vllm" then
     task.need_task("rl.engine.start")
     local o = {}
     for k, v in pairs(opts) do
-      if k ~= "threads" and k ~= "max_running_requests" and k ~= "mode" and k ~= "backend" then o[k] = v end
+      if k ~= "threads" and k ~= "max_running_requests" and k ~= "mode" and k ~= "backend" and k ~= "device" then
+        o[k] = v
+      end
+    end
+    if dev ~= "cpu" then   -- a vLLM server on GPU N sees that GPU only
+      o.env = o.env or {}
+      local env = {}
+      for k, v in pairs(o.env) do env[k] = v end
+      env.CUDA_VISIBLE_DEVICES = env.CUDA_VISIBLE_DEVICES or dev:match("^cuda:(%d+)$")
+      o.env = env
     end
     -- the recipe's native knobs, as vLLM flags unless vllm_args sets them
     local va = {}
@@ -331,6 +336,11 @@ function M.start(opts)
       o.env.VLLM_CPU_OMP_THREADS_BIND = o.env.VLLM_CPU_OMP_THREADS_BIND or "nobind"
     end
     return require("rl.engine.vllm").start(o)
+  end
+  if dev ~= opts.device then
+    local o = { device = dev }
+    for k, v in pairs(opts) do if k ~= "device" then o[k] = v end end
+    opts = o
   end
   if mode == "process" then
     task.need_task("rl.engine.start")

@@ -8,7 +8,10 @@
 --- Before the next weight sync it is restarted with the same options, handed the current
 --- weights, and only then rejoins the router. The sync goes engine by engine, so one
 --- engine failing costs that engine, never the run. Monitoring pauses during the sync
---- and while the recipe has released the engines (health:pause() / health:resume()).
+--- and while the recipe has released the engines (health:pause() / health:resume(), and
+--- hold/release around --offload-rollout). Every engine group is watched (one slot per
+--- engine of job.groups); a frozen group's (update_weights false) restarted engine
+--- loads its own model and rejoins its router at once, with no refit.
 --- Fault injection (--fault-injection, or job:inject_fault from `rlhost attach`) kills or
 --- stops a chosen engine at a chosen step. See docs/fault_tolerance.md.
 local rl = require "rl"
@@ -38,7 +41,7 @@ function M.parse_injections(text, num_engines)
     if not action or not ACTIONS[action] then
       rl.args.usage_error("--fault-injection: bad item '" .. item .. "'" .. hint)
     end
-    engine, step = tonumber(engine), tonumber(step)
+    engine, step = tonumber(engine), tonumber(step)   -- ENGINE: of the policy group
     if engine < 1 or engine > num_engines then
       rl.args.usage_error(("--fault-injection %s: engine %d is not one of 1..%d (--num-engines)")
         :format(item, engine, num_engines))
@@ -62,24 +65,33 @@ function M.from_options(opt, job)
     injections = M.parse_injections(opt.fault_injection, #job.engines) }):start()
 end
 
---- A monitor for job.engines behind job.router. opts: interval, timeout, first_wait
---- (seconds), injections (parse_injections' list), engine_opts (rl.engine.start's, for
---- restarts).
+--- A monitor for the engines of job.groups (rl.recipe.engines), or of job.engines
+--- behind job.router. opts: interval, timeout, first_wait (seconds), injections
+--- (parse_injections' list), engine_opts (rl.engine.start's, for restarts of
+--- job.engines when there are no groups).
 function M.new(job, opts)
   local self = setmetatable({ job = job, interval = opts.interval or 30, timeout = opts.timeout or 30,
     first_wait = opts.first_wait or 0, injections = opts.injections or {}, engine_opts = opts.engine_opts,
-    states = {}, paused = false, events = {}, recoveries = {} }, Health)
-  for i = 1, #job.engines do
-    self.states[i] = { state = "healthy", fails = 0, started = now(), restarts = 0 }
+    states = {}, paused = false, holds = {}, events = {}, recoveries = {} }, Health)
+  local groups = job.groups or { { name = "default", engines = job.engines, router = job.router, update_weights = true } }
+  local named = #groups > 1
+  for _, g in ipairs(groups) do
+    for i = 1, #g.engines do
+      -- the policy group's engines keep their plain names (engine 1, ...), as in --fault-injection
+      local label = (named and not g.update_weights) and ("%s engine %d"):format(g.name, i) or ("engine " .. i)
+      self.states[#self.states + 1] = { state = "healthy", fails = 0, started = now(), restarts = 0, group = g,
+        index = i, label = label, engine_opts = g.engine_opts and g.engine_opts[i] or opts.engine_opts }
+    end
   end
   return self
 end
 
+local function engine_of(st) return st.group.engines[st.index] end
+
 local function set_state(self, i, state, why)
   local st = self.states[i]
   if st.state == state then return end
-  log.warn("engine %d (%s): %s -> %s%s", i, tostring(self.job.engines[i].url), st.state, state,
-    why and (": " .. why) or "")
+  log.warn("%s (%s): %s -> %s%s", st.label, tostring(engine_of(st).url), st.state, state, why and (": " .. why) or "")
   st.state, st.why = state, why
 end
 
@@ -94,7 +106,7 @@ end
 
 --- One probe of engine i: true, or false and why.
 function Health:probe(i)
-  local eng = self.job.engines[i]
+  local eng = engine_of(self.states[i])
   local gone, code = exited(eng)
   if gone then return false, ("its process exited (status %s)"):format(tostring(code)), true end
   local resp, err = require("rl.http").get(eng.url .. "/health", { timeout = self.timeout })
@@ -121,12 +133,13 @@ end
 --- Marks engine i dead: out of the router, its process killed and reaped (a thread
 --- engine stopped). Idempotent.
 function Health:mark_dead(i, why)
-  local st, eng, job = self.states[i], self.job.engines[i], self.job
+  local st, job = self.states[i], self.job
+  local eng = engine_of(st)
   if st.state == "dead" then return end
   set_state(self, i, "dead", why)
   st.died_at = st.died_at or now()
-  self.events[#self.events + 1] = ("engine %d died"):format(i)
-  if job.router then job.router:remove(eng.url) end
+  self.events[#self.events + 1] = st.label .. " died"
+  if st.group.router then st.group.router:remove(eng.url) end
   if job.trainer and job.trainer.forget_engine then job.trainer:forget_engine(eng.url) end
   if eng.mode == "process" and eng.pid then
     proc.kill(eng.pid, SIGKILL)
@@ -136,21 +149,20 @@ function Health:mark_dead(i, why)
   elseif eng.mode == "thread" then
     eng:stop()
   end
-  log.warn("engine %d removed from the router and killed; its requests are retried on the other engines; "
-    .. "it restarts before the next weight sync", i)
+  log.warn("%s removed from the router and killed; its requests are retried on the other engines; "
+    .. "it restarts before the next weight sync", st.label)
 end
 
 --- One round: every live engine probed concurrently.
 function Health:round()
   local tasks = {}
-  for i = 1, #self.job.engines do
-    local st = self.states[i]
+  for i, st in ipairs(self.states) do
     if (st.state == "healthy" or st.state == "suspect") and now() - st.started >= self.first_wait then
-      local eng = self.job.engines[i]
+      local eng = engine_of(st)
       tasks[#tasks + 1] = task.spawn_named("health probe " .. i, function()
         local ok, why, fatal = self:probe(i)
         -- a result that comes back after a pause, or for an engine since replaced, is stale
-        if not self.paused and self.job.engines[i] == eng then self:record(i, ok, why, fatal) end
+        if not self:is_paused() and engine_of(st) == eng then self:record(i, ok, why, fatal) end
       end)
     end
   end
@@ -162,12 +174,13 @@ function Health:start()
   self.task = task.spawn_named("engine health monitor", function()
     while not self.stopped do
       task.sleep(self.interval)
-      if not self.paused and not self.stopped then self:round() end
+      if not self:is_paused() and not self.stopped then self:round() end
     end
   end)
   local names = {}
-  for i, eng in ipairs(self.job.engines) do
-    names[i] = ("engine %d %s%s"):format(i, tostring(eng.url), eng.pid and (" (pid " .. eng.pid .. ")") or "")
+  for i, st in ipairs(self.states) do
+    local eng = engine_of(st)
+    names[i] = ("%s %s%s"):format(st.label, tostring(eng.url), eng.pid and (" (pid " .. eng.pid .. ")") or "")
   end
   log.info("fault tolerance: engines probed every %g s (timeout %g s, first wait %g s): %s", self.interval,
     self.timeout, self.first_wait, table.concat(names, ", "))
@@ -176,6 +189,10 @@ end
 
 function Health:pause() self.paused = true end
 function Health:resume() self.paused = false end
+--- A pause that outlasts resume() until released (--offload-rollout: "offloaded").
+function Health:hold(why) self.holds[why] = true end
+function Health:release(why) self.holds[why] = nil end
+function Health:is_paused() return self.paused or next(self.holds) ~= nil end
 
 function Health:stop()
   self.stopped = true
@@ -184,7 +201,7 @@ end
 
 --- Kills (SIGKILL) or stops (SIGSTOP) engine i now: a fault drill. Process engines only.
 function Health:inject(action, i)
-  local eng = self.job.engines[i]
+  local eng = self.job.engines[i]   -- the policy group's engine i
   local sig = ACTIONS[action]
   if not sig then return nil, "inject: action must be 'kill' or 'stop' (got " .. tostring(action) .. ")" end
   if not eng then return nil, ("inject: no engine %s (1..%d)"):format(tostring(i), #self.job.engines) end
@@ -210,20 +227,22 @@ function Health:step_start(rollout_id)
   end
 end
 
--- Restarts each dead engine (not yet in the router: it joins after its refit).
+-- Restarts each dead engine (not yet in the router: an updatable group's joins after
+-- its refit; a frozen group's loaded its own model and joins at once).
 function Health:restart_dead()
   for i, st in ipairs(self.states) do
     if st.state == "dead" then
       local t0 = now()
-      local eng, err = rl.engine.start(self.engine_opts)
+      local eng, err = rl.engine.start(st.engine_opts)
       if eng then
-        self.job.engines[i] = eng
+        st.group.engines[st.index] = eng
         st.state, st.fails, st.started, st.restarts = "restarting", 0, now(), st.restarts + 1
-        log.info("engine %d restarted in %.1f s: %s%s", i, now() - t0, eng.url,
+        log.info("%s restarted in %.1f s: %s%s", st.label, now() - t0, eng.url,
           eng.pid and (" (pid " .. eng.pid .. ")") or "")
-        self.events[#self.events + 1] = ("engine %d restarted"):format(i)
+        self.events[#self.events + 1] = st.label .. " restarted"
+        if not st.group.update_weights then self:rejoin(i, nil) end
       else
-        log.warn("engine %d did not restart (tried again before the next sync): %s", i, tostring(err))
+        log.warn("%s did not restart (tried again before the next sync): %s", st.label, tostring(err))
       end
     end
   end
@@ -248,44 +267,55 @@ function Health:sync(trainer)
     if not r[1] then self:mark_dead(i, r[2] .. " (before the weight sync)") end
   end
   self:restart_dead()
-  local versions, methods, version, ok_n, errs = {}, {}, nil, 0, {}
-  for i, eng in ipairs(self.job.engines) do
-    local st = self.states[i]
-    versions[i], methods[i] = false, "none"
-    if st.state ~= "dead" then
-      local r, err = trainer:sync(eng)
-      if r then
-        versions[i], methods[i], version, ok_n = r.weight_version, (r.methods or {})[1] or "?", r.weight_version, ok_n + 1
-        if st.state == "restarting" then self:rejoin(i, r.weight_version) end
-      else
-        errs[#errs + 1] = ("engine %d: %s"):format(i, tostring(err))
-        self:mark_dead(i, "weight sync failed: " .. tostring(err))
+  -- only the groups that take weight updates are synced (job.engines: the policy's)
+  local versions, methods, version, ok_n, errs, n = {}, {}, nil, 0, {}, 0
+  for i, st in ipairs(self.states) do
+    if st.group.update_weights then
+      n = n + 1
+      versions[n], methods[n] = false, "none"
+      if st.state ~= "dead" then
+        local r, err = trainer:sync(engine_of(st))
+        if r then
+          versions[n], methods[n], version, ok_n = r.weight_version, (r.methods or {})[1] or "?", r.weight_version, ok_n + 1
+          if st.state == "restarting" then self:rejoin(i, r.weight_version) end
+        else
+          errs[#errs + 1] = ("%s: %s"):format(st.label, tostring(err))
+          self:mark_dead(i, "weight sync failed: " .. tostring(err))
+        end
       end
     end
   end
   self:resume()
-  if ok_n == 0 then return nil, "no engine took the weights: " .. table.concat(errs, "; ") end
-  if ok_n < #self.job.engines then
+  if ok_n == 0 and n > 0 then return nil, "no engine took the weights: " .. table.concat(errs, "; ") end
+  if ok_n < n then
     local parts = {}
     for i, v in ipairs(versions) do parts[i] = ("engine %d: %s"):format(i, v or "none (dead)") end
-    log.warn("weight sync reached %d of %d engines (%s)", ok_n, #self.job.engines, table.concat(parts, ", "))
+    log.warn("weight sync reached %d of %d engines (%s)", ok_n, n, table.concat(parts, ", "))
   end
   return { weight_version = version, methods = methods, versions = versions, seconds = now() - t0 }
 end
 
--- A restarted engine, refit: checks the version it serves, then back into the router.
+-- A restarted engine, refit (version: the trainer's; nil for a frozen group's, which
+-- serves its own model): checks the version it serves, then back into its router.
 function Health:rejoin(i, version)
-  local eng, st = self.job.engines[i], self.states[i]
+  local st = self.states[i]
+  local eng = engine_of(st)
   local stats = eng:stats()
   local serving = type(stats) == "table" and stats.weight_version or "?"
-  if self.job.router then self.job.router:add(eng.url) end
+  if st.group.router then st.group.router:add(eng.url) end
   st.state, st.why = "healthy", nil
   local took = st.died_at and (now() - st.died_at)
   st.died_at = nil
   self.recoveries[#self.recoveries + 1] = took
-  log.info("engine %d refit: serves weight version %s (trainer's %s); back in the router, %.1f s after its death",
-    i, tostring(serving), tostring(version), took or 0)
-  self.events[#self.events + 1] = ("engine %d refit v%s"):format(i, tostring(serving))
+  if version == nil then
+    log.info("%s (frozen) serves its own model, weight version %s; back in the router, %.1f s after its death",
+      st.label, tostring(serving), took or 0)
+    self.events[#self.events + 1] = ("%s back v%s"):format(st.label, tostring(serving))
+    return
+  end
+  log.info("%s refit: serves weight version %s (trainer's %s); back in the router, %.1f s after its death",
+    st.label, tostring(serving), tostring(version), took or 0)
+  self.events[#self.events + 1] = ("%s refit v%s"):format(st.label, tostring(serving))
 end
 
 --- The step's metrics: rollout/engines/{healthy,suspect,dead,restarting} now, and

@@ -127,26 +127,41 @@ local function make_trainer(opt, job)
 end
 
 local function start_engines(opt, job)
-  local engines, urls = {}, {}
   job.engine_opts = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
                       max_running_requests = opt.max_running_requests }
   if opt.rollout_backend == "vllm" then   -- --vllm-<flag> V: vLLM's --<flag> V
     job.engine_opts.backend, job.engine_opts.vllm_args, job.engine_opts.python = "vllm", opt.vllm_args, opt.vllm_python
-  else
-    job.engine_opts.device = job.placement.engines
   end
-  for i = 1, opt.num_engines do
-    local eng, err = rl.engine.start(job.engine_opts)
-    if not eng then
-      for _, e in ipairs(engines) do e:stop() end
-      error(("engine %d of %d did not start: %s"):format(i, opt.num_engines, tostring(err)), 0)
-    end
-    engines[i], urls[i] = eng, eng.url
-  end
-  local router, err = rl.router.start { workers = urls }
-  if not router then error("router did not start: " .. tostring(err), 0) end
+  job.engine_opts.device = job.placement.engines
+  -- engine groups (--sglang-config, else one from the flags): job.groups.<name>.url
+  local groups, policy = require("rl.recipe.engines").start(opt, job, job.engine_opts)
+  job.groups, job.policy_group = groups, policy
+  if policy then opt.num_engines = #policy.engines end   -- the rollout's concurrency follows the policy's
+  local router = (policy or groups[1]).router
   log.info("Router launched at %s", (router.url:gsub("^http://", "")))   -- the line the seed's profiling script greps
-  return engines, router
+  return policy and policy.engines or {}, router
+end
+
+-- slime's --custom-rm-path: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default "reward").
+local function custom_reward(spec)
+  local file, fname = spec:match("^(.-%.lua):?([%w_]*)$")
+  local mod, fn
+  if file then
+    local chunk, err = loadfile(file)
+    if not chunk then rl.args.usage_error("--custom-rm-path: " .. tostring(err)) end
+    local ok, m = pcall(chunk)
+    if not ok then rl.args.usage_error("--custom-rm-path " .. file .. ": " .. tostring(m)) end
+    mod, fn = m, fname ~= "" and fname or "reward"
+  else
+    local name, f = spec:match("^(.+)%.([%w_]+)$")
+    local ok, m = pcall(require, name or spec)
+    if not ok then rl.args.usage_error("--custom-rm-path " .. spec .. ": " .. tostring(m)) end
+    mod, fn = m, f or "reward"
+  end
+  if type(mod) ~= "table" or type(mod[fn]) ~= "function" then
+    rl.args.usage_error(("--custom-rm-path %s: no function '%s' (give FILE.lua:FUNCTION or MODULE.FUNCTION)"):format(spec, fn))
+  end
+  return mod[fn]
 end
 
 --- Sets the job up (see the module comment). setup_opts: reward (function or
@@ -167,6 +182,7 @@ function M.setup(opt, setup_opts)
     if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn):gsub("^[^:]*:%d+: ", "")) end
     reward = fn
   end
+  if opt.custom_rm_path then reward = custom_reward(opt.custom_rm_path) end
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
   -- engines, rollout, eval and checkpoints; every rank trains on its share.
@@ -187,7 +203,6 @@ function M.setup(opt, setup_opts)
   end
   fill_defaults(opt, job.default_model, job.world_size)
   job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
-  if opt.colocate then opt.offload_rollout = true end
   if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
   rl.torch.set_num_threads(opt.threads)
   rl.torch.manual_seed(opt.rollout_seed)

@@ -4,6 +4,7 @@
 local rl = require "rl"
 local log = require "rl.log"
 local trace = require "rl.trace"
+local engines = require "rl.recipe.engines"
 
 local M = {}
 local Job = {}
@@ -68,6 +69,8 @@ end
 function Job:train(batch)
   local tr = self.trainer
   self.last_batch = batch
+  -- --offload-rollout: the engines release their memory while the trainer trains
+  if self.groups and self.is_main then self:timed("offload", engines.offload, self) end
   local mine, theirs = batch, {}
   if self.world_size > 1 then   -- data parallel: each rank trains on a length-balanced share
     local parts, msgs = rl.rollout.train_data.split(batch, self.world_size), { false }
@@ -95,12 +98,14 @@ end
 function Job:sync()
   if not self.engines then return end
   local tr = self.trainer
+  if self.offloaded then self:timed("onload", engines.onload_weights, self) end
   local r, serr
   if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
     r, serr = self:timed("sync", self.health.sync, self.health, tr)
   else
     r, serr = self:timed("sync", tr.sync, tr, self.engines)
   end
+  if self.offloaded then self:timed("onload", engines.onload_kv, self) end
   if not r then error("weight sync failed: " .. tostring(serr), 0) end
   self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
   -- vLLM's completions carry no weight version: the rollout reports the synced one
@@ -286,8 +291,10 @@ function Job:finish(last_rollout)
   if self.metrics_server then self.metrics_server:stop() end
   rl.watchdog.stop()
   if self.health then self.health:stop() end
-  if self.router then self.router:stop() end
-  for _, eng in ipairs(self.engines or {}) do eng:stop() end
+  if self.groups then engines.stop(self) else
+    if self.router then self.router:stop() end
+    for _, eng in ipairs(self.engines or {}) do eng:stop() end
+  end
   if self.stopping and last_rollout ~= false then rl.exit(self.stop_signal == "SIGTERM" and 143 or 130) end
 end
 

@@ -383,7 +383,20 @@ CATCH_TEST_CASE("engine: weight updates, memory release and resume", "[engine]")
   CATCH_CHECK(c.done["queued"].output_ids.size() == 5);
   engine->release_memory({});
   engine->resume_memory({});
-  CATCH_CHECK(run("d").output_ids.size() == 10);  // weights re-read from the last directory loaded
+  // The last update was in memory (nothing on disk has it): the model's own weights come
+  // back, under the version they had at start, not the older directory's.
+  auto d = run("d");
+  CATCH_CHECK(d.output_ids == before.output_ids);
+  CATCH_CHECK(d.weight_version == "default");
+  // The last update came from a directory that still exists: those weights, that version.
+  engine->update_weights_from_disk(dir, std::string("v9"));
+  auto e = run("e");
+  engine->release_memory({"weights"});
+  engine->resume_memory({"weights"});
+  auto f = run("f");
+  CATCH_CHECK(f.output_ids == e.output_ids);
+  CATCH_CHECK(f.output_ids != before.output_ids);
+  CATCH_CHECK(f.weight_version == "v9");
   CATCH_CHECK_THROWS_WITH(engine->release_memory({"gpu"}), Catch::Contains("tags"));
   std::filesystem::remove_all(dir);
 }

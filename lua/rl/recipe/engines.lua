@@ -1,0 +1,310 @@
+--- rl.recipe.engines: the engine groups of a job, as slime's rollout servers and their
+--- server groups (--sglang-config). Each model entry is a group: its own engines behind
+--- its own router, a model directory, a backend, and whether it takes the trainer's
+--- weights (update_weights; false for a frozen reference or reward model served next to
+--- the policy). Without a config the job has one group, "default", from --num-engines,
+--- --engine-mode, --threads and --max-running-requests. Also slime's offload/onload
+--- (--offload-rollout): engines release weights and KV cache while the trainer trains.
+--- See docs/recipes.md, "Engine groups" and "Offload".
+local rl = require "rl"
+local log = require "rl.log"
+
+local M = {}
+
+local MODEL_FIELDS = { name = true, model_path = true, update_weights = true, num_gpus_per_engine = true,
+                       server_groups = true, engine_groups = true, backend = true, offload = true }
+local GROUP_FIELDS = { worker_type = true, num_gpus = true, num_gpus_per_engine = true, overrides = true }
+
+local function sorted_keys(t, allowed)
+  local out = {}
+  for k in pairs(t) do if not allowed[k] then out[#out + 1] = tostring(k) end end
+  table.sort(out)
+  return out
+end
+
+local function read_config(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, "cannot read it: " .. tostring(err) end
+  local text = f:read("*a")
+  f:close()
+  if path:match("%.lua$") then
+    local chunk, lerr = loadstring(text, "@" .. path)
+    if not chunk then return nil, lerr end
+    setfenv(chunk, {})   -- data only: the file returns a table
+    local ok, v = pcall(chunk)
+    if not ok then return nil, tostring(v) end
+    return v
+  end
+  if path:match("%.json$") or text:match("^%s*{") then
+    local ok, v = pcall(require("rl.json").decode, text)
+    if not ok or v == nil then return nil, "bad JSON: " .. tostring(v) end
+    return v
+  end
+  return require("rl._yaml").parse(text, path)
+end
+
+--- Reads and checks a server-group config (YAML, JSON or a Lua file returning a
+--- table) in slime's --sglang-config shape:
+---   sglang: [ {name, model_path, update_weights, backend, offload,
+---              server_groups: [ {worker_type: regular, num_gpus: N, overrides: {...}} ]} ]
+--- Returns the list of models, each {name, model_path, update_weights, backend, offload,
+--- server_groups = {{num_engines, overrides}}}; raises a usage error naming the file
+--- and the field otherwise. `policy_model`: the trainer's model directory
+--- (update_weights defaults to whether a model's path is it, as in slime).
+function M.load_config(path, policy_model)
+  local function bad(field, msg)
+    rl.args.usage_error(("--sglang-config %s: %s%s"):format(path, field and (field .. ": ") or "", msg))
+  end
+  local data, err = read_config(path)
+  if data == nil and err and err:sub(1, #path + 1) == path .. ":" then   -- a YAML error names file:line
+    rl.args.usage_error("--sglang-config " .. err)
+  end
+  if data == nil then bad(nil, err or "the file holds no value") end
+  if type(data) ~= "table" or type(data.sglang) ~= "table" then
+    bad(nil, "expected a top-level 'sglang' list of models (e.g. sglang: [{name: actor, server_groups: "
+      .. "[{worker_type: regular, num_gpus: 2}]}])")
+  end
+  local unknown = sorted_keys(data, { sglang = true })
+  if #unknown > 0 then bad(nil, "unknown top-level field(s) " .. table.concat(unknown, ", ") .. " (only 'sglang')") end
+  local models, names, updatable = {}, {}, {}
+  for mi, m in ipairs(data.sglang) do
+    local at = ("sglang[%d]"):format(mi)
+    if type(m) ~= "table" then bad(at, "expected a model entry (a mapping), got " .. type(m)) end
+    if type(m.name) ~= "string" or not m.name:match("^[%w_%-]+$") then
+      bad(at .. ".name", "expected a name of letters, digits, _ or - (e.g. actor, ref), got " .. tostring(m.name))
+    end
+    at = ("%s (%s)"):format(at, m.name)
+    if names[m.name] then bad(at .. ".name", "the name '" .. m.name .. "' is used twice") end
+    names[m.name] = true
+    unknown = sorted_keys(m, MODEL_FIELDS)
+    if #unknown > 0 then
+      bad(at, "unknown field(s) " .. table.concat(unknown, ", ") .. " (known: backend, engine_groups, name, model_path, "
+        .. "num_gpus_per_engine, offload, server_groups, update_weights)")
+    end
+    if m.server_groups and m.engine_groups then bad(at, "has both 'server_groups' and its old name 'engine_groups'") end
+    local function check_type(field, v, want)
+      if v ~= nil and type(v) ~= want then bad(at .. "." .. field, ("expected a %s, got %s"):format(want, type(v))) end
+    end
+    check_type("model_path", m.model_path, "string")
+    check_type("update_weights", m.update_weights, "boolean")
+    check_type("backend", m.backend, "string")
+    check_type("offload", m.offload, "boolean")
+    if m.num_gpus_per_engine ~= nil and m.num_gpus_per_engine ~= 1 then
+      bad(at .. ".num_gpus_per_engine", "rlhost engines take one device each (1), got " .. tostring(m.num_gpus_per_engine))
+    end
+    local model_path = m.model_path and m.model_path:gsub("/+$", "") or policy_model
+    local update = m.update_weights
+    if update == nil then
+      update = model_path == policy_model
+      if not update then
+        log.warn("--sglang-config %s: model '%s' serves %s, not the trainer's %s: update_weights defaults to false "
+          .. "(set it to silence this)", path, m.name, model_path, tostring(policy_model))
+      end
+    end
+    if update then updatable[#updatable + 1] = m.name end
+    local raw = m.server_groups or m.engine_groups
+    if type(raw) ~= "table" or #raw == 0 then bad(at .. ".server_groups", "expected a non-empty list of server groups") end
+    local groups = {}
+    for gi, g in ipairs(raw) do
+      local gat = ("%s.server_groups[%d]"):format(at, gi)
+      if type(g) ~= "table" then bad(gat, "expected a mapping, got " .. type(g)) end
+      unknown = sorted_keys(g, GROUP_FIELDS)
+      if #unknown > 0 then
+        bad(gat, "unknown field(s) " .. table.concat(unknown, ", ") .. " (known: num_gpus, num_gpus_per_engine, "
+          .. "overrides, worker_type)")
+      end
+      local wt = g.worker_type or "regular"
+      if wt ~= "regular" then
+        bad(gat .. ".worker_type", "'" .. tostring(wt) .. "' is not supported (rlhost engines are 'regular'; "
+          .. "no prefill/decode disaggregation)")
+      end
+      if type(g.num_gpus) ~= "number" or g.num_gpus < 1 or g.num_gpus % 1 ~= 0 then
+        bad(gat .. ".num_gpus", "expected the number of engines (an integer >= 1), got " .. tostring(g.num_gpus))
+      end
+      if g.num_gpus_per_engine ~= nil and g.num_gpus_per_engine ~= 1 then
+        bad(gat .. ".num_gpus_per_engine", "rlhost engines take one device each (1), got " .. tostring(g.num_gpus_per_engine))
+      end
+      if g.overrides ~= nil and (type(g.overrides) ~= "table" or g.overrides[1] ~= nil) then
+        bad(gat .. ".overrides", "expected a mapping of engine options (e.g. {max_running_requests: 64})")
+      end
+      local ov = {}
+      for k, v in pairs(g.overrides or {}) do ov[(tostring(k):gsub("%-", "_"))] = v end
+      if ov.model_path then   -- slime's per-group model path
+        if type(ov.model_path) ~= "string" or ov.model_path:gsub("/+$", "") ~= model_path then
+          bad(gat .. ".overrides.model_path", "every server group of a model serves its model_path (" .. model_path .. ")")
+        end
+        ov.model_path = nil
+      end
+      groups[gi] = { num_engines = g.num_gpus, overrides = ov, where = gat }
+    end
+    models[mi] = { name = m.name, model_path = model_path, update_weights = update, backend = m.backend,
+                   offload = m.offload, server_groups = groups, where = at }
+  end
+  if #models == 0 then bad("sglang", "the list of models is empty") end
+  if #updatable > 1 then
+    bad(nil, "at most one model may take weight updates (update_weights: true); got " .. table.concat(updatable, ", "))
+  end
+  return models
+end
+
+-- The models of the job: the config's, or one "default" group from the flags.
+local function models_of(opt, job)
+  if opt.sglang_config then return M.load_config(opt.sglang_config, job.model_dir) end
+  return { { name = "default", model_path = job.model_dir, update_weights = true,
+             server_groups = { { num_engines = opt.num_engines, overrides = {} } }, where = "the engine flags" } }
+end
+
+local function stop_all(groups)
+  for _, g in ipairs(groups) do
+    if g.router then g.router:stop() end
+    for _, e in ipairs(g.engines) do e:stop() end
+  end
+end
+
+--- Starts every group's engines and router. base_opts: rl.engine.start's options from
+--- the flags (job.engine_opts: model, mode, threads, ...); a group's backend, model and
+--- overrides go on top, unchanged, so backend options reach rl.engine.start as given.
+--- Returns the groups in order (also by name: groups.ref, groups.default) and the
+--- policy group (the one that takes weight updates, else nil).
+function M.start(opt, job, base_opts)
+  local models = models_of(opt, job)
+  local offload = M.offload_options(opt)
+  local groups, by_name, policy = {}, {}, nil
+  for _, m in ipairs(models) do
+    local g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights,
+                engines = {}, engine_opts = {}, server_groups = {} }
+    groups[#groups + 1], by_name[m.name] = g, g
+    for si, sg in ipairs(m.server_groups) do
+      local eopts = {}
+      for k, v in pairs(base_opts) do eopts[k] = v end
+      eopts.model = m.model_path
+      if m.backend then eopts.backend = m.backend end   -- else the flags' (job.engine_opts.backend)
+      for k, v in pairs(sg.overrides) do eopts[k] = v end
+      if eopts.backend == "native" then eopts.backend = nil end   -- rl.engine's default
+      g.backend = eopts.backend or "native"
+      for k in pairs(base_opts) do   -- another backend's pass-through flags (vllm_args, ...) stay with it
+        local b = k:match("^(%w+)_args$")
+        if b and b ~= g.backend and sg.overrides[k] == nil then eopts[k] = nil end
+      end
+      g.server_groups[si] = { num_engines = sg.num_engines, engine_opts = eopts }
+      for i = 1, sg.num_engines do
+        local ok, eng, err = pcall(rl.engine.start, eopts)
+        if not ok or not eng then
+          stop_all(groups)
+          if not ok then   -- a bad option: the config's fault
+            rl.args.usage_error(("%s%s: %s"):format(opt.sglang_config and ("--sglang-config " .. opt.sglang_config .. ": ")
+              or "", sg.where or m.where, tostring(eng):gsub("^[^:]*:%d+: ", "")))
+          end
+          error(("engine %d of group '%s' did not start: %s"):format(i, m.name, tostring(err)), 0)
+        end
+        g.engines[#g.engines + 1], g.engine_opts[#g.engines + 1] = eng, eopts
+      end
+    end
+    local urls = {}
+    for i, e in ipairs(g.engines) do urls[i] = e.url end
+    local router, rerr = rl.router.start { workers = urls }
+    if not router then
+      stop_all(groups)
+      error(("router of group '%s' did not start: %s"):format(m.name, tostring(rerr)), 0)
+    end
+    g.router, g.url = router, router.url
+    if m.update_weights then policy = g end
+    -- slime's needs_offload: every group shares the machine with the trainer here
+    g.offload = (offload and m.offload ~= false) or false
+    if g.offload and g.backend == "vllm" and not M.gpu_available() then
+      log.warn("--offload-rollout: group '%s' (vLLM) keeps its memory: vLLM's sleep mode needs a GPU, not supported "
+        .. "on this platform", m.name)
+      g.offload = false
+    elseif g.offload and type(g.engines[1].release_memory) ~= "function" then
+      log.warn("--offload-rollout: group '%s' keeps its memory: its %s engines cannot release it", m.name, g.backend)
+      g.offload = false
+    end
+    if #models > 1 or opt.sglang_config then
+      log.info("engine group '%s': %d %s engine(s) of %s behind %s%s%s", m.name, #g.engines, g.backend, m.model_path,
+        g.url, m.update_weights and " (takes weight updates)" or " (frozen)", g.offload and ", offloaded while training" or "")
+    end
+  end
+  for name, g in pairs(by_name) do groups[name] = g end
+  return groups, policy
+end
+
+function M.gpu_available()
+  local ok, info = pcall(function() return rl.torch.info() end)
+  return ok and type(info) == "table" and info.cuda_available == true
+end
+
+-- ---- offload / onload (slime's RolloutManager.offload, onload_weights, onload_kv) ---
+
+local LEVELS = { kv_cache = "kv_cache", weight = "weights", weights = "weights" }
+
+--- Whether the job offloads (--offload-rollout, on by default under --colocate as in
+--- slime) and what (--offload-rollout-level: kv_cache, weight): the memory tags, or nil.
+function M.offload_options(opt)
+  local on = opt.offload_rollout
+  if on == nil then on = opt.colocate end
+  if not on then return nil end
+  local tags = {}
+  for _, l in ipairs(opt.offload_rollout_level or { "kv_cache", "weight" }) do
+    if not LEVELS[l] then
+      rl.args.usage_error(("--offload-rollout-level: unknown level '%s' (kv_cache, weight)"):format(tostring(l)))
+    end
+    tags[#tags + 1] = LEVELS[l]
+  end
+  return tags
+end
+
+local function each_offloaded(job, fn)
+  local errs = {}
+  for _, g in ipairs(job.groups or {}) do
+    if g.offload then
+      for i, e in ipairs(g.engines) do
+        local r, err = fn(e)
+        if not r then errs[#errs + 1] = ("group '%s' engine %d: %s"):format(g.name, i, tostring(err)) end
+      end
+    end
+  end
+  return errs
+end
+
+--- Releases the weights and KV cache of every offloaded group (--offload-rollout-level
+--- names what); health monitoring pauses until onload_kv.
+function M.offload(job)
+  if job.offloaded then return end
+  local any = false
+  for _, g in ipairs(job.groups or {}) do any = any or g.offload end
+  if not any then return end
+  if job.health then job.health:hold("offloaded") end
+  local tags = M.offload_options(job.opt)
+  local t0, n = rl.now(), 0
+  local errs = each_offloaded(job, function(e) n = n + 1; return e:release_memory(tags) end)
+  job.offloaded = true
+  if not job.offload_logged then   -- said once
+    job.offload_logged = true
+    log.info("--offload-rollout: %d engine(s) released %s for training in %.2f s; resumed around the weight sync",
+      n - #errs, table.concat(tags, " and "), rl.now() - t0)
+  end
+  if #errs > 0 then log.warn("offload: %s", table.concat(errs, "; ")) end
+end
+
+--- Brings the weights back (before the weight sync; a frozen group reloads its own model).
+function M.onload_weights(job)
+  if not job.offloaded then return end
+  local errs = each_offloaded(job, function(e) return e:resume_memory({ "weights" }) end)
+  if #errs > 0 then error("onload of the weights failed: " .. table.concat(errs, "; "), 0) end
+end
+
+--- Brings the KV cache back (after the weight sync) and resumes health monitoring.
+function M.onload_kv(job)
+  if not job.offloaded then return end
+  local errs = each_offloaded(job, function(e) return e:resume_memory({ "kv_cache" }) end)
+  job.offloaded = false
+  if job.health then job.health:release("offloaded") end
+  if #errs > 0 then error("onload of the KV cache failed: " .. table.concat(errs, "; "), 0) end
+end
+
+--- Stops every group's router and engines.
+function M.stop(job)
+  if job.groups then stop_all(job.groups) end
+end
+
+return M
