@@ -54,7 +54,7 @@ local lazy = {
   inspect = "rl.inspect", task = "rl.task", torch = "rl.torch", model = "rl.model",
   tokenizer = "rl.tokenizer", engine = "rl.engine", rewards = "rl.rewards",
   data = "rl.data", sample = "rl.sample", pyrandom = "rl.pyrandom", trace = "rl.trace", mathgen = "rl.mathgen",
-  router = "rl.router", rollout = "rl.rollout", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
+  router = "rl.router", rollout = "rl.rollout", agent = "rl.agent", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
   reload = "rl.reload", progress = "rl.progress", recipe = "rl.recipe",
   gzip = "rl.gzip", process = "rl.process", profile = "rl.profile", dist = "rl.dist", timeline = "rl.timeline",
   watchdog = "rl.watchdog",

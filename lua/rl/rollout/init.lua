@@ -170,29 +170,26 @@ function M.generate_trace_attrs(meta, info)
   return attrs
 end
 
---- One /generate call for a pending or aborted (partial) sample: slime's generate().
-function Rollout:generate(sample, params)
-  if sample.status ~= sample_mod.PENDING and sample.status ~= sample_mod.ABORTED then
-    error(("rl.rollout: generate on sample %s with status '%s' (pending or aborted expected)"):format(
-      tostring(sample.index), tostring(sample.status)), 2)
+--- Encodes a sample's prompt into sample.tokens (a message list through the chat
+--- template with the generation prompt), once; a sample with tokens is left alone.
+function Rollout:tokenize_prompt(sample)
+  if #sample.tokens > 0 then return sample.tokens end
+  if not self.tokenizer then
+    error("rl.rollout: sample " .. tostring(sample.index) .. " has no tokens and the rollout has no tokenizer " ..
+          "(give rl.rollout.new{tokenizer = rl.tokenizer.load(dir)})", 2)
   end
-  if #sample.tokens == 0 then
-    if not self.tokenizer then
-      error("rl.rollout: sample " .. tostring(sample.index) .. " has no tokens and the rollout has no tokenizer " ..
-            "(give rl.rollout.new{tokenizer = rl.tokenizer.load(dir)})", 2)
-    end
-    local prompt = sample.prompt
-    if type(prompt) == "table" then
-      prompt = self.tokenizer:apply_chat_template(prompt, { add_generation_prompt = true })
-    end
-    sample.tokens = json.array(self.tokenizer:encode(prompt, { add_special_tokens = false }))
+  local prompt = sample.prompt
+  if type(prompt) == "table" then
+    prompt = self.tokenizer:apply_chat_template(prompt, { add_generation_prompt = true })
   end
-  local p = copy(params)
-  p.max_new_tokens = (p.max_new_tokens or self.rollout_max_response_len) - sample.response_length
-  if p.max_new_tokens <= 0 then
-    sample.status = sample_mod.TRUNCATED
-    return sample
-  end
+  sample.tokens = json.array(self.tokenizer:encode(prompt, { add_special_tokens = false }))
+  return sample.tokens
+end
+
+--- One /generate call from the sample's tokens as they stand, with sampling params p
+--- as given (traced sglang_generate). The output ids and log-probs go to
+--- on_output(ids, logprobs, meta_info, text), by default sample:append_response.
+function Rollout:generate_call(sample, p, on_output)
   local req = { input_ids = sample.tokens, sampling_params = p, return_logprob = true }
   trace.span(sample, "sglang_generate", { max_new_tokens = p.max_new_tokens }, function(span)
     local out, err, info = self:_post(req, sample.session_id)
@@ -216,9 +213,26 @@ function Rollout:generate(sample, params)
       log.debug(("rl.rollout: sample %s: %d log-probs for %s completion tokens"):format(
         tostring(sample.index), #toks, tostring(meta.completion_tokens)))
     end
-    sample:append_response(toks, lps, { meta_info = meta, text = out.text or "" })
+    if on_output then on_output(toks, lps, meta, out.text or "")
+    else sample:append_response(toks, lps, { meta_info = meta, text = out.text or "" }) end
   end)
   return sample
+end
+
+--- One /generate call for a pending or aborted (partial) sample: slime's generate().
+function Rollout:generate(sample, params)
+  if sample.status ~= sample_mod.PENDING and sample.status ~= sample_mod.ABORTED then
+    error(("rl.rollout: generate on sample %s with status '%s' (pending or aborted expected)"):format(
+      tostring(sample.index), tostring(sample.status)), 2)
+  end
+  self:tokenize_prompt(sample)
+  local p = copy(params)
+  p.max_new_tokens = (p.max_new_tokens or self.rollout_max_response_len) - sample.response_length
+  if p.max_new_tokens <= 0 then
+    sample.status = sample_mod.TRUNCATED
+    return sample
+  end
+  return self:generate_call(sample, p)
 end
 
 -- ---- one sample, one group -----------------------------------------------------------------

@@ -1,0 +1,204 @@
+--- rl.agent: multi-turn trajectories that never re-tokenize, environments and tools
+--- as Lua (docs/agentic.md).
+--
+--   local env = rl.agent.tool_env { tools = rl.agent.tools.registry { rl.agent.tools.calculator() } }
+--   local ro = rl.rollout.new { ..., custom_generate = rl.agent.generate_fn { env = env, max_turns = 8 } }
+--
+-- Each turn is one rl.rollout generate call (one /generate with input_ids = the
+-- sample's tokens so far); its output ids and log-probs are appended verbatim;
+-- the environment's observation is rendered by the chat template for that turn
+-- alone, tokenized once and appended with loss mask 0 (rl.agent.trajectory).
+local json = require "rl.json"
+local trace = require "rl.trace"
+local sample_mod = require "rl.sample"
+local T = require "rl.agent.trajectory"
+
+local M = {}
+local Agent = {}
+Agent.__index = Agent
+M.Agent = Agent
+
+local OPTS = { env = "table", max_turns = "number", max_total_tokens = "number", max_turn_tokens = "number",
+               observation_role = "string", reward_reduce = "string", template_opts = "table", tokenizer = "table" }
+
+--- An agent: opts env (an environment table, see docs/agentic.md), max_turns (8),
+--- max_total_tokens (prompt + the rollout's rollout_max_response_len), max_turn_tokens
+--- (the rollout's rollout_max_response_len), observation_role ("tool"), reward_reduce
+--- ("last" | "sum"), template_opts (extra apply_chat_template options, e.g. tools),
+--- tokenizer (default: the rollout's).
+function M.new(opts)
+  if type(opts) ~= "table" then error("rl.agent.new: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 2) end
+  for k, v in pairs(opts) do
+    if not OPTS[k] then error(("rl.agent.new: bad argument 'opts.%s' (unknown option)"):format(tostring(k)), 2) end
+    if type(v) ~= OPTS[k] then
+      error(("rl.agent.new: bad argument 'opts.%s' (%s expected, got %s)"):format(k, OPTS[k], type(v)), 2)
+    end
+  end
+  if not opts.env then error("rl.agent.new: bad argument 'opts.env' (an environment table expected, got nil)", 2) end
+  if type(opts.env.step) ~= "function" and not (getmetatable(opts.env) or {}).__index then
+    error("rl.agent.new: bad argument 'opts.env' (an environment needs a step method; see docs/agentic.md)", 2)
+  end
+  local rr = opts.reward_reduce or "last"
+  if rr ~= "last" and rr ~= "sum" then
+    error("rl.agent.new: bad argument 'opts.reward_reduce' ('last' or 'sum' expected, got '" .. rr .. "')", 2)
+  end
+  local self = setmetatable({ env = opts.env, max_turns = opts.max_turns or 8, max_total_tokens = opts.max_total_tokens,
+    max_turn_tokens = opts.max_turn_tokens, observation_role = opts.observation_role or "tool", reward_reduce = rr,
+    template_opts = opts.template_opts, tokenizer = opts.tokenizer }, Agent)
+  self.instances = setmetatable({}, { __mode = "k" })   -- sample -> its environment instance
+  return self
+end
+
+--- A function for rl.rollout.new{custom_generate = ...} running agent `opts` (or an Agent).
+function M.generate_fn(opts)
+  local a = getmetatable(opts) == Agent and opts or M.new(opts)
+  return function(ro, sample, params, evaluation) return a:generate(ro, sample, params, evaluation) end
+end
+
+-- The environment instance of a trajectory.
+local function instance(self, sample)
+  local inst = self.instances[sample]
+  if inst then return inst, false end
+  local env = self.env
+  if type(env.new) == "function" then inst = env.new(sample) else inst = setmetatable({}, { __index = env }) end
+  self.instances[sample] = inst
+  return inst, true
+end
+
+-- An observation as messages (or {ids=...}); nil for none.
+local function as_messages(self, obs)
+  if obs == nil or obs == json.null or obs == "" then return nil end
+  if type(obs) == "string" then return { { role = self.observation_role, content = obs } } end
+  if type(obs) ~= "table" then
+    error("rl.agent: an environment returned a " .. type(obs) .. " observation (nil, a string, a message, "
+      .. "a list of messages or {ids = {...}} expected)", 0)
+  end
+  if obs.ids then return obs end
+  if obs.role then return { obs } end
+  if #obs == 0 then return nil end
+  for i, m in ipairs(obs) do
+    if type(m) == "string" then obs[i] = { role = self.observation_role, content = m }
+    elseif type(m) ~= "table" or type(m.role) ~= "string" then
+      error(("rl.agent: observation message %d has no role"):format(i), 0)
+    end
+  end
+  return obs
+end
+
+local function tok_of(self, ro)
+  local tok = self.tokenizer or ro.tokenizer
+  if not tok then
+    error("rl.agent: observations need a tokenizer (rl.rollout.new{tokenizer = ...} or rl.agent.new{tokenizer = ...})", 0)
+  end
+  return tok
+end
+
+-- The observation's ids (chat template for this turn, tokenized once).
+function Agent:observation_ids(ro, sample, msgs)
+  if msgs.ids then return msgs.ids, nil end
+  local tok = tok_of(self, ro)
+  local last = sample.tokens[#sample.tokens]
+  local ids, text = T.observation_ids(tok, msgs, last, self.template_opts)
+  if not ids then error("rl.agent: " .. tostring(text), 0) end
+  return ids, text
+end
+
+local function finish(sample, reason, status)
+  T.finish(sample, reason)
+  if status then sample.status = status end
+  return sample
+end
+
+--- Runs (or resumes) one trajectory for rl.rollout: turns until the environment says done
+--- or a limit ends it. Returns the sample.
+function Agent:generate(ro, sample, params, evaluation)
+  local tr = T.of(sample)
+  if tr and tr.end_reason ~= json.null and tr.end_reason ~= "aborted" then return sample end
+  local env, fresh = instance(self, sample)
+  if #sample.tokens == 0 then ro:tokenize_prompt(sample) end
+  if not tr then
+    if not fresh and sample.response_length > 0 then error("rl.agent: sample has a response but no trajectory", 0) end
+    local obs = trace.span(sample, "env_reset", nil, function() return env.reset and env:reset(sample) end)
+    local msgs = as_messages(self, obs)
+    if msgs then
+      -- the first observation extends the prompt (tokenized once, part of the prompt)
+      local ids = msgs.ids or select(1, tok_of(self, ro):apply_chat_template(msgs, { add_generation_prompt = true, tokenize = true }))
+      for _, id in ipairs(ids) do sample.tokens[#sample.tokens + 1] = id end
+    end
+    tr = T.begin(sample)
+  elseif fresh then
+    error("rl.agent: the environment of this trajectory is gone (resumed in another process?); it cannot go on", 0)
+  end
+  local max_turn = self.max_turn_tokens or ro.rollout_max_response_len
+  local limit_total = self.max_total_tokens or (tr.prompt_length + ro.rollout_max_response_len)
+  while true do
+    local open = T.open_turn(tr)
+    local k = #tr.turns + (open and 0 or 1)
+    if not open and k > self.max_turns then return finish(sample, "max_turns", sample_mod.TRUNCATED) end
+    local left_total = limit_total - #sample.tokens
+    local done_in_turn = open and open.output_length or 0
+    local budget = math.min(max_turn - done_in_turn, left_total)
+    if budget <= 0 then
+      return finish(sample, left_total <= 0 and "max_total_tokens" or "length", sample_mod.TRUNCATED)
+    end
+    local turn = trace.span(sample, "turn", { turn = k }, function(span)
+      local p = {}
+      for key, v in pairs(params) do p[key] = v end
+      p.max_new_tokens = budget
+      local before = #sample.tokens
+      ro:generate_call(sample, p, function(ids, lps, meta, text) T.append_output(sample, ids, lps, meta, text) end)
+      local t = tr.turns[#tr.turns]
+      span:set("output_tokens", #sample.tokens - before)
+      span:set("finish_reason", t.finish_reason)
+      return t
+    end)
+    if sample.status == sample_mod.ABORTED then return finish(sample, "aborted") end
+    if turn.finish_reason == "length" then
+      local reason = #sample.tokens >= limit_total and "max_total_tokens" or "length"
+      T.close_output(sample)
+      return finish(sample, reason, sample_mod.TRUNCATED)
+    end
+    T.close_output(sample)
+    local text = tok_of(self, ro):decode(json.array({ unpack(sample.tokens, turn.output_start, turn.output_start + turn.output_length - 1) }))
+    local action = { text = text, ids = { unpack(sample.tokens, turn.output_start, turn.output_start + turn.output_length - 1) },
+                     turn = k, finish_reason = turn.finish_reason, sample = sample, record = turn }
+    local obs, reward, done = trace.span(sample, "env_step", { turn = k }, function(span)
+      local o, r, d = env:step(action)
+      if r ~= nil then span:set("reward", r) end
+      span:set("done", d and true or false)
+      return o, r, d
+    end)
+    if reward ~= nil and reward ~= json.null then
+      turn.reward = reward
+      if self.reward_reduce == "sum" and type(sample.reward) == "number" and type(reward) == "number" then
+        sample.reward = sample.reward + reward
+      else
+        sample.reward = reward
+      end
+    end
+    local msgs = as_messages(self, obs)
+    if msgs and not done then
+      local ids, otext = self:observation_ids(ro, sample, msgs)
+      if #sample.tokens + #ids >= limit_total then
+        turn.dropped_observation = #ids
+        return finish(sample, "max_total_tokens", sample_mod.TRUNCATED)
+      end
+      T.append_observation(sample, ids, msgs, otext)
+    end
+    sample.status = sample_mod.COMPLETED
+    if done then return finish(sample, "done", sample_mod.COMPLETED) end
+    if not msgs then
+      -- no observation and not done: the next turn continues right after the model's turn
+    end
+  end
+end
+
+--- An environment that runs the turn's tool calls (rl.agent.env.tool_env).
+function M.tool_env(opts) return require("rl.agent.env").tool_env(opts) end
+--- A hot-reloadable environment module (rl.agent.env.watch).
+function M.watch_env(name) return require("rl.agent.env").watch(name) end
+--- An environment in another process, over HTTP (rl.agent.http_env.new).
+function M.http_env(opts) return require("rl.agent.http_env").new(opts) end
+
+return require("rl._lazy")(M, { trajectory = "rl.agent.trajectory", tools = "rl.agent.tools",
+  toolcall = "rl.agent.toolcall", calc = "rl.agent.calc", env = "rl.agent.env", metrics = "rl.agent.metrics" })
