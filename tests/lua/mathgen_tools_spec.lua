@@ -141,4 +141,13 @@ describe("rl.mathgen.tools", function()
       eq(mask[n], 1)
     end
   end)
+
+  it("trains on the tool turns' ids that rl.agent appends in the rollout", function()
+    local tok = tool_tokenizer(mathgen.dataset(OPTS))
+    local eos = tok.eos_token_ids[1]
+    for _, result in ipairs { "82", "1776", "3.5", "error: division by zero" } do
+      local ids = rl.agent.trajectory.observation_ids(tok, { { role = "tool", content = result } }, eos)
+      eq(ids, warmup.observation_ids(tok, result), result)
+    end
+  end)
 end)
