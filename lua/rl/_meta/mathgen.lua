@@ -92,13 +92,3 @@ function rl.mathgen.tools.render(msgs) end
 --- Qwen2.5's <tool_call> block calling the calculator on expression.
 ---@return string
 function rl.mathgen.tools.call_text(expression) end
-
---- The calculator expression of the first <tool_call> in text, or nil, err.
----@return string|nil expression
----@return string? err
-function rl.mathgen.tools.parse_call(text) end
-
---- + - * / and parentheses on numbers: the value, or nil, err.
----@return number|nil
----@return string? err
-function rl.mathgen.tools.calculate(expression) end

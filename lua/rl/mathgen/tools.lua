@@ -14,7 +14,10 @@
 -- the tool turn answers with the result, and the next assistant turn writes the line
 -- (copying the result) and calls for the next one; the last turn ends with "#### N".
 -- Without it, the whole worked answer is one assistant turn, as rl.mathgen writes it.
+-- The results are rl.agent's calculator's (rl.agent.calc), which answers the calls in
+-- the rollout.
 local json = require "rl.json"
+local calc = require "rl.agent.calc"
 
 local M = {}
 
@@ -52,7 +55,8 @@ function M.trace(p, use_tool)
     local expression, result = M.operation(line)
     if expression then
       msgs[#msgs + 1] = { role = "assistant", content = text .. M.call_text(expression) }
-      msgs[#msgs + 1] = { role = "tool", content = tostring(result) }
+      msgs[#msgs + 1] = { role = "tool", content = calc.format(assert(calc.eval(expression))) }
+      assert(calc.eval(expression) == result, line)
       text = ""
     end
     text = text .. line .. "\n"
@@ -69,73 +73,6 @@ function M.render(msgs)
       or ("<|im_start|>" .. m.role .. "\n" .. m.content .. "<|im_end|>\n")
   end
   return table.concat(out)
-end
-
---- Integer arithmetic for the build's evaluation: + - * / and parentheses. The value,
---- or nil, err.
-function M.calculate(expression)
-  local s, i = expression:gsub("%s+", ""), 1
-  local sum
-  local function atom()
-    local c = s:sub(i, i)
-    if c == "(" then
-      i = i + 1
-      local v = sum()
-      if s:sub(i, i) ~= ")" then error("expected ')' at " .. i, 0) end
-      i = i + 1
-      return v
-    elseif c == "-" then
-      i = i + 1
-      return -atom()
-    end
-    local digits = s:match("^%d+%.?%d*", i)
-    if not digits then error("expected a number at " .. i, 0) end
-    i = i + #digits
-    return tonumber(digits)
-  end
-  local function product()
-    local v = atom()
-    while true do
-      local op = s:sub(i, i)
-      if op ~= "*" and op ~= "/" then return v end
-      i = i + 1
-      local w = atom()
-      if op == "/" and w == 0 then error("division by zero", 0) end
-      v = op == "*" and v * w or v / w
-    end
-  end
-  function sum()
-    local v = product()
-    while true do
-      local op = s:sub(i, i)
-      if op ~= "+" and op ~= "-" then return v end
-      i = i + 1
-      local w = product()
-      v = op == "+" and v + w or v - w
-    end
-  end
-  local ok, v = pcall(sum)
-  if not ok then return nil, v end
-  if i <= #s then return nil, "unexpected '" .. s:sub(i, i) .. "' at " .. i end
-  return v
-end
-
---- A result as the tool turn writes it: integers without a decimal point.
-function M.format(v)
-  if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return ("%d"):format(v) end
-  return ("%.6g"):format(v)
-end
-
---- The calculator's expression in a call text (the first <tool_call> block), or nil, err.
-function M.parse_call(text)
-  local body = text:match("<tool_call>%s*(.-)%s*</tool_call>")
-  if not body then return nil, "no <tool_call> block" end
-  local call, err = json.decode(body)
-  if type(call) ~= "table" then return nil, "tool call is not JSON: " .. tostring(err) end
-  if call.name ~= M.TOOL then return nil, "unknown tool '" .. tostring(call.name) .. "'" end
-  local expression = type(call.arguments) == "table" and call.arguments.expression
-  if type(expression) ~= "string" then return nil, "arguments.expression missing" end
-  return expression
 end
 
 return M

@@ -152,13 +152,13 @@ function M.evaluate(dir, problems, opts)
 end
 
 --- Like evaluate, for the tool-using model: each problem is a chat in which every
---- <tool_call> the model ends a turn with is answered (rl.mathgen.tools.calculate), up
+--- <tool_call> the model ends a turn with is answered (rl.agent's calculator), up
 --- to opts.max_turns (6) turns and opts.max_new_tokens generated tokens in all. Returns
 --- the accuracy, the responses (turns and tool turns as text) and tool statistics:
 --- {calls, failed (not parsed or not computed), with_tool (share of responses that called)}.
 function M.evaluate_tools(dir, problems, opts)
   local gsm8k = require "rl.rewards.gsm8k"
-  local tools = require "rl.mathgen.tools"
+  local tools, toolcall, calc = require "rl.mathgen.tools", require "rl.agent.toolcall", require "rl.agent.calc"
   local tok = assert(rl.tokenizer.load(dir))
   local eng = assert(rl.engine.start { model = dir, threads = opts.threads or 2, serve = false })
   local budget, eos = opts.max_new_tokens or 256, tok.eos_token_ids[1]
@@ -184,12 +184,13 @@ function M.evaluate_tools(dir, problems, opts)
       s.used = s.used + #o.output_ids
       s.text = s.text .. o.text
       s.done = true
-      if o.text:find("<tool_call>", 1, true) and o.output_ids[#o.output_ids] == eos and s.used < budget then
+      local calls, problems = toolcall.parse(o.text)
+      if (#calls > 0 or #problems > 0) and o.output_ids[#o.output_ids] == eos and s.used < budget then
         s.calls = s.calls + 1
-        local expression, err = tools.parse_call(o.text)
-        local v
-        if expression then v, err = tools.calculate(expression) end
-        local result = v and tools.format(v) or ("error: " .. tostring(err))
+        local call, err, v = calls[1], problems[1], nil
+        if call and call.name ~= tools.TOOL then err = "unknown tool '" .. tostring(call.name) .. "'" end
+        if call and not err then v, err = calc.eval(call.arguments.expression) end
+        local result = v and calc.format(v) or ("error: " .. tostring(err))
         if not v then s.failed = s.failed + 1 end
         for _, id in ipairs(M.observation_ids(tok, result)) do s.ids[#s.ids + 1] = id end
         s.text = s.text .. "\n[tool] " .. result .. "\n"
