@@ -15,8 +15,8 @@
 local edit = {}
 
 --- The tools the model may call: a registry of Lua functions (rl.agent.tools).
-function edit.tools()
-  return rl.agent.tools.registry { rl.agent.tools.calculator() }
+function edit.tools(opt)
+  return rl.agent.tools.registry { rl.agent.tools.calculator { timeout = opt.tool_timeout } }
 end
 
 --- Tool use of a list of finished trajectories: the share that called a tool, the calls
@@ -44,12 +44,18 @@ local opt = rl.args(rl.recipe.options {
   { name = "tool_timeout", type = "number", default = 2, help = "seconds a tool call may run" },
   { name = "rollout_max_response_len", type = "int",
     help = "tokens per trajectory after the prompt, tool turns included (default: 256 default model, 1024 otherwise)" },
+  { name = "rollout_batch_size", type = "int", help = "prompts per rollout step (default: 8 default model, 16 otherwise)" },
+  { name = "eval_max_prompts", type = "int", help = "evaluate on the first N prompts of each eval set (default model: 200)" },
 })
 if opt.max_turns < 1 then rl.args.usage_error("--max-turns must be >= 1") end
-if not opt.hf_checkpoint and not opt.rollout_max_response_len then opt.rollout_max_response_len = 256 end
+if not opt.hf_checkpoint then   -- the default model: trajectories of a few turns, more and smaller steps
+  opt.rollout_max_response_len = opt.rollout_max_response_len or 256
+  opt.rollout_batch_size = opt.rollout_batch_size or 8
+  opt.eval_max_prompts = opt.eval_max_prompts or 200
+end
 
 -- The environment: each turn's tool calls are run and answered; a turn without one ends it.
-local env = rl.agent.tool_env { tools = edits:fn("tools")() }
+local env = rl.agent.tool_env { tools = edits:fn("tools")(opt) }
 local job = rl.recipe.setup(opt, {
   reward = reward:fn("reward"), default_model = { tools = true },
   custom_generate = rl.agent.generate_fn { env = env, max_turns = opt.max_turns },
