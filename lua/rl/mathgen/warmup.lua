@@ -25,7 +25,7 @@ M.TOOLS_VERSION = 1
 --- the small model cannot add or multiply in its head, half the SFT traces worked
 --- with the calculator, longer traces.
 M.TOOL_DEFAULTS = { max_number = 100, max_factor = 20, final_noise = 0, tool_rate = 0.5, max_new_tokens = 256,
-                    steps = 250 }
+                    steps = 200 }
 
 --- The build options as an rl.args spec (appended to spec when given); the defaults
 --- are the default model's, or with tools the tool-using one's.
@@ -162,6 +162,7 @@ function M.evaluate_tools(dir, problems, opts)
   local tok = assert(rl.tokenizer.load(dir))
   local eng = assert(rl.engine.start { model = dir, threads = opts.threads or 2, serve = false })
   local budget, eos = opts.max_new_tokens or 256, tok.eos_token_ids[1]
+  local context = opts.context or math.huge   -- prompt, turns and tool turns must fit
   local st = {}
   for i, p in ipairs(problems) do
     st[i] = { ids = M.encode(tok, p), used = 0, text = "", calls = 0, failed = 0, done = false }
@@ -169,10 +170,12 @@ function M.evaluate_tools(dir, problems, opts)
   for turn = 1, opts.max_turns or 6 do
     local active, prompts, params = {}, {}, {}
     for i, s in ipairs(st) do
+      local room = math.min(budget - s.used, context - #s.ids)
+      if room <= 0 then s.done = true end
       if not s.done then
         active[#active + 1] = i
         prompts[#active] = s.ids
-        params[#active] = { temperature = opts.temperature or 0, max_new_tokens = budget - s.used,
+        params[#active] = { temperature = opts.temperature or 0, max_new_tokens = room,
                             sampling_seed = ((opts.seed or 0) * 100003 + i) * 7 + turn }
       end
     end
@@ -353,7 +356,8 @@ function M.build(opt, dir)
 
   -- 5. Held-out accuracy, greedy and at temperature 1 (GRPO samples there).
   local t_eval = rl.now()
-  local eopt = { threads = opt.threads, max_new_tokens = opt.max_new_tokens, seed = opt.seed }
+  local eopt = { threads = opt.threads, max_new_tokens = opt.max_new_tokens, seed = opt.seed,
+                 context = opt.max_position_embeddings }
   local evaluate = opt.tools and M.evaluate_tools or M.evaluate
   eopt.temperature = 0
   local acc0, texts, tools0 = evaluate(dir, test, eopt)
