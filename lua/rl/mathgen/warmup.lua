@@ -24,7 +24,7 @@ M.TOOLS_VERSION = 1
 --- The tool-using default model's defaults, where they differ (`--tools`): amounts
 --- the small model cannot add or multiply in its head, half the SFT traces worked
 --- with the calculator, longer traces.
-M.TOOL_DEFAULTS = { max_number = 100, max_factor = 20, final_noise = 0, tool_rate = 0.5, max_new_tokens = 256,
+M.TOOL_DEFAULTS = { max_number = 20, max_factor = 9, final_noise = 0, tool_rate = 0.5, max_new_tokens = 256,
                     steps = 200 }
 
 --- The build options as an rl.args spec (appended to spec when given); the defaults
