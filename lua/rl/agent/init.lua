@@ -35,8 +35,9 @@ function M.new(opts)
     end
   end
   if not opts.env then error("rl.agent.new: bad argument 'opts.env' (an environment table expected, got nil)", 2) end
-  if type(opts.env.step) ~= "function" and not (getmetatable(opts.env) or {}).__index then
-    error("rl.agent.new: bad argument 'opts.env' (an environment needs a step method; see docs/agentic.md)", 2)
+  if type(opts.env.step) ~= "function" and type(opts.env.new) ~= "function" then
+    error("rl.agent.new: bad argument 'opts.env' (an environment needs a step method, or new(sample) making one; "
+      .. "see docs/agentic.md)", 2)
   end
   local rr = opts.reward_reduce or "last"
   if rr ~= "last" and rr ~= "sum" then
@@ -103,10 +104,66 @@ function Agent:observation_ids(ro, sample, msgs)
   return ids, text
 end
 
-local function finish(sample, reason, status)
+local function finish(self, sample, reason, status)
   T.finish(sample, reason)
   if status then sample.status = status end
+  if reason ~= "aborted" then
+    local inst = self.instances[sample]
+    self.instances[sample] = nil
+    if inst and type(inst.close) == "function" then
+      local ok, err = pcall(inst.close, inst)
+      if not ok then require("rl.log").warn("rl.agent: closing the environment: " .. tostring(err)) end
+    end
+  end
   return sample
+end
+
+-- Calls the environment in a span; an error ends the trajectory (env_error) and fails the sample.
+function Agent:env_call(sample, name, attrs, fn)
+  local ver = self.env.version and self.env.version()
+  if ver then attrs = attrs or {}; attrs.env_version = ver end
+  local r = { pcall(trace.span, sample, name, attrs, fn) }
+  if not r[1] then
+    finish(self, sample, "env_error")
+    error(r[2], 0)
+  end
+  return unpack(r, 2, 4)
+end
+
+-- The reset observation goes into the prompt before it is tokenized: messages are added
+-- to a message-list prompt; a string prompt gets a string observation appended as text;
+-- {ids = ...} is appended after the prompt's ids.
+function Agent:add_to_prompt(ro, sample, obs)
+  if obs == nil or obs == json.null or obs == "" then return end
+  if type(obs) == "table" and obs.ids then sample._reset_ids = obs.ids; return end
+  if #sample.tokens > 0 then
+    error("rl.agent: the environment's first observation cannot join a prompt that is already tokenized "
+      .. "(return {ids = {...}} from reset, or give the prompt as text or messages)", 0)
+  end
+  if type(sample.prompt) == "table" then
+    local msgs = as_messages(self, obs)
+    local p = {}
+    for i, m in ipairs(sample.prompt) do p[i] = m end
+    for _, m in ipairs(msgs) do p[#p + 1] = m end
+    sample.prompt = p
+  elseif type(obs) == "string" then
+    sample.prompt = tostring(sample.prompt) .. obs
+  else
+    error("rl.agent: the environment's first observation is messages but the prompt is text "
+      .. "(give the prompt as a message list, or return a string from reset)", 0)
+  end
+end
+
+function Agent:tokenize(ro, sample)
+  if #sample.tokens == 0 then
+    if self.tokenizer and not ro.tokenizer then ro.tokenizer = self.tokenizer end
+    ro:tokenize_prompt(sample)
+  end
+  local extra = rawget(sample, "_reset_ids")
+  if extra then
+    for _, id in ipairs(extra) do sample.tokens[#sample.tokens + 1] = id end
+    sample._reset_ids = nil
+  end
 end
 
 --- Runs (or resumes) one trajectory for rl.rollout: turns until the environment says done
@@ -115,16 +172,11 @@ function Agent:generate(ro, sample, params, evaluation)
   local tr = T.of(sample)
   if tr and tr.end_reason ~= json.null and tr.end_reason ~= "aborted" then return sample end
   local env, fresh = instance(self, sample)
-  if #sample.tokens == 0 then ro:tokenize_prompt(sample) end
   if not tr then
     if not fresh and sample.response_length > 0 then error("rl.agent: sample has a response but no trajectory", 0) end
-    local obs = trace.span(sample, "env_reset", nil, function() return env.reset and env:reset(sample) end)
-    local msgs = as_messages(self, obs)
-    if msgs then
-      -- the first observation extends the prompt (tokenized once, part of the prompt)
-      local ids = msgs.ids or select(1, tok_of(self, ro):apply_chat_template(msgs, { add_generation_prompt = true, tokenize = true }))
-      for _, id in ipairs(ids) do sample.tokens[#sample.tokens + 1] = id end
-    end
+    local obs = self:env_call(sample, "env_reset", nil, function() if env.reset then return env:reset(sample) end end)
+    self:add_to_prompt(ro, sample, obs)
+    self:tokenize(ro, sample)
     tr = T.begin(sample)
   elseif fresh then
     error("rl.agent: the environment of this trajectory is gone (resumed in another process?); it cannot go on", 0)
@@ -134,12 +186,12 @@ function Agent:generate(ro, sample, params, evaluation)
   while true do
     local open = T.open_turn(tr)
     local k = #tr.turns + (open and 0 or 1)
-    if not open and k > self.max_turns then return finish(sample, "max_turns", sample_mod.TRUNCATED) end
+    if not open and k > self.max_turns then return finish(self, sample, "max_turns", sample_mod.TRUNCATED) end
     local left_total = limit_total - #sample.tokens
     local done_in_turn = open and open.output_length or 0
     local budget = math.min(max_turn - done_in_turn, left_total)
     if budget <= 0 then
-      return finish(sample, left_total <= 0 and "max_total_tokens" or "length", sample_mod.TRUNCATED)
+      return finish(self, sample, left_total <= 0 and "max_total_tokens" or "length", sample_mod.TRUNCATED)
     end
     local turn = trace.span(sample, "turn", { turn = k }, function(span)
       local p = {}
@@ -152,17 +204,17 @@ function Agent:generate(ro, sample, params, evaluation)
       span:set("finish_reason", t.finish_reason)
       return t
     end)
-    if sample.status == sample_mod.ABORTED then return finish(sample, "aborted") end
+    if sample.status == sample_mod.ABORTED then return finish(self, sample, "aborted") end
     if turn.finish_reason == "length" then
       local reason = #sample.tokens >= limit_total and "max_total_tokens" or "length"
       T.close_output(sample)
-      return finish(sample, reason, sample_mod.TRUNCATED)
+      return finish(self, sample, reason, sample_mod.TRUNCATED)
     end
     T.close_output(sample)
-    local text = tok_of(self, ro):decode(json.array({ unpack(sample.tokens, turn.output_start, turn.output_start + turn.output_length - 1) }))
-    local action = { text = text, ids = { unpack(sample.tokens, turn.output_start, turn.output_start + turn.output_length - 1) },
+    local ids = { unpack(sample.tokens, turn.output_start, turn.output_start + turn.output_length - 1) }
+    local action = { text = tok_of(self, ro):decode(ids), ids = ids,
                      turn = k, finish_reason = turn.finish_reason, sample = sample, record = turn }
-    local obs, reward, done = trace.span(sample, "env_step", { turn = k }, function(span)
+    local obs, reward, done = self:env_call(sample, "env_step", { turn = k }, function(span)
       local o, r, d = env:step(action)
       if r ~= nil then span:set("reward", r) end
       span:set("done", d and true or false)
@@ -179,14 +231,14 @@ function Agent:generate(ro, sample, params, evaluation)
     local msgs = as_messages(self, obs)
     if msgs and not done then
       local ids, otext = self:observation_ids(ro, sample, msgs)
-      if #sample.tokens + #ids >= limit_total then
+      if #sample.tokens + #ids > limit_total then
         turn.dropped_observation = #ids
-        return finish(sample, "max_total_tokens", sample_mod.TRUNCATED)
+        return finish(self, sample, "max_total_tokens", sample_mod.TRUNCATED)
       end
       T.append_observation(sample, ids, msgs, otext)
     end
     sample.status = sample_mod.COMPLETED
-    if done then return finish(sample, "done", sample_mod.COMPLETED) end
+    if done then return finish(self, sample, "done", sample_mod.COMPLETED) end
     if not msgs then
       -- no observation and not done: the next turn continues right after the model's turn
     end

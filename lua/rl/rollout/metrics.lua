@@ -107,6 +107,8 @@ function M.from_samples(samples, opts)
   out.truncated_ratio = #samples > 0 and truncated / #samples or 0
   if scored > 0 then out.raw_reward = raw_sum / scored end
   out.scored_ratio = #samples > 0 and scored / #samples or 0
+  -- multi-turn trajectories (rl.agent): turns/*, tool_calls/*, tool_errors/*, tool/<name>/*, agent_end/*
+  for k, v in pairs(require("rl.agent.metrics").from_samples(samples)) do out[k] = v end
   return out
 end
 
