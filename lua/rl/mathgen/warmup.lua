@@ -193,7 +193,8 @@ function M.evaluate_tools(dir, problems, opts)
         local call, err, v = calls[1], problems[1], nil
         if call and call.name ~= tools.TOOL then err = "unknown tool '" .. tostring(call.name) .. "'" end
         if call and not err then v, err = calc.eval(call.arguments.expression) end
-        local result = v and calc.format(v) or ("error: " .. tostring(err))
+        -- an error may quote the model's text, which can hold broken UTF-8 (byte-level tokens)
+        local result = v and calc.format(v) or ("error: " .. tostring(err)):gsub("[\128-\255]", "?")
         if not v then s.failed = s.failed + 1 end
         for _, id in ipairs(M.observation_ids(tok, result)) do s.ids[#s.ids + 1] = id end
         s.text = s.text .. "\n[tool] " .. result .. "\n"
