@@ -43,7 +43,8 @@ function rl.mathgen.write_jsonl(path, problems) end
 
 --- The cached default model directory ($XDG_CACHE_HOME/rlhost/default-math-model-v<N>), built on
 --- first use by rl.mathgen.warmup (the code of recipes/sft_warmup.lua). opts: cache_dir, name,
---- and any sft_warmup option (snake_case) to build something else.
+--- tools (the tool-using variant, default-math-tools-model-v<N>, trained on rl.mathgen.tools
+--- chats) and any sft_warmup option (snake_case) to build something else.
 ---@param opts? table
 ---@return string dir
 function rl.mathgen.default_model(opts) end
@@ -62,3 +63,32 @@ function rl.mathgen.warmup.noisy(p, r) end
 ---@param texts string[]
 ---@return number
 function rl.mathgen.warmup.final_mismatch_rate(texts) end
+
+--- A chat-formatted tool chat (rl.mathgen.tools.trace) as trained: all ids, the number after
+--- the prompt and the loss mask over them (0 on the tool turns).
+---@param tok rl.tokenizer.Tokenizer
+---@param msgs {role: string, content: string}[]
+---@return integer[] ids
+---@return integer n
+---@return integer[] mask
+function rl.mathgen.warmup.encode_chat(tok, msgs) end
+
+--- Calculator chats of the problems (require "rl.mathgen.tools").
+---@class rl.mathgen.tools
+---@field TOOL string "calculator"
+rl.mathgen.tools = {}
+
+--- Problem p as a chat: with use_tool, every operation is a <tool_call> answered by a
+--- "tool" turn and written out by the next assistant turn; else one assistant turn.
+---@param p rl.mathgen.Problem
+---@param use_tool boolean
+---@return {role: string, content: string}[]
+function rl.mathgen.tools.trace(p, use_tool) end
+
+--- The chat as the tool model's ChatML template renders it.
+---@return string
+function rl.mathgen.tools.render(msgs) end
+
+--- Qwen2.5's <tool_call> block calling the calculator on expression.
+---@return string
+function rl.mathgen.tools.call_text(expression) end

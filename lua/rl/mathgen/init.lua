@@ -6,6 +6,7 @@
 --   local train, test = rl.mathgen.splits { seed = 1, train = 4000, test = 200 }
 --   rl.mathgen.write_jsonl("train.jsonl", train)             -- {"question": ..., "answer": ...} lines
 --   local dir = rl.mathgen.default_model()                   -- the cached warm model (rl.mathgen.warmup)
+--   local tdir = rl.mathgen.default_model { tools = true }    -- its tool-using variant (rl.mathgen.tools)
 --
 -- Difficulty knobs (opts of problem/dataset/splits): max_number (amounts, default 10),
 -- max_factor (counts, prices and multipliers, default 5), steps (weights of 1-, 2- and
@@ -219,4 +220,5 @@ end
 --- The cached default model directory, built on first use (rl.mathgen.warmup.default_model).
 function M.default_model(opts) return require("rl.mathgen.warmup").default_model(opts) end
 
-return require("rl._lazy")(M, { tokenizer = "rl.mathgen.tokenizer", warmup = "rl.mathgen.warmup" })
+return require("rl._lazy")(M, { tokenizer = "rl.mathgen.tokenizer", warmup = "rl.mathgen.warmup",
+  tools = "rl.mathgen.tools" })

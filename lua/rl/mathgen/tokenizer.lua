@@ -63,6 +63,9 @@ function M.words(s)
 end
 
 local SPECIAL = "<|[%w_]+|>"
+--- Qwen2.5's tool tokens (added tokens, not special: they stay in decoded text).
+M.TOOL_TOKENS = { "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>" }
+local TOOL_TOKEN = "</?tool_%a+>"
 
 --- Learns the merges: a list of {left, right} symbol pairs (byte-level symbols).
 function M.train(texts, opts)
@@ -71,7 +74,7 @@ function M.train(texts, opts)
   local chars = opts.byte_chars
   local counts = {}
   for _, text in ipairs(texts) do
-    for piece in (text:gsub(SPECIAL, "\0")):gmatch("[^%z]+") do
+    for piece in (text:gsub(SPECIAL, "\0"):gsub(TOOL_TOKEN, "\0")):gmatch("[^%z]+") do
       for _, w in ipairs(M.words(piece)) do counts[w] = (counts[w] or 0) + 1 end
     end
   end
@@ -116,8 +119,15 @@ function M.train(texts, opts)
   return merges
 end
 
+-- ChatML that renders a "tool" turn as Qwen2.5 does: a user turn holding <tool_response>.
+local CHATML_TOOLS = "{% for message in messages %}{% if message['role'] == 'tool' %}"
+  .. "{{ '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}"
+  .. "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}"
+  .. "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+
 --- tokenizer.json and tokenizer_config.json (tables) for a corpus of texts.
---- opts: max_merges (1000), min_count (2), max_length (model_max_length).
+--- opts: max_merges (1000), min_count (2), max_length (model_max_length), tools (add
+--- M.TOOL_TOKENS and a template with tool turns).
 function M.derive(texts, opts)
   opts = opts or {}
   local json = require "rl.json"
@@ -138,6 +148,13 @@ function M.derive(texts, opts)
     end
   end
   tok.model.merges = list
+  if opts.tools then
+    for _, content in ipairs(M.TOOL_TOKENS) do
+      tok.added_tokens[#tok.added_tokens + 1] = { content = content, single_word = false, lstrip = false,
+        rstrip = false, normalized = false, special = false }
+    end
+    config.chat_template = CHATML_TOOLS
+  end
   -- HF numbers added tokens after the model's vocabulary: keep them there.
   for i, t in ipairs(tok.added_tokens) do t.id = next_id + i - 1 end
   return tok, config

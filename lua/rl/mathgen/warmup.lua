@@ -12,16 +12,26 @@
 local rl = require "rl"
 local mathgen = require "rl.mathgen"
 local mtok = require "rl.mathgen.tokenizer"
+local mtools = require "rl.mathgen.tools"
 
 local M = {}
 
 --- Bump when the defaults or the code change what build writes: it names the cache entry.
 M.VERSION = 2
+--- The same for the tool-using default model (`default_model{tools = true}`).
+M.TOOLS_VERSION = 1
+
+--- The tool-using default model's defaults, where they differ (`--tools`): amounts
+--- the small model cannot add or multiply in its head, half the SFT traces worked
+--- with the calculator, longer traces.
+M.TOOL_DEFAULTS = { max_number = 20, max_factor = 9, final_noise = 0, tool_rate = 0.5, max_new_tokens = 256,
+                    steps = 200 }
 
 --- The build options as an rl.args spec (appended to spec when given); the defaults
---- are the default model's.
-function M.options(spec)
+--- are the default model's, or with tools the tool-using one's.
+function M.options(spec, tools)
   spec = spec or {}
+  local first = #spec + 1
   for _, o in ipairs {
     { name = "seed", type = "int", default = 1, help = "seed of the data, the initial weights and the order" },
     { name = "train_size", type = "int", default = 8000, help = "generated training problems" },
@@ -48,14 +58,23 @@ function M.options(spec)
     { name = "threads", type = "int", default = 2, help = "LibTorch threads for training and evaluation" },
     { name = "max_new_tokens", type = "int", default = 128, help = "evaluation: tokens generated per problem" },
     { name = "log_every", type = "int", default = 10, help = "a progress line every N steps" },
+    { name = "tools", type = "bool", default = false,
+      help = "the tool-using model: SFT on chats that call a calculator (rl.mathgen.tools); changes the defaults" },
+    { name = "tool_rate", type = "number", default = 0,
+      help = "with --tools: share of SFT chats worked with the calculator (the others work in the head)" },
   } do spec[#spec + 1] = o end
+  for k = first, #spec do
+    local o = spec[k]
+    if tools and M.TOOL_DEFAULTS[o.name] ~= nil then o.default = M.TOOL_DEFAULTS[o.name] end
+    if o.name == "tools" then o.default = tools or false end
+  end
   return spec
 end
 
---- The default options (what `options()` declares).
-function M.defaults()
+--- The default options (what `options(nil, tools)` declares).
+function M.defaults(tools)
   local d = {}
-  for _, o in ipairs(M.options()) do d[o.name] = o.default end
+  for _, o in ipairs(M.options(nil, tools)) do d[o.name] = o.default end
   return d
 end
 
@@ -78,6 +97,38 @@ function M.encode(tok, p)
   return prompt, answer
 end
 
+--- A chat of rl.mathgen.tools.trace as the trainer sees it: the ids of the prompt and
+--- every later turn, the number after the prompt, and the loss mask over those (1 on
+--- the assistant's tokens and its eos, 0 on each tool turn, which is the template's
+--- text between the assistant's <|im_end|> and the next assistant turn's first token).
+function M.encode_chat(tok, msgs)
+  local ids = tok:apply_chat_template({ msgs[1] }, { add_generation_prompt = true, tokenize = true })
+  local n_prompt, mask = #ids, {}
+  local function add(list, m)
+    for _, id in ipairs(list) do
+      ids[#ids + 1] = id
+      mask[#mask + 1] = m
+    end
+  end
+  for k = 2, #msgs do
+    local msg = msgs[k]
+    if msg.role == "assistant" then
+      add(tok:encode(msg.content, { add_special_tokens = false }), 1)
+      add({ tok.eos_token_ids[1] }, 1)
+    else
+      add(M.observation_ids(tok, msg.content), 0)
+    end
+  end
+  return ids, #ids - n_prompt, mask
+end
+
+--- The ids of a tool turn that answers `content`: "\n" (the template's, after the
+--- assistant's <|im_end|>), the tool turn, and the next assistant header.
+function M.observation_ids(tok, content)
+  local text = tok:apply_chat_template({ { role = "tool", content = content } }, { add_generation_prompt = true })
+  return tok:encode("\n" .. text, { add_special_tokens = false })
+end
+
 --- Accuracy of model directory dir on problems at a temperature: mean gsm8k reward,
 --- and the responses. Runs a thread-mode engine without a server.
 function M.evaluate(dir, problems, opts)
@@ -98,6 +149,70 @@ function M.evaluate(dir, problems, opts)
     correct = correct + gsm8k.score(out[i].text, p.answer)
   end
   return correct / #problems, texts
+end
+
+--- Like evaluate, for the tool-using model: each problem is a chat in which every
+--- <tool_call> the model ends a turn with is answered (rl.agent's calculator), up
+--- to opts.max_turns (6) turns and opts.max_new_tokens generated tokens in all. Returns
+--- the accuracy, the responses (turns and tool turns as text) and tool statistics:
+--- {calls, failed (not parsed or not computed), with_tool (share of responses that called)}.
+function M.evaluate_tools(dir, problems, opts)
+  local gsm8k = require "rl.rewards.gsm8k"
+  local tools, toolcall, calc = require "rl.mathgen.tools", require "rl.agent.toolcall", require "rl.agent.calc"
+  local tok = assert(rl.tokenizer.load(dir))
+  local eng = assert(rl.engine.start { model = dir, threads = opts.threads or 2, serve = false })
+  local budget, eos = opts.max_new_tokens or 256, tok.eos_token_ids[1]
+  local context = opts.context or math.huge   -- prompt, turns and tool turns must fit
+  local st = {}
+  for i, p in ipairs(problems) do
+    st[i] = { ids = M.encode(tok, p), used = 0, text = "", calls = 0, failed = 0, done = false }
+  end
+  for turn = 1, opts.max_turns or 6 do
+    local active, prompts, params = {}, {}, {}
+    for i, s in ipairs(st) do
+      local room = math.min(budget - s.used, context - #s.ids)
+      if room <= 0 then s.done = true end
+      if not s.done then
+        active[#active + 1] = i
+        prompts[#active] = s.ids
+        params[#active] = { temperature = opts.temperature or 0, max_new_tokens = room,
+                            sampling_seed = ((opts.seed or 0) * 100003 + i) * 7 + turn }
+      end
+    end
+    if #active == 0 then break end
+    local out = assert(eng:generate { input_ids = prompts, sampling_params = params })
+    for k, i in ipairs(active) do
+      local s, o = st[i], out[k]
+      for _, id in ipairs(o.output_ids) do s.ids[#s.ids + 1] = id end
+      s.used = s.used + #o.output_ids
+      s.text = s.text .. o.text
+      s.done = true
+      local calls, problems = toolcall.parse(o.text)
+      if (#calls > 0 or #problems > 0) and o.output_ids[#o.output_ids] == eos and s.used < budget then
+        s.calls = s.calls + 1
+        local call, err, v = calls[1], problems[1], nil
+        if call and call.name ~= tools.TOOL then err = "unknown tool '" .. tostring(call.name) .. "'" end
+        if call and not err then v, err = calc.eval(call.arguments.expression) end
+        -- an error may quote the model's text, which can hold broken UTF-8 (byte-level tokens)
+        local result = v and calc.format(v) or ("error: " .. tostring(err)):gsub("[\128-\255]", "?")
+        if not v then s.failed = s.failed + 1 end
+        for _, id in ipairs(M.observation_ids(tok, result)) do s.ids[#s.ids + 1] = id end
+        s.text = s.text .. "\n[tool] " .. result .. "\n"
+        s.done = turn == (opts.max_turns or 6)
+      end
+    end
+  end
+  eng:stop()
+  local correct, texts, stats = 0, {}, { calls = 0, failed = 0, with_tool = 0 }
+  for i, p in ipairs(problems) do
+    local s = st[i]
+    texts[i] = s.text
+    correct = correct + gsm8k.score(s.text, p.answer)
+    stats.calls, stats.failed = stats.calls + s.calls, stats.failed + s.failed
+    if s.calls > 0 then stats.with_tool = stats.with_tool + 1 end
+  end
+  stats.with_tool = stats.with_tool / #problems
+  return correct / #problems, texts, stats
 end
 
 --- p with its final line wrong: the first worked line's result when that differs,
@@ -149,13 +264,29 @@ function M.build(opt, dir)
 
   -- 2. A tokenizer derived from the training texts as the model will see them (the
   --    ChatML rendering of rl.model.byte_tokenizer's template).
-  local chat = {}
-  for i, p in ipairs(train) do
-    chat[i] = "<|im_start|>user\n" .. p.question .. "<|im_end|>\n<|im_start|>assistant\n" .. p.answer .. "<|im_end|>"
+  --    With --tools the SFT data are chats (rl.mathgen.tools.trace): a --tool-rate share
+  --    of them work every operation with the calculator, the others in the head.
+  -- Noisy labels, as in scraped data: a share of the answers work the problem
+  -- right but end on a wrong "#### N" line. The warm model learns that habit and
+  -- GRPO, rewarded on the final line only, has a real behaviour to correct.
+  local noise, use_tool = rl.pyrandom.new(opt.seed * 7919 + 17), rl.pyrandom.new(opt.seed * 7919 + 29)
+  local chats, texts = {}, {}
+  for i, clean in ipairs(train) do
+    local p = clean
+    if noise:random() < opt.final_noise then p = M.noisy(p, noise) end
+    if opt.tools then
+      chats[i] = mtools.trace(p, use_tool:random() < opt.tool_rate)
+      texts[i] = mtools.render(chats[i])
+    else
+      chats[i] = p
+      texts[i] = "<|im_start|>user\n" .. p.question .. "<|im_end|>\n<|im_start|>assistant\n" .. clean.answer
+        .. "<|im_end|>"
+    end
   end
   local tok_dir = dir .. ".tokenizer"
   sh("mkdir -p " .. q(tok_dir))
-  local tj, tc = mtok.derive(chat, { max_merges = opt.max_merges, max_length = opt.max_position_embeddings })
+  local tj, tc = mtok.derive(texts, { max_merges = opt.max_merges, max_length = opt.max_position_embeddings,
+    tools = opt.tools })
   assert(mtok.save(tok_dir, tj, tc))
   local tok = assert(rl.tokenizer.load(tok_dir))
 
@@ -180,15 +311,16 @@ function M.build(opt, dir)
   local params = tr.model:num_parameters()
   log("sft_warmup: %d train / %d test problems, vocab %d, %.2fM parameters", #train, #test, tok.vocab_size,
     params / 1e6)
-  -- Noisy labels, as in scraped data: a share of the answers work the problem
-  -- right but end on a wrong "#### N" line. The warm model learns that habit and
-  -- GRPO, rewarded on the final line only, has a real behaviour to correct.
-  local seqs, noise = {}, rl.pyrandom.new(opt.seed * 7919 + 17)
-  for i, p in ipairs(train) do
-    if noise:random() < opt.final_noise then p = M.noisy(p, noise) end
-    local prompt, answer = M.encode(tok, p)
-    for _, id in ipairs(answer) do prompt[#prompt + 1] = id end
-    seqs[i] = { tokens = prompt, n = #answer }
+  local seqs = {}
+  for i, c in ipairs(chats) do
+    if opt.tools then
+      local ids, n, mask = M.encode_chat(tok, c)
+      seqs[i] = { tokens = ids, n = n, mask = mask }
+    else
+      local prompt, answer = M.encode(tok, c)
+      for _, id in ipairs(answer) do prompt[#prompt + 1] = id end
+      seqs[i] = { tokens = prompt, n = #answer }
+    end
   end
   local batches, next_batch, epoch = {}, 1, 0
   local curve, window, tokens, t_train = {}, {}, 0, rl.now()
@@ -200,8 +332,11 @@ function M.build(opt, dir)
     next_batch = next_batch + 1
     for i, k in ipairs(batches[next_batch - 1]) do
       local s = seqs[k]
-      local mask = {}
-      for j = 1, s.n do mask[j] = 1 end
+      local mask = s.mask
+      if not mask then
+        mask = {}
+        for j = 1, s.n do mask[j] = 1 end
+      end
       b.tokens[i], b.response_lengths[i], b.rewards[i], b.loss_masks[i] = s.tokens, s.n, 0, mask
       tokens = tokens + #s.tokens
     end
@@ -222,14 +357,20 @@ function M.build(opt, dir)
 
   -- 5. Held-out accuracy, greedy and at temperature 1 (GRPO samples there).
   local t_eval = rl.now()
-  local eopt = { threads = opt.threads, max_new_tokens = opt.max_new_tokens, seed = opt.seed }
+  local eopt = { threads = opt.threads, max_new_tokens = opt.max_new_tokens, seed = opt.seed,
+                 context = opt.max_position_embeddings }
+  local evaluate = opt.tools and M.evaluate_tools or M.evaluate
   eopt.temperature = 0
-  local acc0, texts = M.evaluate(dir, test, eopt)
+  local acc0, texts, tools0 = evaluate(dir, test, eopt)
   eopt.temperature = 1
-  local acc1, texts1 = M.evaluate(dir, test, eopt)
+  local acc1, texts1, tools1 = evaluate(dir, test, eopt)
   local mis0, mis1 = M.final_mismatch_rate(texts), M.final_mismatch_rate(texts1)
   log("held-out accuracy: %.3f greedy, %.3f at temperature 1 (%d problems); final line off its working: %.2f, %.2f",
     acc0, acc1, #test, mis0, mis1)
+  if opt.tools then
+    log("calculator: %.2f greedy, %.2f at temperature 1 of the responses call it; %d and %d calls, %d and %d failed",
+      tools0.with_tool, tools1.with_tool, tools0.calls, tools1.calls, tools0.failed, tools1.failed)
+  end
 
   sh("mkdir -p " .. q(dir .. "/data"))
   assert(mathgen.write_jsonl(dir .. "/data/train.jsonl", train))
@@ -238,6 +379,7 @@ function M.build(opt, dir)
     version = M.VERSION, options = opt, parameters = params, vocab_size = tok.vocab_size,
     accuracy = { greedy = acc0, temperature_1 = acc1, problems = #test },
     final_mismatch_rate = { greedy = mis0, temperature_1 = mis1 }, loss_curve = curve,
+    tool_calls = opt.tools and { greedy = tools0, temperature_1 = tools1 } or nil,
     train_seconds = train_seconds, eval_seconds = rl.now() - t_eval, seconds = rl.now() - t0,
     tokens_per_second = tokens / train_seconds, example = { question = test[1].question, response = texts[1] },
   }
@@ -284,16 +426,17 @@ end
 --- when you give it another name: `name`).
 function M.default_model(opts)
   opts = opts or {}
-  local dir = (opts.cache_dir or M.cache_dir()) .. "/" .. (opts.name or ("default-math-model-v" .. M.VERSION))
+  local entry = opts.tools and ("default-math-tools-model-v" .. M.TOOLS_VERSION) or ("default-math-model-v" .. M.VERSION)
+  local dir = (opts.cache_dir or M.cache_dir()) .. "/" .. (opts.name or entry)
   if exists(dir .. "/config.json") then return dir end
-  local opt = M.defaults()
+  local opt = M.defaults(opts.tools)
   for k, v in pairs(opts) do
     if k ~= "cache_dir" and k ~= "name" then
       if opt[k] == nil and k ~= "quiet" then error("rl.mathgen.default_model: unknown option '" .. tostring(k) .. "'", 2) end
       opt[k] = v
     end
   end
-  rl.log.info("building the default math model into %s (once; a few minutes)", dir)
+  rl.log.info("building the default math%s model into %s (once; a few minutes)", opts.tools and " tools" or "", dir)
   local report = M.build_into(opt, dir)
   rl.log.info("default math model: %.2fM parameters, held-out accuracy %.2f (greedy), built in %.0f s",
     report.parameters / 1e6, report.accuracy.greedy, report.seconds)

@@ -167,7 +167,9 @@ end
 --- Sets the job up (see the module comment). setup_opts: reward (function or
 --- rl.rewards name, default "gsm8k"), dynamic_filter (function or rl.rollout.filters
 --- name, default --dynamic-sampling-filter's; off under --dynamic-sampling-filter none),
---- sample_hooks (extra hooks), and any rl.rollout.new option to override. Returns the job.
+--- sample_hooks (extra hooks), default_model (options of rl.mathgen.default_model when
+--- there is no --hf-checkpoint, e.g. {tools = true}), and any rl.rollout.new option to
+--- override. Returns the job.
 function M.setup(opt, setup_opts)
   local reloading = require("rl.reload").loading()
   if reloading then
@@ -197,7 +199,7 @@ function M.setup(opt, setup_opts)
     if job.is_main then
       log.info("no --hf-checkpoint: running on the embedded default model (a small Llama trained by rlhost on "
         .. "generated GSM8K-format problems). The real run: " .. REAL_RUN)
-      job.model_dir = rl.mathgen.default_model()
+      job.model_dir = rl.mathgen.default_model(setup_opts.default_model)
     end
     job.model_dir = rl.dist.broadcast_object(job.model_dir)   -- built once, by rank 0
   end
@@ -252,7 +254,7 @@ function M.setup(opt, setup_opts)
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
   }
   for k, v in pairs(setup_opts) do
-    if k ~= "reward" and k ~= "sample_hooks" and k ~= "dynamic_filter" then ro_opts[k] = v end
+    if k ~= "reward" and k ~= "sample_hooks" and k ~= "dynamic_filter" and k ~= "default_model" then ro_opts[k] = v end
   end
   job.rollout = rl.rollout.new(ro_opts)
   job:on_interrupt()

@@ -184,7 +184,8 @@ function Job:maybe_eval(rollout_id, final)
   if final and self.last_eval == rollout_id then return end
   if final and self.stopping then return end   -- stopped by a signal: save and exit promptly
   local t0 = rl.now()
-  local _, m = self.rollout:eval(rollout_id, self.eval_datasets)
+  local results, m = self.rollout:eval(rollout_id, self.eval_datasets)
+  self.last_eval_results = results   -- {name = {rewards, samples, ...}}
   m["perf/eval_time"] = rl.now() - t0
   self.metrics:log(m, "eval/step")
   self.last_eval, self.last_eval_metrics = rollout_id, m
