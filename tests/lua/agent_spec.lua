@@ -141,6 +141,25 @@ describe("rl.agent.env.tool_env", function()
     eq(obs, nil)
     eq(done, true)
   end)
+
+  it("keeps what quotes the model's broken UTF-8 valid (it must encode as JSON)", function()
+    local env = rl.agent.tool_env { tools = tools.registry { tools.calculator() }, max_calls_per_turn = 3 }
+    local turn = {}
+    -- a tool name cut mid-character, a bad JSON body with a lone continuation byte, an expression with one
+    local obs = env:step { text = '<tool_call>{"name":"calc\xE2\x88","arguments":{"expression":"1"}}</tool_call>'
+      .. '<tool_call>{"name": \x80\xFF}</tool_call>'
+      .. '<tool_call>{"name":"calculator","arguments":{"expression":"2\xC3+1"}}</tool_call>',
+      record = turn, sample = rl.sample.new() }
+    eq(#obs, 3)
+    for _, m in ipairs(obs) do
+      local text = rl.json.encode(m)       -- raises on invalid UTF-8
+      ok(rl.json.decode(text).content == m.content)
+    end
+    ok(rl.json.encode(turn))
+    eq(require("rl.agent.toolcall").clean("ok \xE2\x88\x91 \xE2\x88 \xED\xA0\x80 \xF4\x90\x80\x80 \xC0\xAF"),
+      "ok \xE2\x88\x91 \xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD "
+      .. "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD")
+  end)
 end)
 
 describe("rl.agent.trajectory", function()

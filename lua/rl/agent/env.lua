@@ -25,8 +25,9 @@ M.record_call = record
 function M.run_calls(registry, text, turn, sample, max_calls)
   local calls, problems = toolcall.parse(text)
   local msgs = {}
+  local clean = toolcall.clean   -- what quotes the model's text must stay valid UTF-8 (JSON)
   for _, p in ipairs(problems) do
-    msgs[#msgs + 1] = { role = "tool", content = "error: " .. p }
+    msgs[#msgs + 1] = { role = "tool", content = "error: " .. clean(p) }
     record(turn, "(malformed)", "malformed")
   end
   for i, c in ipairs(calls) do
@@ -38,8 +39,9 @@ function M.run_calls(registry, text, turn, sample, max_calls)
       content, outcome = registry:call(c, { sample = sample, turn = turn }, sample)
       if outcome ~= "ok" then content = "error: " .. content end
     end
-    msgs[#msgs + 1] = { role = "tool", content = content, name = c.name }
-    record(turn, c.name, outcome)
+    local name = clean(c.name)
+    msgs[#msgs + 1] = { role = "tool", content = clean(tostring(content)), name = name }
+    record(turn, name, outcome)
   end
   return msgs, #calls + #problems
 end
