@@ -28,14 +28,16 @@ local proc = require("rl._core").router  -- spawn/kill/reap of child processes (
 
 --- Parses --fault-injection: "ACTION:ENGINE:STEP[:DELAY]" items, comma-separated
 --- (ACTION kill | stop, ENGINE 1-based, STEP the rollout id, DELAY seconds into that
---- step's rollout, default 1). Returns the list or raises a usage error.
+--- step's rollout, default 1, or "sync": as that step's weight sync starts, after its
+--- probes). Returns the list or raises a usage error.
 function M.parse_injections(text, num_engines)
   local out = {}
   if not text or text == "" then return out end
   for item in text:gmatch("[^,]+") do
-    local action, engine, step, delay = item:match("^%s*(%a+):(%d+):(%d+):?([%d%.]*)%s*$")
-    local hint = " (expected ACTION:ENGINE:STEP[:DELAY_S], e.g. kill:2:2:1.5; ACTION kill or stop)"
-    if not action or not ACTIONS[action] then
+    local action, engine, step, delay = item:match("^%s*(%a+):(%d+):(%d+):?([%w%.]*)%s*$")
+    local hint = " (expected ACTION:ENGINE:STEP[:DELAY_S | :sync], e.g. kill:2:2:1.5 or stop:1:3:sync; "
+      .. "ACTION kill or stop)"
+    if not action or not ACTIONS[action] or (delay ~= "" and delay ~= "sync" and not tonumber(delay)) then
       rl.args.usage_error("--fault-injection: bad item '" .. item .. "'" .. hint)
     end
     engine, step = tonumber(engine), tonumber(step)
@@ -43,7 +45,8 @@ function M.parse_injections(text, num_engines)
       rl.args.usage_error(("--fault-injection %s: engine %d is not one of 1..%d (--num-engines)")
         :format(item, engine, num_engines))
     end
-    out[#out + 1] = { action = action, engine = engine, step = step, delay = tonumber(delay) or 1 }
+    out[#out + 1] = { action = action, engine = engine, step = step, at_sync = delay == "sync",
+                      delay = tonumber(delay) or 1 }
   end
   return out
 end
@@ -68,7 +71,7 @@ end
 function M.new(job, opts)
   local self = setmetatable({ job = job, interval = opts.interval or 30, timeout = opts.timeout or 30,
     first_wait = opts.first_wait or 0, injections = opts.injections or {}, engine_opts = opts.engine_opts,
-    states = {}, paused = false, events = {}, recoveries = {} }, Health)
+    states = {}, paused = false, events = {}, recoveries = {}, external = {} }, Health)
   for i = 1, #job.engines do
     self.states[i] = { state = "healthy", fails = 0, started = now(), restarts = 0 }
   end
@@ -92,15 +95,20 @@ local function exited(eng)
   return true, code
 end
 
+-- GET url/health within the probe timeout: true, or false and why.
+local function probe_url(self, url)
+  local resp, err = require("rl.http").get(url .. "/health", { timeout = self.timeout })
+  if resp and resp.status == 200 then return true end
+  return false, resp and ("GET /health: HTTP %d"):format(resp.status)
+    or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
+end
+
 --- One probe of engine i: true, or false and why.
 function Health:probe(i)
   local eng = self.job.engines[i]
   local gone, code = exited(eng)
   if gone then return false, ("its process exited (status %s)"):format(tostring(code)), true end
-  local resp, err = require("rl.http").get(eng.url .. "/health", { timeout = self.timeout })
-  if resp and resp.status == 200 then return true end
-  return false, resp and ("GET /health: HTTP %d"):format(resp.status)
-    or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
+  return probe_url(self, eng.url)
 end
 
 --- Takes a probe's result: healthy; suspect after one failure; dead after two, or at
@@ -140,9 +148,69 @@ function Health:mark_dead(i, why)
     .. "it restarts before the next weight sync", i)
 end
 
---- One round: every live engine probed concurrently.
+-- Workers the router fronts that the recipe does not own (added from `rlhost attach`
+-- with router:add, or POST /workers): probed like the engines; after two failed probes
+-- in a row one leaves the router and is probed on, and it rejoins once it answers
+-- again. Never killed, restarted or synced: not ours to manage.
+local function external_round(self, tasks)
+  local router = self.job.router
+  if not router then return end
+  local ok_list, workers = pcall(router.workers, router)
+  if not ok_list or type(workers) ~= "table" then return end
+  local owned, listed = {}, {}
+  for _, eng in ipairs(self.job.engines) do if eng.url then owned[eng.url] = true end end
+  for _, w in ipairs(workers) do
+    listed[w.url] = true
+    if not owned[w.url] and not self.external[w.url] then
+      self.external[w.url] = { state = "healthy", fails = 0 }
+      log.info("fault tolerance: probing %s, a worker the router fronts but the recipe does not own", w.url)
+    end
+  end
+  for url, st in pairs(self.external) do
+    if st.state ~= "dead" and not listed[url] then
+      self.external[url] = nil   -- removed from the router by someone else: no longer ours to watch
+    else
+      tasks[#tasks + 1] = task.spawn_named("health probe " .. url, function()
+        local ok, why = probe_url(self, url)
+        if self.paused or self.external[url] ~= st then return end
+        self:record_external(url, ok, why)
+      end)
+    end
+  end
+end
+
+--- Takes a probe of an external worker: suspect after one failure; dead (out of the
+--- router) after two; back in the router at its first good probe.
+function Health:record_external(url, ok, why)
+  local st, router = self.external[url], self.job.router
+  if ok then
+    st.fails = 0
+    if st.state == "dead" then
+      router:add(url)
+      log.warn("external worker %s: dead -> healthy: answers again; back in the router", url)
+      self.events[#self.events + 1] = "external " .. url .. " back"
+    end
+    st.state = "healthy"
+    return
+  end
+  st.fails = st.fails + 1
+  if st.state == "dead" then return end
+  if st.fails >= 2 then
+    router:remove(url)
+    log.warn("external worker %s: %s -> dead: %s; removed from the router (not restarted: the recipe does not "
+      .. "own it), probed on", url, st.state, tostring(why))
+    st.state = "dead"
+    self.events[#self.events + 1] = "external " .. url .. " died"
+  elseif st.state == "healthy" then
+    st.state = "suspect"
+    log.warn("external worker %s: healthy -> suspect: %s", url, tostring(why))
+  end
+end
+
+--- One round: every live engine, and every external worker, probed concurrently.
 function Health:round()
   local tasks = {}
+  external_round(self, tasks)
   for i = 1, #self.job.engines do
     local st = self.states[i]
     if (st.state == "healthy" or st.state == "suspect") and now() - st.started >= self.first_wait then
@@ -200,8 +268,9 @@ end
 function Health:step_start(rollout_id)
   self:resume()
   self.events = {}
+  self.step = rollout_id
   for _, inj in ipairs(self.injections) do
-    if inj.step == rollout_id then
+    if inj.step == rollout_id and not inj.at_sync then
       task.after(inj.delay, function()
         local ok, err = self:inject(inj.action, inj.engine)
         if not ok then log.warn("fault injection %s:%d:%d not done: %s", inj.action, inj.engine, inj.step, err) end
@@ -229,11 +298,54 @@ function Health:restart_dead()
   end
 end
 
+-- Syncs engine i while probing it: an engine whose process exits, or that leaves two
+-- probes in a row unanswered, during its sync is marked dead (killed, so the sync's
+-- request fails at once) instead of holding the sync for the trainer's whole timeout.
+function Health:guarded_sync(trainer, i)
+  local eng, done, killing = self.job.engines[i], false, false
+  local guard = task.spawn_named("sync guard " .. i, function()
+    local fails, t0 = 0, now()
+    while not done do
+      if fails == 0 then task.sleep(math.min(self.interval, self.timeout, 1)) end
+      if done then return end
+      local ok, why, fatal = self:probe(i)
+      if done then return end
+      fails = ok and 0 or fails + 1
+      if fatal or fails >= 2 then
+        killing = true
+        return self:mark_dead(i, ("%s (during its weight sync, %.1f s in)"):format(why, now() - t0))
+      end
+    end
+  end)
+  local r, err = trainer:sync(eng)
+  done = true
+  if killing then guard:wait() else guard:cancel("sync done") end   -- a kill in progress finishes (reaped)
+  return r, err
+end
+
+-- Syncs the engines in `which` (indices) one by one; fills versions/methods.
+function Health:sync_engines(trainer, which, out)
+  for _, i in ipairs(which) do
+    local st, eng = self.states[i], self.job.engines[i]
+    if st.state ~= "dead" then
+      local r, err = self:guarded_sync(trainer, i)
+      if r and st.state ~= "dead" then
+        out.versions[i], out.methods[i], out.version = r.weight_version, (r.methods or {})[1] or "?", r.weight_version
+        if st.state == "restarting" then self:rejoin(i, r.weight_version) end
+      else
+        out.errs[#out.errs + 1] = ("engine %d: %s"):format(i, tostring(err or st.why))
+        if self.job.engines[i] == eng then self:mark_dead(i, "weight sync failed: " .. tostring(err)) end
+      end
+    end
+  end
+end
+
 --- The fault-tolerant weight sync: probes every engine first (a stuck one is killed
---- rather than stalling the sync), restarts the dead, syncs engine by engine; a
---- restarted engine rejoins the router once it serves the new version. Returns
---- {weight_version, methods, versions (per engine: the version or false), seconds} or
---- nil, err when no engine took the weights.
+--- rather than stalling the sync), restarts the dead, syncs engine by engine, each
+--- under a guard of probes (one that dies or sticks meanwhile is killed, restarted and
+--- synced right after the others); a restarted engine rejoins the router once it
+--- serves the new version. Returns {weight_version, methods, versions (per engine: the
+--- version or false), seconds} or nil, err when no engine took the weights.
 function Health:sync(trainer)
   local t0 = now()
   self:pause()
@@ -248,29 +360,33 @@ function Health:sync(trainer)
     if not r[1] then self:mark_dead(i, r[2] .. " (before the weight sync)") end
   end
   self:restart_dead()
-  local versions, methods, version, ok_n, errs = {}, {}, nil, 0, {}
-  for i, eng in ipairs(self.job.engines) do
-    local st = self.states[i]
-    versions[i], methods[i] = false, "none"
-    if st.state ~= "dead" then
-      local r, err = trainer:sync(eng)
-      if r then
-        versions[i], methods[i], version, ok_n = r.weight_version, (r.methods or {})[1] or "?", r.weight_version, ok_n + 1
-        if st.state == "restarting" then self:rejoin(i, r.weight_version) end
-      else
-        errs[#errs + 1] = ("engine %d: %s"):format(i, tostring(err))
-        self:mark_dead(i, "weight sync failed: " .. tostring(err))
-      end
+  for _, inj in ipairs(self.injections) do   -- drills for this step's sync
+    if inj.at_sync and inj.step == self.step then
+      local ok, err = self:inject(inj.action, inj.engine)
+      if not ok then log.warn("fault injection %s:%d:%d:sync not done: %s", inj.action, inj.engine, inj.step, err) end
     end
   end
+  local out = { versions = {}, methods = {}, errs = {} }
+  local all = {}
+  for i = 1, #self.job.engines do all[i], out.versions[i], out.methods[i] = i, false, "none" end
+  self:sync_engines(trainer, all, out)
+  -- Engines that died during this sync: restarted and refit now rather than a step later.
+  local again = {}
+  for i, st in ipairs(self.states) do if st.state == "dead" and st.died_at and st.died_at >= t0 then again[#again + 1] = i end end
+  if #again > 0 then
+    self:restart_dead()
+    self:sync_engines(trainer, again, out)
+  end
   self:resume()
-  if ok_n == 0 then return nil, "no engine took the weights: " .. table.concat(errs, "; ") end
+  local ok_n = 0
+  for _, v in ipairs(out.versions) do if v then ok_n = ok_n + 1 end end
+  if ok_n == 0 then return nil, "no engine took the weights: " .. table.concat(out.errs, "; ") end
   if ok_n < #self.job.engines then
     local parts = {}
-    for i, v in ipairs(versions) do parts[i] = ("engine %d: %s"):format(i, v or "none (dead)") end
+    for i, v in ipairs(out.versions) do parts[i] = ("engine %d: %s"):format(i, v or "none (dead)") end
     log.warn("weight sync reached %d of %d engines (%s)", ok_n, #self.job.engines, table.concat(parts, ", "))
   end
-  return { weight_version = version, methods = methods, versions = versions, seconds = now() - t0 }
+  return { weight_version = out.version, methods = out.methods, versions = out.versions, seconds = now() - t0 }
 end
 
 -- A restarted engine, refit: checks the version it serves, then back into the router.
@@ -297,6 +413,13 @@ function Health:metrics()
     local k = "rollout/engines/" .. st.state
     m[k] = m[k] + 1
     m["rollout/engines/restarts"] = m["rollout/engines/restarts"] + st.restarts
+  end
+  if next(self.external) then   -- workers the router fronts but the recipe does not own
+    m["rollout/engines/external_healthy"], m["rollout/engines/external_dead"] = 0, 0
+    for _, st in pairs(self.external) do
+      local k = st.state == "dead" and "rollout/engines/external_dead" or "rollout/engines/external_healthy"
+      m[k] = m[k] + 1
+    end
   end
   if #self.events > 0 and #self.recoveries > 0 then
     m["rollout/engines/recovery_time"] = self.recoveries[#self.recoveries]
