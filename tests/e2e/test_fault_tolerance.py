@@ -46,10 +46,10 @@ def alive(pid):
 class FaultTolerance(RlhostTestCase):
     tmp_prefix = "rlhost-faults-"
 
-    def run_drill(self, action, when=""):
+    def run_drill(self, action, when="", mode="process"):
         d = self.dir
         r = subprocess.run(
-            [BIN, "--no-control", RECIPE, "--num-rollout", "6", "--engine-mode", "process", "--num-engines", "2",
+            [BIN, "--no-control", RECIPE, "--num-rollout", "6", "--engine-mode", mode, "--num-engines", "2",
              "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N),
              "--rollout-max-response-len", "64", "--dynamic-sampling-filter", "none", "--threads", "1",
              "--no-progress", "--eval-interval", "1000", "--metrics-dir", d + "/m",
@@ -59,12 +59,12 @@ class FaultTolerance(RlhostTestCase):
             capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
         log = r.stdout + r.stderr
         try:
-            self.check_drill(d, r.returncode, log, action)
+            self.check_drill(d, r.returncode, log, action, mode)
         except AssertionError as e:
             raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
         return log
 
-    def check_drill(self, d, code, log, action):
+    def check_drill(self, d, code, log, action, mode):
         self.assertEqual(code, 0)
         # every step ran, each with its full batch: no sample lost or duplicated
         rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
@@ -82,7 +82,10 @@ class FaultTolerance(RlhostTestCase):
                 groups[s["group"]] = groups.get(s["group"], 0) + 1
             self.assertEqual(sorted(groups.values()), [N] * PROMPTS, "step %d: groups %r" % (step, groups))
         # the log names the drill, the death, the restart and the refit
-        self.assertIn("fault injection: %s engine 2" % ("SIGKILL to" if action == "kill" else "SIGSTOP to"), log)
+        if mode == "thread":
+            self.assertIn("fault injection: stalling thread engine 2", log)
+        else:
+            self.assertIn("fault injection: %s engine 2" % ("SIGKILL to" if action == "kill" else "SIGSTOP to"), log)
         self.assertRegex(log, r"engine 2 \([^)]*\): (healthy|suspect) -> dead")
         self.assertIn("engine 2 restarted in", log)
         refit = re.search(r"engine 2 refit: serves weight version (\S+) \(trainer's (\S+)\)", log)
@@ -99,6 +102,8 @@ class FaultTolerance(RlhostTestCase):
         self.assertEqual(int(refit.group(1)), rows[step]["rollout/weight_version"])
         self.assertEqual(rows[step]["rollout/engines/healthy"], 2)
         self.assertEqual(rows[-1]["rollout/engines/restarts"], 1)
+        if mode == "thread":
+            return
         # no engine process outlives the run: the first two, the restarted one
         pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", log)]
         self.assertGreaterEqual(len(set(pids)), 3, log[-4000:])
@@ -154,6 +159,15 @@ class FaultTolerance(RlhostTestCase):
                          % (took, max(m["perf/update_weights_time"] for i, m in enumerate(rows) if i != 2)))
         self.assertLess(took, 100, "the sync waited for the stopped engine")
 
+    def test_stall_one_thread_engine_during_step_2(self):
+        # A thread engine whose scheduler is stuck (its HTTP loop still answers):
+        # /health?stuck_after= says 503, it is marked dead, its stop gives up after
+        # the probe timeout (the stuck thread is abandoned, the run goes on) and a new
+        # engine takes its place.
+        log = self.run_drill("stop", mode="thread")
+        self.assertRegex(log, r"engine 2 \([^)]*\): \w+ -> dead: GET /health: HTTP 503 .*stuck")
+        self.assertIn("engine 2: did not stop within 4 s: abandoned", log)
+
     def test_bad_injection_names_the_item(self):
         r = subprocess.run([BIN, "--no-control", RECIPE, "--use-fault-tolerance", "--fault-injection", "stop:1:2:soon"],
                            capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
@@ -180,7 +194,7 @@ class ExternalWorker(RlhostTestCase):
 
     def router_urls(self):
         return self.attach('local t = {} for _, w in ipairs(rl.recipe.current.router:workers()) do '
-                           't[#t + 1] = w.url end return table.concat(t, " ")').split()
+                           't[#t + 1] = w.url end print(table.concat(t, " "))').split()
 
     def test_stopped_and_killed_external_worker(self):
         d = self.dir
@@ -196,14 +210,16 @@ class ExternalWorker(RlhostTestCase):
         self.procs.append(p)
         wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.text(), timeout=120, what="step 0")
         self.assertIsNone(p.poll(), self.text()[-4000:])
-        model = self.attach("return rl.recipe.current.model_dir")
+        model = self.attach("print(rl.recipe.current.model_dir)")
         ext_log = open(d + "/external.log", "w")
         self.addCleanup(ext_log.close)
         ext = subprocess.Popen([BIN, "engine", "--model", model, "--port", "0", "--ready-file", d + "/ext.url",
                                 "--threads", "1"], stdout=ext_log, stderr=subprocess.STDOUT, env=self.env, cwd=d)
         self.procs.append(ext)
-        url = wait_for(lambda: os.path.exists(d + "/ext.url") and open(d + "/ext.url").read().strip(), timeout=120,
-                       what="the external engine")
+        url = wait_for(lambda: ext.poll() is not None or os.path.exists(d + "/ext.url") and
+                       open(d + "/ext.url").read().strip(), timeout=120, what="the external engine")
+        with open(d + "/external.log") as f:
+            self.assertIsNone(ext.poll(), f.read())
         self.attach('return rl.recipe.current.router:add("%s")' % url)
         wait_for(lambda: "probing %s, a worker the router fronts" % url in self.text(), timeout=30,
                  what="the monitor to pick up the external worker")
