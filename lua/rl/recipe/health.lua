@@ -96,19 +96,23 @@ local function exited(eng)
 end
 
 -- GET url/health within the probe timeout: true, or false and why.
-local function probe_url(self, url)
-  local resp, err = require("rl.http").get(url .. "/health", { timeout = self.timeout })
+-- `stuck_after`: an rlhost engine also says 503 when its scheduler has been in one step
+-- for longer (its HTTP loop answers while the scheduler is stuck); others ignore it. Not
+-- during a weight sync: that runs on the scheduler and may take longer.
+local function probe_url(self, url, in_sync)
+  local q = in_sync and "" or ("?stuck_after=" .. self.timeout)
+  local resp, err = require("rl.http").get(url .. "/health" .. q, { timeout = self.timeout })
   if resp and resp.status == 200 then return true end
-  return false, resp and ("GET /health: HTTP %d"):format(resp.status)
+  return false, resp and ("GET /health: HTTP %d%s"):format(resp.status, resp.body ~= "" and (" " .. resp.body) or "")
     or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
 end
 
---- One probe of engine i: true, or false and why.
-function Health:probe(i)
+--- One probe of engine i (in_sync: during its weight sync): true, or false and why.
+function Health:probe(i, in_sync)
   local eng = self.job.engines[i]
   local gone, code = exited(eng)
   if gone then return false, ("its process exited (status %s)"):format(tostring(code)), true end
-  return probe_url(self, eng.url)
+  return probe_url(self, eng.url, in_sync)
 end
 
 --- Takes a probe's result: healthy; suspect after one failure; dead after two, or at
@@ -136,16 +140,11 @@ function Health:mark_dead(i, why)
   self.events[#self.events + 1] = ("engine %d died"):format(i)
   if job.router then job.router:remove(eng.url) end
   if job.trainer and job.trainer.forget_engine then job.trainer:forget_engine(eng.url) end
-  if eng.mode == "process" and eng.pid then
-    proc.kill(eng.pid, SIGKILL)
-    local deadline = now() + 10
-    while eng.pid and not exited(eng) and now() < deadline do task.sleep(0.05) end
-    eng.pid = nil
-  elseif eng.mode == "thread" then
-    eng:stop()
-  end
-  log.warn("engine %d removed from the router and killed; its requests are retried on the other engines; "
-    .. "it restarts before the next weight sync", i)
+  -- Bounded: a stuck thread engine is abandoned rather than holding the run.
+  local stopped, err = eng:stop_within(math.max(self.timeout, 2))
+  if not stopped then log.warn("engine %d: %s", i, tostring(err)) end
+  log.warn("engine %d removed from the router and %s; its requests are retried on the other engines; "
+    .. "it restarts before the next weight sync", i, eng.mode == "process" and "killed" or "stopped")
 end
 
 -- Workers the router fronts that the recipe does not own (added from `rlhost attach`
@@ -250,14 +249,24 @@ function Health:stop()
   if self.task then self.task:cancel("job finished"); self.task = nil end
 end
 
---- Kills (SIGKILL) or stops (SIGSTOP) engine i now: a fault drill. Process engines only.
+-- How long a drill's "stop" stalls a thread-mode engine: for good.
+local STALL_S = 24 * 3600
+
+--- Kills (SIGKILL) or stops (SIGSTOP) engine i now: a fault drill. A thread-mode engine
+--- can only be stopped: its HTTP loop and scheduler stall (rl.engine's stall).
 function Health:inject(action, i)
   local eng = self.job.engines[i]
   local sig = ACTIONS[action]
   if not sig then return nil, "inject: action must be 'kill' or 'stop' (got " .. tostring(action) .. ")" end
   if not eng then return nil, ("inject: no engine %s (1..%d)"):format(tostring(i), #self.job.engines) end
+  if eng.mode == "thread" and action == "stop" and eng._h then
+    log.warn("fault injection: stalling thread engine %d (%s)", i, tostring(eng.url))
+    eng:stall(STALL_S)
+    return true
+  end
   if eng.mode ~= "process" or not eng.pid then
-    return nil, ("inject: engine %d is not a running process (--engine-mode process)"):format(i)
+    return nil, ("inject: engine %d is not a running process (--engine-mode process; a thread engine can "
+      .. "only be stopped)"):format(i)
   end
   log.warn("fault injection: %s engine %d (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", i, eng.pid)
   proc.kill(eng.pid, sig)
@@ -308,7 +317,7 @@ function Health:guarded_sync(trainer, i)
     while not done do
       if fails == 0 then task.sleep(math.min(self.interval, self.timeout, 1)) end
       if done then return end
-      local ok, why, fatal = self:probe(i)
+      local ok, why, fatal = self:probe(i, true)
       if done then return end
       fails = ok and 0 or fails + 1
       if fatal or fails >= 2 then
