@@ -96,23 +96,37 @@ local function exited(eng)
 end
 
 -- GET url/health within the probe timeout: true, or false and why.
--- `stuck_after`: an rlhost engine also says 503 when its scheduler has been in one step
--- for longer (its HTTP loop answers while the scheduler is stuck); others ignore it. Not
--- during a weight sync: that runs on the scheduler and may take longer.
-local function probe_url(self, url, in_sync)
-  local q = in_sync and "" or ("?stuck_after=" .. self.timeout)
-  local resp, err = require("rl.http").get(url .. "/health" .. q, { timeout = self.timeout })
+local function probe_url(self, url)
+  local resp, err = require("rl.http").get(url .. "/health", { timeout = self.timeout })
   if resp and resp.status == 200 then return true end
   return false, resp and ("GET /health: HTTP %d%s"):format(resp.status, resp.body ~= "" and (" " .. resp.body) or "")
     or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
 end
 
---- One probe of engine i (in_sync: during its weight sync): true, or false and why.
+-- Whether engine i's scheduler moves: an engine whose HTTP server answers while its
+-- scheduler is stuck has work waiting and a step counter that stands still. Stuck for
+-- longer than the probe timeout: false and why.
+function Health:progressing(i)
+  local st, s = self.states[i], self.job.engines[i]:stats()
+  if type(s) ~= "table" or type(s.steps) ~= "number" then return true end
+  local t, waiting = now(), (s.num_running or 0) + (s.num_queued or 0)
+  if waiting == 0 or s.steps ~= st.last_steps or not st.progress_at then
+    st.last_steps, st.progress_at = s.steps, t
+    return true
+  end
+  if t - st.progress_at <= self.timeout then return true end
+  return false, ("stuck: %d requests in the engine and no step for %.1f s"):format(waiting, t - st.progress_at)
+end
+
+--- One probe of engine i (in_sync: during its weight sync, which runs on the scheduler:
+--- /health only): true, or false and why.
 function Health:probe(i, in_sync)
   local eng = self.job.engines[i]
   local gone, code = exited(eng)
   if gone then return false, ("its process exited (status %s)"):format(tostring(code)), true end
-  return probe_url(self, eng.url, in_sync)
+  local ok, why = probe_url(self, eng.url)
+  if not ok or in_sync then return ok, why end
+  return self:progressing(i)
 end
 
 --- Takes a probe's result: healthy; suspect after one failure; dead after two, or at
@@ -242,7 +256,10 @@ function Health:start()
 end
 
 function Health:pause() self.paused = true end
-function Health:resume() self.paused = false end
+function Health:resume()
+  self.paused = false
+  for _, st in ipairs(self.states) do st.progress_at = nil end   -- no step while paused is no fault
+end
 
 function Health:stop()
   self.stopped = true
@@ -297,6 +314,7 @@ function Health:restart_dead()
       if eng then
         self.job.engines[i] = eng
         st.state, st.fails, st.started, st.restarts = "restarting", 0, now(), st.restarts + 1
+        st.last_steps, st.progress_at = nil, nil
         log.info("engine %d restarted in %.1f s: %s%s", i, now() - t0, eng.url,
           eng.pid and (" (pid " .. eng.pid .. ")") or "")
         self.events[#self.events + 1] = ("engine %d restarted"):format(i)
