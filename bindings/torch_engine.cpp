@@ -67,15 +67,21 @@ struct EngineBox : LiveObject {
     }
   }
 
+  // Stops the server, the engine and the helper threads, in that order, and frees them.
+  static void stop_parts(std::unique_ptr<engine::EngineServer>& srv, std::shared_ptr<engine::Engine>& eng,
+                         std::vector<Helper>& hs) {
+    if (srv) srv->stop();
+    if (eng) eng->stop();
+    for (auto& h : hs)
+      if (h.thread.joinable()) h.thread.join();
+    hs.clear();
+    srv.reset();
+    eng.reset();
+  }
+
   void stop() {
     alive->store(false);  // posted completions become no-ops
-    if (server) server->stop();
-    if (engine) engine->stop();
-    for (auto& h : helpers)
-      if (h.thread.joinable()) h.thread.join();
-    helpers.clear();
-    server.reset();
-    engine.reset();
+    stop_parts(server, engine, helpers);
   }
 
   // stop() on a detached thread that owns the parts: a stuck engine (its
@@ -84,12 +90,7 @@ struct EngineBox : LiveObject {
     alive->store(false);
     auto stopped = std::make_shared<std::atomic<bool>>(false);
     std::thread([srv = std::move(server), eng = std::move(engine), hs = std::move(helpers), stopped]() mutable {
-      if (srv) srv->stop();
-      if (eng) eng->stop();
-      for (auto& h : hs)
-        if (h.thread.joinable()) h.thread.join();
-      srv.reset();
-      eng.reset();
+      stop_parts(srv, eng, hs);
       stopped->store(true);
     }).detach();
     helpers.clear();
