@@ -103,13 +103,26 @@ local function probe_url(self, url)
     or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
 end
 
+-- Requests the router has in flight to `url` (0 without a router).
+local function router_load(self, url)
+  local router = self.job.router
+  if not router then return 0 end
+  local ok_list, workers = pcall(router.workers, router)
+  if not ok_list or type(workers) ~= "table" then return 0 end
+  for _, w in ipairs(workers) do if w.url == url then return tonumber(w.load) or 0 end end
+  return 0
+end
+
 -- Whether engine i's scheduler moves: an engine whose HTTP server answers while its
--- scheduler is stuck has work waiting and a step counter that stands still. Stuck for
--- longer than the probe timeout: false and why.
+-- scheduler is stuck has work waiting (its own counters, which a stuck scheduler stops
+-- publishing, or the router's requests in flight to it) and a step counter that stands
+-- still. Stuck for longer than the probe timeout: false and why.
 function Health:progressing(i)
-  local st, s = self.states[i], self.job.engines[i]:stats()
+  local eng, st = self.job.engines[i], self.states[i]
+  local s = eng:stats()
   if type(s) ~= "table" or type(s.steps) ~= "number" then return true end
-  local t, waiting = now(), (s.num_running or 0) + (s.num_queued or 0)
+  local t = now()
+  local waiting = math.max((s.num_running or 0) + (s.num_queued or 0), router_load(self, eng.url))
   if waiting == 0 or s.steps ~= st.last_steps or not st.progress_at then
     st.last_steps, st.progress_at = s.steps, t
     return true
