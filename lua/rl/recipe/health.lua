@@ -119,7 +119,8 @@ end
 -- still. Stuck for longer than the probe timeout: false and why.
 function Health:progressing(i)
   local eng, st = self.job.engines[i], self.states[i]
-  local s = eng:stats()
+  local got, s = pcall(eng.stats, eng)   -- a thread engine stopped meanwhile raises
+  if not got then return true end
   if type(s) ~= "table" or type(s.steps) ~= "number" then return true end
   local t = now()
   local waiting = math.max((s.num_running or 0) + (s.num_queued or 0), router_load(self, eng.url))
