@@ -7,6 +7,10 @@
 //   handle:control(what, json) -> op   flush_cache | update_weights_from_disk |
 //                                release_memory | resume_memory; ("done", json) | ("error", msg)
 //   handle:abort(rid) / handle:abort_all() / handle:stats() -> json / handle:stop()
+//   handle:stop_background() -> stopped()   stops on a thread of its own; the
+//                                returned flag reads true once it is stopped
+//   handle:stall(seconds)        fault drill: the scheduler sleeps that long
+//                                between two steps (a stuck engine)
 //   forward_sigterm()   (process mode spawns through _core.router.spawn)
 //
 // Engine callbacks run on the scheduler thread: they only post to the loop,
@@ -17,6 +21,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -62,15 +67,34 @@ struct EngineBox : LiveObject {
     }
   }
 
+  // Stops the server, the engine and the helper threads, in that order, and frees them.
+  static void stop_parts(std::unique_ptr<engine::EngineServer>& srv, std::shared_ptr<engine::Engine>& eng,
+                         std::vector<Helper>& hs) {
+    if (srv) srv->stop();
+    if (eng) eng->stop();
+    for (auto& h : hs)
+      if (h.thread.joinable()) h.thread.join();
+    hs.clear();
+    srv.reset();
+    eng.reset();
+  }
+
   void stop() {
     alive->store(false);  // posted completions become no-ops
-    if (server) server->stop();
-    if (engine) engine->stop();
-    for (auto& h : helpers)
-      if (h.thread.joinable()) h.thread.join();
+    stop_parts(server, engine, helpers);
+  }
+
+  // stop() on a detached thread that owns the parts: a stuck engine (its
+  // scheduler or loop never returns) costs that thread, never the caller.
+  std::shared_ptr<std::atomic<bool>> stop_background() {
+    alive->store(false);
+    auto stopped = std::make_shared<std::atomic<bool>>(false);
+    std::thread([srv = std::move(server), eng = std::move(engine), hs = std::move(helpers), stopped]() mutable {
+      stop_parts(srv, eng, hs);
+      stopped->store(true);
+    }).detach();
     helpers.clear();
-    server.reset();
-    engine.reset();
+    return stopped;
   }
 };
 
@@ -298,6 +322,47 @@ int l_stop(lua_State* L) {
   return 0;
 }
 
+// stop_background() -> a function that returns true once the engine stopped.
+int l_stop_background(lua_State* L) {
+  auto* box = static_cast<EngineBox*>(check_udata(L, 1, &kEngineMt, "engine", "rl.engine handle"));
+  auto stopped = box->stop_background();
+  using Flag = std::shared_ptr<std::atomic<bool>>;
+  new (lua_newuserdata(L, sizeof(Flag))) Flag(std::move(stopped));
+  lua_newtable(L);
+  lua_pushcfunction(L, [](lua_State* L) -> int {
+    static_cast<Flag*>(lua_touserdata(L, 1))->~Flag();
+    return 0;
+  });
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_pushcclosure(L, [](lua_State* L) -> int {
+    lua_pushboolean(L, (*static_cast<Flag*>(lua_touserdata(L, lua_upvalueindex(1))))->load());
+    return 1;
+  }, 1);
+  return 1;
+}
+
+// stall(seconds): a fault drill for thread-mode engines, what SIGSTOP is to a
+// process: the scheduler sleeps `seconds` between two steps.
+int l_stall(lua_State* L) {
+  EngineBox& box = check_box(L, 1);
+  const double s = arg::number(L, 2, "seconds");
+  if (!(s >= 0)) throw ArgError(2, "seconds", "a number >= 0 expected");
+  const auto d = std::chrono::duration<double>(s);
+  box.join_finished();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto eng = box.engine;
+  std::thread t([eng, d, done] {
+    try {
+      eng->run_between_steps([d] { std::this_thread::sleep_for(d); });
+    } catch (const std::exception&) {
+    }
+    done->store(true);
+  });
+  box.helpers.push_back({std::move(t), done});
+  return 0;
+}
+
 int l_gc(lua_State* L) {
   if (auto* p = static_cast<EngineBox*>(lua_touserdata(L, 1))) {
     p->stop();
@@ -329,6 +394,8 @@ void open_engine(lua_State* L, int t) {
       {"url", entry<l_url>},         {"generate", entry<l_generate>}, {"control", entry<l_control>},
       {"abort", entry<l_abort>},     {"abort_all", entry<l_abort_all>}, {"stats", entry<l_stats>},
       {"stop", entry<l_stop>},
+      {"stop_background", entry<l_stop_background>},
+      {"stall", entry<l_stall>},
   };
   make_metatable(L, &kEngineMt, "rl.engine.Engine:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {

@@ -13,6 +13,7 @@ drill from `rlhost attach` (rl.recipe.current:inject_fault) between steps.
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 import unittest
@@ -45,25 +46,25 @@ def alive(pid):
 class FaultTolerance(RlhostTestCase):
     tmp_prefix = "rlhost-faults-"
 
-    def run_drill(self, action):
+    def run_drill(self, action, when="", mode="process"):
         d = self.dir
         r = subprocess.run(
-            [BIN, "--no-control", RECIPE, "--num-rollout", "6", "--engine-mode", "process", "--num-engines", "2",
+            [BIN, "--no-control", RECIPE, "--num-rollout", "6", "--engine-mode", mode, "--num-engines", "2",
              "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N),
              "--rollout-max-response-len", "64", "--dynamic-sampling-filter", "none", "--threads", "1",
              "--no-progress", "--eval-interval", "1000", "--metrics-dir", d + "/m",
              "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt",
              "--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
-             "--rollout-health-check-timeout", "4", "--fault-injection", action + ":2:2"],
+             "--rollout-health-check-timeout", "4", "--fault-injection", action + ":2:2" + when],
             capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
         log = r.stdout + r.stderr
         try:
-            self.check_drill(d, r.returncode, log, action)
+            self.check_drill(d, r.returncode, log, action, mode)
         except AssertionError as e:
             raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
         return log
 
-    def check_drill(self, d, code, log, action):
+    def check_drill(self, d, code, log, action, mode):
         self.assertEqual(code, 0)
         # every step ran, each with its full batch: no sample lost or duplicated
         rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
@@ -81,7 +82,10 @@ class FaultTolerance(RlhostTestCase):
                 groups[s["group"]] = groups.get(s["group"], 0) + 1
             self.assertEqual(sorted(groups.values()), [N] * PROMPTS, "step %d: groups %r" % (step, groups))
         # the log names the drill, the death, the restart and the refit
-        self.assertIn("fault injection: %s engine 2" % ("SIGKILL to" if action == "kill" else "SIGSTOP to"), log)
+        if mode == "thread":
+            self.assertIn("fault injection: stalling thread engine 2", log)
+        else:
+            self.assertIn("fault injection: %s engine 2" % ("SIGKILL to" if action == "kill" else "SIGSTOP to"), log)
         self.assertRegex(log, r"engine 2 \([^)]*\): (healthy|suspect) -> dead")
         self.assertIn("engine 2 restarted in", log)
         refit = re.search(r"engine 2 refit: serves weight version (\S+) \(trainer's (\S+)\)", log)
@@ -98,6 +102,8 @@ class FaultTolerance(RlhostTestCase):
         self.assertEqual(int(refit.group(1)), rows[step]["rollout/weight_version"])
         self.assertEqual(rows[step]["rollout/engines/healthy"], 2)
         self.assertEqual(rows[-1]["rollout/engines/restarts"], 1)
+        if mode == "thread":
+            return
         # no engine process outlives the run: the first two, the restarted one
         pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", log)]
         self.assertGreaterEqual(len(set(pids)), 3, log[-4000:])
@@ -139,6 +145,104 @@ class FaultTolerance(RlhostTestCase):
         log = self.run_drill("stop")
         # stuck, not exited: the probes timed out before it was killed
         self.assertIn("no answer to GET /health within 4 s", log)
+
+    def test_stop_one_engine_during_the_weight_sync(self):
+        # SIGSTOP as step 2's sync starts (after its probes): the guard's probes find
+        # it stuck during its own sync, it is killed, restarted and refit in the same
+        # sync; the trainer's sync timeout (120 s) is never waited out.
+        log = self.run_drill("stop", ":sync")
+        self.assertRegex(log, r"engine 2 \([^)]*\): \w+ -> dead: no answer to GET /health within 4 s .*"
+                              r"\(during its weight sync, [\d.]+ s in\)")
+        rows = [m for m in read_jsonl(self.dir + "/m/metrics.jsonl") if "rollout/step" in m]
+        took = rows[2]["perf/update_weights_time"]
+        sys.stderr.write("\nstep 2's weight sync with engine 2 stopped in it: %.1f s (other steps: max %.2f s)\n"
+                         % (took, max(m["perf/update_weights_time"] for i, m in enumerate(rows) if i != 2)))
+        self.assertLess(took, 100, "the sync waited for the stopped engine")
+
+    def test_bad_injection_names_the_item(self):
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--use-fault-tolerance", "--fault-injection", "stop:1:2:soon"],
+                           capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--fault-injection: bad item 'stop:1:2:soon'", r.stderr)
+        self.assertIn(":sync", r.stderr)
+
+
+class ExternalWorker(RlhostTestCase):
+    """A worker the router fronts that the recipe does not own (an `rlhost engine` added
+    from `rlhost attach`): stopped (SIGSTOP) it leaves the router, continued (SIGCONT)
+    it rejoins, killed (SIGKILL) it leaves again; never restarted by the recipe."""
+    tmp_prefix = "rlhost-external-"
+
+    def attach(self, code):
+        r = subprocess.run([BIN, "attach", self.sock, "-e", code], capture_output=True, text=True, timeout=60,
+                           env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def text(self):
+        with open(self.dir + "/job.log") as f:
+            return f.read()
+
+    def router_urls(self):
+        return self.attach('local t = {} for _, w in ipairs(rl.recipe.current.router:workers()) do '
+                           't[#t + 1] = w.url end print(table.concat(t, " "))').split()
+
+    def test_stopped_and_killed_external_worker(self):
+        d = self.dir
+        self.sock = d + "/job.sock"
+        out = open(d + "/job.log", "w")
+        self.addCleanup(out.close)
+        p = subprocess.Popen(
+            [BIN, "--control", self.sock, RECIPE, "--num-rollout", "100000", "--rollout-batch-size", "2",
+             "--n-samples-per-prompt", "2", "--rollout-max-response-len", "16", "--threads", "1", "--no-progress",
+             "--eval-interval", "1000", "--metrics-dir", d + "/m", "--use-fault-tolerance",
+             "--rollout-health-check-interval", "0.5", "--rollout-health-check-timeout", "2"],
+            stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=d)
+        self.procs.append(p)
+        wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.text(), timeout=120, what="step 0")
+        self.assertIsNone(p.poll(), self.text()[-4000:])
+        model = self.attach("print(rl.recipe.current.model_dir)")
+        ext_log = open(d + "/external.log", "w")
+        self.addCleanup(ext_log.close)
+        ext = subprocess.Popen([BIN, "engine", "--model", model, "--port", "0", "--ready-file", d + "/ext.url",
+                                "--threads", "1"], stdout=ext_log, stderr=subprocess.STDOUT, env=self.env, cwd=d)
+        self.procs.append(ext)
+        def ready():
+            if os.path.exists(d + "/ext.url"):
+                with open(d + "/ext.url") as f:
+                    return f.read().strip()
+        url = wait_for(lambda: ext.poll() is not None or ready(), timeout=120, what="the external engine")
+        with open(d + "/external.log") as f:
+            self.assertIsNone(ext.poll(), f.read())
+        self.attach('return rl.recipe.current.router:add("%s")' % url)
+        wait_for(lambda: "probing %s, a worker the router fronts" % url in self.text(), timeout=30,
+                 what="the monitor to pick up the external worker")
+        self.assertIn(url, self.router_urls())
+        try:
+            os.kill(ext.pid, signal.SIGSTOP)
+            wait_for(lambda: "external worker %s: suspect -> dead" % url in self.text(), timeout=60,
+                     what="the stopped worker marked dead")
+            self.assertNotIn(url, self.router_urls())
+        finally:
+            os.kill(ext.pid, signal.SIGCONT)
+        wait_for(lambda: "external worker %s: dead -> healthy" % url in self.text(), timeout=60,
+                 what="the continued worker back")
+        self.assertIn(url, self.router_urls())
+        os.kill(ext.pid, signal.SIGKILL)
+        ext.wait(timeout=10)
+        wait_for(lambda: self.text().count("external worker %s: suspect -> dead" % url) == 2, timeout=60,
+                 what="the killed worker marked dead")
+        self.assertNotIn(url, self.router_urls())
+        steps = len(re.findall(r"\] rollout \d+ \|", self.text()))
+        wait_for(lambda: len(re.findall(r"\] rollout \d+ \|", self.text())) > steps or p.poll() is not None,
+                 timeout=120, what="a step after the death")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=120), 143, self.text()[-4000:])
+        log = self.text()
+        self.assertNotIn("restarted in", log, "an external worker is not the recipe's to restart")
+        rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertTrue(any(m.get("rollout/engines/external_dead") == 1 for m in rows), rows[-1])
+        self.assertEqual(rows[-1]["rollout/engines/healthy"], 1)
 
 
 if __name__ == "__main__":

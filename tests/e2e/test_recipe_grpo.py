@@ -72,6 +72,39 @@ print(rl.json.encode(out))
 """
 
 
+def _stat(pid):
+    """(state, ppid, pgid) of a process, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pids():
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def running(pid):
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def descendants(pid):
+    """Every live process below `pid`."""
+    found, frontier = [], {pid}
+    while frontier:
+        below = [q for q in _pids() if (_stat(q) or ("X", 0, 0))[1] in frontier]
+        found += below
+        frontier = set(below)
+    return found
+
+
+def live_in_groups(groups):
+    return [q for q in _pids() if running(q) and (_stat(q) or ("X", 0, 0))[2] in groups]
+
+
 class GrpoRecipe(RlhostTestCase):
     tmp_prefix = "rlhost-grpo-"
     model = None
@@ -269,29 +302,33 @@ class GrpoRecipe(RlhostTestCase):
     def test_sigterm_saves_and_exits_143_leaving_no_engine(self):
         # What timeout, systemd and Kubernetes send: like Ctrl-C (finish the step,
         # checkpoint), exit 143, and the process-mode engines and router go too.
+        # SIGTERM lands right after step 0's line, i.e. while step 1 runs. The
+        # time from the signal to the exit is printed (issue 21 asks for < 10 s);
+        # only a generous bound is asserted.
         d = self.dir
         p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m",
                               "--engine-mode", "process", "--num-engines", "2")
         wait_for(lambda: p.poll() is not None or "rollout 0 |" in self.log_text(), timeout=120, what="one step")
         self.assertIsNone(p.poll(), self.log_text())
-        children = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open("/proc/%s/stat" % name) as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == p.pid:
-                            children.append(int(name))
-                except (OSError, ValueError, IndexError):
-                    pass
+        children = descendants(p.pid)
         self.assertGreaterEqual(len(children), 2, "the two engine processes")
-        self.stop_with(p, signal.SIGTERM, 143, "SIGTERM: stopping after this step", "stopped by SIGTERM")
+        groups = {os.getpgid(c) for c in children}
+        self.assertNotIn(os.getpgid(p.pid), groups, "engines run in their own process groups")
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=120)
+        took = time.monotonic() - t0
+        sys.stderr.write("\nSIGTERM to exit: %.2f s (%d child processes in %d groups)\n" % (took, len(children), len(groups)))
+        text = self.log_text()
+        self.assertEqual(p.returncode, 143, text)
+        for line in ("SIGTERM: stopping after this step", "stopped by SIGTERM"):
+            self.assertIn(line, text)
+        self.assertLess(took, 60, "SIGTERM took %.1f s to end the run" % took)
         self.assert_checkpoint_holds_every_step(d)
-        for c in children:  # reaped by the recipe (or at worst a zombie of init): not running
-            try:
-                with open("/proc/%d/stat" % c) as f:
-                    self.assertIn(f.read().rsplit(")", 1)[1].split()[0], ("Z", "X"), "engine %d still runs" % c)
-            except FileNotFoundError:
-                pass
+        self.assertGreaterEqual(len(glob.glob(d + "/ckpt/iter_*")), 1, "a checkpoint was written")
+        # Nothing left running: not the children, nor anything in their process groups.
+        wait_for(lambda: not live_in_groups(groups) and not any(running(c) for c in children), timeout=20,
+                 what="no process left in the engines' groups (%s)" % sorted(groups))
 
     def test_reward_hot_reload(self):
         d = self.dir

@@ -103,6 +103,37 @@ describe("rl.engine thread mode", function()
     ok(err:find("/nonexistent/ckpt", 1, true), err)
     eng:stop()
   end, { timeout = 120 })
+
+  it("stop_within: a stopped engine at once; a stalled scheduler is abandoned at the deadline", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, port = 0 })
+    eq(eng:stop_within(30), true)
+    eq(eng:stop_within(30), true)   -- idempotent
+    local stuck = assert(rl.engine.start { model = STORIES, threads = 1, port = 0 })
+    local url = stuck.url
+    local body = rl.json.encode { input_ids = { 1 }, sampling_params = { max_new_tokens = 500, ignore_eos = true } }
+    local waiting = rl.spawn(function()
+      return { rl.http.request { method = "POST", url = url .. "/generate", body = body, timeout = 60 } }
+    end)
+    local deadline = rl.now() + 30
+    while stuck:stats().num_running == 0 and rl.now() < deadline do rl.sleep(0.02) end
+    stuck:stall(3600)
+    local t0 = rl.now()
+    rl.sleep(0.3)
+    -- its HTTP server still answers; the scheduler does not step
+    eq(rl.http.get(url .. "/health", { timeout = 10 }).status, 200)
+    local before = stuck:stats().steps
+    rl.sleep(0.3)
+    eq(stuck:stats().steps, before)
+    local okk, err = stuck:stop_within(1)
+    eq(okk, false)
+    ok(err:find("did not stop within 1 s: abandoned", 1, true), err)
+    ok(rl.now() - t0 < 30, "stop_within returned at its deadline")
+    -- the server closed its connections: the waiting request ended, well before its timeout
+    local r = waiting:wait()
+    ok(r[1] == nil or r[1].status ~= 200, tostring(r[2]))
+    ok(rl.now() - t0 < 30, "the request ended when the engine was abandoned")
+    ok(not pcall(stuck.stall, stuck, 1), "a stopped engine cannot be stalled")
+  end, { timeout = 120 })
 end)
 
 describe("rl.engine process mode", function()
@@ -122,6 +153,13 @@ describe("rl.engine process mode", function()
     eng:stop()
     eq(eng.pid, nil)
     ok(not require("rl._core").router.kill(pid, 0), "the child is gone")
+    -- stop_within: SIGKILL, reaped within the deadline (a stopped process too)
+    local eng2 = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
+    local pid2 = eng2.pid
+    require("rl._core").router.kill(pid2, 19)   -- SIGSTOP
+    eq(eng2:stop_within(10), true)
+    eq(eng2.pid, nil)
+    ok(not require("rl._core").router.kill(pid2, 0), "the child is gone")
   end, { timeout = 180 })
 
   it("reports a child that cannot start, with its log", function()

@@ -83,6 +83,20 @@ function Engine:abort(rid) end
 ---@param drain? number thread mode: first stop accepting and let running requests finish for up to this many seconds
 function Engine:stop(drain) end
 
+--- Stops the engine, blocking the calling task at most `timeout` seconds: a thread-mode
+--- engine stops on a thread of its own and, still stuck at the deadline, is abandoned
+--- (its threads and memory go when they return); a process engine gets SIGKILL.
+---@param timeout number seconds
+---@return boolean ok
+---@return string? err why it was abandoned
+function Engine:stop_within(timeout) end
+
+--- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's
+--- scheduler sleeps `seconds` between two steps while its HTTP server still answers
+--- (rl.recipe.health finds it by its step counter: work waiting, no step).
+---@param seconds number
+function Engine:stall(seconds) end
+
 --- A vLLM server (backend = "vllm"): the same methods, over vLLM's HTTP API.
 ---@class rl.engine.VllmEngine: rl.engine.Engine
 ---@field backend "vllm"

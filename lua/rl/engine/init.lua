@@ -295,6 +295,44 @@ function Engine:stop(drain)
   end
 end
 
+--- Stops the engine, blocking the calling task at most `timeout` s: a thread-mode
+--- engine stops on a thread of its own and, still stuck at the deadline, is abandoned
+--- (its threads and memory go when they return); a process engine gets SIGKILL.
+--- Returns true, or false and why.
+function Engine:stop_within(timeout)
+  local deadline = now() + timeout
+  local function wait(done)
+    while not done() do
+      if now() > deadline then return false end
+      if task.current() then task.sleep(0.02) else os.execute("sleep 0.02") end
+    end
+    return true
+  end
+  if self.mode == "process" then
+    local pid = self.pid
+    if not pid then return true end
+    proc.kill(pid, 9)
+    if not wait(function() return proc.reap(pid) ~= nil end) then
+      return false, ("process %d did not exit within %g s of SIGKILL"):format(pid, timeout)
+    end
+    self.pid = nil
+    return true
+  end
+  if not self._h then return true end
+  local stopped = self._h:stop_background()
+  self._h = nil
+  if wait(stopped) then return true end
+  return false, ("did not stop within %g s: abandoned (its threads end when they return)"):format(timeout)
+end
+
+--- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's
+--- scheduler sleeps `seconds` between two steps while its HTTP server still answers
+--- (rl.recipe.health finds it by its step counter: work waiting, no step).
+function Engine:stall(seconds)
+  if self.mode ~= "thread" then error("rl.engine.Engine:stall: thread-mode engines only (SIGSTOP a process)", 2) end
+  handle(self, "rl.engine.Engine:stall"):stall(seconds)
+end
+
 function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tostring(self.url)) end
 
 --- Starts an engine. opts: model (required), mode ("thread" | "process"), host,

@@ -379,6 +379,14 @@ function VllmEngine:stop()
   self.pid = nil
 end
 
+--- A bounded stop (rl.recipe.health's, for a dead or stuck server): SIGTERM to its
+--- process group, SIGKILL after min(timeout, 20) s. Returns true.
+function VllmEngine:stop_within(timeout)
+  if self.pid then require("rl.engine")._stop_child(self.pid, math.min(timeout, 20)) end
+  self.pid = nil
+  return true
+end
+
 function VllmEngine:__tostring() return ("rl.engine(vllm, %s)"):format(tostring(self.url)) end
 
 return M

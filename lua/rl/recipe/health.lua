@@ -31,14 +31,16 @@ local proc = require("rl._core").router  -- spawn/kill/reap of child processes (
 
 --- Parses --fault-injection: "ACTION:ENGINE:STEP[:DELAY]" items, comma-separated
 --- (ACTION kill | stop, ENGINE 1-based, STEP the rollout id, DELAY seconds into that
---- step's rollout, default 1). Returns the list or raises a usage error.
+--- step's rollout, default 1, or "sync": as that step's weight sync starts, after its
+--- probes). Returns the list or raises a usage error.
 function M.parse_injections(text, num_engines)
   local out = {}
   if not text or text == "" then return out end
   for item in text:gmatch("[^,]+") do
-    local action, engine, step, delay = item:match("^%s*(%a+):(%d+):(%d+):?([%d%.]*)%s*$")
-    local hint = " (expected ACTION:ENGINE:STEP[:DELAY_S], e.g. kill:2:2:1.5; ACTION kill or stop)"
-    if not action or not ACTIONS[action] then
+    local action, engine, step, delay = item:match("^%s*(%a+):(%d+):(%d+):?([%w%.]*)%s*$")
+    local hint = " (expected ACTION:ENGINE:STEP[:DELAY_S | :sync], e.g. kill:2:2:1.5 or stop:1:3:sync; "
+      .. "ACTION kill or stop)"
+    if not action or not ACTIONS[action] or (delay ~= "" and delay ~= "sync" and not tonumber(delay)) then
       rl.args.usage_error("--fault-injection: bad item '" .. item .. "'" .. hint)
     end
     engine, step = tonumber(engine), tonumber(step)   -- ENGINE: of the policy group
@@ -46,7 +48,8 @@ function M.parse_injections(text, num_engines)
       rl.args.usage_error(("--fault-injection %s: engine %d is not one of 1..%d (--num-engines)")
         :format(item, engine, num_engines))
     end
-    out[#out + 1] = { action = action, engine = engine, step = step, delay = tonumber(delay) or 1 }
+    out[#out + 1] = { action = action, engine = engine, step = step, at_sync = delay == "sync",
+                      delay = tonumber(delay) or 1 }
   end
   return out
 end
@@ -72,7 +75,7 @@ end
 function M.new(job, opts)
   local self = setmetatable({ job = job, interval = opts.interval or 30, timeout = opts.timeout or 30,
     first_wait = opts.first_wait or 0, injections = opts.injections or {}, engine_opts = opts.engine_opts,
-    states = {}, paused = false, holds = {}, events = {}, recoveries = {} }, Health)
+    states = {}, paused = false, holds = {}, events = {}, recoveries = {}, external = {} }, Health)
   local groups = job.groups or { { name = "default", engines = job.engines, router = job.router, update_weights = true } }
   local named = #groups > 1
   for _, g in ipairs(groups) do
@@ -104,15 +107,52 @@ local function exited(eng)
   return true, code
 end
 
---- One probe of engine i: true, or false and why.
-function Health:probe(i)
+-- GET url/health within the probe timeout: true, or false and why.
+local function probe_url(self, url)
+  local resp, err = require("rl.http").get(url .. "/health", { timeout = self.timeout })
+  if resp and resp.status == 200 then return true end
+  return false, resp and ("GET /health: HTTP %d%s"):format(resp.status, resp.body ~= "" and (" " .. resp.body) or "")
+    or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
+end
+
+-- Requests `router` has in flight to `url` (0 without a router).
+local function router_load(router, url)
+  if not router then return 0 end
+  local ok_list, workers = pcall(router.workers, router)
+  if not ok_list or type(workers) ~= "table" then return 0 end
+  for _, w in ipairs(workers) do if w.url == url then return tonumber(w.load) or 0 end end
+  return 0
+end
+
+-- Whether engine i's scheduler moves: an engine whose HTTP server answers while its
+-- scheduler is stuck has work waiting (its own counters, which a stuck scheduler stops
+-- publishing, or the router's requests in flight to it) and a step counter that stands
+-- still. Stuck for longer than the probe timeout: false and why.
+function Health:progressing(i)
+  local st = self.states[i]
+  local eng = engine_of(st)
+  local got, s = pcall(eng.stats, eng)   -- a thread engine stopped meanwhile raises
+  if not got then return true end
+  if type(s) ~= "table" or type(s.steps) ~= "number" then return true end
+  local t = now()
+  local waiting = math.max((s.num_running or 0) + (s.num_queued or 0), router_load(st.group.router, eng.url))
+  if waiting == 0 or s.steps ~= st.last_steps or not st.progress_at then
+    st.last_steps, st.progress_at = s.steps, t
+    return true
+  end
+  if t - st.progress_at <= self.timeout then return true end
+  return false, ("stuck: %d requests in the engine and no step for %.1f s"):format(waiting, t - st.progress_at)
+end
+
+--- One probe of engine i (in_sync: during its weight sync, which runs on the scheduler:
+--- /health only): true, or false and why.
+function Health:probe(i, in_sync)
   local eng = engine_of(self.states[i])
   local gone, code = exited(eng)
   if gone then return false, ("its process exited (status %s)"):format(tostring(code)), true end
-  local resp, err = require("rl.http").get(eng.url .. "/health", { timeout = self.timeout })
-  if resp and resp.status == 200 then return true end
-  return false, resp and ("GET /health: HTTP %d"):format(resp.status)
-    or ("no answer to GET /health within %g s (%s)"):format(self.timeout, tostring(err))
+  local ok, why = probe_url(self, eng.url)
+  if not ok or in_sync then return ok, why end
+  return self:progressing(i)
 end
 
 --- Takes a probe's result: healthy; suspect after one failure; dead after two, or at
@@ -141,21 +181,79 @@ function Health:mark_dead(i, why)
   self.events[#self.events + 1] = st.label .. " died"
   if st.group.router then st.group.router:remove(eng.url) end
   if job.trainer and job.trainer.forget_engine then job.trainer:forget_engine(eng.url) end
-  if eng.mode == "process" and eng.pid then
-    proc.kill(eng.pid, SIGKILL)
-    local deadline = now() + 10
-    while eng.pid and not exited(eng) and now() < deadline do task.sleep(0.05) end
-    eng.pid = nil
-  elseif eng.mode == "thread" then
-    eng:stop()
-  end
-  log.warn("%s removed from the router and killed; its requests are retried on the other engines; "
-    .. "it restarts before the next weight sync", st.label)
+  -- Bounded: a stuck thread engine is abandoned rather than holding the run.
+  local stopped, err = eng:stop_within(math.max(self.timeout, 2))
+  if not stopped then log.warn("%s: %s", st.label, tostring(err)) end
+  log.warn("%s removed from the router and %s; its requests are retried on the other engines; "
+    .. "it restarts before the next weight sync", st.label, eng.mode == "process" and "killed" or "stopped")
 end
 
---- One round: every live engine probed concurrently.
+-- Workers the router fronts that the recipe does not own (added from `rlhost attach`
+-- with router:add, or POST /workers): probed like the engines; after two failed probes
+-- in a row one leaves the router and is probed on, and it rejoins once it answers
+-- again. Never killed, restarted or synced: not ours to manage.
+local function external_round(self, tasks)
+  local router = self.job.router
+  if not router then return end
+  local ok_list, workers = pcall(router.workers, router)
+  if not ok_list or type(workers) ~= "table" then return end
+  local owned, listed = {}, {}
+  for _, st in ipairs(self.states) do
+    local eng = engine_of(st)
+    if eng and eng.url then owned[eng.url] = true end
+  end
+  for _, w in ipairs(workers) do
+    listed[w.url] = true
+    if not owned[w.url] and not self.external[w.url] then
+      self.external[w.url] = { state = "healthy", fails = 0 }
+      log.info("fault tolerance: probing %s, a worker the router fronts but the recipe does not own", w.url)
+    end
+  end
+  for url, st in pairs(self.external) do
+    if st.state ~= "dead" and not listed[url] then
+      self.external[url] = nil   -- removed from the router by someone else: no longer ours to watch
+    else
+      tasks[#tasks + 1] = task.spawn_named("health probe " .. url, function()
+        local ok, why = probe_url(self, url)
+        if self:is_paused() or self.external[url] ~= st then return end
+        self:record_external(url, ok, why)
+      end)
+    end
+  end
+end
+
+--- Takes a probe of an external worker: suspect after one failure; dead (out of the
+--- router) after two; back in the router at its first good probe.
+function Health:record_external(url, ok, why)
+  local st, router = self.external[url], self.job.router
+  if ok then
+    st.fails = 0
+    if st.state == "dead" then
+      router:add(url)
+      log.warn("external worker %s: dead -> healthy: answers again; back in the router", url)
+      self.events[#self.events + 1] = "external " .. url .. " back"
+    end
+    st.state = "healthy"
+    return
+  end
+  st.fails = st.fails + 1
+  if st.state == "dead" then return end
+  if st.fails >= 2 then
+    router:remove(url)
+    log.warn("external worker %s: %s -> dead: %s; removed from the router (not restarted: the recipe does not "
+      .. "own it), probed on", url, st.state, tostring(why))
+    st.state = "dead"
+    self.events[#self.events + 1] = "external " .. url .. " died"
+  elseif st.state == "healthy" then
+    st.state = "suspect"
+    log.warn("external worker %s: healthy -> suspect: %s", url, tostring(why))
+  end
+end
+
+--- One round: every live engine, and every external worker, probed concurrently.
 function Health:round()
   local tasks = {}
+  external_round(self, tasks)
   for i, st in ipairs(self.states) do
     if (st.state == "healthy" or st.state == "suspect") and now() - st.started >= self.first_wait then
       local eng = engine_of(st)
@@ -188,10 +286,16 @@ function Health:start()
 end
 
 function Health:pause() self.paused = true end
-function Health:resume() self.paused = false end
+function Health:resume()
+  self.paused = false
+  for _, st in ipairs(self.states) do st.progress_at = nil end   -- no step while paused is no fault
+end
 --- A pause that outlasts resume() until released (--offload-rollout: "offloaded").
 function Health:hold(why) self.holds[why] = true end
-function Health:release(why) self.holds[why] = nil end
+function Health:release(why)
+  self.holds[why] = nil
+  for _, st in ipairs(self.states) do st.progress_at = nil end
+end
 function Health:is_paused() return self.paused or next(self.holds) ~= nil end
 
 function Health:stop()
@@ -199,14 +303,24 @@ function Health:stop()
   if self.task then self.task:cancel("job finished"); self.task = nil end
 end
 
---- Kills (SIGKILL) or stops (SIGSTOP) engine i now: a fault drill. Process engines only.
+-- How long a drill's "stop" stalls a thread-mode engine: for good.
+local STALL_S = 24 * 3600
+
+--- Kills (SIGKILL) or stops (SIGSTOP) engine i now: a fault drill. A thread-mode engine
+--- can only be stopped: its HTTP loop and scheduler stall (rl.engine's stall).
 function Health:inject(action, i)
   local eng = self.job.engines[i]   -- the policy group's engine i
   local sig = ACTIONS[action]
   if not sig then return nil, "inject: action must be 'kill' or 'stop' (got " .. tostring(action) .. ")" end
   if not eng then return nil, ("inject: no engine %s (1..%d)"):format(tostring(i), #self.job.engines) end
+  if eng.mode == "thread" and action == "stop" and eng._h then
+    log.warn("fault injection: stalling thread engine %d (%s)", i, tostring(eng.url))
+    eng:stall(STALL_S)
+    return true
+  end
   if eng.mode ~= "process" or not eng.pid then
-    return nil, ("inject: engine %d is not a running process (--engine-mode process)"):format(i)
+    return nil, ("inject: engine %d is not a running process (--engine-mode process; a thread engine can "
+      .. "only be stopped)"):format(i)
   end
   log.warn("fault injection: %s engine %d (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", i, eng.pid)
   proc.kill(eng.pid, sig)
@@ -217,8 +331,9 @@ end
 function Health:step_start(rollout_id)
   self:resume()
   self.events = {}
+  self.step = rollout_id
   for _, inj in ipairs(self.injections) do
-    if inj.step == rollout_id then
+    if inj.step == rollout_id and not inj.at_sync then
       task.after(inj.delay, function()
         local ok, err = self:inject(inj.action, inj.engine)
         if not ok then log.warn("fault injection %s:%d:%d not done: %s", inj.action, inj.engine, inj.step, err) end
@@ -237,6 +352,7 @@ function Health:restart_dead()
       if eng then
         st.group.engines[st.index] = eng
         st.state, st.fails, st.started, st.restarts = "restarting", 0, now(), st.restarts + 1
+        st.last_steps, st.progress_at = nil, nil
         log.info("%s restarted in %.1f s: %s%s", st.label, now() - t0, eng.url,
           eng.pid and (" (pid " .. eng.pid .. ")") or "")
         self.events[#self.events + 1] = st.label .. " restarted"
@@ -248,11 +364,55 @@ function Health:restart_dead()
   end
 end
 
+-- Syncs engine i while probing it: an engine whose process exits, or that leaves two
+-- probes in a row unanswered, during its sync is marked dead (killed, so the sync's
+-- request fails at once) instead of holding the sync for the trainer's whole timeout.
+function Health:guarded_sync(trainer, i)
+  local eng, done, killing = engine_of(self.states[i]), false, false
+  local guard = task.spawn_named("sync guard " .. i, function()
+    local fails, t0 = 0, now()
+    while not done do
+      if fails == 0 then task.sleep(math.min(self.interval, self.timeout, 1)) end
+      if done then return end
+      local ok, why, fatal = self:probe(i, true)
+      if done then return end
+      fails = ok and 0 or fails + 1
+      if fatal or fails >= 2 then
+        killing = true
+        return self:mark_dead(i, ("%s (during its weight sync, %.1f s in)"):format(why, now() - t0))
+      end
+    end
+  end)
+  local r, err = trainer:sync(eng)
+  done = true
+  if killing then guard:wait() else guard:cancel("sync done") end   -- a kill in progress finishes (reaped)
+  return r, err
+end
+
+-- Syncs the engines in `which` (indices) one by one; fills versions/methods.
+function Health:sync_engines(trainer, which, out)
+  for _, i in ipairs(which) do
+    local st = self.states[i]
+    local eng = engine_of(st)
+    if st.state ~= "dead" then
+      local r, err = self:guarded_sync(trainer, i)
+      if r and st.state ~= "dead" then
+        out.versions[i], out.methods[i], out.version = r.weight_version, (r.methods or {})[1] or "?", r.weight_version
+        if st.state == "restarting" then self:rejoin(i, r.weight_version) end
+      else
+        out.errs[#out.errs + 1] = ("%s: %s"):format(st.label, tostring(err or st.why))
+        if engine_of(st) == eng then self:mark_dead(i, "weight sync failed: " .. tostring(err)) end
+      end
+    end
+  end
+end
+
 --- The fault-tolerant weight sync: probes every engine first (a stuck one is killed
---- rather than stalling the sync), restarts the dead, syncs engine by engine; a
---- restarted engine rejoins the router once it serves the new version. Returns
---- {weight_version, methods, versions (per engine: the version or false), seconds} or
---- nil, err when no engine took the weights.
+--- rather than stalling the sync), restarts the dead, syncs engine by engine, each
+--- under a guard of probes (one that dies or sticks meanwhile is killed, restarted and
+--- synced right after the others); a restarted engine rejoins the router once it
+--- serves the new version. Returns {weight_version, methods, versions (per engine: the
+--- version or false), seconds} or nil, err when no engine took the weights.
 function Health:sync(trainer)
   local t0 = now()
   self:pause()
@@ -267,32 +427,42 @@ function Health:sync(trainer)
     if not r[1] then self:mark_dead(i, r[2] .. " (before the weight sync)") end
   end
   self:restart_dead()
-  -- only the groups that take weight updates are synced (job.engines: the policy's)
-  local versions, methods, version, ok_n, errs, n = {}, {}, nil, 0, {}, 0
-  for i, st in ipairs(self.states) do
-    if st.group.update_weights then
-      n = n + 1
-      versions[n], methods[n] = false, "none"
-      if st.state ~= "dead" then
-        local r, err = trainer:sync(engine_of(st))
-        if r then
-          versions[n], methods[n], version, ok_n = r.weight_version, (r.methods or {})[1] or "?", r.weight_version, ok_n + 1
-          if st.state == "restarting" then self:rejoin(i, r.weight_version) end
-        else
-          errs[#errs + 1] = ("%s: %s"):format(st.label, tostring(err))
-          self:mark_dead(i, "weight sync failed: " .. tostring(err))
-        end
-      end
+  for _, inj in ipairs(self.injections) do   -- drills for this step's sync
+    if inj.at_sync and inj.step == self.step then
+      local ok, err = self:inject(inj.action, inj.engine)
+      if not ok then log.warn("fault injection %s:%d:%d:sync not done: %s", inj.action, inj.engine, inj.step, err) end
     end
   end
-  self:resume()
-  if ok_n == 0 and n > 0 then return nil, "no engine took the weights: " .. table.concat(errs, "; ") end
-  if ok_n < n then
-    local parts = {}
-    for i, v in ipairs(versions) do parts[i] = ("engine %d: %s"):format(i, v or "none (dead)") end
-    log.warn("weight sync reached %d of %d engines (%s)", ok_n, n, table.concat(parts, ", "))
+  -- only the groups that take weight updates are synced (job.engines: the policy's)
+  local out = { versions = {}, methods = {}, errs = {} }
+  local all = {}
+  for i, st in ipairs(self.states) do
+    if st.group.update_weights then all[#all + 1], out.versions[i], out.methods[i] = i, false, "none" end
   end
-  return { weight_version = version, methods = methods, versions = versions, seconds = now() - t0 }
+  self:sync_engines(trainer, all, out)
+  -- Engines that died during this sync: restarted and refit now rather than a step later.
+  local again = {}
+  for i, st in ipairs(self.states) do
+    if st.group.update_weights and st.state == "dead" and st.died_at and st.died_at >= t0 then again[#again + 1] = i end
+  end
+  if #again > 0 then
+    self:restart_dead()
+    self:sync_engines(trainer, again, out)
+  end
+  self:resume()
+  -- per synced engine, in order (the policy group's: engine 1, 2, ...)
+  local versions, methods, parts, ok_n = {}, {}, {}, 0
+  for _, i in ipairs(all) do
+    local v = out.versions[i]
+    versions[#versions + 1], methods[#methods + 1] = v, out.methods[i]
+    parts[#parts + 1] = ("%s: %s"):format(self.states[i].label, v or "none (dead)")
+    if v then ok_n = ok_n + 1 end
+  end
+  if ok_n == 0 and #all > 0 then return nil, "no engine took the weights: " .. table.concat(out.errs, "; ") end
+  if ok_n < #all then
+    log.warn("weight sync reached %d of %d engines (%s)", ok_n, #all, table.concat(parts, ", "))
+  end
+  return { weight_version = out.version, methods = methods, versions = versions, seconds = now() - t0 }
 end
 
 -- A restarted engine, refit (version: the trainer's; nil for a frozen group's, which
@@ -327,6 +497,13 @@ function Health:metrics()
     local k = "rollout/engines/" .. st.state
     m[k] = m[k] + 1
     m["rollout/engines/restarts"] = m["rollout/engines/restarts"] + st.restarts
+  end
+  if next(self.external) then   -- workers the router fronts but the recipe does not own
+    m["rollout/engines/external_healthy"], m["rollout/engines/external_dead"] = 0, 0
+    for _, st in pairs(self.external) do
+      local k = st.state == "dead" and "rollout/engines/external_dead" or "rollout/engines/external_healthy"
+      m[k] = m[k] + 1
+    end
   end
   if #self.events > 0 and #self.recoveries > 0 then
     m["rollout/engines/recovery_time"] = self.recoveries[#self.recoveries]
