@@ -84,9 +84,11 @@ end)
 
 describe("rl.recipe.health.parse_injections", function()
   local parse = require("rl.recipe.health").parse_injections
-  it("reads ACTION:ENGINE:STEP[:DELAY] items", function()
-    eq(parse("kill:2:3,stop:1:0:0.5", 2), { { action = "kill", engine = 2, step = 3, delay = 1 },
-                                            { action = "stop", engine = 1, step = 0, delay = 0.5 } })
+  it("reads ACTION:ENGINE:STEP[:DELAY | :sync] items", function()
+    eq(parse("kill:2:3,stop:1:0:0.5,stop:2:1:sync", 2), {
+      { action = "kill", engine = 2, step = 3, delay = 1, at_sync = false },
+      { action = "stop", engine = 1, step = 0, delay = 0.5, at_sync = false },
+      { action = "stop", engine = 2, step = 1, delay = 1, at_sync = true } })
     eq(parse(nil, 2), {})
   end)
   it("names the bad item", function()
