@@ -301,6 +301,13 @@ int l_abort(lua_State* L) {
   return 1;
 }
 
+// cancel_commands(): drops the control commands its scheduler has not taken (their
+// callers get an error); the number dropped. For a stuck scheduler (rl.recipe.health).
+int l_cancel_commands(lua_State* L) {
+  lua_pushnumber(L, static_cast<lua_Number>(check_box(L, 1).engine->cancel_pending_commands()));
+  return 1;
+}
+
 int l_abort_all(lua_State* L) {
   lua_pushnumber(L, static_cast<lua_Number>(check_box(L, 1).engine->abort_all()));
   return 1;
@@ -396,6 +403,7 @@ void open_engine(lua_State* L, int t) {
       {"stop", entry<l_stop>},
       {"stop_background", entry<l_stop_background>},
       {"stall", entry<l_stall>},
+      {"cancel_commands", entry<l_cancel_commands>},
   };
   make_metatable(L, &kEngineMt, "rl.engine.Engine:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {

@@ -234,8 +234,24 @@ void EngineImpl::run_between_steps(const std::function<void()>& fn) {
     if (stopping_) throw Error("engine: stopped");
     commands_.push_back([task] { (*task)(); });
   }
+  task.reset();  // the queue owns it: a dropped command breaks its promise (cancel_pending_commands)
   cv_.notify_all();
-  done.get();  // rethrows
+  try {
+    done.get();  // rethrows
+  } catch (const std::future_error&) {  // dropped before it ran: cancel_pending_commands
+    throw Error("engine: the command was cancelled before the scheduler ran it",
+                "the scheduler was stuck; the engine is being replaced (rl.recipe.health)");
+  }
+}
+
+int64_t EngineImpl::cancel_pending_commands() {
+  std::vector<std::function<void()>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped.swap(commands_);
+  }
+  // Destroying a queued task that never ran breaks its promise: its waiter throws.
+  return static_cast<int64_t>(dropped.size());
 }
 
 void EngineImpl::set_step_hook(std::function<void()> hook) {

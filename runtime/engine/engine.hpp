@@ -116,6 +116,10 @@ class Engine {
   virtual std::string submit(GenerateRequest req, UpdateFn on_update) = 0;
   virtual bool abort(const std::string& rid) = 0;  // false: unknown or finished
   virtual int64_t abort_all() = 0;                 // number aborted
+  // Drops the control commands (weight updates, flushes, ...) the scheduler has not
+  // taken yet; each caller gets an rl::Error. For a scheduler that is stuck: without
+  // this, a weight sync queued behind it waits forever. Returns the number dropped.
+  virtual int64_t cancel_pending_commands() = 0;
 
   // Control, between steps. flush_cache fails (returns false) while requests run.
   virtual bool flush_cache() = 0;

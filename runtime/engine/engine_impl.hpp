@@ -76,6 +76,7 @@ class EngineImpl final : public Engine {
   std::string submit(GenerateRequest req, UpdateFn on_update) override;
   bool abort(const std::string& rid) override;
   int64_t abort_all() override;
+  int64_t cancel_pending_commands() override;
   bool flush_cache() override;
   void update_weights_from_disk(const std::filesystem::path& dir,
                                 const std::optional<std::string>& weight_version = {}) override;

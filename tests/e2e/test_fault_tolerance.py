@@ -159,6 +159,16 @@ class FaultTolerance(RlhostTestCase):
                          % (took, max(m["perf/update_weights_time"] for i, m in enumerate(rows) if i != 2)))
         self.assertLess(took, 100, "the sync waited for the stopped engine")
 
+    def test_stall_one_thread_engine_during_step_2(self):
+        # A thread engine's scheduler stalls while its HTTP server still answers: found by
+        # its step counter (work waiting, no step) or, when the stall falls before the
+        # sync, by the sync queued behind it, which is dropped after the probe timeout
+        # (the trainer would wait for good). It is abandoned, a new engine started and
+        # refit, and the run finishes every step.
+        log = self.run_drill("stop", mode="thread")
+        self.assertRegex(log, r"engine 2 \([^)]*\): \w+ -> dead: (stuck: \d+ requests|its scheduler did not take the "
+                              r"weight sync within 4 s)")
+
     def test_bad_injection_names_the_item(self):
         r = subprocess.run([BIN, "--no-control", RECIPE, "--use-fault-tolerance", "--fault-injection", "stop:1:2:soon"],
                            capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)

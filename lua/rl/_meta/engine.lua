@@ -91,6 +91,12 @@ function Engine:stop(drain) end
 ---@return string? err why it was abandoned
 function Engine:stop_within(timeout) end
 
+--- Thread mode: drops the control commands (weight syncs, flushes) the scheduler has not
+--- taken yet, failing their callers at once; returns the number dropped (0 for a process
+--- engine). rl.recipe.health uses it when a sync waits behind a stuck scheduler.
+---@return integer
+function Engine:cancel_commands() end
+
 --- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's
 --- scheduler sleeps `seconds` between two steps while its HTTP server still answers
 --- (rl.recipe.health finds it by its step counter: work waiting, no step).

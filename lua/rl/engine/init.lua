@@ -325,6 +325,14 @@ function Engine:stop_within(timeout)
   return false, ("did not stop within %g s: abandoned (its threads end when they return)"):format(timeout)
 end
 
+--- Thread mode: drops the control commands (weight syncs, flushes) its scheduler has not
+--- taken yet, failing their callers at once; the number dropped (0 for a process engine,
+--- whose requests time out instead). rl.recipe.health uses it on a stuck scheduler.
+function Engine:cancel_commands()
+  if self.mode ~= "thread" or not self._h then return 0 end
+  return self._h:cancel_commands()
+end
+
 --- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's
 --- scheduler sleeps `seconds` between two steps while its HTTP server still answers
 --- (rl.recipe.health finds it by its step counter: work waiting, no step).

@@ -369,6 +369,7 @@ end
 -- request fails at once) instead of holding the sync for the trainer's whole timeout.
 function Health:guarded_sync(trainer, i)
   local eng, done, killing = engine_of(self.states[i]), false, false
+  local h = eng.mode == "thread" and eng._h   -- kept: a stop drops eng._h, the queued sync may remain
   local guard = task.spawn_named("sync guard " .. i, function()
     local fails, t0 = 0, now()
     while not done do
@@ -376,10 +377,23 @@ function Health:guarded_sync(trainer, i)
       if done then return end
       local ok, why, fatal = self:probe(i, true)
       if done then return end
+      -- A thread engine's sync is a command its scheduler runs between steps: one still
+      -- queued after the probe timeout sits behind a stuck scheduler. Dropping it fails
+      -- the trainer's sync at once (else it would wait for good).
+      if ok and h and now() - t0 > self.timeout and h:cancel_commands() > 0 then
+        ok, why = false, ("its scheduler did not take the weight sync within %g s (stuck)"):format(self.timeout)
+        fatal = true
+      end
       fails = ok and 0 or fails + 1
       if fatal or fails >= 2 then
         killing = true
-        return self:mark_dead(i, ("%s (during its weight sync, %.1f s in)"):format(why, now() - t0))
+        self:mark_dead(i, ("%s (during its weight sync, %.1f s in)"):format(why, now() - t0))
+        -- what is still queued on a stuck thread engine's scheduler is dropped until the sync returns
+        while h and not done do
+          h:cancel_commands()
+          task.sleep(0.2)
+        end
+        return
       end
     end
   end)
