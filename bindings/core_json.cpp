@@ -14,6 +14,7 @@
 
 #include "base/json_input.hpp"
 #include "base/utf8.hpp"
+#include "model/unicode.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 
@@ -285,6 +286,19 @@ int l_encode(lua_State* L) {
   return 1;
 }
 
+// valid_utf8(s): s with each invalid sequence replaced by U+FFFD (model::unicode's
+// from_utf8_lossy rule); s itself when already valid.
+int l_valid_utf8(lua_State* L) {
+  const std::string_view text = arg::string(L, 1, "s");
+  if (model::unicode::is_valid_utf8(text)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  const std::string out = model::unicode::to_valid_utf8(text);
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+
 }  // namespace
 
 void push_json_array_mt(lua_State* L) { push_array_mt(L); }
@@ -293,6 +307,7 @@ void open_json(lua_State* L, int t) {
   static const Reg regs[] = {
       {"encode", entry<l_encode>},
       {"decode", entry<l_decode>},
+      {"valid_utf8", entry<l_valid_utf8>},
   };
   register_functions(L, t, "rl.json.", regs);
   // the array metatable, shared by decode and rl.json.array()

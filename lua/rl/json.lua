@@ -11,6 +11,9 @@ local core = require "rl._core"
 local M = {
   decode = core.json.decode,
   null = core.json.null,
+  -- `s` as valid UTF-8: each invalid sequence becomes U+FFFD (as Python's errors="replace");
+  -- for text that quotes model output (which can end mid-character) before it is encoded
+  valid_utf8 = core.json.valid_utf8,
 }
 
 -- Deferred contents: rl.trace keeps a running sample's events outside Lua

@@ -254,4 +254,12 @@ describe("rl.json formatting", function()
     local v = { a = { 1, 2, { b = "x\ny" } }, c = false }
     eq(json.decode(json.encode(v, { indent = 4, sort_keys = true })), v)
   end)
+
+  it("valid_utf8 repairs what encode would refuse, and keeps valid text as it is", function()
+    eq(rl.json.valid_utf8("a\xE2\x88\x91"), "a\xE2\x88\x91")
+    local fixed = rl.json.valid_utf8("cut \xE2\x88 here \xFF")
+    eq(fixed, "cut \xEF\xBF\xBD here \xEF\xBF\xBD")
+    eq(rl.json.decode(rl.json.encode(fixed)), fixed)
+    raises(function() rl.json.valid_utf8(nil) end, "rl.json.valid_utf8: bad argument #1 's'")
+  end)
 end)

@@ -193,6 +193,12 @@ function rl.json.encode(value, opts) end
 ---@return string|nil err
 function rl.json.decode(text) end
 
+--- `s` as valid UTF-8: each invalid sequence becomes U+FFFD (Python's errors="replace");
+--- `s` itself when it is valid. For text that quotes model output before it is encoded.
+---@param s string
+---@return string
+function rl.json.valid_utf8(s) end
+
 --- Marks `t` (or a new table) as a JSON array and returns it.
 ---@generic T: table
 ---@param t? T

@@ -25,7 +25,7 @@ M.record_call = record
 function M.run_calls(registry, text, turn, sample, max_calls)
   local calls, problems = toolcall.parse(text)
   local msgs = {}
-  local clean = toolcall.clean   -- what quotes the model's text must stay valid UTF-8 (JSON)
+  local clean = json.valid_utf8   -- what quotes the model's text must stay valid UTF-8 (JSON)
   for _, p in ipairs(problems) do
     msgs[#msgs + 1] = { role = "tool", content = "error: " .. clean(p) }
     record(turn, "(malformed)", "malformed")

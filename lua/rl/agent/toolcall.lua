@@ -14,43 +14,6 @@ local M = { OPEN = "<tool_call>", CLOSE = "</tool_call>" }
 
 local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
 
---- `s` as valid UTF-8: every byte that does not start or continue a well-formed sequence
---- (overlong forms, surrogates and code points above U+10FFFF included) becomes U+FFFD.
---- Model text can be broken UTF-8 (a BPE token may end mid-character); whatever quotes
---- it — an error observation, a tool name in the turn record, a trace attribute — must
---- still encode as JSON.
-function M.clean(s)
-  if not s:find("[\128-\255]") then return s end
-  local out, i, n = {}, 1, #s
-  local byte = string.byte
-  while i <= n do
-    local c = byte(s, i)
-    local len, lo, hi = 0, 0x80, 0xBF
-    if c < 0x80 then len = 1
-    elseif c >= 0xC2 and c <= 0xDF then len = 2
-    elseif c >= 0xE0 and c <= 0xEF then
-      len = 3
-      if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F end
-    elseif c >= 0xF0 and c <= 0xF4 then
-      len = 4
-      if c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
-    end
-    local good = len > 0 and i + len - 1 <= n
-    for j = 1, len - 1 do
-      if not good then break end
-      local d = byte(s, i + j)
-      if j == 1 then good = d >= lo and d <= hi else good = d >= 0x80 and d <= 0xBF end
-    end
-    if good then
-      out[#out + 1] = s:sub(i, i + len - 1)
-      i = i + len
-    else
-      out[#out + 1] = "\239\191\189"
-      i = i + 1
-    end
-  end
-  return table.concat(out)
-end
 
 -- One call's JSON text -> call or nil, problem.
 local function one(body, k)
