@@ -4,7 +4,7 @@
 --   --rollout-device D              the engines' device (default below)
 --   --colocate                      engines on the trainer's device; they release their weights and
 --                                   KV cache while the trainer steps and resume after the sync
---                                   (sets --offload-rollout, as slime's --colocate does)
+--                                   (turns --offload-rollout on, as slime's --colocate does)
 --
 -- Without --rollout-device: colocated, or on the CPU, the engines share the trainer's
 -- device; on a GPU with more GPUs free, the engines take the next one (slime's separate
@@ -12,7 +12,7 @@
 local M = {}
 
 --- Resolves opt.device / opt.rollout_device / opt.colocate into
---- { trainer = "cuda:0", engines = "cuda:1", colocate = bool, offload = bool }; a device
+--- { trainer = "cuda:0", engines = "cuda:1", colocate = bool }; a device
 --- the build or machine lacks is a usage error naming the flag.
 function M.resolve(opt)
   local rl = require "rl"
@@ -41,14 +41,14 @@ function M.resolve(opt)
     local next_gpu = tonumber(trainer:match("^cuda:(%d+)$")) + 1
     engines = next_gpu < n and ("cuda:" .. next_gpu) or trainer
   end
-  return { trainer = trainer, engines = engines, colocate = opt.colocate or false,
-           offload = opt.colocate or opt.offload_rollout or false }
+  return { trainer = trainer, engines = engines, colocate = opt.colocate or false }
 end
 
---- One log line: "placement: trainer cuda:0, engines cuda:0 (colocated, offloaded while training)".
+--- One log line: "placement: trainer cuda:0, engines cuda:0 (colocated)". Whether the
+--- engines offload is rl.recipe.engines' (--offload-rollout) and logged there.
 function M.describe(p)
-  local how = p.colocate and " (colocated: the engines release their memory while the trainer steps)"
-    or (p.trainer == p.engines and p.trainer ~= "cpu" and " (shared, not offloaded: add --colocate to offload)") or ""
+  local how = p.colocate and " (colocated)"
+    or (p.trainer == p.engines and p.trainer ~= "cpu" and " (shared without --colocate: the engines keep their memory)") or ""
   return ("placement: trainer %s, engines %s%s"):format(p.trainer, p.engines, how)
 end
 
