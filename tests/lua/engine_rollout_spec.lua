@@ -80,8 +80,11 @@ describe("rl.rollout over the router and a real engine", function()
         ok(gen_end.attrs.prefill_time >= 0 and gen_end.attrs.e2e_latency > 0)
       end
     end
-    eq(m["rollout/reward/ok"] % 4, 0)
-    ok(m["rollout/reward/ok"] >= 8)
+    -- rewards are counted per sample as each finishes: an over-sampled group aborted once the
+    -- batch is full may have been scored in part, so only the kept groups' 8 are certain
+    ok(m["rollout/reward/ok"] >= 8, m["rollout/reward/ok"])
+    eq(m["rollout/reward/error"] or 0, 0)
+    eq(m["rollout/reward/timeout"] or 0, 0)
     eq(m["rollout/generate_failed"], 0, "generate failed: " .. tostring(ro.last_generate_error))
     local all = rl.rollout.metrics.rollout_metrics(0, groups, ro.last_rollout_time, m)
     eq(all["perf/request/count"], 8)
