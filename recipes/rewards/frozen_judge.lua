@@ -15,10 +15,12 @@
 --       update_weights: false
 --       server_groups: [{num_gpus: 1}]
 --
--- The reward is GSM8K's (the final answer against the label); the judge's verdict and
--- the weight version it served go into sample.metadata.judge (dumps, traces), where a
--- recipe can weigh them in.
+-- The group may be native or vLLM (backend: vllm in its entry). The reward is GSM8K's
+-- (the final answer against the label); the judge's verdict, the weight version and the
+-- engine that served it go into sample.metadata.judge (dumps, traces), where a recipe
+-- can weigh them in.
 local gsm8k = require "rl.rewards.gsm8k"
+local engines = require "rl.recipe.engines"
 
 local M = {}
 
@@ -32,14 +34,12 @@ function M.reward(sample)
     error(("frozen_judge: the job has no engine group '%s' (declare it in --sglang-config)"):format(M.group), 0)
   end
   local question = ("%s%s\nIs the answer right? "):format(sample.prompt or "", sample.response or "")
-  local resp, err = rl.http.post(g.url .. "/generate",
-    { text = question, sampling_params = { max_new_tokens = 4, temperature = 0 } }, { timeout = 60 })
-  if not resp then error("frozen_judge: " .. tostring(err), 0) end
-  if resp.status ~= 200 then error(("frozen_judge: %s/generate: HTTP %d"):format(g.url, resp.status), 0) end
-  local out = rl.json.decode(resp.body)
+  -- through the group's router, whatever its backend (a vLLM group's goes to /v1/completions)
+  local out, err, info = engines.generate(g, { text = question, sampling_params = { max_new_tokens = 4, temperature = 0 } })
+  if not out then error("frozen_judge: " .. tostring(err), 0) end
   sample.metadata = sample.metadata or {}
   sample.metadata.judge = { text = out.text, weight_version = out.meta_info and out.meta_info.weight_version,
-                            group = M.group }
+                            group = M.group, backend = g.backend, worker = info.worker }
   return (gsm8k.score(sample.response, sample.label))
 end
 

@@ -84,15 +84,29 @@ end)
 
 describe("rl.recipe.health.parse_injections", function()
   local parse = require("rl.recipe.health").parse_injections
-  it("reads ACTION:ENGINE:STEP[:DELAY | :sync] items", function()
+  it("reads ACTION:[GROUP:]ENGINE:STEP[:DELAY | :sync] items", function()
     eq(parse("kill:2:3,stop:1:0:0.5,stop:2:1:sync", 2), {
-      { action = "kill", engine = 2, step = 3, delay = 1, at_sync = false },
-      { action = "stop", engine = 1, step = 0, delay = 0.5, at_sync = false },
-      { action = "stop", engine = 2, step = 1, delay = 1, at_sync = true } })
+      { action = "kill", engine = 2, step = 3, delay = 1, at_sync = false, item = "kill:2:3" },
+      { action = "stop", engine = 1, step = 0, delay = 0.5, at_sync = false, item = "stop:1:0:0.5" },
+      { action = "stop", engine = 2, step = 1, delay = 1, at_sync = true, item = "stop:2:1:sync" } })
     eq(parse(nil, 2), {})
   end)
+  local groups = { { name = "actor", engines = { {}, {} }, update_weights = true },
+                   { name = "ref", engines = { {} }, update_weights = false } }
+  it("targets any engine group by name, the policy's without one", function()
+    eq(parse("kill:ref:1:2:0.5, stop:actor:2:1:sync,kill:2:0", groups), {
+      { action = "kill", group = "ref", engine = 1, step = 2, delay = 0.5, at_sync = false, item = "kill:ref:1:2:0.5" },
+      { action = "stop", group = "actor", engine = 2, step = 1, delay = 1, at_sync = true, item = "stop:actor:2:1:sync" },
+      { action = "kill", engine = 2, step = 0, delay = 1, at_sync = false, item = "kill:2:0" } })
+  end)
   it("names the bad item", function()
-    raises(function() parse("crash:1:1", 2) end, "--fault-injection: bad item 'crash:1:1' (expected ACTION:ENGINE:STEP")
-    raises(function() parse("kill:3:1", 2) end, "--fault-injection kill:3:1: engine 3 is not one of 1..2")
+    raises(function() parse("crash:1:1", 2) end, "--fault-injection: bad item 'crash:1:1' (expected ACTION:[GROUP:]ENGINE:STEP")
+    raises(function() parse("kill:3:1", 2) end, "--fault-injection kill:3:1: engine 3 is not one of 1..2 (--num-engines)")
+    raises(function() parse("kill:judge:1:1", groups) end,
+      "--fault-injection kill:judge:1:1: no engine group 'judge' (the job's groups: actor, ref;")
+    raises(function() parse("kill:ref:2:1", groups) end,
+      "--fault-injection kill:ref:2:1: engine 2 is not one of 1..1 (the engines of group 'ref')")
+    raises(function() parse("kill:ref:x:1", groups) end, "--fault-injection: bad item 'kill:ref:x:1'")
+    raises(function() parse("kill:ref:1:2:3:4", groups) end, "--fault-injection: bad item 'kill:ref:1:2:3:4'")
   end)
 end)

@@ -63,6 +63,13 @@ function engines.load_config(path, policy_model) end
 ---@return rl.recipe.EngineGroup[] groups, rl.recipe.EngineGroup|nil policy
 function engines.start(opt, job, base_opts) end
 --- Releases the offloaded groups' memory (health monitoring held) / weights back / KV back (monitoring again).
+--- Asks a group through its router with an SGLang /generate request, whatever its backend
+--- (a vLLM group's goes to /v1/completions); returns the SGLang-shaped answer and {worker}.
+---@param g rl.recipe.EngineGroup
+---@param req table text or input_ids, sampling_params, return_logprob
+---@param timeout? number seconds (default 60)
+---@return table|nil out, string|nil err, table|nil info
+function engines.generate(g, req, timeout) end
 function engines.offload(job) end
 function engines.onload_weights(job) end
 function engines.onload_kv(job) end
@@ -79,11 +86,12 @@ function Health:resume() end
 function Health:hold(why) end
 ---@param why string
 function Health:release(why) end
---- SIGKILL ("kill") or SIGSTOP ("stop") to process engine i now.
+--- SIGKILL ("kill") or SIGSTOP ("stop") to engine i of a group (default the policy's) now.
 ---@param action "kill"|"stop"
 ---@param i integer
+---@param group? string an engine group's name (--sglang-config)
 ---@return boolean|nil ok, string|nil err
-function Health:inject(action, i) end
+function Health:inject(action, i, group) end
 --- Engine i out of the router, killed; restarted before the next sync.
 ---@param i integer
 ---@param why string
@@ -142,11 +150,13 @@ function Job:maybe_save(rollout_id, force) end
 ---@return any ...
 function Job:timed(name, fn, ...) end
 
---- A fault drill: SIGKILL ("kill") or SIGSTOP ("stop") to process engine i (needs --use-fault-tolerance).
+--- A fault drill: SIGKILL ("kill") or SIGSTOP ("stop") to engine i of a group, default the
+--- policy's (needs --use-fault-tolerance).
 ---@param action "kill"|"stop"
 ---@param i integer
+---@param group? string an engine group's name (--sglang-config)
 ---@return boolean|nil ok, string|nil err
-function Job:inject_fault(action, i) end
+function Job:inject_fault(action, i, group) end
 
 function Job:pause() end
 function Job:resume() end

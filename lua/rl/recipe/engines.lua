@@ -186,6 +186,12 @@ function M.start(opt, job, base_opts)
         local b = k:match("^(%w+)_args$")
         if b and b ~= g.backend and sg.overrides[k] == nil then eopts[k] = nil end
       end
+      if g.backend == "vllm" then   -- --vllm-<flag> and --vllm-python reach a vLLM group whatever the policy's backend
+        if eopts.vllm_args == nil then eopts.vllm_args = opt.vllm_args end
+        if eopts.python == nil then eopts.python = opt.vllm_python end
+      elseif sg.overrides.python == nil then
+        eopts.python = nil   -- vLLM's python, when the flags' backend is vllm
+      end
       g.server_groups[si] = { num_engines = sg.num_engines, engine_opts = eopts }
       for i = 1, sg.num_engines do
         local ok, eng, err = pcall(rl.engine.start, eopts)
@@ -226,6 +232,37 @@ function M.start(opt, job, base_opts)
   end
   for name, g in pairs(by_name) do groups[name] = g end
   return groups, policy
+end
+
+--- Asks group g through its router: one SGLang-shaped /generate request (req: text or
+--- input_ids, sampling_params, return_logprob) -> the SGLang-shaped answer, or nil and
+--- why; a vLLM group's request goes to /v1/completions (rl.engine.vllm translates), so
+--- a reward asks any group the same way. Also returns {worker = the engine's URL (the
+--- router's x-rlhost-worker)}. timeout: seconds (default 60).
+function M.generate(g, req, timeout)
+  local json = require "rl.json"
+  local vllm = g.backend == "vllm" and require "rl.engine.vllm"
+  local path, body = "/generate", req
+  if vllm then
+    local b, berr = vllm.completions_request(req)
+    if not b then return nil, berr end
+    path, body = "/v1/completions", b
+  end
+  local url = g.url .. path
+  local resp, err = rl.http.post(url, body, { timeout = timeout or 60 })
+  if not resp then return nil, ("POST %s: %s"):format(url, tostring(err)) end
+  if resp.status ~= 200 then return nil, ("POST %s: HTTP %d: %s"):format(url, resp.status, resp.body:sub(1, 300)) end
+  local worker = (resp.headers or {})["x-rlhost-worker"]
+  local out = json.decode(resp.body)
+  if type(out) ~= "table" then return nil, ("POST %s: bad JSON"):format(url) end
+  if vllm then   -- vLLM's answers carry no weight version: the serving engine's record
+    local version
+    for _, e in ipairs(g.engines) do if e.url == worker then version = e.weight_version end end
+    local outs, terr = vllm.generate_response(out, version or (g.engines[1] or {}).weight_version)
+    if not outs then return nil, ("POST %s: %s"):format(url, terr) end
+    out = #outs == 1 and outs[1] or outs
+  end
+  return out, nil, { worker = worker }
 end
 
 function M.gpu_available()
@@ -290,7 +327,12 @@ end
 function M.onload_weights(job)
   if not job.offloaded then return end
   local errs = each_offloaded(job, function(e) return e:resume_memory({ "weights" }) end)
-  if #errs > 0 then error("onload of the weights failed: " .. table.concat(errs, "; "), 0) end
+  if #errs > 0 and job.health then   -- an engine that died meanwhile: the probes before the sync restart it
+    log.warn("onload of the weights failed: %s; fault tolerance probes and restarts it before the sync",
+      table.concat(errs, "; "))
+  elseif #errs > 0 then
+    error("onload of the weights failed: " .. table.concat(errs, "; "), 0)
+  end
 end
 
 --- Brings the KV cache back (after the weight sync) and resumes health monitoring.
@@ -299,7 +341,11 @@ function M.onload_kv(job)
   local errs = each_offloaded(job, function(e) return e:resume_memory({ "kv_cache" }) end)
   job.offloaded = false
   if job.health then job.health:release("offloaded") end
-  if #errs > 0 then error("onload of the KV cache failed: " .. table.concat(errs, "; "), 0) end
+  if #errs > 0 and job.health then
+    log.warn("onload of the KV cache failed: %s; fault tolerance's probes find the engine", table.concat(errs, "; "))
+  elseif #errs > 0 then
+    error("onload of the KV cache failed: " .. table.concat(errs, "; "), 0)
+  end
 end
 
 --- Stops every group's router and engines.

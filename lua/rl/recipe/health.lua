@@ -13,7 +13,7 @@
 --- engine of job.groups); a frozen group's (update_weights false) restarted engine
 --- loads its own model and rejoins its router at once, with no refit.
 --- Fault injection (--fault-injection, or job:inject_fault from `rlhost attach`) kills or
---- stops a chosen engine at a chosen step. See docs/fault_tolerance.md.
+--- stops a chosen engine of any group (the policy's by default) at a chosen step. See docs/fault_tolerance.md.
 local rl = require "rl"
 local log = require "rl.log"
 local task = require "rl.task"
@@ -29,27 +29,65 @@ local ACTIONS = { kill = SIGKILL, stop = SIGSTOP }
 local function now() return rl.now() end
 local proc = require("rl._core").router  -- spawn/kill/reap of child processes (their process groups)
 
---- Parses --fault-injection: "ACTION:ENGINE:STEP[:DELAY]" items, comma-separated
---- (ACTION kill | stop, ENGINE 1-based, STEP the rollout id, DELAY seconds into that
---- step's rollout, default 1, or "sync": as that step's weight sync starts, after its
---- probes). Returns the list or raises a usage error.
-function M.parse_injections(text, num_engines)
+-- The groups a monitor watches: job.groups (rl.recipe.engines), else one of job.engines.
+local function groups_of(job)
+  return job.groups or { { name = "default", engines = job.engines or {}, router = job.router, update_weights = true } }
+end
+
+-- The group whose engines go by plain numbers (engine 1, ...): the policy's (the one
+-- taking weight updates), else a job's only group.
+local function plain_group(groups)
+  for _, g in ipairs(groups) do if g.update_weights then return g end end
+  if #groups == 1 then return groups[1] end
+end
+
+--- Parses --fault-injection: "ACTION:[GROUP:]ENGINE:STEP[:DELAY]" items, comma-separated
+--- (ACTION kill | stop; GROUP an engine group's name (--sglang-config), default the
+--- policy's; ENGINE 1-based within the group; STEP the rollout id; DELAY seconds into
+--- that step's rollout, default 1, or "sync": as that step's weight sync starts, after
+--- its probes). groups: the job's (rl.recipe.engines), or a number of policy engines.
+--- Returns the list or raises a usage error naming the item.
+function M.parse_injections(text, groups)
   local out = {}
   if not text or text == "" then return out end
+  if type(groups) == "number" then groups = { { name = "default", engines = { n = groups }, update_weights = true } } end
+  local function size(g) return g.engines.n or #g.engines end
+  local hint = " (expected ACTION:[GROUP:]ENGINE:STEP[:DELAY_S | :sync], e.g. kill:2:2:1.5, stop:1:3:sync or "
+    .. "kill:ref:1:2 for engine 1 of group 'ref'; ACTION kill or stop)"
   for item in text:gmatch("[^,]+") do
-    local action, engine, step, delay = item:match("^%s*(%a+):(%d+):(%d+):?([%w%.]*)%s*$")
-    local hint = " (expected ACTION:ENGINE:STEP[:DELAY_S | :sync], e.g. kill:2:2:1.5 or stop:1:3:sync; "
-      .. "ACTION kill or stop)"
-    if not action or not ACTIONS[action] or (delay ~= "" and delay ~= "sync" and not tonumber(delay)) then
+    item = item:match("^%s*(.-)%s*$")
+    local f = {}
+    for part in (item .. ":"):gmatch("([^:]*):") do f[#f + 1] = part end
+    local group
+    if f[2] and not f[2]:match("^%d+$") then group = table.remove(f, 2) end
+    local action, engine, step, delay = f[1], f[2], f[3], f[4] or ""
+    if not ACTIONS[action] or #f > 4 or not (engine or ""):match("^%d+$") or not (step or ""):match("^%d+$")
+        or (delay ~= "" and delay ~= "sync" and not tonumber(delay)) or (group and not group:match("^[%w_%-]+$")) then
       rl.args.usage_error("--fault-injection: bad item '" .. item .. "'" .. hint)
     end
-    engine, step = tonumber(engine), tonumber(step)   -- ENGINE: of the policy group
-    if engine < 1 or engine > num_engines then
-      rl.args.usage_error(("--fault-injection %s: engine %d is not one of 1..%d (--num-engines)")
-        :format(item, engine, num_engines))
+    engine, step = tonumber(engine), tonumber(step)
+    local g
+    if group then
+      for _, x in ipairs(groups) do if x.name == group then g = x end end
+      if not g then
+        local names = {}
+        for i, x in ipairs(groups) do names[i] = x.name end
+        rl.args.usage_error(("--fault-injection %s: no engine group '%s' (the job's groups: %s; more come from "
+          .. "--sglang-config)"):format(item, group, table.concat(names, ", ")))
+      end
+    else
+      g = plain_group(groups)
+      if not g then
+        rl.args.usage_error(("--fault-injection %s: no group takes weight updates, so name one (ACTION:GROUP:ENGINE:"
+          .. "STEP)"):format(item))
+      end
     end
-    out[#out + 1] = { action = action, engine = engine, step = step, at_sync = delay == "sync",
-                      delay = tonumber(delay) or 1 }
+    if engine < 1 or engine > size(g) then
+      rl.args.usage_error(("--fault-injection %s: engine %d is not one of 1..%d (%s)"):format(item, engine, size(g),
+        group and ("the engines of group '" .. group .. "'") or "--num-engines"))
+    end
+    out[#out + 1] = { action = action, group = group, engine = engine, step = step, at_sync = delay == "sync",
+                      delay = tonumber(delay) or 1, item = item }
   end
   return out
 end
@@ -65,7 +103,7 @@ function M.from_options(opt, job)
   end
   return M.new(job, { interval = opt.rollout_health_check_interval, timeout = opt.rollout_health_check_timeout,
     first_wait = opt.rollout_health_check_first_wait, engine_opts = job.engine_opts,
-    injections = M.parse_injections(opt.fault_injection, #job.engines) }):start()
+    injections = M.parse_injections(opt.fault_injection, groups_of(job)) }):start()
 end
 
 --- A monitor for the engines of job.groups (rl.recipe.engines), or of job.engines
@@ -76,12 +114,12 @@ function M.new(job, opts)
   local self = setmetatable({ job = job, interval = opts.interval or 30, timeout = opts.timeout or 30,
     first_wait = opts.first_wait or 0, injections = opts.injections or {}, engine_opts = opts.engine_opts,
     states = {}, paused = false, holds = {}, events = {}, recoveries = {}, external = {} }, Health)
-  local groups = job.groups or { { name = "default", engines = job.engines, router = job.router, update_weights = true } }
-  local named = #groups > 1
+  local groups = groups_of(job)
+  local plain = plain_group(groups)
   for _, g in ipairs(groups) do
     for i = 1, #g.engines do
       -- the policy group's engines keep their plain names (engine 1, ...), as in --fault-injection
-      local label = (named and not g.update_weights) and ("%s engine %d"):format(g.name, i) or ("engine " .. i)
+      local label = g == plain and ("engine " .. i) or ("%s engine %d"):format(g.name, i)
       self.states[#self.states + 1] = { state = "healthy", fails = 0, started = now(), restarts = 0, group = g,
         index = i, label = label, engine_opts = g.engine_opts and g.engine_opts[i] or opts.engine_opts }
     end
@@ -100,7 +138,7 @@ end
 
 -- Whether a process-mode engine's process has exited (reaped then); its status.
 local function exited(eng)
-  if eng.mode ~= "process" or not eng.pid then return false end
+  if (eng.mode ~= "process" and eng.mode ~= "vllm") or not eng.pid then return false end
   local code = proc.reap(eng.pid)
   if code == nil then return false end
   eng.pid = nil
@@ -306,23 +344,34 @@ end
 -- How long a drill's "stop" stalls a thread-mode engine: for good.
 local STALL_S = 24 * 3600
 
---- Kills (SIGKILL) or stops (SIGSTOP) engine i now: a fault drill. A thread-mode engine
---- can only be stopped: its HTTP loop and scheduler stall (rl.engine's stall).
-function Health:inject(action, i)
-  local eng = self.job.engines[i]   -- the policy group's engine i
+--- Kills (SIGKILL) or stops (SIGSTOP) engine i of a group now (group: its name,
+--- default the policy's): a fault drill. A process or vLLM engine gets the signal (its
+--- process group); a thread-mode engine can only be stopped: its HTTP loop and
+--- scheduler stall (rl.engine's stall).
+function Health:inject(action, i, group)
   local sig = ACTIONS[action]
   if not sig then return nil, "inject: action must be 'kill' or 'stop' (got " .. tostring(action) .. ")" end
-  if not eng then return nil, ("inject: no engine %s (1..%d)"):format(tostring(i), #self.job.engines) end
+  local groups = groups_of(self.job)
+  local g = plain_group(groups)
+  if group ~= nil then
+    g = nil
+    for _, x in ipairs(groups) do if x.name == group then g = x end end
+  end
+  if not g then return nil, ("inject: no engine group '%s'"):format(tostring(group)) end
+  local st
+  for _, x in ipairs(self.states) do if x.group == g and x.index == i then st = x end end
+  if not st then return nil, ("inject: no engine %s in group '%s' (1..%d)"):format(tostring(i), g.name, #g.engines) end
+  local eng = engine_of(st)
   if eng.mode == "thread" and action == "stop" and eng._h then
-    log.warn("fault injection: stalling thread engine %d (%s)", i, tostring(eng.url))
+    log.warn("fault injection: stalling thread %s (%s)", st.label, tostring(eng.url))
     eng:stall(STALL_S)
     return true
   end
-  if eng.mode ~= "process" or not eng.pid then
-    return nil, ("inject: engine %d is not a running process (--engine-mode process; a thread engine can "
-      .. "only be stopped)"):format(i)
+  if eng.mode == "thread" or not eng.pid then
+    return nil, ("inject: %s is not a running process (--engine-mode process; a thread engine can "
+      .. "only be stopped)"):format(st.label)
   end
-  log.warn("fault injection: %s engine %d (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", i, eng.pid)
+  log.warn("fault injection: %s %s (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", st.label, eng.pid)
   proc.kill(eng.pid, sig)
   return true
 end
@@ -335,8 +384,8 @@ function Health:step_start(rollout_id)
   for _, inj in ipairs(self.injections) do
     if inj.step == rollout_id and not inj.at_sync then
       task.after(inj.delay, function()
-        local ok, err = self:inject(inj.action, inj.engine)
-        if not ok then log.warn("fault injection %s:%d:%d not done: %s", inj.action, inj.engine, inj.step, err) end
+        local ok, err = self:inject(inj.action, inj.engine, inj.group)
+        if not ok then log.warn("fault injection %s not done: %s", inj.item, err) end
       end)
     end
   end
@@ -443,8 +492,8 @@ function Health:sync(trainer)
   self:restart_dead()
   for _, inj in ipairs(self.injections) do   -- drills for this step's sync
     if inj.at_sync and inj.step == self.step then
-      local ok, err = self:inject(inj.action, inj.engine)
-      if not ok then log.warn("fault injection %s:%d:%d:sync not done: %s", inj.action, inj.engine, inj.step, err) end
+      local ok, err = self:inject(inj.action, inj.engine, inj.group)
+      if not ok then log.warn("fault injection %s not done: %s", inj.item, err) end
     end
   end
   -- only the groups that take weight updates are synced (job.engines: the policy's)

@@ -239,6 +239,7 @@ function M.setup(opt, setup_opts)
     log.info("trainer metrics for Prometheus: " .. srv:url() .. "/metrics")
   end
 
+  local policy_backend = job.policy_group and job.policy_group.backend or opt.rollout_backend
   local ro_opts = {
     url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = reward, reward_key = opt.reward_key,
     -- the recipe's filter, else the library's by name; --dynamic-sampling-filter none turns either off
@@ -248,8 +249,9 @@ function M.setup(opt, setup_opts)
     over_sampling_batch_size = opt.over_sampling_batch_size, rollout_max_response_len = opt.rollout_max_response_len,
     rollout_temperature = opt.rollout_temperature, rollout_top_p = opt.rollout_top_p, rollout_top_k = opt.rollout_top_k,
     rollout_seed = opt.rollout_seed, num_engines = opt.num_engines, eval_datasets = job.eval_datasets,
-    backend = opt.rollout_backend == "vllm" and "vllm" or nil,
-    weight_version = opt.rollout_backend == "vllm" and job.engines and job.engines[1].weight_version or nil,
+    -- the policy group's backend (--rollout-backend, or its --sglang-config entry's)
+    backend = policy_backend == "vllm" and "vllm" or nil,
+    weight_version = policy_backend == "vllm" and job.engines and job.engines[1] and job.engines[1].weight_version or nil,
     save_debug_rollout_data = opt.save_debug_rollout_data, load_debug_rollout_data = opt.load_debug_rollout_data,
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
   }

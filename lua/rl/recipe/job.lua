@@ -231,11 +231,12 @@ function Job:wait_while_paused()
   log.info("resumed")
 end
 
---- A fault drill (also from `rlhost attach`: rl.recipe.current:inject_fault("kill", 2)):
---- SIGKILL ("kill") or SIGSTOP ("stop") to process engine i now. Needs --use-fault-tolerance.
-function Job:inject_fault(action, i)
+--- A fault drill (also from `rlhost attach`: rl.recipe.current:inject_fault("kill", 2), or
+--- inject_fault("kill", 1, "ref") for engine 1 of group 'ref'): SIGKILL ("kill") or SIGSTOP
+--- ("stop") to engine i of a group (default the policy's) now. Needs --use-fault-tolerance.
+function Job:inject_fault(action, i, group)
   if not self.health then return nil, "inject_fault: the job runs without --use-fault-tolerance" end
-  return self.health:inject(action, i)
+  return self.health:inject(action, i, group)
 end
 
 --- Ctrl-C or SIGTERM stops at the next step boundary, after saving; a second one cancels.

@@ -90,7 +90,8 @@ local FLAGS = {
     help = "the engines' device (default: the trainer's, or the next GPU when there is one and no --colocate)" },
   { name = "sglang_config", type = "string",
     help = "engine groups (slime's server groups): a YAML, JSON or Lua file 'sglang: [{name, model_path, update_weights, "
-      .. "backend, server_groups: [{num_gpus, overrides}]}]'; each model gets its engines and router (docs/recipes.md)" },
+      .. "backend, server_groups: [{num_gpus, overrides}]}]'; each model gets its engines and router; backend native or vllm "
+      .. "per model, whatever --rollout-backend says (docs/recipes.md)" },
   { name = "colocate", type = "bool", default = false,
     help = "slime's: the engines share the trainer's device (--device) and release weights and KV cache while it steps (--offload-rollout)" },
   { name = "offload_rollout", type = "bool",
@@ -106,7 +107,8 @@ local FLAGS = {
   { name = "rollout_health_check_first_wait", type = "number", default = 0,
     help = "seconds after an engine (re)starts before its first probe" },
   { name = "fault_injection", type = "string",
-    help = "drills: ACTION:ENGINE:STEP[:DELAY_S],... (kill or stop process engine ENGINE DELAY_S s into rollout STEP)" },
+    help = "drills: ACTION:[GROUP:]ENGINE:STEP[:DELAY_S | :sync],... (kill or stop engine ENGINE of GROUP, default "
+      .. "the policy's, DELAY_S s into rollout STEP; e.g. kill:2:2, kill:ref:1:2)" },
   { name = "hang_timeout", type = "number", default = 1800,
     help = "no sample, request or training step for this many seconds: log a hang report (rl.watchdog; 0: off)" },
   { name = "metrics_port", type = "int",
