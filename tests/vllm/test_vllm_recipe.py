@@ -5,7 +5,10 @@ Three GRPO steps on the default model: the engines are vLLM servers behind rlhos
 router (/v1/completions, token ids in and out, per-token log-probs), the trainer
 syncs its weights to them each step (safetensors on tmpfs, reload_weights in place)
 and --check-weight-update-equal has every engine's log-probs of a sampled response
-match the trainer's after every sync. Checked: rewards and log-prob metrics per step
+match the trainer's after every sync. The policy's vLLM group runs next to a frozen
+native group (--sglang-config: `ref`, stories260K, backend native) that the reward asks
+(recipes/rewards/frozen_judge.lua): every sample carries its answer at the frozen
+group's own weight version. Checked: rewards and log-prob metrics per step
 (engine and trainer agree: train_rollout_logprob_abs_diff), the sync check's metric,
 the debug dumps (tokens, rollout log-probs, finish reasons, the synced weight
 version), the router's launch line and /workers naming the vLLM servers (what
@@ -25,6 +28,8 @@ import vllm_support as vs  # noqa: E402
 from support import read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(vs.SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
+JUDGE = os.path.join(vs.SOURCE_DIR, "recipes", "rewards", "frozen_judge.lua")
+STORIES = os.path.join(vs.TEST_DATA, "models", "stories260K")
 
 DUMP = r"""
 local d = assert(rl.dump.load(arg[1]))
@@ -33,7 +38,7 @@ for i, s in ipairs(d.samples) do
   local lps = s.rollout_log_probs
   out[i] = { tokens = #s.tokens, response_length = s.response_length, log_probs = type(lps) == "table" and #lps or -1,
              max_lp = type(lps) == "table" and math.max(unpack(lps)) or 0,
-             status = s.status, versions = s.weight_versions, reward = s.reward }
+             status = s.status, versions = s.weight_versions, reward = s.reward, judge = s.metadata.judge }
 end
 print(rl.json.encode(out))
 """
@@ -46,7 +51,19 @@ class VllmRecipeTest(vs.RlhostTestCase):
 
     def test_grpo_with_two_vllm_engines(self):
         d = self.dir
-        args = [vs.BIN, "--no-control", RECIPE, "--rollout-backend", "vllm", "--num-engines", "2",
+        # the policy's group takes the flags' backend (vllm); the frozen one says native
+        cfg = self.write("groups.yaml", """\
+            sglang:
+              - name: actor
+                server_groups: [{num_gpus: 2}]
+              - name: ref
+                model_path: %s
+                update_weights: false
+                backend: native
+                server_groups: [{num_gpus: 1}]
+            """ % STORIES)
+        args = [vs.BIN, "--no-control", RECIPE, "--rollout-backend", "vllm", "--sglang-config", cfg,
+                "--custom-rm-path", JUDGE + ":reward",
                 "--num-rollout", "3", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
                 "--over-sampling-batch-size", "4", "--dynamic-sampling-filter", "none",
                 "--rollout-max-response-len", "48", "--eval-max-prompts", "4", "--eval-interval", "3",
@@ -67,6 +84,8 @@ class VllmRecipeTest(vs.RlhostTestCase):
         self.assertNotEqual(servers[0][0], servers[1][0])
         self.assertRegex(log, r"Router launched at 127\.0\.0\.1:\d+")
         self.assertIn("weight sync to 2 engine(s): disk, disk", log)
+        self.assertRegex(log, r"engine group 'actor': 2 vllm engine\(s\) of .* \(takes weight updates\)")
+        self.assertRegex(log, r"engine group 'ref': 1 native engine\(s\) of .*stories260K behind \S+ \(frozen\)")
 
         rows = read_jsonl(d + "/m/metrics.jsonl")
         steps = [m for m in rows if "rollout/step" in m]
@@ -106,6 +125,10 @@ class VllmRecipeTest(vs.RlhostTestCase):
                 want = "default" if step == 0 else str(steps[step - 1]["rollout/weight_version"])
                 self.assertEqual(s["versions"], [want], s)
                 self.assertIsNotNone(s["reward"])
+                # the frozen native group answered the reward, with its own weights all run long
+                self.assertEqual((s["judge"]["group"], s["judge"]["backend"]), ("ref", "native"), s)
+                self.assertEqual(s["judge"]["weight_version"], "default", s)
+                self.assertIsInstance(s["judge"]["text"], str)
 
         for url, pid in servers:   # each server's process group (API server, EngineCore, worker) is gone
             self.assertTrue(vs.wait_group_gone(int(pid), 30), "vLLM processes of %s left after the run" % url)

@@ -13,7 +13,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from support import BIN, SOURCE_DIR, RlhostTestCase, clean_env  # noqa: E402,F401
+from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, clean_env  # noqa: E402,F401
 
 VENV = os.environ.get("RLHOST_VLLM_VENV") or os.path.expanduser("~/.cache/rlhost/vllm-venv")
 PYTHON = os.environ.get("RLHOST_VLLM_PYTHON") or os.path.join(VENV, "bin", "python")
