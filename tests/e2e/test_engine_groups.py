@@ -7,6 +7,11 @@
   --offload-rollout and --use-fault-tolerance: the policy's weight version moves each
   step, the frozen group answers with its own version all run long, the engines release
   their memory around training.
+- --fault-injection on the frozen group (kill:ref:1:1:0): a real SIGKILL to the ref
+  group's engine 1 as rollout step 1 starts; the run finishes its 3 steps with full
+  batches, the health monitor restarts that engine without a refit and puts it back in
+  the ref group's router, where it serves the judge again in step 2, while the policy
+  syncs every step and loses nothing. A drill naming an unknown group is a usage error.
 - Offload measured: a process engine on a random 6M-parameter Llama releases its weights
   and KV cache (its RSS drops by about their size, every time, not only the first) and
   answers the same greedy tokens after resuming.
@@ -37,6 +42,41 @@ for _, s in ipairs(assert(rl.dump.load(arg[1])).samples) do
 end
 print(rl.json.encode(rows))
 """
+
+# frozen_judge's reward, plus what the ref group looked like when it ran: its router's
+# workers and an answer straight from its engine 1 (the restarted one, once restarted).
+JUDGE_AND_LOOK = r"""
+local judge = assert(dofile(%r))
+return { reward = function(sample)
+  local r = judge.reward(sample)
+  local g = rl.recipe.current.groups.ref
+  local urls = {}
+  for i, w in ipairs(g.router:workers()) do urls[i] = w.url end
+  local e1 = g.engines[1].url
+  local resp = rl.http.post(e1 .. "/generate", { text = "1+1=", sampling_params = { max_new_tokens = 2, temperature = 0 } },
+                            { timeout = 10 })
+  sample.metadata.ref = { router = urls, engine1 = e1, engine1_status = resp and resp.status or 0 }
+  return r
+end }
+"""
+
+DUMP_REF = r"""
+local rows = {}
+for _, s in ipairs(assert(rl.dump.load(arg[1])).samples) do
+  rows[#rows + 1] = { versions = s.weight_versions, judge = s.metadata.judge, ref = s.metadata.ref, reward = s.reward,
+                      status = s.status }
+end
+print(rl.json.encode(rows))
+"""
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
 
 # A process engine on a random Llama: VmRSS (MiB) around release/resume, twice.
 OFFLOAD = r"""
@@ -147,6 +187,63 @@ class EngineGroups(RlhostTestCase):
         except AssertionError as e:
             raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
 
+    def test_kill_a_frozen_engine_mid_run(self):
+        cfg = self.write("groups.yaml", """\
+            sglang:
+              - name: actor
+                server_groups: [{num_gpus: 2}]
+              - name: ref
+                model_path: %s
+                update_weights: false
+                server_groups: [{num_gpus: 2}]
+            """ % STORIES)
+        reward = self.write("judge_and_look.lua", JUDGE_AND_LOOK % JUDGE)
+        d = self.dir
+        code, log = self.run_recipe(
+            "--num-rollout", "3", "--engine-mode", "process", "--sglang-config", cfg,
+            "--custom-rm-path", reward + ":reward", "--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
+            "--rollout-health-check-timeout", "4", "--fault-injection", "kill:ref:1:1:0",
+            "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N), "--rollout-max-response-len", "32",
+            "--dynamic-sampling-filter", "none", "--threads", "1", "--no-progress", "--eval-interval", "1000",
+            "--eval-max-prompts", "2", "--metrics-dir", d + "/m", "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt")
+        try:
+            self.assertEqual(code, 0)
+            killed = re.search(r"fault injection: SIGKILL to ref engine 1 \(pid (\d+)\)", log)
+            self.assertTrue(killed)
+            self.assertRegex(log, r"ref engine 1 \(\S+\): \w+ -> dead: its process exited")
+            restarted = re.search(r"ref engine 1 restarted in [\d.]+ s: (\S+) \(pid (\d+)\)", log)
+            self.assertTrue(restarted)
+            new_url, new_pid = restarted.group(1), int(restarted.group(2))
+            self.assertNotEqual(int(killed.group(1)), new_pid)
+            self.assertFalse(alive(int(killed.group(1))))
+            self.assertRegex(log, r"ref engine 1 \(frozen\) serves its own model, weight version default; back in the router")
+            self.assertNotIn("ref engine 1 refit", log)   # a frozen engine takes no weights
+            self.assertNotRegex(log, r"(?m)^.*\] engine [12] \(\S+\): \w+ -> (suspect|dead)")   # the policy's engines: fine
+            rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+            self.assertEqual([m["rollout/step"] for m in rows], [0, 1, 2])
+            versions = [m["rollout/weight_version"] for m in rows]
+            self.assertEqual(versions, sorted(set(versions)))   # the policy synced every step
+            self.assertEqual(rows[-1]["rollout/engines/restarts"], 1)
+            script = self.write("dump_ref.lua", DUMP_REF)
+            for step in range(3):
+                r = subprocess.run([BIN, "--no-control", script, d + "/dump/r_%d.pt" % step], capture_output=True,
+                                   text=True, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                samples = json.loads(r.stdout)
+                self.assertEqual(len(samples), PROMPTS * N, "step %d" % step)   # nothing lost
+                for s in samples:
+                    self.assertIsNotNone(s["reward"], s)   # the judge answered, through the other engine meanwhile
+                    self.assertEqual(s["judge"]["weight_version"], "default", s)
+                    if step > 0:
+                        self.assertEqual(s["versions"], [str(versions[step - 1])], s)
+                    if step == 2:   # the restarted engine is the group's engine 1, in its router, and serves
+                        self.assertEqual(s["ref"]["engine1"], new_url, s)
+                        self.assertIn(new_url, s["ref"]["router"], s)
+                        self.assertEqual(len(s["ref"]["router"]), 2, s)
+                        self.assertEqual(s["ref"]["engine1_status"], 200, s)
+        except AssertionError as e:
+            raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
+
     def test_offload_frees_memory_and_answers_the_same(self):
         script = self.write("offload.lua", OFFLOAD)
         r = subprocess.run([BIN, "--no-control", script, self.dir + "/model"], capture_output=True, text=True,
@@ -184,6 +281,12 @@ class EngineGroups(RlhostTestCase):
         self.assertEqual(code, 2, log[-3000:])
         self.assertIn("--sglang-config %s: sglang[1] (ref).server_groups[1]: " % cfg, log)
         self.assertIn("opts.no_such_option", log)
+        # --fault-injection naming a group the config does not have: before any engine starts
+        code, log = self.run_recipe("--sglang-config", cfg, "--num-rollout", "1", "--use-fault-tolerance",
+                                    "--fault-injection", "kill:judge:1:0", timeout=120)
+        self.assertEqual(code, 2, log[-3000:])
+        self.assertIn("--fault-injection kill:judge:1:0: no engine group 'judge' (the job's groups: ref;", log)
+        self.assertNotRegex(log, re.escape("engine server: serving"))
 
 
 if __name__ == "__main__":

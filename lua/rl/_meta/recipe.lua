@@ -63,6 +63,11 @@ function engines.load_config(path, policy_model) end
 ---@return rl.recipe.EngineGroup[] groups, rl.recipe.EngineGroup|nil policy
 function engines.start(opt, job, base_opts) end
 --- Releases the offloaded groups' memory (health monitoring held) / weights back / KV back (monitoring again).
+--- The groups the job will start, before any starts: {name, update_weights, engines = {n = count}} each.
+---@param opt table
+---@param job rl.recipe.Job
+---@return table[]
+function engines.plan(opt, job) end
 --- Asks a group through its router with an SGLang /generate request, whatever its backend
 --- (a vLLM group's goes to /v1/completions); returns the SGLang-shaped answer and {worker}.
 ---@param g rl.recipe.EngineGroup

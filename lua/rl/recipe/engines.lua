@@ -154,6 +154,20 @@ local function models_of(opt, job)
              server_groups = { { num_engines = opt.num_engines, overrides = {} } }, where = "the engine flags" } }
 end
 
+--- The groups the job will start, before any starts (checked, read once per job):
+--- {name, update_weights, engines = {n = count}} each, for checks of flags that name
+--- groups or engines (--fault-injection).
+function M.plan(opt, job)
+  job.engine_models = job.engine_models or models_of(opt, job)
+  local out = {}
+  for i, m in ipairs(job.engine_models) do
+    local n = 0
+    for _, sg in ipairs(m.server_groups) do n = n + sg.num_engines end
+    out[i] = { name = m.name, update_weights = m.update_weights, engines = { n = n } }
+  end
+  return out
+end
+
 local function stop_all(groups)
   for _, g in ipairs(groups) do
     if g.router then g.router:stop() end
@@ -167,7 +181,7 @@ end
 --- Returns the groups in order (also by name: groups.ref, groups.default) and the
 --- policy group (the one that takes weight updates, else nil).
 function M.start(opt, job, base_opts)
-  local models = models_of(opt, job)
+  local models = job.engine_models or models_of(opt, job)
   local offload = M.offload_options(opt)
   local groups, by_name, policy = {}, {}, nil
   for _, m in ipairs(models) do
