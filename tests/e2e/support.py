@@ -50,6 +50,15 @@ def wait_for(pred, timeout=10, what="condition"):
     raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
+def alive(pid):
+    """True while process `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def read_jsonl(path):
     """The rows of a JSONL file (a metrics.jsonl)."""
     with open(path) as f:

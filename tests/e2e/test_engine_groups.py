@@ -27,7 +27,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, read_jsonl  # noqa: E402
+from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, alive, read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 JUDGE = os.path.join(SOURCE_DIR, "recipes", "rewards", "frozen_judge.lua")
@@ -68,14 +68,6 @@ for _, s in ipairs(assert(rl.dump.load(arg[1])).samples) do
 end
 print(rl.json.encode(rows))
 """
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 # A process engine on a random Llama: VmRSS (MiB) around release/resume, twice.

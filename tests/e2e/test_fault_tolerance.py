@@ -19,7 +19,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, wait_for  # noqa: E402
+from support import BIN, SOURCE_DIR, RlhostTestCase, alive, lua_json, read_jsonl, wait_for  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 PROMPTS, N = 4, 4
@@ -33,14 +33,6 @@ for i, s in ipairs(d.samples) do
 end
 print(rl.json.encode(out))
 """
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 class FaultTolerance(RlhostTestCase):

@@ -79,6 +79,16 @@ function M.completions_request(req, model)
   return body
 end
 
+--- Where and what to POST for one SGLang /generate request to an engine or a router of
+--- the given backend: "/generate" and req itself, or for "vllm" "/v1/completions" and
+--- its translation (nil, err when it cannot be translated).
+function M.target(req, backend)
+  if backend ~= "vllm" then return "/generate", req end
+  local body, err = M.completions_request(req)
+  if not body then return nil, err end
+  return "/v1/completions", body
+end
+
 local FINISH = { length = "length", stop = "stop", abort = "abort", cancelled = "abort", error = "abort" }
 
 --- A /v1/completions response -> SGLang /generate output(s): one table per choice.

@@ -256,12 +256,8 @@ end
 function M.generate(g, req, timeout)
   local json = require "rl.json"
   local vllm = g.backend == "vllm" and require "rl.engine.vllm"
-  local path, body = "/generate", req
-  if vllm then
-    local b, berr = vllm.completions_request(req)
-    if not b then return nil, berr end
-    path, body = "/v1/completions", b
-  end
+  local path, body = require("rl.engine.vllm").target(req, g.backend)
+  if not path then return nil, body end
   local url = g.url .. path
   local resp, err = rl.http.post(url, body, { timeout = timeout or 60 })
   if not resp then return nil, ("POST %s: %s"):format(url, tostring(err)) end

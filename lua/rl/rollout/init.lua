@@ -116,14 +116,9 @@ function Rollout:_post(req, routing_key)
   end
   local http = require "rl.http"
   local vllm = self.backend == "vllm" and require "rl.engine.vllm"
-  local path, body = "/generate", nil
-  if vllm then
-    local b, berr = vllm.completions_request(req)
-    if not b then return nil, berr end
-    path, body = "/v1/completions", json.encode(b)
-  else
-    body = json.encode(req)
-  end
+  local path, b = require("rl.engine.vllm").target(req, self.backend)
+  if not path then return nil, b end
+  local body = json.encode(b)
   local headers = { ["content-type"] = "application/json" }
   if routing_key then headers["x-smg-routing-key"] = tostring(routing_key) end
   local last
