@@ -139,6 +139,13 @@ describe("engine groups with real engines", function()
       local ref_text, ref_v = greedy(g.ref.url, "Once upon a time")
       local pol_text = greedy(g.actor.url, "Once upon a time")
       ok(ref_text ~= pol_text, "two different models answer differently")
+      -- what a reward calls: the same answer through the group's router, and which engine served it
+      local out, gerr, ginfo = engines.generate(g.ref, { text = "Once upon a time", sampling_params = GREEDY })
+      ok(out, gerr)
+      eq({ out.text, out.meta_info.weight_version, ginfo.worker }, { ref_text, ref_v, g.ref.engines[1].url })
+      -- --fault-injection's view of the groups before they start
+      eq(engines.plan(job.opt, job), { { name = "actor", update_weights = true, engines = { n = 2 } },
+                                       { name = "ref", update_weights = false, engines = { n = 1 } } })
 
       -- a trainer step, then the fault-tolerant sync: the policy's engines take version 1
       local tr = assert(rl.trainer.new { model = STORIES, optimizer = { lr = 0.05 } })

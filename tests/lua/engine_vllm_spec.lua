@@ -49,6 +49,16 @@ describe("rl.engine.vllm translation", function()
     ok(err:find("batched input_ids", 1, true))
   end)
 
+  it("sends a request where its backend takes it (rl.engine.vllm.target)", function()
+    local req = { input_ids = { 1, 2, 3 }, sampling_params = { max_new_tokens = 4 } }
+    local path, body = vllm.target(req, "vllm")
+    eq({ path, body.prompt, body.max_tokens }, { "/v1/completions", { 1, 2, 3 }, 4 })
+    path, body = vllm.target(req, "native")
+    eq({ path, body == req }, { "/generate", true })
+    local none, err = vllm.target({ sampling_params = {} }, "vllm")
+    eq(none, nil)
+    ok(err:find("neither 'input_ids' nor 'text'", 1, true), err)
+  end)
   it("turns a completions answer into /generate outputs", function()
     local resp = json.decode [[{"id":"cmpl-1","object":"text_completion","model":"m","choices":[
       {"index":0,"text":" 7","logprobs":{"text_offset":[0,1],"token_logprobs":[-0.5,-0.25],
