@@ -21,6 +21,7 @@ function rl.recipe.options(spec) end
 ---@field router table|nil the policy group's router (the rollout's URL)
 ---@field groups rl.recipe.EngineGroup[]|nil every engine group, in order and by name (job.groups.ref.url)
 ---@field policy_group rl.recipe.EngineGroup|nil the group that takes weight updates
+---@field engine_models table[]|nil the checked --sglang-config models (rl.recipe.engines.plan; read once)
 ---@field offloaded boolean|nil --offload-rollout: the engines' memory is released (training)
 ---@field trainer rl.Trainer
 ---@field rollout table the rl.rollout instance (its options are live fields)
