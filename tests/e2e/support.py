@@ -59,6 +59,18 @@ def alive(pid):
         return False
 
 
+def frozen_group_config(ref_model=None, ref_engines=1, ref_backend=None):
+    """--sglang-config text: the policy group 'actor' (2 engines, synced) and a frozen group
+    'ref' (update_weights: false) serving ref_model (default: the policy's model)."""
+    ref = ["  - name: ref", "    update_weights: false"]
+    if ref_model:
+        ref.append("    model_path: %s" % ref_model)
+    if ref_backend:
+        ref.append("    backend: %s" % ref_backend)
+    ref.append("    server_groups: [{num_gpus: %d}]" % ref_engines)
+    return "\n".join(["sglang:", "  - name: actor", "    server_groups: [{num_gpus: 2}]", *ref]) + "\n"
+
+
 def read_jsonl(path):
     """The rows of a JSONL file (a metrics.jsonl)."""
     with open(path) as f:

@@ -27,7 +27,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, alive, read_jsonl  # noqa: E402
+from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, alive, frozen_group_config, read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 JUDGE = os.path.join(SOURCE_DIR, "recipes", "rewards", "frozen_judge.lua")
@@ -180,15 +180,7 @@ class EngineGroups(RlhostTestCase):
             raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
 
     def test_kill_a_frozen_engine_mid_run(self):
-        cfg = self.write("groups.yaml", """\
-            sglang:
-              - name: actor
-                server_groups: [{num_gpus: 2}]
-              - name: ref
-                model_path: %s
-                update_weights: false
-                server_groups: [{num_gpus: 2}]
-            """ % STORIES)
+        cfg = self.write("groups.yaml", frozen_group_config(STORIES, ref_engines=2))
         reward = self.write("judge_and_look.lua", JUDGE_AND_LOOK % JUDGE)
         d = self.dir
         code, log = self.run_recipe(

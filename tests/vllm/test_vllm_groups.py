@@ -23,7 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_support as vs  # noqa: E402
-from support import read_jsonl  # noqa: E402
+from support import frozen_group_config, read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(vs.SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 JUDGE = os.path.join(vs.SOURCE_DIR, "recipes", "rewards", "frozen_judge.lua")
@@ -73,15 +73,8 @@ class VllmGroupsTest(vs.RlhostTestCase):
 
     def test_frozen_vllm_group_next_to_a_native_policy(self):
         d = self.dir
-        cfg = self.write("groups.yaml", """\
-            sglang:
-              - name: actor                # the policy: native engines, synced each step
-                server_groups: [{num_gpus: 2}]
-              - name: ref                  # the same model, frozen, on vLLM
-                update_weights: false
-                backend: vllm
-                server_groups: [{num_gpus: 1}]
-            """)
+        # the policy 'actor' on 2 native engines, synced each step; 'ref' the same model, frozen, on vLLM
+        cfg = self.write("groups.yaml", frozen_group_config(ref_backend="vllm"))
         reward = self.write("judge_with_version.lua", REWARD % JUDGE)
         args = [vs.BIN, "--no-control", RECIPE, "--sglang-config", cfg, "--engine-mode", "process",
                 "--custom-rm-path", reward + ":reward", "--num-rollout", "2", "--rollout-batch-size", str(PROMPTS),

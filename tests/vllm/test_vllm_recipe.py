@@ -25,7 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_support as vs  # noqa: E402
-from support import read_jsonl  # noqa: E402
+from support import frozen_group_config, read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(vs.SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 JUDGE = os.path.join(vs.SOURCE_DIR, "recipes", "rewards", "frozen_judge.lua")
@@ -52,16 +52,7 @@ class VllmRecipeTest(vs.RlhostTestCase):
     def test_grpo_with_two_vllm_engines(self):
         d = self.dir
         # the policy's group takes the flags' backend (vllm); the frozen one says native
-        cfg = self.write("groups.yaml", """\
-            sglang:
-              - name: actor
-                server_groups: [{num_gpus: 2}]
-              - name: ref
-                model_path: %s
-                update_weights: false
-                backend: native
-                server_groups: [{num_gpus: 1}]
-            """ % STORIES)
+        cfg = self.write("groups.yaml", frozen_group_config(STORIES, ref_backend="native"))
         args = [vs.BIN, "--no-control", RECIPE, "--rollout-backend", "vllm", "--sglang-config", cfg,
                 "--custom-rm-path", JUDGE + ":reward",
                 "--num-rollout", "3", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
