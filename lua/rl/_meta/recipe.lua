@@ -63,7 +63,6 @@ function engines.load_config(path, policy_model) end
 --- Starts every group's engines and router; returns the groups (in order and by name) and the policy group.
 ---@return rl.recipe.EngineGroup[] groups, rl.recipe.EngineGroup|nil policy
 function engines.start(opt, job, base_opts) end
---- Releases the offloaded groups' memory (health monitoring held) / weights back / KV back (monitoring again).
 --- The groups the job will start, before any starts: {name, update_weights, engines = {n = count}} each.
 ---@param opt table
 ---@param job rl.recipe.Job
@@ -76,6 +75,7 @@ function engines.plan(opt, job) end
 ---@param timeout? number seconds (default 60)
 ---@return table|nil out, string|nil err, table|nil info
 function engines.generate(g, req, timeout) end
+--- Releases the offloaded groups' memory (health monitoring held) / weights back / KV back (monitoring again).
 function engines.offload(job) end
 function engines.onload_weights(job) end
 function engines.onload_kv(job) end

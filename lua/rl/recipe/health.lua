@@ -357,7 +357,10 @@ function Health:inject(action, i, group)
     g = nil
     for _, x in ipairs(groups) do if x.name == group then g = x end end
   end
-  if not g then return nil, ("inject: no engine group '%s'"):format(tostring(group)) end
+  if not g then
+    return nil, group and ("inject: no engine group '%s'"):format(tostring(group))
+      or "inject: no group takes weight updates: name the group (inject(action, i, group))"
+  end
   local st
   for _, x in ipairs(self.states) do if x.group == g and x.index == i then st = x end end
   if not st then return nil, ("inject: no engine %s in group '%s' (1..%d)"):format(tostring(i), g.name, #g.engines) end
