@@ -13,6 +13,7 @@
 
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
+#include "nn/paged_attention.hpp"
 
 namespace bi = rl::nn::bi;
 
@@ -174,4 +175,52 @@ CATCH_TEST_CASE("bi ops: linear, rms_norm and silu_mul gradients equal ATen's", 
   auto s1 = torch::autograd::grad({torch::silu(x) * u}, {x, u}, {g2});
   auto s2 = torch::autograd::grad({bi::silu_mul(x, u)}, {x, u}, {g2});
   for (int i = 0; i < 2; ++i) CATCH_CHECK(max_abs(s1[i], s2[i]) < 1e-5);
+}
+
+CATCH_TEST_CASE("paged_attention computes every output in the portable kernel's fixed order", "[bi]") {
+  // The SIMD paths (AVX2 scores, AVX-512 values, prefetching) against that order
+  // spelled out in scalars: the same bits for odd contexts, head sizes with and
+  // without the 16-lane value path, grouped heads and scattered slots. Under
+  // RLHOST_BI_SIMD=0 (ctest's `default` run) this checks the portable kernel.
+  torch::NoGradGuard ng;
+  torch::manual_seed(3);
+  struct Shape { int64_t H, KV, D; };
+  for (const Shape sh : {Shape{4, 2, 8}, Shape{3, 3, 16}, Shape{2, 1, 24}, Shape{4, 4, 32}, Shape{5, 5, 48},
+                         Shape{8, 2, 64}, Shape{3, 3, 128}, Shape{2, 2, 7}}) {
+    const int64_t H = sh.H, KV = sh.KV, D = sh.D, slots = 300;
+    auto k = torch::randn({slots, KV, D}) * 2, v = torch::randn({slots, KV, D});
+    const std::vector<int64_t> ctx{1, 7, 8, 9, 17, 33, 40};
+    const int64_t S = static_cast<int64_t>(ctx.size()), width = 40;
+    auto ctx_slots = torch::randperm(slots, torch::kInt64).narrow(0, 0, S * width).view({S, width}).contiguous();
+    auto q = torch::randn({S, H, D});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    auto got = rl::nn::paged_decode_attention(q, k, v, ctx_slots, ctx, scale);
+    auto want = torch::empty_like(got);
+    const float *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t n = ctx[static_cast<size_t>(s)];
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kvh = h / (H / KV);
+        std::vector<float> w(static_cast<size_t>(n));
+        float m = -std::numeric_limits<float>::infinity(), sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t slot = ctx_slots[s][j].item<int64_t>();
+          w[j] = bi::dot_inline(q[s][h].data_ptr<float>(), kp + (slot * KV + kvh) * D, D) * scale;
+          m = std::max(m, w[j]);
+        }
+        for (auto& x : w) sum += (x = bi::exp_inline(x - m));
+        const float inv = 1.0f / sum;
+        for (auto& x : w) x *= inv;
+        float* o = want[s][h].data_ptr<float>();
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0;
+          for (int64_t j = 0; j < n; ++j)
+            acc = std::fma(w[j], vp[(ctx_slots[s][j].item<int64_t>() * KV + kvh) * D + d], acc);
+          o[d] = acc;
+        }
+      }
+    }
+    CATCH_INFO("H " << H << " KV " << KV << " D " << D);
+    CATCH_CHECK(torch::equal(got, want));
+  }
 }
