@@ -238,6 +238,27 @@ bool paged_decode_supported(const torch::Tensor& q, const torch::Tensor& k_cache
          k_cache.is_contiguous();
 }
 
+void write_cache_rows(torch::Tensor& cache, const torch::Tensor& slots, const torch::Tensor& src) {
+  const int64_t N = slots.numel();
+  if (!cache.device().is_cpu() || cache.scalar_type() != torch::kFloat32 || !cache.is_contiguous() ||
+      src.scalar_type() != torch::kFloat32 || !src.device().is_cpu() || slots.scalar_type() != torch::kInt64 ||
+      src.dim() != 3 || src.size(0) != N || src.size(1) != cache.size(1) || src.size(2) != cache.size(2) ||
+      src.stride(2) != 1 || src.stride(1) != src.size(2)) {
+    cache.index_copy_(0, slots, src);
+    return;
+  }
+  auto sl = slots.contiguous();
+  const int64_t* sp = sl.data_ptr<int64_t>();
+  const int64_t row = cache.size(1) * cache.size(2), n_slots = cache.size(0);
+  for (int64_t i = 0; i < N; ++i)
+    if (sp[i] < 0 || sp[i] >= n_slots)
+      throw std::out_of_range("write_cache_rows: slot " + std::to_string(sp[i]) + " of token " + std::to_string(i) +
+                              " outside the cache's [0, " + std::to_string(n_slots) + ")");
+  const float* s = src.data_ptr<float>();
+  float* c = cache.data_ptr<float>();
+  for (int64_t i = 0; i < N; ++i) std::copy(s + i * src.stride(0), s + i * src.stride(0) + row, c + sp[i] * row);
+}
+
 torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                               const torch::Tensor& context_slots, const std::vector<int64_t>& seq_of_query,
                               const std::vector<int64_t>& context_of_query, double scale) {

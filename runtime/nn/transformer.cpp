@@ -330,8 +330,8 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
       }
     return run_layers(torch::embedding(embed_, b.input_ids), b.positions,
                       [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t layer) {
-                        cache.k[layer].index_copy_(0, b.slot_mapping, k);
-                        cache.v[layer].index_copy_(0, b.slot_mapping, v);
+                        write_cache_rows(cache.k[layer], b.slot_mapping, k);
+                        write_cache_rows(cache.v[layer], b.slot_mapping, v);
                         return paged_attention(q, cache.k[layer], cache.v[layer], b.context_slots, seq_of_query,
                                                ctx_of_query, scale)
                             .reshape({-1, H * D});
