@@ -14,6 +14,7 @@
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/paged_attention.hpp"
+#include "nn/rope.hpp"
 
 namespace bi = rl::nn::bi;
 
@@ -222,5 +223,24 @@ CATCH_TEST_CASE("paged_attention computes every output in the portable kernel's 
     }
     CATCH_INFO("H " << H << " KV " << KV << " D " << D);
     CATCH_CHECK(torch::equal(got, want));
+  }
+}
+
+CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression's bits", "[bi]") {
+  torch::manual_seed(4);
+  for (int64_t D : {2, 8, 64, 70}) {
+    // A view into a fused projection (row stride > H * D), as the transformer passes it.
+    auto qkv = torch::randn({2, 5, 3 * 4 * D}) * 3;
+    auto x = qkv.narrow(-1, 4 * D, 4 * D).reshape({2, 5, 4, D});
+    auto cos = torch::randn({2, 5, D}), sin = torch::randn({2, 5, D});
+    torch::Tensor fast;
+    {
+      torch::NoGradGuard ng;
+      fast = rl::nn::apply_rope(x, cos, sin);
+    }
+    auto xg = x.detach().clone().requires_grad_(true);  // autograd takes the tensor expression
+    auto ref = rl::nn::apply_rope(xg, cos, sin).detach();
+    CATCH_INFO("D " << D);
+    CATCH_CHECK(torch::equal(fast, ref));
   }
 }
