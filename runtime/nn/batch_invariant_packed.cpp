@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace rl::nn::bi {
@@ -151,6 +153,16 @@ bool simd_kernels() {
 size_t PackedWeight::bytes() const { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
 
 bool packed_available() { return kAvx512; }
+
+void packed_columns(const PackedWeight& w, const int64_t* cols, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (cols[i] < 0 || cols[i] >= w.n)
+      throw std::out_of_range("packed_columns: column " + std::to_string(cols[i]) + " outside [0, " +
+                              std::to_string(w.n) + ")");
+    const float* c = w.data.get() + (cols[i] / kPanelCols) * w.k * kPanelCols + cols[i] % kPanelCols;
+    for (int64_t k = 0; k < w.k; ++k) out[i * w.k + k] = c[k * kPanelCols];
+  }
+}
 
 PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n) {
   PackedWeight p;

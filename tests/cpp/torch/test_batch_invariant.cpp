@@ -244,3 +244,17 @@ CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression'
     CATCH_CHECK(torch::equal(fast, ref));
   }
 }
+
+CATCH_TEST_CASE("packed_columns reads a packed weight's columns back exactly", "[bi]") {
+  if (!bi::packed_available()) return;  // packing exists on AVX-512 CPUs only
+  torch::manual_seed(6);
+  auto w = torch::randn({37, 101});  // [k, n]
+  auto p = bi::pack_weight(w.data_ptr<float>(), w.stride(0), true, 37, 101);
+  const std::vector<int64_t> cols{0, 47, 48, 100, 5, 5};
+  std::vector<float> out(cols.size() * 37);
+  bi::packed_columns(p, cols.data(), static_cast<int64_t>(cols.size()), out.data());
+  auto got = torch::from_blob(out.data(), {static_cast<int64_t>(cols.size()), 37}).clone();
+  CATCH_CHECK(torch::equal(got, w.t().index_select(0, torch::tensor(cols))));
+  const int64_t bad = 101;
+  CATCH_CHECK_THROWS_WITH(bi::packed_columns(p, &bad, 1, out.data()), Catch::Contains("outside [0, 101)"));
+}
