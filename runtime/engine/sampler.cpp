@@ -63,21 +63,33 @@ double apply_filters(float* probs, int64_t V, const SamplingParams& p) {
 }
 
 // First index of the largest value (NaN-free rows; what torch.argmax returns),
-// in one pass instead of a reduction kernel launch per row.
+// in one pass instead of a reduction kernel launch per row: sixteen lanes each
+// keep their first maximum and its index (a strict >, so a later equal value
+// never replaces it), then the first index among the lanes holding the maximum.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 int32_t argmax_row(const float* __restrict row, int64_t n) {
-  // Blockwise maxima first (vectorises), then the first index holding the max.
-  float best = row[0];
-  int64_t i = 0;
+  if (n < 16) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (row[i] > row[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
   float m[16];
-  for (int k = 0; k < 16; ++k) m[k] = row[0];
+  int32_t at[16];
+  for (int k = 0; k < 16; ++k) m[k] = row[k], at[k] = k;
+  int64_t i = 16;
   for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16; ++k) m[k] = m[k] > row[i + k] ? m[k] : row[i + k];
-  for (int k = 0; k < 16; ++k) best = best > m[k] ? best : m[k];
-  for (; i < n; ++i) best = best > row[i] ? best : row[i];
-  for (int64_t j = 0; j < n; ++j)
-    if (row[j] == best) return static_cast<int32_t>(j);
-  return 0;
+    for (int k = 0; k < 16; ++k) {
+      const bool up = row[i + k] > m[k];
+      m[k] = up ? row[i + k] : m[k];
+      at[k] = up ? static_cast<int32_t>(i + k) : at[k];
+    }
+  int64_t best = at[0];
+  for (int k = 1; k < 16; ++k)
+    if (m[k] > row[best] || (m[k] == row[best] && at[k] < best)) best = at[k];
+  for (; i < n; ++i)
+    if (row[i] > row[best]) best = i;
+  return static_cast<int32_t>(best);
 }
 
 // Inverse-CDF draw from unnormalised probs with total `mass`.

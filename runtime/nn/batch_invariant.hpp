@@ -48,6 +48,9 @@ PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int6
 void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float* bias, float* y, int64_t ldy,
                  int64_t m);
 
+// out[i, k] = w(k, cols[i]) for k < w.k: columns of a packed weight (cols in [0, w.n)).
+void packed_columns(const PackedWeight& w, const int64_t* cols, int64_t count, float* out);
+
 // y = w * (x * 1/sqrt(mean(x^2) + eps)) row by row; x, y [rows, n] contiguous.
 void rms_norm(const float* x, const float* w, float eps, float* y, int64_t rows, int64_t n);
 

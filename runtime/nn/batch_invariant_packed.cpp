@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace rl::nn::bi {
@@ -23,31 +25,38 @@ constexpr int kMaxRows = 8;
 const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels();
 
 // rows [0, MR) of x against one panel; stores columns [0, nc) of y. With `next`,
-// also pulls the next panel into L2 while this one is computed (a decode step
-// streams every weight from memory: compute and reads overlap, ~1.1-1.4x).
+// also pulls `rows` rows of the next panel from there into L2, one every `every`
+// k (a decode step streams every weight from memory: compute and reads overlap,
+// ~1.1-1.4x; spread over all of a panel's tiles, the reads never outrun the line
+// fill buffers and stall the tile that issues them).
 template <int MR>
 __attribute__((target("avx512f"), always_inline)) inline void tile(const float* x, int64_t ldx, const float* p,
                                                                    int64_t K, const float* bias, float* y,
-                                                                   int64_t ldy, int64_t nc, const float* next) {
+                                                                   int64_t ldy, int64_t nc, const float* next,
+                                                                   int64_t rows, int64_t every) {
   __m512 acc[MR][kVecs];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    if (next) {
+  for (int64_t k0 = 0; k0 < K; k0 += every) {
+    if (next && rows > 0) {
 #pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v)
-        _mm_prefetch(reinterpret_cast<const char*>(next + k * kPanelCols + 16 * v), _MM_HINT_T1);
+      for (int v = 0; v < kVecs; ++v) _mm_prefetch(reinterpret_cast<const char*>(next + 16 * v), _MM_HINT_T1);
+      next += kPanelCols;
+      --rows;
     }
-    __m512 w[kVecs];
+    const int64_t k1 = std::min(K, k0 + every);
+    for (int64_t k = k0; k < k1; ++k) {
+      __m512 w[kVecs];
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) w[v] = _mm512_load_ps(p + k * kPanelCols + 16 * v);
+      for (int v = 0; v < kVecs; ++v) w[v] = _mm512_load_ps(p + k * kPanelCols + 16 * v);
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
+      for (int r = 0; r < MR; ++r) {
+        const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
 #pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(xv, w[v], acc[r][v]);
+        for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(xv, w[v], acc[r][v]);
+      }
     }
   }
 #pragma GCC unroll 4
@@ -61,24 +70,29 @@ __attribute__((target("avx512f"), always_inline)) inline void tile(const float* 
   }
 }
 
-// All m rows against one panel: tiles of 8 rows, then one tile of the rest; the
-// first tile prefetches `next` (the following panel, or null).
+// All m rows against one panel: tiles of 8 rows, then one tile of the rest; each
+// tile prefetches its share of `next` (the following panel, or null).
 __attribute__((target("avx512f"))) void panel_rows(const float* x, int64_t ldx, const float* p, int64_t K,
                                                    const float* bias, float* y, int64_t ldy, int64_t m, int64_t nc,
                                                    const float* next) {
-  int64_t i = 0;
-  for (; i + kMaxRows <= m; i += kMaxRows, next = nullptr)
-    tile<kMaxRows>(x + i * ldx, ldx, p, K, bias, y + i * ldy, ldy, nc, next);
+  const int64_t tiles = (m + kMaxRows - 1) / kMaxRows, share = (K + tiles - 1) / tiles;
+  int64_t i = 0, t = 0;
+  auto part = [&](int64_t t) { return next ? next + std::min(K, t * share) * kPanelCols : nullptr; };
+  auto rows = [&](int64_t t) { return std::max<int64_t>(0, std::min(share, K - t * share)); };
+  for (; i + kMaxRows <= m; i += kMaxRows, ++t)
+    tile<kMaxRows>(x + i * ldx, ldx, p, K, bias, y + i * ldy, ldy, nc, part(t), rows(t), tiles);
   const float* xr = x + i * ldx;
   float* yr = y + i * ldy;
+  const float* nx = part(t);
+  const int64_t nr = rows(t);
   switch (m - i) {
-    case 7: tile<7>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
-    case 6: tile<6>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
-    case 5: tile<5>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
-    case 4: tile<4>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
-    case 3: tile<3>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
-    case 2: tile<2>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
-    case 1: tile<1>(xr, ldx, p, K, bias, yr, ldy, nc, next); break;
+    case 7: tile<7>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 6: tile<6>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 5: tile<5>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 4: tile<4>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 3: tile<3>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 2: tile<2>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 1: tile<1>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
     default: break;
   }
 }
@@ -139,6 +153,16 @@ bool simd_kernels() {
 size_t PackedWeight::bytes() const { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
 
 bool packed_available() { return kAvx512; }
+
+void packed_columns(const PackedWeight& w, const int64_t* cols, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (cols[i] < 0 || cols[i] >= w.n)
+      throw std::out_of_range("packed_columns: column " + std::to_string(cols[i]) + " outside [0, " +
+                              std::to_string(w.n) + ")");
+    const float* c = w.data.get() + (cols[i] / kPanelCols) * w.k * kPanelCols + cols[i] % kPanelCols;
+    for (int64_t k = 0; k < w.k; ++k) out[i * w.k + k] = c[k * kPanelCols];
+  }
+}
 
 PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n) {
   PackedWeight p;

@@ -55,25 +55,6 @@ void attend_one(const float* q, const float* kc, const float* vc, const int64_t*
   }
 }
 
-// out[c] = sum over t < n in order of w[t] * v(t)[c] (from 0, through fma) for NV x 8
-// columns c of the value rows.
-template <int NV>
-__attribute__((target("avx2,fma"), always_inline)) inline void value_cols(const float* w, const float* vc,
-                                                                        const int64_t* row, int64_t n, int64_t ld,
-                                                                        int64_t off, float* out) {
-  __m256 acc[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
-  for (int64_t t = 0; t < n; ++t) {
-    const __m256 wv = _mm256_set1_ps(w[t]);
-    const float* vr = vc + row[t] * ld + off;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[v] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr + 8 * v), acc[v]);
-  }
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
-}
-
 // bi::exp_inline on eight lanes, operation for operation (the same bits per lane).
 __attribute__((target("avx2,fma"), always_inline)) inline __m256 exp8(__m256 x) {
   const __m256 kRound = _mm256_set1_ps(12582912.0f);
@@ -95,32 +76,111 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 exp8(__m256 x) 
   return _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
 }
 
-// attend_one's arithmetic with AVX2 registers, for D a multiple of 8: head by head,
-// eight keys' scores at once (each key's eight partial sums in one register, then
-// the same pairwise tree, done for eight keys by horizontal adds), and each head's
-// output accumulated in registers over the keys. Every value takes the same
-// operations in the same order as in attend_one: the same bits, fewer instructions.
-__attribute__((target("avx2,fma"))) void attend_one_avx2(const float* q, const float* kc, const float* vc,
-                                                         const int64_t* row, int64_t n, const Shapes& sh, float* w,
-                                                         float* o) {
-  const int64_t H = sh.H, D = sh.D, KV = sh.KV, group = H / KV, ld = KV * D;
-  const __m256 scale = _mm256_set1_ps(sh.scale);
-  for (int64_t h = 0; h < H; ++h) {
-    const float* qh = q + h * D;
-    const int64_t off = (h / group) * D;
-    float* wh = w + h * n;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const float* kr[8];
+// out[c] = sum over t < n in order of w[t] * v(t)[c] (from 0, through fma) for NV x 8
+// columns c of the value rows.
+template <int NV>
+__attribute__((target("avx2,fma"), always_inline)) inline void value_cols(const float* w, const float* vc,
+                                                                        const int64_t* row, int64_t n, int64_t ld,
+                                                                        int64_t off, float* out) {
+  __m256 acc[NV];
 #pragma GCC unroll 8
-      for (int t = 0; t < 8; ++t) kr[t] = kc + row[j + t] * ld + off;
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const __m256 wv = _mm256_set1_ps(w[t]);
+    const float* vr = vc + row[t] * ld + off;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[v] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr + 8 * v), acc[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
+}
+
+// Pulls the cache lines of floats [p, p + n) towards the core.
+template <int Hint>
+__attribute__((always_inline)) inline void prefetch_span(const float* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(float)); b += 64)
+    _mm_prefetch(c + b, static_cast<_mm_hint>(Hint));
+}
+
+// value_cols for two heads' whole rows of D = 16 * VPH columns at once, with
+// 16-lane registers: 2 * VPH independent fma chains per key (one head's VPH chains
+// alone would wait on the fma latency).
+template <int VPH>
+__attribute__((target("avx512f"), always_inline)) inline void value_pair(const float* w0, const float* w1,
+                                                                       const float* vc, const int64_t* row,
+                                                                       int64_t n, int64_t ld, int64_t off0,
+                                                                       int64_t off1, float* o0, float* o1) {
+  __m512 a[VPH], b[VPH];
+#pragma GCC unroll 8
+  for (int v = 0; v < VPH; ++v) a[v] = b[v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* vr = vc + row[t] * ld;
+    const __m512 x = _mm512_set1_ps(w0[t]), y = _mm512_set1_ps(w1[t]);
+#pragma GCC unroll 8
+    for (int v = 0; v < VPH; ++v) {
+      a[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(vr + off0 + 16 * v), a[v]);
+      b[v] = _mm512_fmadd_ps(y, _mm512_loadu_ps(vr + off1 + 16 * v), b[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < VPH; ++v) {
+    _mm512_storeu_ps(o0 + 16 * v, a[v]);
+    _mm512_storeu_ps(o1 + 16 * v, b[v]);
+  }
+}
+
+// Every head's output with value_pair (D of 32, 64 or 128); false for other D.
+__attribute__((target("avx512f"))) bool values_avx512(const float* w, const float* vc, const int64_t* row, int64_t n,
+                                                      const Shapes& sh, float* o) {
+  const int64_t H = sh.H, D = sh.D, ld = sh.KV * D, group = H / sh.KV;
+  if (D != 32 && D != 64 && D != 128) return false;
+  for (int64_t h = 0; h < H; h += 2) {
+    const int64_t g = std::min(h + 1, H - 1);  // an odd last head pairs with itself
+    const float *w0 = w + h * n, *w1 = w + g * n;
+    const int64_t off0 = (h / group) * D, off1 = (g / group) * D;
+    float *o0 = o + h * D, *o1 = o + g * D;
+    if (D == 32) value_pair<2>(w0, w1, vc, row, n, ld, off0, off1, o0, o1);
+    else if (D == 64) value_pair<4>(w0, w1, vc, row, n, ld, off0, off1, o0, o1);
+    else value_pair<8>(w0, w1, vc, row, n, ld, off0, off1, o0, o1);
+  }
+  return true;
+}
+
+// attend_one's arithmetic with SIMD registers, for D a multiple of 8. Scores: eight
+// keys at a time, every head over them before the next eight (their rows, 8 x 2 KB
+// at the 42M shape, stay in L1 while the heads read them, and the next eight keys'
+// rows, and this eight's value rows, are pulled in meanwhile); each key's eight
+// partial sums in one register, then the same pairwise tree, done for eight keys by
+// horizontal adds. Values: values_avx512 with AVX-512 (D of 32, 64, 128), else
+// value_cols head by head, reading rows the scores pulled into L2. Every value takes the same
+// operations in the same order as in attend_one: the same bits, fewer instructions
+// and the cache lines in the order memory serves them best.
+__attribute__((target("avx2,fma"))) void attend_one_simd(const float* q, const float* kc, const float* vc,
+                                                         const int64_t* row, int64_t n, const Shapes& sh, float* w,
+                                                         float* o, bool zmm) {
+  const int64_t H = sh.H, D = sh.D, KV = sh.KV, group = H / KV, ld = KV * D;
+  const int64_t seg = (ld + H - 1) / H;  // the share of a row each head's turn prefetches
+  const __m256 scale = _mm256_set1_ps(sh.scale);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const float* rows[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) rows[t] = kc + row[j + t] * ld;
+    const int64_t ahead = std::min<int64_t>(8, n - j - 8);  // keys of the next block
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q + h * D;
+      const int64_t off = (h / group) * D;
+      const int64_t p0 = std::min(h * seg, ld), pn = std::min(seg, ld - p0);
+      for (int64_t t = 0; t < ahead; ++t) prefetch_span<_MM_HINT_T0>(kc + row[j + 8 + t] * ld + p0, pn);
+      for (int64_t t = 0; t < 8; ++t) prefetch_span<_MM_HINT_T1>(vc + row[j + t] * ld + p0, pn);
       __m256 acc[8];
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
       for (int64_t i = 0; i < D; i += 8) {
         const __m256 qv = _mm256_loadu_ps(qh + i);
 #pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[t] + i), acc[t]);
+        for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[t] + off + i), acc[t]);
       }
       // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7]: two rounds
       // leave keys 0-3 (then 4-7) as [(01)+(23) x4 | (45)+(67) x4]; the halves' sum is
@@ -128,9 +188,16 @@ __attribute__((target("avx2,fma"))) void attend_one_avx2(const float* q, const f
       const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
       const __m256 y = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
       const __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
-      _mm256_storeu_ps(wh + j, _mm256_mul_ps(s, scale));
+      _mm256_storeu_ps(w + h * n + j, _mm256_mul_ps(s, scale));
     }
-    for (; j < n; ++j) wh[j] = dot_inline(qh, kc + row[j] * ld + off, D) * sh.scale;
+  }
+  for (; j < n; ++j) {
+    const float* kr = kc + row[j] * ld;
+    prefetch_span<_MM_HINT_T1>(vc + row[j] * ld, ld);
+    for (int64_t h = 0; h < H; ++h) w[h * n + j] = dot_inline(q + h * D, kr + (h / group) * D, D) * sh.scale;
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    float* wh = w + h * n;
     // Softmax as attend_one: the maximum (any order finds it), exp, then the sum
     // in key order and one scale.
     __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -150,21 +217,46 @@ __attribute__((target("avx2,fma"))) void attend_one_avx2(const float* q, const f
     const __m256 iv = _mm256_set1_ps(inv);
     for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(wh + t, _mm256_mul_ps(_mm256_loadu_ps(wh + t), iv));
     for (; t < n; ++t) wh[t] *= inv;
-    // o[h] = sum over keys in order of w * v, from 0, through fma: 64 columns at a time
-    // (eight independent chains hide the fma latency), then 8.
-    int64_t d = 0;
-    for (; d + 64 <= D; d += 64) value_cols<8>(wh, vc, row, n, ld, off + d, o + h * D + d);
-    for (; d < D; d += 8) value_cols<1>(wh, vc, row, n, ld, off + d, o + h * D + d);
+  }
+  if (!zmm || !values_avx512(w, vc, row, n, sh, o)) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t off = (h / group) * D;
+      int64_t d = 0;
+      for (; d + 64 <= D; d += 64) value_cols<8>(w + h * n, vc, row, n, ld, off + d, o + h * D + d);
+      for (; d < D; d += 8) value_cols<1>(w + h * n, vc, row, n, ld, off + d, o + h * D + d);
+    }
   }
 }
 
 const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && bi::simd_kernels();
+const bool kAvx512 = kAvx2 && __builtin_cpu_supports("avx512f");
 
 }  // namespace
 
 bool paged_decode_supported(const torch::Tensor& q, const torch::Tensor& k_cache) {
   return q.device().is_cpu() && q.scalar_type() == torch::kFloat32 && k_cache.scalar_type() == torch::kFloat32 &&
          k_cache.is_contiguous();
+}
+
+void write_cache_rows(torch::Tensor& cache, const torch::Tensor& slots, const torch::Tensor& src) {
+  const int64_t N = slots.numel();
+  if (!cache.device().is_cpu() || cache.scalar_type() != torch::kFloat32 || !cache.is_contiguous() ||
+      src.scalar_type() != torch::kFloat32 || !src.device().is_cpu() || slots.scalar_type() != torch::kInt64 ||
+      src.dim() != 3 || src.size(0) != N || src.size(1) != cache.size(1) || src.size(2) != cache.size(2) ||
+      src.stride(2) != 1 || src.stride(1) != src.size(2)) {
+    cache.index_copy_(0, slots, src);
+    return;
+  }
+  auto sl = slots.contiguous();
+  const int64_t* sp = sl.data_ptr<int64_t>();
+  const int64_t row = cache.size(1) * cache.size(2), n_slots = cache.size(0);
+  for (int64_t i = 0; i < N; ++i)
+    if (sp[i] < 0 || sp[i] >= n_slots)
+      throw std::out_of_range("write_cache_rows: slot " + std::to_string(sp[i]) + " of token " + std::to_string(i) +
+                              " outside the cache's [0, " + std::to_string(n_slots) + ")");
+  const float* s = src.data_ptr<float>();
+  float* c = cache.data_ptr<float>();
+  for (int64_t i = 0; i < N; ++i) std::copy(s + i * src.stride(0), s + i * src.stride(0) + row, c + sp[i] * row);
 }
 
 torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
@@ -195,9 +287,12 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
   at::parallel_for(0, Q, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> w(static_cast<size_t>(H * max_ctx));
     const bool fast = kAvx2 && D % 8 == 0;
-    for (int64_t i = begin; i < end; ++i)
-      (fast ? attend_one_avx2 : attend_one)(qp + i * H * D, kp, vp, sp + seq_of_query[static_cast<size_t>(i)] * sh.stride,
-                 context_of_query[static_cast<size_t>(i)], sh, w.data(), op + i * H * D);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t* row = sp + seq_of_query[static_cast<size_t>(i)] * sh.stride;
+      const int64_t n = context_of_query[static_cast<size_t>(i)];
+      if (fast) attend_one_simd(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, kAvx512);
+      else attend_one(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D);
+    }
   });
   return out;
 }

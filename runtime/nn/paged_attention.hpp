@@ -26,6 +26,11 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k_cac
                               const torch::Tensor& context_slots, const std::vector<int64_t>& seq_of_query,
                               const std::vector<int64_t>& context_of_query, double scale);
 
+// cache.index_copy_(0, slots, src): each new token's K or V rows [KV, D] into its
+// slot; on the CPU in float32 as plain row copies (src may be a view with a row
+// stride, as k and v are into the fused qkv projection).
+void write_cache_rows(torch::Tensor& cache, const torch::Tensor& slots, const torch::Tensor& src);
+
 bool paged_decode_supported(const torch::Tensor& q, const torch::Tensor& k_cache);
 
 }  // namespace rl::nn

@@ -51,7 +51,60 @@ std::pair<torch::Tensor, torch::Tensor> RopeTable::lookup(const torch::Tensor& p
   return {cos_.index_select(0, flat).view(shape).to(dtype), sin_.index_select(0, flat).view(shape).to(dtype)};
 }
 
+namespace {
+
+// out = x * cos + rotate_half(x) * sin for rows of `heads` x D floats (x rows with
+// stride ldx; cos/sin one row of D per x row): per element the operations of the
+// tensor expression in apply_rope (two rounded products, then their rounded sum;
+// never contracted into a fused multiply-add), so the same bits in one pass and
+// without its five temporaries.
+__attribute__((optimize("fp-contract=off"))) void rope_rows(const float* x, int64_t ldx, const float* cos,
+                                                            const float* sin, float* out, int64_t rows,
+                                                            int64_t heads, int64_t D) {
+  const int64_t half = D / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *c = cos + r * D, *s = sin + r * D;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* a = x + r * ldx + h * D;
+      float* o = out + (r * heads + h) * D;
+      for (int64_t d = 0; d < half; ++d) {
+        const float p = a[d] * c[d], q = -a[d + half] * s[d];
+        o[d] = p + q;
+      }
+      for (int64_t d = half; d < D; ++d) {
+        const float p = a[d] * c[d], q = a[d - half] * s[d];
+        o[d] = p + q;
+      }
+    }
+  }
+}
+
+// x as rows of [heads, D] with one row stride (a view into a fused projection's
+// output qualifies), or undefined.
+torch::Tensor as_rows(const torch::Tensor& x) {
+  if (x.dim() < 3 || x.stride(-1) != 1 || x.stride(-2) != x.size(-1)) return {};
+  for (int64_t i = x.dim() - 4; i >= 0; --i)
+    if (x.size(i) != 1 && x.stride(i) != x.size(i + 1) * x.stride(i + 1)) return {};
+  return x.view({-1, x.size(-2), x.size(-1)});
+}
+
+}  // namespace
+
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const bool grad = torch::GradMode::is_enabled() && (x.requires_grad() || cos.requires_grad() || sin.requires_grad());
+  if (!grad && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32 &&
+      sin.scalar_type() == torch::kFloat32 && x.size(-1) % 2 == 0 && cos.sizes() == sin.sizes() &&
+      x.numel() > 0 && cos.dim() == x.dim() - 1 && cos.size(-1) == x.size(-1) &&
+      cos.sizes().slice(0, cos.dim() - 1) == x.sizes().slice(0, x.dim() - 2)) {
+    auto rows = as_rows(x);
+    if (rows.defined()) {
+      auto c = cos.contiguous(), s = sin.contiguous();
+      auto out = torch::empty(x.sizes(), x.options());
+      rope_rows(rows.data_ptr<float>(), rows.stride(0), c.data_ptr<float>(), s.data_ptr<float>(),
+                out.data_ptr<float>(), rows.size(0), x.size(-2), x.size(-1));
+      return out;
+    }
+  }
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);

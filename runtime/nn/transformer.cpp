@@ -173,6 +173,21 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
   return w * xf.to(x.scalar_type());
 }
 
+// The tied embedding in the inference layout is lm_head's [hidden, vocab] matrix: a
+// token's column has its floats a whole row apart, one page each. Its packed copy
+// (same values) holds the column inside one panel, kPanelCols floats apart.
+torch::Tensor Transformer::embed_tokens(const torch::Tensor& ids) const {
+  if (!lm_head_p_.defined() || !config_.tie_word_embeddings || !ids.device().is_cpu() ||
+      ids.scalar_type() != torch::kInt64 || ids.numel() == 0 || (torch::GradMode::is_enabled() && embed_.requires_grad()))
+    return torch::embedding(embed_, ids);
+  auto flat = ids.reshape({-1}).contiguous();
+  auto out = torch::empty({flat.numel(), config_.hidden_size}, embed_.options());
+  bi::packed_columns(lm_head_p_, flat.data_ptr<int64_t>(), flat.numel(), out.data_ptr<float>());
+  auto shape = ids.sizes().vec();
+  shape.push_back(config_.hidden_size);
+  return out.view(shape);
+}
+
 torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
   const bool exact = bi::active(x);
   auto silu_mul = [&](const torch::Tensor& g, const torch::Tensor& u) {
@@ -251,7 +266,7 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
   check_ids(input_ids, config_.vocab_size);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
-  auto x = torch::embedding(embed_, input_ids);
+  auto x = embed_tokens(input_ids);
   return run_layers(x, pos, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t) {
     if (bi::active(q)) return bi::causal_attention(q, k, v, scale);
     auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
@@ -328,10 +343,10 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
         seq_of_query.push_back(s);
         ctx_of_query.push_back(b.context_lens[s] - b.query_lens[s] + i + 1);
       }
-    return run_layers(torch::embedding(embed_, b.input_ids), b.positions,
+    return run_layers(embed_tokens(b.input_ids), b.positions,
                       [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t layer) {
-                        cache.k[layer].index_copy_(0, b.slot_mapping, k);
-                        cache.v[layer].index_copy_(0, b.slot_mapping, v);
+                        write_cache_rows(cache.k[layer], b.slot_mapping, k);
+                        write_cache_rows(cache.v[layer], b.slot_mapping, v);
                         return paged_attention(q, cache.k[layer], cache.v[layer], b.context_slots, seq_of_query,
                                                ctx_of_query, scale)
                             .reshape({-1, H * D});
@@ -390,7 +405,7 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
     mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [SP, 1, max_q, max_ctx]
   }
 
-  auto x = torch::embedding(embed_, b.input_ids);
+  auto x = embed_tokens(b.input_ids);
   return run_layers(x, b.positions, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          int64_t layer) {
     cache.k[layer].index_copy_(0, b.slot_mapping, k);

@@ -98,6 +98,7 @@ class Transformer {
                                  const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v) const;
   torch::Tensor mlp(const Layer& l, const torch::Tensor& x) const;
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w) const;
+  torch::Tensor embed_tokens(const torch::Tensor& ids) const;
 
   model::ModelConfig config_;
   ModelOptions opts_;

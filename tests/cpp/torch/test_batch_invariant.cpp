@@ -13,6 +13,8 @@
 
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
+#include "nn/paged_attention.hpp"
+#include "nn/rope.hpp"
 
 namespace bi = rl::nn::bi;
 
@@ -174,4 +176,85 @@ CATCH_TEST_CASE("bi ops: linear, rms_norm and silu_mul gradients equal ATen's", 
   auto s1 = torch::autograd::grad({torch::silu(x) * u}, {x, u}, {g2});
   auto s2 = torch::autograd::grad({bi::silu_mul(x, u)}, {x, u}, {g2});
   for (int i = 0; i < 2; ++i) CATCH_CHECK(max_abs(s1[i], s2[i]) < 1e-5);
+}
+
+CATCH_TEST_CASE("paged_attention computes every output in the portable kernel's fixed order", "[bi]") {
+  // The SIMD paths (AVX2 scores, AVX-512 values, prefetching) against that order
+  // spelled out in scalars: the same bits for odd contexts, head sizes with and
+  // without the 16-lane value path, grouped heads and scattered slots. Under
+  // RLHOST_BI_SIMD=0 (ctest's `default` run) this checks the portable kernel.
+  torch::NoGradGuard ng;
+  torch::manual_seed(3);
+  struct Shape { int64_t H, KV, D; };
+  for (const Shape sh : {Shape{4, 2, 8}, Shape{3, 3, 16}, Shape{2, 1, 24}, Shape{4, 4, 32}, Shape{5, 5, 48},
+                         Shape{8, 2, 64}, Shape{3, 3, 128}, Shape{2, 2, 7}}) {
+    const int64_t H = sh.H, KV = sh.KV, D = sh.D, slots = 300;
+    auto k = torch::randn({slots, KV, D}) * 2, v = torch::randn({slots, KV, D});
+    const std::vector<int64_t> ctx{1, 7, 8, 9, 17, 33, 40};
+    const int64_t S = static_cast<int64_t>(ctx.size()), width = 40;
+    auto ctx_slots = torch::randperm(slots, torch::kInt64).narrow(0, 0, S * width).view({S, width}).contiguous();
+    auto q = torch::randn({S, H, D});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    auto got = rl::nn::paged_decode_attention(q, k, v, ctx_slots, ctx, scale);
+    auto want = torch::empty_like(got);
+    const float *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t n = ctx[static_cast<size_t>(s)];
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kvh = h / (H / KV);
+        std::vector<float> w(static_cast<size_t>(n));
+        float m = -std::numeric_limits<float>::infinity(), sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t slot = ctx_slots[s][j].item<int64_t>();
+          w[j] = bi::dot_inline(q[s][h].data_ptr<float>(), kp + (slot * KV + kvh) * D, D) * scale;
+          m = std::max(m, w[j]);
+        }
+        for (auto& x : w) sum += (x = bi::exp_inline(x - m));
+        const float inv = 1.0f / sum;
+        for (auto& x : w) x *= inv;
+        float* o = want[s][h].data_ptr<float>();
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0;
+          for (int64_t j = 0; j < n; ++j)
+            acc = std::fma(w[j], vp[(ctx_slots[s][j].item<int64_t>() * KV + kvh) * D + d], acc);
+          o[d] = acc;
+        }
+      }
+    }
+    CATCH_INFO("H " << H << " KV " << KV << " D " << D);
+    CATCH_CHECK(torch::equal(got, want));
+  }
+}
+
+CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression's bits", "[bi]") {
+  torch::manual_seed(4);
+  for (int64_t D : {2, 8, 64, 70}) {
+    // A view into a fused projection (row stride > H * D), as the transformer passes it.
+    auto qkv = torch::randn({2, 5, 3 * 4 * D}) * 3;
+    auto x = qkv.narrow(-1, 4 * D, 4 * D).reshape({2, 5, 4, D});
+    auto cos = torch::randn({2, 5, D}), sin = torch::randn({2, 5, D});
+    torch::Tensor fast;
+    {
+      torch::NoGradGuard ng;
+      fast = rl::nn::apply_rope(x, cos, sin);
+    }
+    auto xg = x.detach().clone().requires_grad_(true);  // autograd takes the tensor expression
+    auto ref = rl::nn::apply_rope(xg, cos, sin).detach();
+    CATCH_INFO("D " << D);
+    CATCH_CHECK(torch::equal(fast, ref));
+  }
+}
+
+CATCH_TEST_CASE("packed_columns reads a packed weight's columns back exactly", "[bi]") {
+  if (!bi::packed_available()) return;  // packing exists on AVX-512 CPUs only
+  torch::manual_seed(6);
+  auto w = torch::randn({37, 101});  // [k, n]
+  auto p = bi::pack_weight(w.data_ptr<float>(), w.stride(0), true, 37, 101);
+  const std::vector<int64_t> cols{0, 47, 48, 100, 5, 5};
+  std::vector<float> out(cols.size() * 37);
+  bi::packed_columns(p, cols.data(), static_cast<int64_t>(cols.size()), out.data());
+  auto got = torch::from_blob(out.data(), {static_cast<int64_t>(cols.size()), 37}).clone();
+  CATCH_CHECK(torch::equal(got, w.t().index_select(0, torch::tensor(cols))));
+  const int64_t bad = 101;
+  CATCH_CHECK_THROWS_WITH(bi::packed_columns(p, &bad, 1, out.data()), Catch::Contains("outside [0, 101)"));
 }

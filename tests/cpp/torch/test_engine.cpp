@@ -136,6 +136,27 @@ CATCH_TEST_CASE("OutputText stops on stop strings, trims them and holds back par
   CATCH_CHECK(hold.visible() == "Once upon a time");
 }
 
+CATCH_TEST_CASE("sampling: greedy picks the first of tied maxima at any row length", "[engine]") {
+  torch::manual_seed(9);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::mt19937_64 rng(1);
+  for (int64_t V : {1, 5, 15, 16, 17, 31, 33, 100, 1000, 32003}) {
+    for (int trial = 0; trial < 8; ++trial) {
+      // Few distinct values: many ties, the maximum anywhere (lanes, tail, first slot).
+      auto row = torch::randint(0, trial < 4 ? 3 : 50, {1, V}).to(torch::kFloat32) - 1;
+      if (trial == 2) row.index_put_({0, V - 1}, 100.0f);
+      if (trial == 3) row.index_put_({0, 0}, 100.0f);
+      const float* r = row.data_ptr<float>();
+      int64_t want = 0;
+      for (int64_t i = 1; i < V; ++i)
+        if (r[i] > r[want]) want = i;
+      CATCH_INFO("V " << V << " trial " << trial);
+      CATCH_CHECK(sample_tokens(row, {{&greedy, &rng}}).tokens[0] == want);
+    }
+  }
+}
+
 CATCH_TEST_CASE("sampling: greedy, filters, seeds and temperature-scaled log-probs", "[engine]") {
   torch::manual_seed(3);
   auto logits = torch::randn({3, 50}) * 3;
