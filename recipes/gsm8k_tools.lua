@@ -45,13 +45,13 @@ local opt = rl.args(rl.recipe.options {
   { name = "rollout_max_response_len", type = "int",
     help = "tokens per trajectory after the prompt, tool turns included (default: 256 default model, 1024 otherwise)" },
   { name = "rollout_batch_size", type = "int", help = "prompts per rollout step (default: 8 default model, 16 otherwise)" },
-  { name = "eval_max_prompts", type = "int", help = "evaluate on the first N prompts of each eval set (default model: 200)" },
+  { name = "eval_max_prompts", type = "int", help = "evaluate on the first N prompts of each eval set (default model: 500, its whole held-out set)" },
 })
 if opt.max_turns < 1 then rl.args.usage_error("--max-turns must be >= 1") end
 if not opt.hf_checkpoint then   -- the default model: trajectories of a few turns, more and smaller steps
   opt.rollout_max_response_len = opt.rollout_max_response_len or 256
   opt.rollout_batch_size = opt.rollout_batch_size or 8
-  opt.eval_max_prompts = opt.eval_max_prompts or 200
+  opt.eval_max_prompts = opt.eval_max_prompts or 500
 end
 
 -- The environment: each turn's tool calls are run and answered; a turn without one ends it.

@@ -19,13 +19,14 @@ local M = {}
 --- Bump when the defaults or the code change what build writes: it names the cache entry.
 M.VERSION = 2
 --- The same for the tool-using default model (`default_model{tools = true}`).
-M.TOOLS_VERSION = 1
+M.TOOLS_VERSION = 2
 
 --- The tool-using default model's defaults, where they differ (`--tools`): amounts
 --- the small model cannot add or multiply in its head, half the SFT traces worked
---- with the calculator, longer traces.
+--- with the calculator, longer traces, 600 SFT steps (the calculator chats need more than
+--- the default model's 400 to copy numbers from the question into the calls).
 M.TOOL_DEFAULTS = { max_number = 20, max_factor = 9, final_noise = 0, tool_rate = 0.5, max_new_tokens = 256,
-                    steps = 200 }
+                    steps = 600 }
 
 --- The build options as an rl.args spec (appended to spec when given); the defaults
 --- are the default model's, or with tools the tool-using one's.
