@@ -278,6 +278,7 @@ describe("rl.agent on the default model", function()
     local p = parts()
     local env = counting_env(3)
     local ro, rec = recorded_rollout(p, { env = env, max_turns = 3, max_total_tokens = 380, max_turn_tokens = 200 })
+    ro.partial_rollout = true   -- the aborted trajectory is resumed, not dropped
     local call = ro.generate_call
     ro.generate_call = function(self, sample, params, cb)   -- turn 2 runs long (ignore_eos) so an abort lands in it
       local tr = sample.metadata.trajectory
@@ -384,6 +385,7 @@ describe("rl.agent on the default model", function()
     -- the adapter reattaches to the server's session
     local env = rl.agent.http_env { url = url }
     local ro1 = recorded_rollout(p, { env = env, max_turns = 5, max_total_tokens = 380 })
+    ro1.partial_rollout = true   -- an aborted trajectory is kept for the next step
     local s = rl.sample.new { prompt = { { role = "user", content = "Ben has 4 cards." } }, label = "4", index = 9,
                               group_index = 0, session_id = "http-resume" }
     local orig_step
@@ -402,6 +404,20 @@ describe("rl.agent on the default model", function()
     eq(s.metadata.trajectory.end_reason, "done")
     eq(#s.metadata.trajectory.turns, 3)
     assert(T.check(s))
+    eq(json.decode(rl.http.get(url .. "/log").body).sessions, 0, "the resumed session closed")
+    -- without partial rollout an aborted trajectory is dropped: its session is closed at once
+    local ro3 = recorded_rollout(p, { env = env, max_turns = 5, max_total_tokens = 380 })
+    local s3 = rl.sample.new { prompt = { { role = "user", content = "Ben has 4 cards." } }, label = "4", index = 10,
+                               group_index = 0, session_id = "http-dropped" }
+    local abort_after_one = rl.agent.new { env = { new = function(smp)
+      local inst = env.new(smp)
+      local step = inst.step
+      inst.step = function(self, a) local o, r, d = step(self, a); ro3.aborted = true; return o, r, d end
+      return inst
+    end }, max_turns = 5, max_total_tokens = 380 }
+    s3 = abort_after_one:generate(ro3, s3, ro3:sampling_params())
+    eq(s3.status, "aborted")
+    eq(json.decode(rl.http.get(url .. "/log").body).sessions, 0, "the dropped trajectory's session closed")
     server:stop()
   end)
 end)

@@ -111,10 +111,13 @@ function Agent:observation_ids(ro, sample, msgs)
   return ids, text
 end
 
-local function finish(self, sample, reason, status)
+-- Ends the trajectory and closes its environment, unless an aborted trajectory will be
+-- resumed (keep: the rollout's partial_rollout); without partial rollout the rollout
+-- drops an aborted sample, so its environment (an HTTP server's session) is closed now.
+local function finish(self, sample, reason, status, keep)
   T.finish(sample, reason)
   if status then sample.status = status end
-  if reason ~= "aborted" then
+  if not (reason == "aborted" and keep) then
     local inst = self.instances[sample]
     self.instances[sample] = nil
     if inst and type(inst.close) == "function" then
@@ -216,7 +219,7 @@ function Agent:generate(ro, sample, params, evaluation)
   while true do
     -- the rollout's abort (the step has enough groups): stop between turns too; with
     -- partial_rollout the trajectory resumes next step from here
-    if ro.aborted then return finish(self, sample, "aborted", sample_mod.ABORTED) end
+    if ro.aborted then return finish(self, sample, "aborted", sample_mod.ABORTED, ro.partial_rollout) end
     local open = T.open_turn(tr)
     local k = #tr.turns + (open and 0 or 1)
     if not open and k > self.max_turns then return finish(self, sample, "max_turns", sample_mod.TRUNCATED) end
@@ -237,7 +240,7 @@ function Agent:generate(ro, sample, params, evaluation)
       span:set("finish_reason", t.finish_reason)
       return t
     end)
-    if sample.status == sample_mod.ABORTED then return finish(self, sample, "aborted") end
+    if sample.status == sample_mod.ABORTED then return finish(self, sample, "aborted", nil, ro.partial_rollout) end
     if turn.finish_reason == "length" and (self.on_turn_length == "end" or #sample.tokens >= limit_total) then
       local reason = #sample.tokens >= limit_total and "max_total_tokens" or "length"
       T.close_output(sample)
