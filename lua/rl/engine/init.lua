@@ -20,6 +20,7 @@ local task = require "rl.task"
 local core = require "rl._core"
 local now = core.loop.now
 local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
+local launch = require "rl.engine.launch"
 
 local M = {}
 
@@ -139,7 +140,7 @@ function M._stop_child(pid, grace)
   end
 end
 
-local function start_process(opts)
+local function launch_process(opts)
   local dir = os.tmpname()
   os.remove(dir)
   local ready = dir .. ".ready"
@@ -153,26 +154,28 @@ local function start_process(opts)
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
   local pid, err = proc.spawn(argv, { log = log })
   if not pid then return nil, "rl.engine.start: " .. err end
+  local eng = setmetatable({ mode = "process", pid = pid, log_file = log, _api_key = opts.api_key }, Engine)
   local deadline = now() + (opts.ready_timeout or 300)
-  while true do
+  return launch.new(eng, function()
     local url = read_file(ready)
     if url and url:match("^http") then
       os.remove(ready)
-      url = url:gsub("%s+$", "")
-      return setmetatable({ mode = "process", url = url, pid = pid, log_file = log, _api_key = opts.api_key }, Engine)
+      eng.url = url:gsub("%s+$", "")
+      return true
     end
     local code = proc.reap(pid)
     if code then
+      eng.pid = nil
       return nil, ("rl.engine.start: the engine process exited with status %s before serving; its log (%s):\n%s")
         :format(tostring(code), log, tail(log, 4000))
     end
     if now() > deadline then
-      proc.kill(pid, 9)
+      eng:stop_within(5)
       return nil, ("rl.engine.start: the engine process did not serve within %s s; its log (%s):\n%s")
         :format(tostring(opts.ready_timeout or 300), log, tail(log, 4000))
     end
-    task.sleep(0.05)
-  end
+    return false
+  end)
 end
 
 local function http() return require "rl.http" end
@@ -343,18 +346,15 @@ end
 
 function Engine:__tostring() return ("rl.engine(%s, %s)"):format(self.mode, tostring(self.url)) end
 
---- Starts an engine. opts: model (required), mode ("thread" | "process"), host,
---- port (0 = any free one), max_running_requests, kv_cache_tokens, dtype, device,
---- threads, max_connections, max_sequences_per_request, max_queued_requests, max_tokens_in_flight, served_model_name, api_key, serve (thread mode: false =
---- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
-function M.start(opts)
-  local mode = check_opts(opts)
+-- rl.engine.launch's work, after check_opts (called by the API function itself, so that
+-- its errors name the user's line); fname: that function, for need_task's error.
+local function launch_engine(opts, mode, fname)
   -- the device: opts.device, else rl.device.default() ($RLHOST_DEVICE, else cpu), checked here
   local dev, derr = require("rl.device").resolve(opts.device, "rl.engine.start: opts.device")
   if not dev then return nil, derr end
   require("rl._admin").save()   -- for the same user's tools (tools/profile_rollout.lua, curl)
   if mode == "vllm" then
-    task.need_task("rl.engine.start")
+    task.need_task(fname)
     local o = {}
     for k, v in pairs(opts) do
       if k ~= "threads" and k ~= "max_running_requests" and k ~= "mode" and k ~= "backend" and k ~= "device" then
@@ -381,7 +381,7 @@ function M.start(opts)
       o.env.OMP_NUM_THREADS = tostring(opts.threads)
       o.env.VLLM_CPU_OMP_THREADS_BIND = o.env.VLLM_CPU_OMP_THREADS_BIND or "nobind"
     end
-    return require("rl.engine.vllm").start(o)
+    return require("rl.engine.vllm").launch(o)
   end
   if dev ~= opts.device then
     local o = { device = dev }
@@ -389,11 +389,36 @@ function M.start(opts)
     opts = o
   end
   if mode == "process" then
-    task.need_task("rl.engine.start")
-    return start_process(opts)
+    task.need_task(fname)
+    return launch_process(opts)
   end
-  return start_thread(opts)
+  -- thread mode: the engine loads and serves in this call (no child to wait for)
+  local eng, err = start_thread(opts)
+  if not eng then return nil, err end
+  return launch.ready(eng)
 end
+
+--- Starts an engine and waits until it serves. opts: model (required), mode ("thread" |
+--- "process"), host, port (0 = any free one), max_running_requests, kv_cache_tokens, dtype, device,
+--- threads, max_connections, max_sequences_per_request, max_queued_requests, max_tokens_in_flight, served_model_name, api_key, serve (thread mode: false =
+--- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
+function M.start(opts)
+  local l, err = launch_engine(opts, check_opts(opts), "rl.engine.start")
+  if not l then return nil, err end
+  return l:wait_ready()
+end
+
+--- Spawns an engine without waiting for it to serve (rl.engine.start's options and
+--- misuse errors): a launch handle (lua/rl/engine/launch.lua) whose :wait_ready()
+--- yields until it serves (the engine, or nil and why) and :stop() kills it; or nil and
+--- why when it could not be spawned. A thread-mode engine is ready at once (it loads in
+--- this call). Engines launched one after another come up together: rl.engine.wait_all.
+function M.launch(opts)
+  local mode = check_opts(opts)
+  return launch_engine(opts, mode, "rl.engine.launch")
+end
+
+M.wait_all = launch.wait_all
 
 M._native = native
 return M

@@ -132,12 +132,19 @@ end
 
 -- ---- launching ---------------------------------------------------------------------
 
+-- Ports handed to servers launched but not serving yet: the OS may offer a port again
+-- until its server binds it, and several servers launch together (rl.engine.wait_all).
+local pending_ports = {}
+
 local function free_port()
-  local srv, err = require("rl.http").serve { host = "127.0.0.1", port = 0, handler = function() return { status = 503 } end }
-  if not srv then return nil, err end
-  local p = srv:port()
-  srv:stop()
-  return p
+  for _ = 1, 20 do
+    local srv, err = require("rl.http").serve { host = "127.0.0.1", port = 0, handler = function() return { status = 503 } end }
+    if not srv then return nil, err end
+    local p = srv:port()
+    srv:stop()
+    if not pending_ports[p] then return p end
+  end
+  return nil, "the OS kept offering ports already handed to starting vLLM servers"
 end
 
 local function flag_value(v)
@@ -193,11 +200,12 @@ local function shell_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"
 end
 
---- Starts a vLLM server. opts: model, host, port, served_model_name, python,
+--- Spawns a vLLM server. opts: model, host, port, served_model_name, python,
 --- vllm_args (flags, `--<key>`), env (extra environment), ready_timeout (s, default
 --- 600), log_file, kv_cache_space (GiB, VLLM_CPU_KVCACHE_SPACE, default 1),
---- weight_version. Yields until /health answers.
-function M.start(opts)
+--- weight_version. Returns a launch handle (rl.engine.launch): ready once /health
+--- answers; or nil and why.
+function M.launch(opts)
   local py, from = M.python(opts.python)
   if not executable(py) then
     return nil, ("rl.engine.start: backend 'vllm' needs vLLM's python, and %s (%s) does not exist; %s")
@@ -246,25 +254,42 @@ function M.start(opts)
                               _api_key = opts.api_key }, VllmEngine)
   local timeout = opts.ready_timeout or 600
   local deadline = now() + timeout
-  local http = require "rl.http"
-  while true do
+  if opts.port == nil or opts.port == 0 then   -- until it serves, or exits, or is stopped
+    pending_ports[port], self._reserved_port = true, port
+  end
+  local function release_port()
+    if self._reserved_port then pending_ports[self._reserved_port], self._reserved_port = nil, nil end
+  end
+  return require("rl.engine.launch").new(self, function()
     local code = proc.reap(pid)
     if code then
       self.pid = nil
+      release_port()
       return nil, ("rl.engine.start: the vLLM server exited with status %s before serving; its log (%s):\n%s")
         :format(tostring(code), logf, require("rl.engine")._log_tail(logf, 4000))
     end
-    local r = http.get(url .. "/health", { timeout = 5 })
-    if r and r.status == 200 then break end
+    local r = require("rl.http").get(url .. "/health", { timeout = 5 })
+    if r and r.status == 200 then
+      release_port()
+      log.info("Starting vLLM server on " .. url .. " (pid " .. pid .. ")")
+      return true
+    end
     if now() > deadline then
       self:stop()
+      release_port()
       return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout; pid %d stopped); "
         .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine")._log_tail(logf, 4000))
     end
-    task.sleep(0.5)
-  end
-  log.info("Starting vLLM server on " .. url .. " (pid " .. pid .. ")")
-  return self
+    return false
+  end, 0.5)
+end
+
+--- Starts a vLLM server (M.launch's options) and yields until /health answers: the
+--- engine, or nil and why.
+function M.start(opts)
+  local l, err = M.launch(opts)
+  if not l then return nil, err end
+  return l:wait_ready()
 end
 
 -- ---- engine methods ----------------------------------------------------------------
@@ -385,6 +410,7 @@ function VllmEngine:resume_memory() return gpu_only("resume_memory") end
 --- Stops the server: SIGTERM to its process group (supervisor, API server, EngineCore,
 --- worker; the supervisor SIGKILLs the group after 10 s), SIGKILL after 20 s. Idempotent.
 function VllmEngine:stop()
+  if self._reserved_port then pending_ports[self._reserved_port], self._reserved_port = nil, nil end
   if self.pid then require("rl.engine")._stop_child(self.pid, 20) end
   self.pid = nil
 end

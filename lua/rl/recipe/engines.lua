@@ -168,26 +168,26 @@ function M.plan(opt, job)
   return out
 end
 
-local function stop_all(groups)
+local function stop_all(groups, launches)
   for _, g in ipairs(groups) do
     if g.router then g.router:stop() end
+  end
+  for _, l in ipairs(launches or {}) do l.handle:stop() end   -- spawned, serving or not
+  for _, g in ipairs(groups) do
     for _, e in ipairs(g.engines) do e:stop() end
   end
 end
 
---- Starts every group's engines and router. base_opts: rl.engine.start's options from
---- the flags (job.engine_opts: model, mode, threads, ...); a group's backend, model and
---- overrides go on top, unchanged, so backend options reach rl.engine.start as given.
---- Returns the groups in order (also by name: groups.ref, groups.default) and the
---- policy group (the one that takes weight updates, else nil).
-function M.start(opt, job, base_opts)
-  local models = job.engine_models or models_of(opt, job)
-  local offload = M.offload_options(opt)
-  local groups, by_name, policy = {}, {}, nil
+-- Every engine of every group spawned (in order: groups, their server groups, engines),
+-- before any is waited for. Returns the launches {handle, group, index (in its group),
+-- model}; on a spawn failure stops those spawned and raises.
+local function launch_all(opt, models, groups, base_opts)
+  local launches = {}
   for _, m in ipairs(models) do
     local g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights,
                 engines = {}, engine_opts = {}, server_groups = {} }
-    groups[#groups + 1], by_name[m.name] = g, g
+    groups[#groups + 1] = g
+    local n = 0
     for si, sg in ipairs(m.server_groups) do
       local eopts = {}
       for k, v in pairs(base_opts) do eopts[k] = v end
@@ -207,21 +207,54 @@ function M.start(opt, job, base_opts)
         eopts.python = nil   -- vLLM's python, when the flags' backend is vllm
       end
       g.server_groups[si] = { num_engines = sg.num_engines, engine_opts = eopts }
-      for i = 1, sg.num_engines do
-        local ok, eng, err = pcall(rl.engine.start, eopts)
-        if not ok or not eng then
-          stop_all(groups)
+      for _ = 1, sg.num_engines do
+        n = n + 1
+        local ok, l, err = pcall(rl.engine.launch, eopts)
+        if not ok or not l then
+          stop_all(groups, launches)
           if not ok then   -- a bad option: the config's fault
             rl.args.usage_error(("%s%s: %s"):format(opt.sglang_config and ("--sglang-config " .. opt.sglang_config .. ": ")
-              or "", sg.where or m.where, tostring(eng):gsub("^[^:]*:%d+: ", "")))
+              or "", sg.where or m.where, tostring(l):gsub("^[^:]*:%d+: ", "")))
           end
-          error(("engine %d of group '%s' did not start: %s"):format(i, m.name, tostring(err)), 0)
+          error(("engine %d of group '%s' did not start: %s"):format(n, m.name, tostring(err)), 0)
         end
-        g.engines[#g.engines + 1], g.engine_opts[#g.engines + 1] = eng, eopts
+        launches[#launches + 1] = { handle = l, group = g, index = n, model = m, eopts = eopts }
       end
     end
+  end
+  return launches
+end
+
+--- Starts every group's engines and router. base_opts: rl.engine.start's options from
+--- the flags (job.engine_opts: model, mode, threads, ...); a group's backend, model and
+--- overrides go on top, unchanged, so backend options reach rl.engine.start as given.
+--- Every engine of every group is spawned first, then all are waited for together (each
+--- under its own ready_timeout): a job's start takes about its slowest engine's, not
+--- their sum. Thread-mode engines load in the spawning call, one after another.
+--- Returns the groups in order (also by name: groups.ref, groups.default) and the
+--- policy group (the one that takes weight updates, else nil).
+function M.start(opt, job, base_opts)
+  local models = job.engine_models or models_of(opt, job)
+  local offload = M.offload_options(opt)
+  local groups, by_name, policy = {}, {}, nil
+  local launches = launch_all(opt, models, groups, base_opts)
+  local handles = {}
+  for k, l in ipairs(launches) do handles[k] = l.handle end
+  local ok, i, err = rl.engine.wait_all(handles)
+  if not ok then
+    stop_all(groups, launches)
+    local l = launches[i]
+    error(("engine %d of group '%s' did not start: %s"):format(l.index, l.group.name, tostring(err)), 0)
+  end
+  for _, l in ipairs(launches) do
+    local g = l.group
+    g.engines[l.index], g.engine_opts[l.index] = l.handle.engine, l.eopts
+  end
+  for gi, m in ipairs(models) do
+    local g = groups[gi]
+    by_name[m.name] = g
     local urls = {}
-    for i, e in ipairs(g.engines) do urls[i] = e.url end
+    for k, e in ipairs(g.engines) do urls[k] = e.url end
     local router, rerr = rl.router.start { workers = urls }
     if not router then
       stop_all(groups)

@@ -395,24 +395,43 @@ function Health:step_start(rollout_id)
 end
 
 -- Restarts each dead engine (not yet in the router: an updatable group's joins after
--- its refit; a frozen group's loaded its own model and joins at once).
+-- its refit; a frozen group's loaded its own model and joins at once). All the dead are
+-- spawned first, then waited for together (each under its own ready_timeout).
 function Health:restart_dead()
+  local t0, starting = now(), {}
   for i, st in ipairs(self.states) do
     if st.state == "dead" then
-      local t0 = now()
-      local eng, err = rl.engine.start(st.engine_opts)
-      if eng then
+      local l, err = rl.engine.launch(st.engine_opts)
+      if l then
+        starting[#starting + 1] = { i = i, st = st, launch = l }
+      else
+        log.warn("%s did not restart (tried again before the next sync): %s", st.label, tostring(err))
+      end
+    end
+  end
+  local pending = #starting
+  while pending > 0 do
+    pending = 0
+    for _, r in ipairs(starting) do
+      local state = r.done and "done" or r.launch:poll()
+      if state == "ready" then
+        r.done = true
+        local st, eng = r.st, r.launch.engine
         st.group.engines[st.index] = eng
         st.state, st.fails, st.started, st.restarts = "restarting", 0, now(), st.restarts + 1
         st.last_steps, st.progress_at = nil, nil
         log.info("%s restarted in %.1f s: %s%s", st.label, now() - t0, eng.url,
           eng.pid and (" (pid " .. eng.pid .. ")") or "")
         self.events[#self.events + 1] = st.label .. " restarted"
-        if not st.group.update_weights then self:rejoin(i, nil) end
-      else
-        log.warn("%s did not restart (tried again before the next sync): %s", st.label, tostring(err))
+        if not st.group.update_weights then self:rejoin(r.i, nil) end
+      elseif state == "failed" then
+        r.done = true
+        log.warn("%s did not restart (tried again before the next sync): %s", r.st.label, tostring(r.launch.err))
+      elseif state == "starting" then
+        pending = pending + 1
       end
     end
+    if pending > 0 then task.sleep(0.05) end
   end
 end
 
