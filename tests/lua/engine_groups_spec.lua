@@ -233,3 +233,85 @@ describe("engine groups with real engines", function()
     ok(msg:find("--offload-rollout-level: unknown level 'kv'", 1, true), msg)
   end)
 end)
+
+-- Our children (pid -> command line), from ps: the shell popen starts is left out.
+local function children()
+  local p = io.popen("ps -o pid=,args= --ppid " .. rl.process.pid())
+  local out = {}
+  for line in p:read("*a"):gmatch("[^\n]+") do
+    local pid, args = line:match("^%s*(%d+)%s+(.*)$")
+    if pid and not args:find("ps -o pid=,args=", 1, true) then out[tonumber(pid)] = args end
+  end
+  p:close()
+  return out
+end
+
+local function new_children(before)
+  local out = {}
+  for pid, args in pairs(children()) do if not before[pid] then out[#out + 1] = pid .. " " .. args end end
+  return out
+end
+
+describe("engine start is concurrent", function()
+  local TWO_GROUPS = "sglang:\n  - name: actor\n    server_groups: [{num_gpus: 2}]\n"
+    .. "  - name: ref\n    model_path: %s\n    update_weights: false\n    server_groups: [{num_gpus: 1}]\n"
+
+  local function start_processes(yaml)
+    local opt = { sglang_config = config("groups.yaml", yaml), engine_mode = "process" }
+    local job = { opt = opt, model_dir = STORIES }
+    local groups, policy = engines.start(opt, job, { mode = "process", threads = 1, max_running_requests = 4 })
+    job.groups, job.engines, job.router = groups, policy and policy.engines, policy and policy.router
+    return job
+  end
+
+  it("spawns every process engine of every group before waiting for any to serve", function()
+    local job = start_processes(TWO_GROUPS:format(STORIES))
+    local ok_run, err = pcall(function()
+      local all = { job.groups.actor.engines[1], job.groups.actor.engines[2], job.groups.ref.engines[1] }
+      local last_spawn, first_ready = -math.huge, math.huge
+      for _, e in ipairs(all) do
+        eq(e.mode, "process")
+        ok(e.spawned_at and e.ready_at and e.spawned_at <= e.ready_at, "spawn and ready times recorded")
+        last_spawn, first_ready = math.max(last_spawn, e.spawned_at), math.min(first_ready, e.ready_at)
+      end
+      ok(last_spawn < first_ready, ("the last engine was spawned (%.3f) before the first served (%.3f)")
+        :format(last_spawn, first_ready))
+      -- the order, indices and routers are the sequential start's
+      local pids = {}
+      for _, e in ipairs(all) do pids[#pids + 1] = e.pid end
+      eq(#pids, 3)
+      local kids = children()   -- what the leak checks below look at
+      for _, pid in ipairs(pids) do ok(kids[pid] and kids[pid]:find(" engine ", 1, true), kids[pid]) end
+      eq(#job.groups.actor.engine_opts, 2)
+      local workers = {}
+      for i, w in ipairs(job.groups.actor.router:workers()) do workers[i] = w.url end
+      eq(workers, { job.groups.actor.engines[1].url, job.groups.actor.engines[2].url })
+      ok(greedy(job.groups.ref.url, "Once upon a time"))
+    end)
+    engines.stop(job)
+    if not ok_run then error(err, 0) end
+  end, { timeout = 240 })
+
+  it("an engine that cannot serve fails the start, naming its group, and leaves no process behind", function()
+    local before = children()
+    local okk, err = pcall(start_processes, TWO_GROUPS:format("/nonexistent/ref-model"))
+    ok(not okk, "the start fails")
+    err = tostring(err)
+    ok(err:find("engine 1 of group 'ref' did not start: rl.engine.start: the engine process exited with status",
+      1, true), err)
+    ok(err:find("/nonexistent/ref-model", 1, true), "the log's tail names the model: " .. err)
+    eq(new_children(before), {})
+  end, { timeout = 240 })
+
+  it("an engine that cannot be spawned (no vLLM python) stops those already spawned", function()
+    local before = children()
+    local okk, err = pcall(start_processes, "sglang:\n  - name: actor\n    server_groups: [{num_gpus: 1}]\n"
+      .. "  - name: judge\n    update_weights: false\n    backend: vllm\n    server_groups: [{num_gpus: 1, "
+      .. "overrides: {python: /nonexistent/bin/python}}]\n")
+    ok(not okk, "the start fails")
+    err = tostring(err)
+    ok(err:find("engine 1 of group 'judge' did not start: rl.engine.start: backend 'vllm' needs vLLM's python, "
+      .. "and /nonexistent/bin/python (opts.python) does not exist", 1, true), err)
+    eq(new_children(before), {})
+  end, { timeout = 120 })
+end)
