@@ -49,6 +49,8 @@
 ---@field memory_released boolean
 
 ---@class rl.engine.Engine
+---@field spawned_at? number when it was spawned (rl.now(); set by rl.engine.launch/start)
+---@field ready_at? number when it was first seen serving (rl.now())
 ---@field url string|nil the HTTP server ("http://127.0.0.1:PORT"), nil with serve = false
 ---@field mode "thread"|"process"
 ---@field pid integer|nil process mode: the child's pid
@@ -122,8 +124,35 @@ function VllmEngine:resume() end
 ---@return boolean
 function VllmEngine:health(timeout) end
 
+--- An engine spawned by rl.engine.launch, serving or not yet.
+---@class rl.engine.Launch
+---@field engine rl.engine.Engine|rl.engine.VllmEngine the engine (its url once ready)
+---@field state "starting"|"ready"|"failed"
+---@field err? string why it failed (with its log's tail)
+---@field spawned_at number
+---@field ready_at? number
+local Launch = {}
+--- One look without waiting.
+---@return "starting"|"ready"|"failed"
+function Launch:poll() end
+--- Yields until it serves: the engine, or nil and why.
+---@return rl.engine.Engine|rl.engine.VllmEngine|nil engine, string|nil err
+function Launch:wait_ready() end
+--- Kills what was spawned, serving or not. Idempotent.
+function Launch:stop() end
+
 ---@class rl.engine
 local engine = {}
+
+--- Spawns an engine without waiting for it to serve (rl.engine.start's options).
+---@param opts rl.engine.StartOptions
+---@return rl.engine.Launch|nil launch, string|nil err
+function engine.launch(opts) end
+
+--- Yields until every launch serves (true) or one fails (false, its index, why).
+---@param launches rl.engine.Launch[]
+---@return boolean ok, integer|nil index, string|nil err
+function engine.wait_all(launches) end
 
 ---@param opts rl.engine.StartOptions
 ---@return rl.engine.Engine|rl.engine.VllmEngine|nil engine, string|nil err
