@@ -292,6 +292,28 @@ describe("engine start is concurrent", function()
     if not ok_run then error(err, 0) end
   end, { timeout = 240 })
 
+  it("fault tolerance restarts the engines that died together", function()
+    local job = start_processes(TWO_GROUPS:format(STORIES))
+    local ok_run, err = pcall(function()
+      local h = health.new(job, { interval = 60, timeout = 10 })
+      local old = { job.groups.actor.engines[1], job.groups.ref.engines[1] }
+      h:mark_dead(1, "drill")
+      h:mark_dead(3, "drill")
+      eq({ h.states[1].label, h.states[3].label }, { "engine 1", "ref engine 1" })   -- the policy's keep plain names
+      h:restart_dead()
+      -- the policy's waits for its refit at the next sync; the frozen group's rejoined at once
+      eq({ h.states[1].state, h.states[2].state, h.states[3].state }, { "restarting", "healthy", "healthy" })
+      eq({ h.states[1].restarts, h.states[2].restarts, h.states[3].restarts }, { 1, 0, 1 })
+      local new = { job.groups.actor.engines[1], job.groups.ref.engines[1] }
+      for k = 1, 2 do ok(new[k] ~= old[k] and new[k].pid and new[k].url, "a new engine serves") end
+      ok(math.max(new[1].spawned_at, new[2].spawned_at) < math.min(new[1].ready_at, new[2].ready_at),
+        "both were spawned before either served")
+      ok(greedy(job.groups.ref.url, "Once upon a time"))
+    end)
+    engines.stop(job)
+    if not ok_run then error(err, 0) end
+  end, { timeout = 240 })
+
   it("an engine that cannot serve fails the start, naming its group, and leaves no process behind", function()
     local before = children()
     local okk, err = pcall(start_processes, TWO_GROUPS:format("/nonexistent/ref-model"))
