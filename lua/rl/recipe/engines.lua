@@ -180,7 +180,7 @@ end
 
 -- Every engine of every group spawned (in order: groups, their server groups, engines),
 -- before any is waited for. Returns the launches {handle, group, index (in its group),
--- model}; on a spawn failure stops those spawned and raises.
+-- eopts}; on a spawn failure stops those spawned and raises.
 local function launch_all(opt, models, groups, base_opts)
   local launches = {}
   for _, m in ipairs(models) do
@@ -218,7 +218,7 @@ local function launch_all(opt, models, groups, base_opts)
           end
           error(("engine %d of group '%s' did not start: %s"):format(n, m.name, tostring(err)), 0)
         end
-        launches[#launches + 1] = { handle = l, group = g, index = n, model = m, eopts = eopts }
+        launches[#launches + 1] = { handle = l, group = g, index = n, eopts = eopts }
       end
     end
   end
