@@ -264,9 +264,16 @@ describe("engine start is concurrent", function()
     return job
   end
 
+  -- fn(job) with the engines of `yaml` started; they are stopped whatever it does.
+  local function with_processes(yaml, fn)
+    local job = start_processes(yaml)
+    local ok_run, err = pcall(fn, job)
+    engines.stop(job)
+    if not ok_run then error(err, 0) end
+  end
+
   it("spawns every process engine of every group before waiting for any to serve", function()
-    local job = start_processes(TWO_GROUPS:format(STORIES))
-    local ok_run, err = pcall(function()
+    with_processes(TWO_GROUPS:format(STORIES), function(job)
       local all = { job.groups.actor.engines[1], job.groups.actor.engines[2], job.groups.ref.engines[1] }
       local last_spawn, first_ready = -math.huge, math.huge
       for _, e in ipairs(all) do
@@ -288,13 +295,10 @@ describe("engine start is concurrent", function()
       eq(workers, { job.groups.actor.engines[1].url, job.groups.actor.engines[2].url })
       ok(greedy(job.groups.ref.url, "Once upon a time"))
     end)
-    engines.stop(job)
-    if not ok_run then error(err, 0) end
   end, { timeout = 240 })
 
   it("fault tolerance restarts the engines that died together", function()
-    local job = start_processes(TWO_GROUPS:format(STORIES))
-    local ok_run, err = pcall(function()
+    with_processes(TWO_GROUPS:format(STORIES), function(job)
       local h = health.new(job, { interval = 60, timeout = 10 })
       local old = { job.groups.actor.engines[1], job.groups.ref.engines[1] }
       h:mark_dead(1, "drill")
@@ -310,8 +314,6 @@ describe("engine start is concurrent", function()
         "both were spawned before either served")
       ok(greedy(job.groups.ref.url, "Once upon a time"))
     end)
-    engines.stop(job)
-    if not ok_run then error(err, 0) end
   end, { timeout = 240 })
 
   it("an engine that cannot serve fails the start, naming its group, and leaves no process behind", function()
