@@ -59,12 +59,17 @@ class GsmToolsRecipe(RlhostTestCase):
         self.assertEqual([m["rollout/step"] for m in steps], [0, 1])
         for m in steps:
             for key in ("rollout/turns/mean", "rollout/turns/max", "rollout/tool_calls/mean", "rollout/tool_errors/rate",
-                        "rollout/tool_calls/with_tool", "rollout/tool_calls/success_rate", "train/loss"):
+                        "rollout/tool_calls/with_tool", "train/loss"):
                 self.assertIn(key, m, sorted(m))
-            self.assertGreaterEqual(m["rollout/turns/max"], 2, "a tool call starts another turn")
-            self.assertGreater(m["rollout/tool_calls/mean"], 0)
-            self.assertGreaterEqual(m["rollout/tool_calls/success_rate"], 0)
-            self.assertLessEqual(m["rollout/tool_calls/success_rate"], 1)
+            self.assertGreaterEqual(m["rollout/turns/max"], 1)
+            if "rollout/tool_calls/success_rate" in m:   # a step without a call has no rate
+                self.assertGreaterEqual(m["rollout/tool_calls/success_rate"], 0)
+                self.assertLessEqual(m["rollout/tool_calls/success_rate"], 1)
+        # the tiny model samples at T = 1: a step's 8 trajectories may all skip the tool (seen
+        # about once in 8 runs), so the calls are asserted over the run
+        self.assertGreaterEqual(max(m["rollout/turns/max"] for m in steps), 2, "a tool call starts another turn")
+        self.assertGreater(sum(m["rollout/tool_calls/mean"] for m in steps), 0)
+        self.assertTrue(any("rollout/tool_calls/success_rate" in m for m in steps), "the tool-call success rate is reported")
         self.assertEqual([m["eval/step"] for m in rows if "eval/step" in m], [0, 2])
         evals = re.findall(r"eval (\d+) \| heldout ([\d.]+) \| with calculator ([\d.]+) \| calls ([\d.]+) "
                            r"\| tool-call success (\S+)", r.stderr)
