@@ -408,8 +408,8 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
   auto x = embed_tokens(b.input_ids);
   return run_layers(x, b.positions, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          int64_t layer) {
-    cache.k[layer].index_copy_(0, b.slot_mapping, k);
-    cache.v[layer].index_copy_(0, b.slot_mapping, v);
+    write_cache_rows(cache.k[layer], b.slot_mapping, k);
+    write_cache_rows(cache.v[layer], b.slot_mapping, v);
     torch::Tensor o_dec, o_pre;
     if (dec_tok_t.defined()) {
       auto qd = SP == 0 ? q : q.index_select(0, dec_tok_t);

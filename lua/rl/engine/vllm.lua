@@ -136,6 +136,11 @@ end
 -- until its server binds it, and several servers launch together (rl.engine.wait_all).
 local pending_ports = {}
 
+-- Hands a launched server's reserved port back (it serves, exited or was stopped).
+local function release_port(self)
+  if self._reserved_port then pending_ports[self._reserved_port], self._reserved_port = nil, nil end
+end
+
 local function free_port()
   for _ = 1, 20 do
     local srv, err = require("rl.http").serve { host = "127.0.0.1", port = 0, handler = function() return { status = 503 } end }
@@ -257,39 +262,27 @@ function M.launch(opts)
   if opts.port == nil or opts.port == 0 then   -- until it serves, or exits, or is stopped
     pending_ports[port], self._reserved_port = true, port
   end
-  local function release_port()
-    if self._reserved_port then pending_ports[self._reserved_port], self._reserved_port = nil, nil end
-  end
   return require("rl.engine.launch").new(self, function()
     local code = proc.reap(pid)
     if code then
       self.pid = nil
-      release_port()
+      release_port(self)
       return nil, ("rl.engine.start: the vLLM server exited with status %s before serving; its log (%s):\n%s")
         :format(tostring(code), logf, require("rl.engine")._log_tail(logf, 4000))
     end
     local r = require("rl.http").get(url .. "/health", { timeout = 5 })
     if r and r.status == 200 then
-      release_port()
+      release_port(self)
       log.info("Starting vLLM server on " .. url .. " (pid " .. pid .. ")")
       return true
     end
     if now() > deadline then
       self:stop()
-      release_port()
       return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout; pid %d stopped); "
         .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine")._log_tail(logf, 4000))
     end
     return false
   end, 0.5)
-end
-
---- Starts a vLLM server (M.launch's options) and yields until /health answers: the
---- engine, or nil and why.
-function M.start(opts)
-  local l, err = M.launch(opts)
-  if not l then return nil, err end
-  return l:wait_ready()
 end
 
 -- ---- engine methods ----------------------------------------------------------------
@@ -409,15 +402,12 @@ function VllmEngine:resume_memory() return gpu_only("resume_memory") end
 
 --- Stops the server: SIGTERM to its process group (supervisor, API server, EngineCore,
 --- worker; the supervisor SIGKILLs the group after 10 s), SIGKILL after 20 s. Idempotent.
-function VllmEngine:stop()
-  if self._reserved_port then pending_ports[self._reserved_port], self._reserved_port = nil, nil end
-  if self.pid then require("rl.engine")._stop_child(self.pid, 20) end
-  self.pid = nil
-end
+function VllmEngine:stop() self:stop_within(20) end
 
 --- A bounded stop (rl.recipe.health's, for a dead or stuck server): SIGTERM to its
 --- process group, SIGKILL after min(timeout, 20) s. Returns true.
 function VllmEngine:stop_within(timeout)
+  release_port(self)
   if self.pid then require("rl.engine")._stop_child(self.pid, math.min(timeout, 20)) end
   self.pid = nil
   return true
