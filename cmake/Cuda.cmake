@@ -18,6 +18,20 @@ if(NOT RLHOST_CUDA STREQUAL "OFF")
 endif()
 
 if(RLHOST_WITH_CUDA)
+  # The engine's kernels (runtime/nn/cuda/*.cu) are CUDA C++: Ampere (sm_80) and
+  # Hopper (sm_90, with its PTX for newer GPUs) unless -DCMAKE_CUDA_ARCHITECTURES says otherwise.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
+  endif()
+  if(NOT CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  if(CCACHE_PROGRAM)
+    set(CMAKE_CUDA_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
+  endif()
+  enable_language(CUDA)
   # NCCL and the CUDA runtime must be the ones LibTorch was built against: a pip
   # wheel ships them under site-packages/nvidia/, and an older system NCCL lacks
   # symbols libtorch_cuda needs. Prefer the wheel's, then the toolkit's.

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# The project's GPU checks in one command (issue "GPU I"), on a machine with a GPU:
+# The project's GPU checks in one command (issue "GPU"), on a machine with a GPU:
 #   bash .gpu/build.sh build-gpu && export LD_LIBRARY_PATH=$(bash .gpu/build.sh --libpath)
 #   BUILD=build-gpu bash bench/gpu/check.sh
-# 1. the LibTorch Lua specs on the GPU (RLHOST_TEST_DEVICE)
-# 2. engine <-> trainer log-probs on the GPU: max |diff| in float32 and bfloat16
-# 3. 3-step GRPO runs colocated on the GPU: the default model, and a random Qwen3-0.6B-shaped one (bf16)
-# 4. the bf16 trainer step against PyTorch + transformers under autocast, same GPU, ratio printed
-# Every step runs under its own timeout, logs to $OUT/<step>.log; a summary table ends the run.
-#   DEVICE=cuda  STEPS="specs parity grpo_default grpo_qwen3 trainer_step"  T_<STEP>=seconds
+# engine_check  the engine's CUDA step against itself: graphs vs eager, the sampler's
+#               draws against its probabilities, seeded sampling, CPU-sampled rows (engine_check.lua)
+# parity        engine <-> trainer log-probs on the GPU, batched: max |diff| in float32 and bfloat16
+# decode        decode tokens/s at batch 1, 8, 64, 256 against PyTorch (CUDA graph) and
+#               transformers, % of the HBM roofline, GPU-busy fractions (decode.sh)
+# grpo_qwen3 / grpo_default   3-step GRPO colocated on the GPU: a random Qwen3-0.6B-shaped model (bf16), the default model
+# trainer_step  the bf16 trainer step against PyTorch + transformers under autocast, same GPU, ratio printed
+# specs         the LibTorch Lua specs on the GPU (RLHOST_TEST_DEVICE)
+# Every step runs under its own timeout (T_<STEP>=seconds), and none starts past DEADLINE
+# seconds from the start (default: no deadline); logs go to $OUT/<step>.log; a summary table ends the run.
+#   DEVICE=cuda  STEPS="engine_check parity decode grpo_qwen3 trainer_step grpo_default specs"
 # DEVICE=cpu runs the same script on the CPU (how it is tested where no GPU is lent).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${BUILD:-$root/build-gpu}"
 dev="${DEVICE:-cuda}"
 out="${OUT:-$root/bench/out/gpu}"
-steps="${STEPS:-specs parity grpo_default grpo_qwen3 trainer_step}"
+steps="${STEPS:-engine_check parity decode grpo_qwen3 trainer_step grpo_default specs}"
+deadline="${DEADLINE:-0}"  # seconds from the start after which no step starts (0: none)
 mkdir -p "$out"
 bin="$build/rlhost"
 [ -x "$bin" ] || { echo "check.sh: no $bin (build first: bash .gpu/build.sh $build)" >&2; exit 2; }
@@ -32,6 +38,15 @@ export RLHOST_TEST_DATA="$data"
 run() {  # run NAME TIMEOUT CMD...: logs, times and records one step ($after: a command whose output joins the log)
   local name="$1" limit="$2"; shift 2
   local t0=$SECONDS rc
+  if [ "$deadline" -gt 0 ]; then
+    local left=$((deadline - SECONDS))
+    if [ "$left" -lt 15 ]; then
+      printf '| %s | - | 0 | skipped: past the deadline (%ss) |\n' "$name" "$deadline" >> "$summary"
+      echo "== $name skipped: past the deadline" >&2
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   echo "== $name (timeout ${limit}s)" >&2
   timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1; rc=$?
   if [ -n "${after:-}" ]; then eval "$after" >> "$out/$name.log" 2>&1; fi
@@ -67,6 +82,15 @@ qwen3_model() {
 
 for s in $steps; do
   case "$s" in
+  engine_check)
+    qwen3_model
+    m="$(RLHOST_DEVICE=cpu "$bin" -e 'print(rl.mathgen.default_model())' 2>/dev/null | tail -n 1)"
+    run engine_check_qwen3 "${T_CHECK:-120}" "$bin" --no-control "$root/bench/gpu/engine_check.lua" "$q" "$dev" bfloat16
+    run engine_check_default "${T_CHECK:-120}" "$bin" --no-control "$root/bench/gpu/engine_check.lua" "$m" "$dev" float32 ;;
+  decode)
+    qwen3_model
+    run decode "${T_DECODE:-300}" env MODEL="$q" BUILD="$build" OUT_DIR="$out/decode" BATCHES="${BATCHES_DECODE:-1,8,64,256}" \
+      bash "$root/bench/gpu/decode.sh" ;;
   specs)
     specs=()
     for f in "$root"/tests/lua/{torch,model,engine,trainer}*_spec.lua; do specs+=("$f"); done

@@ -98,6 +98,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   blocks_ = std::make_unique<BlockManager>(num_blocks_, opts_.block_size, opts_.enable_prefix_cache);
   scheduler_ = std::make_unique<Scheduler>(*blocks_, SchedulerLimits{opts_.max_running_requests,
                                                                       opts_.max_prefill_tokens});
+  runner_->configure_steps(context_length_);
   runner_->allocate_cache(num_blocks_, opts_.block_size);
   weight_version_ = opts_.weight_version;
   rid_rng_.seed(std::random_device{}());
@@ -451,8 +452,6 @@ void EngineImpl::step() {
   int64_t prefill_tokens = 0;
   for (Sequence* s : batch)
     if (s->query_len() > 1 || s->t_first < 0) prefill_tokens += s->query_len();
-  torch::Tensor logits = runner_->forward(batch);
-
   std::vector<SampleRow> rows(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
@@ -460,7 +459,7 @@ void EngineImpl::step() {
     rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr,
                         s->req.return_logprob};
   }
-  SampleOutput sampled = sample_tokens(logits, rows);
+  SampleOutput sampled = runner_->step(batch, rows);
   const double t1 = mono_now();
   ++steps_;
   prefill_tokens_computed_ += prefill_tokens;
@@ -571,6 +570,10 @@ void EngineImpl::publish_stats() {
   st.requests_aborted = requests_aborted_;
   st.preemptions_total = scheduler_->preemptions;
   st.steps = steps_;
+  if (const GpuStepper* g = runner_->gpu_stepper()) {
+    st.cuda_graphs = g->stats().graphs;
+    st.cuda_graph_steps = g->stats().graph_steps;
+  }
   st.weight_version = weight_version_;
   st.memory_released = kv_released_ || !runner_->has_weights();
   std::lock_guard<std::mutex> lock(stats_mu_);

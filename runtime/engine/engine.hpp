@@ -43,6 +43,10 @@ struct EngineOptions {
   int threads = 0;                        // LibTorch intra-op threads for this engine; 0: leave as is
   bool enable_prefix_cache = true;
   std::string weight_version = "default"; // reported in meta_info until the first update
+  // CUDA: decode steps of up to this many sequences replay a CUDA graph captured
+  // per batch-size bucket (SGLang's --cuda-graph-max-bs); larger ones run eagerly.
+  int64_t cuda_graph_max_bs = 256;
+  bool disable_cuda_graph = false;        // SGLang's --disable-cuda-graph: every step eager
 };
 
 struct FinishReason {
@@ -99,6 +103,8 @@ struct EngineStats {
   int64_t prefill_tokens_computed = 0;     // prompt tokens actually run through the model
   int64_t requests_total = 0, requests_finished = 0, requests_aborted = 0, preemptions_total = 0;
   int64_t steps = 0;
+  int64_t cuda_graphs = 0;                 // CUDA: decode batch sizes captured so far
+  int64_t cuda_graph_steps = 0;            // CUDA: steps replayed from a graph
   std::string weight_version;
   bool memory_released = false;
 };

@@ -19,6 +19,8 @@
 
 #include "engine/block_manager.hpp"
 #include "engine/engine.hpp"
+#include "engine/gpu_step.hpp"
+#include "engine/sampler.hpp"
 #include "engine/scheduler.hpp"
 #include "model/config.hpp"
 #include "nn/kv_cache.hpp"
@@ -55,6 +57,13 @@ class ModelRunner {
   // One step: computes every sequence's uncomputed tokens, writes their K/V and
   // returns the logits of each sequence's last token, [S, V] float32.
   torch::Tensor forward(const std::vector<Sequence*>& batch);
+  // The step and its sampling: on CUDA through GpuStepper (CUDA graphs, sampling
+  // on the device), elsewhere forward() and sample_tokens().
+  SampleOutput step(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows);
+  // Once the engine knows its context length: on a CUDA device (and a CUDA build,
+  // unless RLHOST_GPU_KERNELS=0), steps go through GpuStepper from now on.
+  void configure_steps(int64_t context_length);
+  const GpuStepper* gpu_stepper() const { return gpu_.get(); }
 
  private:
   EngineOptions opts_;
@@ -66,6 +75,7 @@ class ModelRunner {
   std::filesystem::path weights_dir_;  // last update_weights_from_disk directory (empty: the model)
   bool updated_in_memory_ = false;     // a copy/shm update came after weights_dir_ (not on disk)
   std::unique_ptr<nn::SharedWeights> shared_;  // weights in shared memory (share_weights), or none
+  std::unique_ptr<GpuStepper> gpu_;            // CUDA steps (configure_steps), or none
 };
 
 class EngineImpl final : public Engine {

@@ -1,6 +1,8 @@
+#include <cstdlib>
 #include <stdexcept>
 
 #include "base/errors.hpp"
+#include "base/log_text.hpp"
 #include "engine/engine_impl.hpp"
 #include "engine/engine_weights.hpp"
 #include "model/checkpoint.hpp"
@@ -63,7 +65,23 @@ int64_t ModelRunner::kv_bytes_per_token() const {
 std::string ModelRunner::dtype_name() const { return nn::dtype_config_name(dtype_); }
 std::string ModelRunner::device_name() const { return device_.str(); }
 
+void ModelRunner::configure_steps(int64_t context_length) {
+  const char* env = std::getenv("RLHOST_GPU_KERNELS");
+  if (!device_.is_cuda() || !gpu_step_built() || (env && std::string(env) == "0")) return;
+  const int64_t max_bs = opts_.disable_cuda_graph ? 0 : std::min(opts_.cuda_graph_max_bs, opts_.max_running_requests);
+  gpu_ = std::make_unique<GpuStepper>(max_bs, context_length, opts_.block_size);
+  log::info("engine: CUDA steps with rlhost's kernels and on-device sampling; " +
+            (max_bs > 0 ? "decode batches up to " + std::to_string(max_bs) + " replay CUDA graphs"
+                        : std::string("no CUDA graphs (disable_cuda_graph or cuda_graph_max_bs 0)")));
+}
+
+SampleOutput ModelRunner::step(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows) {
+  if (gpu_) return gpu_->step(*model_, cache_, batch, rows);
+  return sample_tokens(forward(batch), rows);
+}
+
 void ModelRunner::allocate_cache(int64_t num_blocks, int64_t block_size) {
+  if (gpu_) gpu_->invalidate();
   if (!model_) {
     // The cache only needs the shapes: build it from a throwaway description.
     cache_ = nn::KVCache{};
@@ -80,6 +98,7 @@ void ModelRunner::allocate_cache(int64_t num_blocks, int64_t block_size) {
 }
 
 void ModelRunner::free_cache() {
+  if (gpu_) gpu_->invalidate();
   const int64_t nb = cache_.num_blocks, bs = cache_.block_size;
   cache_ = nn::KVCache{};
   cache_.num_blocks = nb;
@@ -87,11 +106,13 @@ void ModelRunner::free_cache() {
 }
 
 void ModelRunner::free_weights() {
+  if (gpu_) gpu_->invalidate();
   shared_.reset();
   model_.reset();
 }
 
 bool ModelRunner::restore_weights() {
+  if (gpu_) gpu_->invalidate();
   model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_, true});
   const bool same = !updated_in_memory_ && (weights_dir_.empty() || fs::is_directory(weights_dir_));
   if (same && !weights_dir_.empty()) model_->load(model::read_safetensors_dir(weights_dir_));
@@ -127,6 +148,7 @@ void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::T
 }
 
 const nn::SharedLayout& ModelRunner::share_weights(const std::string& dir) {
+  if (gpu_) gpu_->invalidate();
   shared_ = std::make_unique<nn::SharedWeights>(model_->named_parameters(), dir);
   return shared_->layout();
 }
@@ -139,6 +161,7 @@ void ModelRunner::use_shared_buffer(const std::string& id, int k) {
   if (k == shared_->layout().active)
     throw Error("update_weights_from_shm: buffer " + std::to_string(k) + " is the one the engine reads",
                 "write the other buffer (the reply's next_buffer)");
+  if (gpu_) gpu_->invalidate();
   shared_->activate(k);
   model_->weights_changed();
   updated_in_memory_ = true;

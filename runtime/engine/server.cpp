@@ -56,6 +56,8 @@ json stats_json(const EngineStats& s) {
       {"requests_aborted", s.requests_aborted},
       {"preemptions_total", s.preemptions_total},
       {"steps", s.steps},
+      {"cuda_graphs", s.cuda_graphs},
+      {"cuda_graph_steps", s.cuda_graph_steps},
       {"weight_version", s.weight_version},
       {"memory_released", s.memory_released},
   };

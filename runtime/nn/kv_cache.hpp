@@ -32,4 +32,18 @@ struct CachedBatch {
                                          const std::vector<int64_t>& lengths, int64_t block_size);
 };
 
+// The same batch for the engine's CUDA path (Transformer::forward_paged): int32
+// tensors on the device, block tables instead of slot lists, and nothing the host
+// must read back, so a decode step can be captured in a CUDA graph and replayed
+// over new contents of the same tensors.
+struct PagedBatch {
+  torch::Tensor input_ids;     // [N] int32, ids within the vocabulary (checked by the caller)
+  torch::Tensor positions;     // [N] int32
+  torch::Tensor slot_mapping;  // [N] int32 cache slot of each new token's K/V; negative: padding, not stored
+  torch::Tensor block_tables;  // [S, W] int32 block ids of each sequence (slot = block * block_size + offset)
+  torch::Tensor query_seq;     // [N] int32 row of block_tables of each new token
+  torch::Tensor query_ctx;     // [N] int32 keys each new token attends to, itself included; 0: padding
+  int64_t max_position = 0;    // on the host: no position exceeds it (sizes the RoPE tables)
+};
+
 }  // namespace rl::nn

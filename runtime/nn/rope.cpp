@@ -51,6 +51,16 @@ std::pair<torch::Tensor, torch::Tensor> RopeTable::lookup(const torch::Tensor& p
   return {cos_.index_select(0, flat).view(shape).to(dtype), sin_.index_select(0, flat).view(shape).to(dtype)};
 }
 
+std::pair<torch::Tensor, torch::Tensor> RopeTable::tables(int64_t n, torch::Device device, torch::ScalarType dtype) {
+  grow(n, device);
+  if (!cos_dt_.defined() || cos_dt_.size(0) != cos_.size(0) || cos_dt_.scalar_type() != dtype ||
+      cos_dt_.device() != device) {
+    cos_dt_ = cos_.to(dtype).contiguous();
+    sin_dt_ = sin_.to(dtype).contiguous();
+  }
+  return {cos_dt_, sin_dt_};
+}
+
 namespace {
 
 // out = x * cos + rotate_half(x) * sin for rows of `heads` x D floats (x rows with

@@ -17,11 +17,16 @@ class RopeTable {
   explicit RopeTable(const model::ModelConfig& config);
   // cos and sin rows for `positions` (int64, any shape) → [..., head_dim], dtype `dtype`.
   std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor& positions, torch::ScalarType dtype);
+  // The whole tables, at least n rows, on `device` in `dtype` (cached until they
+  // grow): the engine's CUDA kernels index them by position. Call with the largest
+  // n first when the result is captured in a CUDA graph (growing reallocates).
+  std::pair<torch::Tensor, torch::Tensor> tables(int64_t n, torch::Device device, torch::ScalarType dtype);
 
  private:
   void grow(int64_t n, torch::Device device);
   torch::Tensor inv_freq_;
   torch::Tensor cos_, sin_;  // [n, head_dim] float32
+  torch::Tensor cos_dt_, sin_dt_;  // cos_/sin_ in the dtype tables() was last asked for
 };
 
 // x: [..., heads, head_dim]; cos/sin: [..., head_dim] broadcast over heads.

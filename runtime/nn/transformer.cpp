@@ -31,7 +31,7 @@ torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torc
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
-  const bool transposed = opts_.inference_layout && opts_.device.is_cpu();
+  const bool transposed = opts_.inference_layout;
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };

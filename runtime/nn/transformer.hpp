@@ -24,12 +24,13 @@ namespace rl::nn {
 struct ModelOptions {
   torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 (fp16 on CUDA)
   torch::Device device = torch::kCPU;
-  // Inference on the CPU: projection weights are stored [in, out] (exposed as
-  // transposed [out, in] views under their HF names), so small-batch matmuls
-  // stream them without MKL repacking them every call (1.4x at batch 1), and
-  // q/k/v and gate/up each share one matrix so they run as one matmul. A tied
-  // embedding is stored that way too ([hidden, vocab], the lm_head's layout; the
-  // embedding lookup gathers its columns). Training keeps the default layout.
+  // Inference (the engine): projection weights are stored [in, out] (exposed as
+  // transposed [out, in] views under their HF names), so small-batch matmuls on
+  // the CPU stream them without MKL repacking them every call (1.4x at batch 1),
+  // and q/k/v and gate/up each share one matrix so they run as one matmul (one
+  // GEMM launch instead of three on CUDA). A tied embedding is stored that way too
+  // ([hidden, vocab], the lm_head's layout; the embedding lookup gathers its
+  // columns). Training keeps the default layout.
   bool inference_layout = false;
 };
 
@@ -73,6 +74,10 @@ class Transformer {
   // and attends over each sequence's context. Returns final-norm hidden states [N, H]
   // for the N new tokens, in batch order.
   torch::Tensor forward_cached(const CachedBatch& batch, KVCache& cache);
+  // The same on CUDA with the engine's own kernels (nn/gpu_ops.hpp; inference
+  // layout only): no host synchronisation, so it can run inside a CUDA graph
+  // capture. Returns [N, H] (transformer_gpu.cpp).
+  torch::Tensor forward_paged(const PagedBatch& batch, KVCache& cache);
   KVCache new_kv_cache(int64_t num_blocks, int64_t block_size) const;
 
   // Writes config.json and safetensors (sharded past max_shard_bytes) into `dir`.

@@ -24,6 +24,8 @@
 ---@field max_queued_requests? integer sequences waiting beyond max_running_requests; more is a 429 (default 16384, 0: no cap)
 ---@field max_tokens_in_flight? integer prompt + max_new_tokens of unfinished sequences; more is a 429 (default 0: no cap)
 ---@field enable_prefix_cache? boolean default true
+---@field cuda_graph_max_bs? integer CUDA: decode batches up to this size replay CUDA graphs (default 256; 0: none)
+---@field disable_cuda_graph? boolean CUDA: every step eager (SGLang's --disable-cuda-graph)
 ---@field weight_version? string reported until the first update (default "default")
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)

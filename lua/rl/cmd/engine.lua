@@ -35,12 +35,16 @@ local opt = rl.args {
   { name = "shutdown_timeout", type = "number", default = 5,
     help = "on SIGTERM/Ctrl-C: seconds to let running requests finish before aborting them" },
   { name = "disable_prefix_cache", type = "bool", default = false, help = "no prefix reuse across requests" },
+  { name = "cuda_graph_max_bs", type = "int", default = 256,
+    help = "CUDA: decode batches up to this size replay CUDA graphs (0: none)" },
+  { name = "disable_cuda_graph", type = "bool", default = false, help = "CUDA: run every step eagerly" },
   { name = "weight_version", type = "string", default = "default", help = "reported in meta_info until the first update" },
   { name = "ready_file", type = "string", help = "write the server URL to this file once serving" },
 }
 
 if opt.port < 0 or opt.port > 65535 then rl.args.usage_error("--port must be 0-65535") end
 if opt.max_running_requests < 1 then rl.args.usage_error("--max-running-requests must be at least 1") end
+if opt.cuda_graph_max_bs < 0 then rl.args.usage_error("--cuda-graph-max-bs must be 0 or more") end
 for _, k in ipairs { "max_connections", "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight" } do
   if opt[k] < 0 then rl.args.usage_error("--" .. k:gsub("_", "-") .. " must be 0 or more") end
 end
@@ -63,6 +67,7 @@ local eng, err = rl.engine.start {
   max_sequences_per_request = opt.max_sequences_per_request, max_queued_requests = opt.max_queued_requests,
   max_tokens_in_flight = opt.max_tokens_in_flight,
   enable_prefix_cache = not opt.disable_prefix_cache, weight_version = opt.weight_version,
+  cuda_graph_max_bs = opt.cuda_graph_max_bs, disable_cuda_graph = opt.disable_cuda_graph,
   server_args = rl.json.encode(server_args),
 }
 if not eng then

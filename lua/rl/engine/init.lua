@@ -33,6 +33,7 @@ local OPTION_TYPES = {
   kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
   threads = "number", max_connections = "number", max_sequences_per_request = "number",
   max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
+  cuda_graph_max_bs = "number", disable_cuda_graph = "boolean",
   api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
   server_args = "string",  -- JSON object text echoed by /get_server_info
   backend = "string",
@@ -117,6 +118,7 @@ local FLAGS = {
   "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
   "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "max_connections",
   "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "weight_version", "api_key",
+  "cuda_graph_max_bs",
 }
 
 local read_file = require("rl._fs").read_file
@@ -151,6 +153,7 @@ local function launch_process(opts)
     if opts[k] ~= nil then argv[#argv + 1] = "--" .. k:gsub("_", "-") .. "=" .. tostring(opts[k]) end
   end
   if opts.enable_prefix_cache == false then argv[#argv + 1] = "--disable-prefix-cache" end
+  if opts.disable_cuda_graph then argv[#argv + 1] = "--disable-cuda-graph" end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
   local pid, err = proc.spawn(argv, { log = log })
   if not pid then return nil, "rl.engine.start: " .. err end
