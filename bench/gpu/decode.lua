@@ -47,7 +47,7 @@ end
 
 local function profile(b)
   local http = require "rl.http"
-  local body = { output_dir = trace_dir, num_steps = math.max(8, new // 2),
+  local body = { output_dir = trace_dir, num_steps = math.max(8, math.floor(new / 2)),
                                 activities = { "CPU", "GPU" }, profile_id = "rlhost_b" .. b }
   local resp = assert(http.post(eng.url .. "/start_profile", body,
     { headers = rl.engine.control_headers(), timeout = 60 }))

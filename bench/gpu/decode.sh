@@ -26,7 +26,18 @@ python3 - "$log" "$model" "$new" "$prompt" <<'PY'
 import collections, glob, json, os, re, sys
 log, model, new, prompt = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 cfg = json.load(open(os.path.join(model, "config.json")))
-weights = sum(os.path.getsize(f) for f in glob.glob(os.path.join(model, "*.safetensors")))
+def numel(path):  # parameters in a safetensors file, from its JSON header
+    import struct
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    n = 0
+    for k, v in header.items():
+        if k != "__metadata__":
+            p = 1
+            for d in v["shape"]: p *= d
+            n += p
+    return n
+weights = 2 * sum(numel(f) for f in glob.glob(os.path.join(model, "*.safetensors")))  # bf16 in the engine
 H = cfg["hidden_size"]; D = cfg.get("head_dim") or H // cfg["num_attention_heads"]
 kv_token = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * D * 2  # bf16
 rows, bw, busy = collections.defaultdict(dict), None, {}

@@ -18,13 +18,15 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_busy import busy_fraction  # noqa: E402
 
+DEV = os.environ.get("RLHOST_BENCH_DEVICE", "cuda")  # cpu: to check the loop's forward against transformers
+
 
 def load_weights(model_dir, dtype):
     from safetensors.torch import load_file
     import glob
     w = {}
     for f in sorted(glob.glob(model_dir + "/*.safetensors")):
-        w.update({k: v.to("cuda", dtype) for k, v in load_file(f).items()})
+        w.update({k: v.to(DEV, dtype) for k, v in load_file(f).items()})
     return w
 
 
@@ -55,9 +57,9 @@ class StaticDecoder:
         inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, self.D, 2, dtype=torch.float32) / self.D))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
         emb = torch.cat([f, f], -1)
-        self.cos, self.sin = emb.cos().to("cuda", dt), emb.sin().to("cuda", dt)
+        self.cos, self.sin = emb.cos().to(DEV, dt), emb.sin().to(DEV, dt)
         self.B, self.T = batch, max_len
-        self.kc = [torch.zeros(batch, self.KV, max_len, self.D, device="cuda", dtype=dt) for _ in range(self.L)]
+        self.kc = [torch.zeros(batch, self.KV, max_len, self.D, device=DEV, dtype=dt) for _ in range(self.L)]
         self.vc = [torch.zeros_like(k) for k in self.kc]
         self.layer_fn = self.layer
 
@@ -95,7 +97,7 @@ class StaticDecoder:
     def forward(self, ids, pos):
         """ids [B, T] at positions pos [T] (shared by the batch); greedy next tokens [B, 1]."""
         c, s = self.cos[pos].unsqueeze(0).unsqueeze(2), self.sin[pos].unsqueeze(0).unsqueeze(2)
-        keys = torch.arange(self.T, device="cuda")
+        keys = torch.arange(self.T, device=DEV)
         mask = (keys.view(1, -1) <= pos.view(-1, 1)).view(1, 1, pos.numel(), self.T)
         x = self.embed[ids]
         for i in range(self.L):
@@ -105,7 +107,7 @@ class StaticDecoder:
 
 def prompts(batch, n_prompt, vocab, salt):
     return torch.tensor([[(salt * 7919 + b * 131 + i * 17) % vocab for i in range(n_prompt)] for b in range(batch)],
-                        device="cuda")
+                        device=DEV)
 
 
 def run_graph(cfg, w, batch, n_new, n_prompt, compiled, trace_dir):
@@ -113,8 +115,8 @@ def run_graph(cfg, w, batch, n_new, n_prompt, compiled, trace_dir):
     if compiled:
         m.layer_fn = torch.compile(m.layer, dynamic=False)
     ids = prompts(batch, n_prompt, cfg["vocab_size"], batch)
-    tok = m.forward(ids, torch.arange(n_prompt, device="cuda"))  # the prefill, eager
-    static_tok, static_pos = tok.clone(), torch.full((1,), n_prompt, device="cuda", dtype=torch.long)
+    tok = m.forward(ids, torch.arange(n_prompt, device=DEV))  # the prefill, eager
+    static_tok, static_pos = tok.clone(), torch.full((1,), n_prompt, device=DEV, dtype=torch.long)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -167,7 +169,7 @@ def run_hf(hf, batch, n_new, n_prompt, vocab):
 
 def copy_bandwidth():
     """Device-to-device copy, bytes read + written per second (the HBM ceiling used for the roofline)."""
-    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    a = torch.empty(1 << 30, dtype=torch.uint8, device=DEV)
     b = torch.empty_like(a)
     for _ in range(3):
         b.copy_(a)
@@ -206,7 +208,7 @@ def main():
         torch.cuda.empty_cache()
     if "hf" in picked:
         from transformers import AutoModelForCausalLM
-        hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to("cuda").eval()
+        hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(DEV).eval()
         run_hf(hf, 1, 8, n_prompt, cfg["vocab_size"])
         for b in batches:
             rate = run_hf(hf, b, n_new, n_prompt, cfg["vocab_size"])

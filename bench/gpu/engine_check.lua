@@ -63,8 +63,9 @@ end
 local eng = start()
 do
   local draws = 4096
-  local outs = assert(eng:generate { input_ids = prompts(1, 12, 7)[1], return_logprob = true,
-    sampling_params = { max_new_tokens = 1, temperature = 1.0, n = draws } })
+  local p1 = prompts(1, 12, 7)[1]
+  local outs = assert(eng:generate { input_ids = { p1, p1, p1, p1 }, return_logprob = true,
+    sampling_params = { max_new_tokens = 1, temperature = 1.0, n = math.floor(draws / 4) } })
   local count, p, spread = {}, {}, 0
   for _, o in ipairs(outs) do
     local lp, t = o.meta_info.output_token_logprobs[1][1], o.meta_info.output_token_logprobs[1][2]

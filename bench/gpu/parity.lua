@@ -25,7 +25,7 @@ local function round(prompts, n)
   local outs = assert(eng:generate { input_ids = ids, return_logprob = true,
     sampling_params = { max_new_tokens = N, temperature = 1.0, ignore_eos = true, n = n } })
   for k, out in ipairs(outs) do
-    local prompt = ids[(k - 1) // n + 1]  -- SGLang's order: each prompt's n samples together
+    local prompt = ids[math.floor((k - 1) / n) + 1]  -- SGLang's order: each prompt's n samples together
     local lp, toks, all, mask = {}, {}, {}, {}
     for j, e in ipairs(out.meta_info.output_token_logprobs) do lp[j], toks[j] = e[1], e[2] end
     for _, t in ipairs(prompt) do all[#all + 1] = t end

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
 
 #include "base/log_text.hpp"
+#include "engine/step_batch.hpp"
 
 #ifdef RLHOST_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -41,75 +41,7 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("engine step: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// Rows the GPU sampler cannot take: filters, banned tokens and top log-probs stay
-// with the CPU sampler (runtime/engine/sampler.cpp).
-bool needs_cpu(const SampleRow& r, int64_t V) {
-  const SamplingParams& p = *r.params;
-  if (r.top_logprobs_num > 0 || (r.banned && !r.banned->empty())) return true;
-  if (p.greedy()) return false;
-  return (p.top_k > 0 && p.top_k < V) || p.top_p < 1.0 || p.min_p > 0.0;
-}
-
-int32_t bits(float f) {
-  int32_t i;
-  std::memcpy(&i, &f, sizeof i);
-  return i;
-}
-
-// A batch description in one int32 buffer: per token (n) ids, positions, slots,
-// table rows and context lengths; per sequence (s) the last token's index, the
-// temperature and the uniform draw (float bits); then block tables [s, w].
-struct Layout {
-  int64_t n = 0, s = 0, w = 0;
-  int64_t ids() const { return 0; }
-  int64_t pos() const { return n; }
-  int64_t slot() const { return 2 * n; }
-  int64_t seq() const { return 3 * n; }
-  int64_t ctx() const { return 4 * n; }
-  int64_t last() const { return 5 * n; }
-  int64_t temp() const { return 5 * n + s; }
-  int64_t u() const { return 5 * n + 2 * s; }
-  int64_t tables() const { return 5 * n + 3 * s; }
-  int64_t total() const { return tables() + s * w; }
-};
-
-// Writes the batch into h (layout L); tokens up to pad_n and sequences up to pad_s
-// past the batch become padding (slot -1, context 0: they store and read nothing).
-// Returns the largest position.
-int64_t fill(int32_t* h, const Layout& L, const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows,
-             const std::vector<char>& on_cpu, int64_t bs, int64_t pad_n, int64_t pad_s) {
-  int64_t t = 0, max_pos = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Sequence& s = *batch[i];
-    const int64_t end = static_cast<int64_t>(s.tokens.size());
-    for (int64_t j = s.num_computed; j < end; ++j, ++t) {
-      h[L.ids() + t] = s.tokens[static_cast<size_t>(j)];
-      h[L.pos() + t] = static_cast<int32_t>(j);
-      h[L.slot() + t] = static_cast<int32_t>(s.blocks[static_cast<size_t>(j / bs)] * bs + j % bs);
-      h[L.seq() + t] = static_cast<int32_t>(i);
-      h[L.ctx() + t] = static_cast<int32_t>(j + 1);
-    }
-    max_pos = std::max(max_pos, end - 1);
-    const SamplingParams& p = *rows[i].params;
-    const bool sample = !p.greedy() && !on_cpu[i];
-    h[L.last() + static_cast<int64_t>(i)] = static_cast<int32_t>(t - 1);
-    h[L.temp() + static_cast<int64_t>(i)] = bits(p.greedy() ? 0.0f : static_cast<float>(p.temperature));
-    // The request's own generator draws u, so a seeded request samples the same tokens however it is batched.
-    const float u = sample ? std::min(static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(*rows[i].rng)),
-                                      0.99999994f)
-                           : 0.0f;
-    h[L.u() + static_cast<int64_t>(i)] = bits(u);
-    std::copy(s.blocks.begin(), s.blocks.end(), h + L.tables() + static_cast<int64_t>(i) * L.w);
-  }
-  for (; t < pad_n; ++t) {
-    h[L.ids() + t] = 0, h[L.pos() + t] = 0, h[L.slot() + t] = -1, h[L.seq() + t] = 0, h[L.ctx() + t] = 0;
-  }
-  for (int64_t i = static_cast<int64_t>(batch.size()); i < pad_s; ++i)
-    h[L.last() + i] = 0, h[L.temp() + i] = 0, h[L.u() + i] = 0;
-  return max_pos;
-}
-
-nn::PagedBatch views(const torch::Tensor& d, const Layout& L, int64_t n, int64_t s, int64_t max_position) {
+nn::PagedBatch views(const torch::Tensor& d, const StepLayout& L, int64_t n, int64_t s, int64_t max_position) {
   nn::PagedBatch b;
   b.input_ids = d.narrow(0, L.ids(), n);
   b.positions = d.narrow(0, L.pos(), n);
@@ -133,7 +65,7 @@ struct GpuStepper::Impl {
   cudaEvent_t loads_done = nullptr;  // the default stream's work, waited for before a step
   GpuStepStats stats;
   // Graph path: static device buffers sized for max_bs rows, graphs per bucket.
-  Layout gl;
+  StepLayout gl;
   torch::Tensor gmeta, hgmeta, logits, tok, lp;
   std::map<int64_t, std::unique_ptr<at::cuda::CUDAGraph>> graphs;
   at::cuda::MempoolId_t pool{0, 0};
@@ -185,7 +117,7 @@ SampleOutput GpuStepper::step(nn::Transformer& model, nn::KVCache& cache, const 
   bool decode = true;
   int64_t N = 0, w_used = 0;
   for (int64_t i = 0; i < S; ++i) {
-    on_cpu[static_cast<size_t>(i)] = needs_cpu(rows[static_cast<size_t>(i)], V);
+    on_cpu[static_cast<size_t>(i)] = needs_cpu_sampler(rows[static_cast<size_t>(i)], V);
     decode = decode && batch[static_cast<size_t>(i)]->query_len() == 1;
     N += batch[static_cast<size_t>(i)]->query_len();
     w_used = std::max<int64_t>(w_used, static_cast<int64_t>(batch[static_cast<size_t>(i)]->blocks.size()));
@@ -199,7 +131,7 @@ SampleOutput GpuStepper::step(nn::Transformer& model, nn::KVCache& cache, const 
   const bool graph = m.max_bs > 0 && !m.graphs_failed && decode && S <= m.max_bs && w_used <= m.W;
   if (graph) {
     if (!m.gmeta.defined()) {
-      m.gl = Layout{m.max_bs, m.max_bs, m.W};
+      m.gl = StepLayout{m.max_bs, m.max_bs, m.W};
       m.gmeta = torch::zeros({m.gl.total()}, torch::TensorOptions().dtype(torch::kInt32).device(dev));
       m.hgmeta = pinned(m.gl.total(), torch::kInt32);
       std::fill_n(m.hgmeta.data_ptr<int32_t>(), m.gl.total(), 0);
@@ -212,7 +144,7 @@ SampleOutput GpuStepper::step(nn::Transformer& model, nn::KVCache& cache, const 
     if (key != m.graph_key) invalidate(), m.graph_key = key;
     const int64_t b = bucket_for(S);
     int32_t* h = m.hgmeta.data_ptr<int32_t>();
-    const Layout& L = m.gl;
+    const StepLayout& L = m.gl;
     const int64_t max_position = m.context_length - 1;  // the RoPE tables a graph reads are sized once
     auto upload = [&](int64_t rows_copied) {
       check(cudaMemcpyAsync(m.gmeta.data_ptr<int32_t>(), h, L.tables() * sizeof(int32_t), cudaMemcpyHostToDevice, st),
@@ -235,7 +167,7 @@ SampleOutput GpuStepper::step(nn::Transformer& model, nn::KVCache& cache, const 
       // Capture with every row padding, after one eager run of the same work on this
       // stream (it creates the GEMM handles and workspaces outside the capture).
       const double t0 = now();
-      fill(h, L, {}, {}, {}, bs, b, b);
+      fill_step_batch(h, L, {}, {}, {}, bs, b, b);
       upload(0);
       try {
         body();
@@ -266,7 +198,7 @@ SampleOutput GpuStepper::step(nn::Transformer& model, nn::KVCache& cache, const 
                   " graphs)");
     }
     if (!m.graphs_failed) {
-      fill(h, L, batch, rows, on_cpu, bs, b, b);
+      fill_step_batch(h, L, batch, rows, on_cpu, bs, b, b);
       upload(S);
       it->second->replay();
       logits = m.logits, tok = m.tok, lp = m.lp;
@@ -274,10 +206,10 @@ SampleOutput GpuStepper::step(nn::Transformer& model, nn::KVCache& cache, const 
     }
   }
   if (!logits.defined()) {
-    const Layout L{N, S, std::max<int64_t>(w_used, 1)};
+    const StepLayout L{N, S, std::max<int64_t>(w_used, 1)};
     if (!m.hmeta.defined() || m.hmeta.numel() < L.total()) m.hmeta = pinned(std::max<int64_t>(L.total(), 1 << 16), torch::kInt32);
     int32_t* h = m.hmeta.data_ptr<int32_t>();
-    const int64_t max_position = fill(h, L, batch, rows, on_cpu, bs, N, S);
+    const int64_t max_position = fill_step_batch(h, L, batch, rows, on_cpu, bs, N, S);
     auto d = torch::empty({L.total()}, torch::TensorOptions().dtype(torch::kInt32).device(dev));
     check(cudaMemcpyAsync(d.data_ptr<int32_t>(), h, L.total() * sizeof(int32_t), cudaMemcpyHostToDevice, st),
           "copy the batch");

@@ -7,15 +7,19 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "engine/block_manager.hpp"
 #include "engine/engine.hpp"
 #include "engine/engine_weights.hpp"
 #include "engine/output_text.hpp"
+#include "engine/gpu_step.hpp"
 #include "engine/sampler.hpp"
+#include "engine/step_batch.hpp"
 #include "model/tokenizer.hpp"
 #include "model_fixtures.hpp"
 #include "nn/transformer.hpp"
@@ -202,6 +206,66 @@ CATCH_TEST_CASE("sampling: greedy, filters, seeds and temperature-scaled log-pro
   std::vector<int> counts(50);
   for (int k = 0; k < 4000; ++k) ++counts[sample_tokens(logits.slice(0, 2, 3), {{&t1, &g}}).tokens[0]];
   for (int v = 0; v < 50; ++v) CATCH_CHECK(std::abs(counts[v] / 4000.0 - target[v].item<double>()) < 0.03);
+}
+
+// The GPU step's batch buffer (runtime/engine/step_batch.hpp), checked on the host: a
+// prefix-cached prefill and a decode, padding rows, the per-request draw.
+CATCH_TEST_CASE("step batch: slots, contexts, tables, padding and draws for the GPU step", "[engine]") {
+  Sequence a, b;
+  a.tokens = {5, 6, 7, 8, 9}, a.num_computed = 3, a.blocks = {4, 9};  // two new tokens, 3 cached
+  b.tokens = {1, 2, 3, 4, 5, 6}, b.num_computed = 5, b.blocks = {1, 2};  // decodes one
+  SamplingParams greedy, warm;
+  greedy.temperature = 0;
+  warm.temperature = 0.7;
+  std::mt19937_64 ra(1), rb(42), reference(42);
+  std::vector<SampleRow> rows{{&greedy, &ra}, {&warm, &rb}};
+  const StepLayout L{4, 3, 2};
+  std::vector<int32_t> h(static_cast<size_t>(L.total()), 77);
+  const int64_t max_pos = fill_step_batch(h.data(), L, {&a, &b}, rows, {0, 0}, 4, 4, 3);
+  CATCH_CHECK(max_pos == 5);
+  auto at = [&](int64_t off, int64_t n) { return std::vector<int32_t>(h.begin() + off, h.begin() + off + n); };
+  CATCH_CHECK(at(L.ids(), 4) == std::vector<int32_t>{8, 9, 6, 0});
+  CATCH_CHECK(at(L.pos(), 4) == std::vector<int32_t>{3, 4, 5, 0});
+  CATCH_CHECK(at(L.slot(), 4) == std::vector<int32_t>{4 * 4 + 3, 9 * 4 + 0, 2 * 4 + 1, -1});
+  CATCH_CHECK(at(L.seq(), 4) == std::vector<int32_t>{0, 0, 1, 0});
+  CATCH_CHECK(at(L.ctx(), 4) == std::vector<int32_t>{4, 5, 6, 0});
+  CATCH_CHECK(at(L.last(), 3) == std::vector<int32_t>{1, 2, 0});
+  CATCH_CHECK(at(L.tables(), 4) == std::vector<int32_t>{4, 9, 1, 2});
+  float t[3], u[3];
+  std::memcpy(t, h.data() + L.temp(), sizeof t);
+  std::memcpy(u, h.data() + L.u(), sizeof u);
+  CATCH_CHECK(t[0] == 0.0f);
+  CATCH_CHECK(t[1] == 0.7f);
+  CATCH_CHECK(t[2] == 0.0f);
+  CATCH_CHECK(u[0] == 0.0f);  // greedy: no draw, its generator untouched
+  CATCH_CHECK(ra() == std::mt19937_64(1)());
+  CATCH_CHECK(u[1] == static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(reference)));
+  CATCH_CHECK(u[2] == 0.0f);
+  // A row the CPU sampler takes draws nothing here (that sampler draws from the same generator).
+  std::mt19937_64 rc(42);
+  rows[1].rng = &rc;
+  fill_step_batch(h.data(), L, {&a, &b}, rows, {0, 1}, 4, 4, 3);
+  std::memcpy(u, h.data() + L.u(), sizeof u);
+  CATCH_CHECK(u[1] == 0.0f);
+  CATCH_CHECK(rc() == std::mt19937_64(42)());
+}
+
+CATCH_TEST_CASE("GPU step: which rows the CPU sampler keeps, and the graph buckets", "[engine]") {
+  SamplingParams plain, top_p, greedy_top_p, top_k_all;
+  top_p.top_p = 0.9;
+  greedy_top_p.temperature = 0, greedy_top_p.top_p = 0.9;
+  top_k_all.top_k = 1000;
+  const std::vector<int32_t> banned{3}, none;
+  CATCH_CHECK_FALSE(needs_cpu_sampler({&plain, nullptr}, 1000));
+  CATCH_CHECK(needs_cpu_sampler({&top_p, nullptr}, 1000));
+  CATCH_CHECK_FALSE(needs_cpu_sampler({&greedy_top_p, nullptr}, 1000));  // greedy ignores filters
+  CATCH_CHECK_FALSE(needs_cpu_sampler({&top_k_all, nullptr}, 1000));    // top-k over the whole vocabulary
+  CATCH_CHECK(needs_cpu_sampler({&plain, nullptr, 2}, 1000));           // top log-probs
+  CATCH_CHECK(needs_cpu_sampler({&plain, nullptr, 0, &banned}, 1000));
+  CATCH_CHECK_FALSE(needs_cpu_sampler({&plain, nullptr, 0, &none}, 1000));
+  const std::vector<std::pair<int64_t, int64_t>> buckets{{1, 1},   {2, 2},   {3, 4},   {5, 8},   {9, 16}, {63, 64},
+                                                          {65, 80}, {200, 208}, {256, 256}, {300, 304}};
+  for (auto [n, b] : buckets) CATCH_CHECK(GpuStepper::bucket_for(n) == b);
 }
 
 CATCH_TEST_CASE("SamplingParams rejects bad values naming the field", "[engine]") {
