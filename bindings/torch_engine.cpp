@@ -137,6 +137,7 @@ int l_start(lua_State* L) {
   if (auto v = arg::field_boolean(L, 1, "enable_prefix_cache", "opts")) eo.enable_prefix_cache = *v;
   eo.cuda_graph_max_bs = opt_int(L, 1, "cuda_graph_max_bs", eo.cuda_graph_max_bs, 0);
   if (auto v = arg::field_boolean(L, 1, "disable_cuda_graph", "opts")) eo.disable_cuda_graph = *v;
+  if (auto v = opt_str(L, 1, "overlap_schedule")) eo.overlap_schedule = *v;
   const bool serve = arg::field_boolean(L, 1, "serve", "opts").value_or(true);
   engine::ServerOptions so;
   if (auto v = opt_str(L, 1, "host")) so.host = *v;

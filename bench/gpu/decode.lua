@@ -62,8 +62,9 @@ do
   for _, b in ipairs(batches) do
     local total, first = run(b, new, 3)
     local st = eng:stats()
-    print(("RESULT impl=rlhost batch=%d new=%d total_s=%.3f decode_tok_s=%.1f cuda_graphs=%d cuda_graph_steps=%d steps=%d")
-      :format(b, new, total, b * (new - 1) / (total - first), st.cuda_graphs or 0, st.cuda_graph_steps or 0, st.steps))
+    print(("RESULT impl=rlhost batch=%d new=%d total_s=%.3f decode_tok_s=%.1f cuda_graphs=%d cuda_graph_steps=%d overlap_steps=%d steps=%d")
+      :format(b, new, total, b * (new - 1) / (total - first), st.cuda_graphs or 0, st.cuda_graph_steps or 0,
+        st.overlap_steps or 0, st.steps))
     io.stdout:flush()
     if trace_dir then profile(b) end
   end

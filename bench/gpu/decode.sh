@@ -43,7 +43,7 @@ kv_token = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["nu
 rows, bw, busy = collections.defaultdict(dict), None, {}
 for line in open(log):
     if not line.startswith("RESULT"): continue
-    kv = dict(x.split("=", 1) for x in line.split()[1:])
+    kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
     if kv.get("impl") == "bandwidth": bw = float(kv["copy_gb_s"]) * 1e9; continue
     if kv.get("impl") == "trace":
         m = re.search(r"rlhost_b(\d+)", kv["file"])

@@ -194,7 +194,7 @@ def main():
         os.makedirs(trace_dir, exist_ok=True)
     cfg = json.load(open(model_dir + "/config.json"))
     print("RESULT impl=bandwidth copy_gb_s=%.0f device=%s torch=%s"
-          % (copy_bandwidth() / 1e9, torch.cuda.get_device_name(), torch.__version__), flush=True)
+          % (copy_bandwidth() / 1e9, torch.cuda.get_device_name().replace(" ", "_"), torch.__version__), flush=True)
     picked = set(only.split(",")) if only else {"graph", "hf"}
     modes = [m for m in ("graph", "compile") if m in picked]
     if modes:

@@ -2,6 +2,8 @@
 -- line per check (bench/gpu/check.sh prints them; parity.lua checks it against the trainer):
 --   graphs  greedy decode of B prompts at once with CUDA graphs and without: tokens equal,
 --           max |Δ log-prob| up to each sequence's first differing token, graph steps used
+--   overlap the same with the overlap schedule off (each step's tokens on the host before
+--           the next step), and how many steps ran ahead in the default engine
 --   sampler T = 1 draws of one token from one prompt: each frequent token's count against
 --           N·p (p from the engine's own log-prob), max |z| (about 4 or less when right)
 --   seeded  a seeded request alone and inside a batch: the same tokens
@@ -40,23 +42,31 @@ do
   for i = 1, B, 3 do  -- longer prompts for some: several blocks per sequence
     for j = 17, 16 + 21 * i do ids[i][j] = (i * 31 + j * 7) % V end
   end
-  local g, e = start(), start { disable_cuda_graph = true }
-  local a, b = greedy(g, ids, N), greedy(e, ids, N)
-  local sg, se = g:stats(), e:stats()
+  local function compare(a, b)
+    local equal, maxd = 0, 0
+    for i = 1, B do
+      local la, lb = a[i].meta_info.output_token_logprobs, b[i].meta_info.output_token_logprobs
+      local same = true
+      for j = 1, N do
+        if la[j][2] ~= lb[j][2] then same = false break end
+        maxd = math.max(maxd, math.abs(la[j][1] - lb[j][1]))
+      end
+      if same then equal = equal + 1 end
+    end
+    return equal, maxd
+  end
+  local g, e, o = start(), start { disable_cuda_graph = true }, start { overlap_schedule = "off" }
+  local a, b, c = greedy(g, ids, N), greedy(e, ids, N), greedy(o, ids, N)
+  local sg, se, so = g:stats(), e:stats(), o:stats()
   g:stop()
   e:stop()
-  local equal, maxd = 0, 0
-  for i = 1, B do
-    local la, lb = a[i].meta_info.output_token_logprobs, b[i].meta_info.output_token_logprobs
-    local same = true
-    for j = 1, N do
-      if la[j][2] ~= lb[j][2] then same = false break end
-      maxd = math.max(maxd, math.abs(la[j][1] - lb[j][1]))
-    end
-    if same then equal = equal + 1 end
-  end
+  o:stop()
+  local equal, maxd = compare(a, b)
   print(("RESULT check=graphs dtype=%s sequences=%d equal=%d max_abs_logprob_diff=%.3g graph_steps=%d eager_engine_graph_steps=%d graphs=%d")
     :format(dtype, B, equal, maxd, sg.cuda_graph_steps or 0, se.cuda_graph_steps or 0, sg.cuda_graphs or 0))
+  equal, maxd = compare(a, c)
+  print(("RESULT check=overlap dtype=%s sequences=%d equal=%d max_abs_logprob_diff=%.3g overlap_steps=%d of %d off_engine_overlap_steps=%d")
+    :format(dtype, B, equal, maxd, sg.overlap_steps or 0, sg.steps or 0, so.overlap_steps or 0))
 end
 
 -- sampler, seeded, filters -------------------------------------------------------------

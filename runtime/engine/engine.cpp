@@ -21,6 +21,7 @@
 #include "base/log_text.hpp"
 #include "engine/engine_impl.hpp"
 #include "engine/sampler.hpp"
+#include "engine/step_batch.hpp"
 #include "model/checkpoint.hpp"
 #include "model/tokenizer.hpp"
 
@@ -99,6 +100,9 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   scheduler_ = std::make_unique<Scheduler>(*blocks_, SchedulerLimits{opts_.max_running_requests,
                                                                       opts_.max_prefill_tokens});
   runner_->configure_steps(context_length_);
+  if (opts_.overlap_schedule != "auto" && opts_.overlap_schedule != "on" && opts_.overlap_schedule != "off")
+    throw Error("engine: overlap_schedule must be auto, on or off, got '" + opts_.overlap_schedule + "'");
+  overlap_ = opts_.overlap_schedule == "on" || (opts_.overlap_schedule == "auto" && runner_->async());
   runner_->allocate_cache(num_blocks_, opts_.block_size);
   weight_version_ = opts_.weight_version;
   rid_rng_.seed(std::random_device{}());
@@ -364,7 +368,7 @@ void EngineImpl::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         return stopping_ || !inbox_.empty() || !aborts_.empty() || !commands_.empty() || abort_everything_ ||
-               can_step();
+               can_step() || inflight_.has_value();
       });
       arrived.swap(inbox_);
       aborts.swap(aborts_);
@@ -378,6 +382,8 @@ void EngineImpl::loop() {
       scheduler_->add(std::move(s));
       ++requests_total_;
     }
+    // Commands (weight updates, flushes, memory release) and stopping see no step in flight.
+    if (!commands.empty() || stopping) drain();
     for (auto& c : commands) c();  // packaged tasks: exceptions go to the waiter
     if (stopping) abort_everything = true;
     for (const auto& rid : aborts) mark_abort(rid, "aborted by request");
@@ -389,6 +395,7 @@ void EngineImpl::loop() {
     }
     finish_aborted_and_empty();
     if (stopping) {
+      drain();
       publish_stats();
       notify_finished();
       // Commands queued after the last swap still have waiters.
@@ -436,6 +443,18 @@ void EngineImpl::finish_aborted_and_empty() {
 }
 
 void EngineImpl::step() {
+  if (inflight_) {
+    // The step in flight has not reached the host: launch the next one first when it
+    // is the same sequences decoding the tokens that step samples (on the device),
+    // then take that step's tokens.
+    std::vector<Sequence*> next;
+    const std::vector<int32_t> ahead = ahead_rows(next);
+    InFlight done = std::move(*inflight_);
+    inflight_.reset();
+    if (!next.empty()) launch(std::move(next), &ahead);
+    complete(done);
+    return;
+  }
   const double t0 = mono_now();
   std::vector<Sequence*> batch = scheduler_->schedule(t0);
   if (batch.empty()) {
@@ -449,24 +468,77 @@ void EngineImpl::step() {
     }
     return;
   }
-  int64_t prefill_tokens = 0;
+  launch(std::move(batch), nullptr);
+  if (!overlap_) drain();
+}
+
+void EngineImpl::launch(std::vector<Sequence*> batch, const std::vector<int32_t>* ahead) {
+  InFlight f;
+  f.id = ++launches_;
   for (Sequence* s : batch)
-    if (s->query_len() > 1 || s->t_first < 0) prefill_tokens += s->query_len();
-  std::vector<SampleRow> rows(batch.size());
+    if (!ahead && (s->query_len() > 1 || s->t_first < 0)) f.prefill_tokens += s->query_len();
+  f.rows.resize(batch.size());
+  const int64_t vocab = runner_->config().vocab_size;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
-    const bool below_min = s->out.completion_tokens() < s->req.params.min_new_tokens;
-    rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr,
-                        s->req.return_logprob};
+    // A step ahead samples the token after the one in flight.
+    const int64_t n_out = s->out.completion_tokens() + (ahead ? 1 : 0);
+    const bool below_min = n_out < s->req.params.min_new_tokens;
+    f.rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr,
+                          s->req.return_logprob};
+    f.cpu_rows = f.cpu_rows || (runner_->async() && needs_cpu_sampler(f.rows[i], vocab));
   }
-  SampleOutput sampled = runner_->step(batch, rows);
+  f.batch = std::move(batch);
+  runner_->launch(f.batch, f.rows, ahead);
+  if (ahead) ++overlap_steps_;
+  inflight_ = std::move(f);
+}
+
+// The run-ahead batch: the in-flight step's sequences that surely go on after it
+// (none finishes by length with the token it samples), each with a KV slot for one
+// more token, when no sequence waits for a place (admitting it takes a scheduled
+// step) and every row of that step is sampled on the device. Returns each one's row
+// in the step in flight; empty: take that step's tokens first.
+std::vector<int32_t> EngineImpl::ahead_rows(std::vector<Sequence*>& next) {
+  std::vector<int32_t> rows;
+  if (!overlap_ || inflight_->cpu_rows) return rows;
+  if (scheduler_->num_waiting() > 0 && scheduler_->num_running() < opts_.max_running_requests) return rows;
+  const auto& batch = inflight_->batch;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence* s = batch[i];
+    if (s->out.finished || s->abort_requested) continue;
+    if (s->out.completion_tokens() + 1 >= s->max_new_tokens ||
+        static_cast<int64_t>(s->tokens.size()) + 1 >= context_length_)
+      continue;
+    if (!scheduler_->reserve_ahead(*s)) {
+      next.clear();
+      return {};
+    }
+    next.push_back(s);
+    rows.push_back(static_cast<int32_t>(i));
+  }
+  if (next.empty()) rows.clear();
+  return rows;
+}
+
+void EngineImpl::drain() {
+  if (!inflight_) return;
+  InFlight done = std::move(*inflight_);
+  inflight_.reset();
+  complete(done);
+}
+
+void EngineImpl::complete(InFlight& f) {
+  SampleOutput sampled = runner_->collect();
+  std::vector<Sequence*>& batch = f.batch;
   const double t1 = mono_now();
   ++steps_;
-  prefill_tokens_computed_ += prefill_tokens;
+  prefill_tokens_computed_ += f.prefill_tokens;
   int64_t generated = 0;
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
+    if (s->out.finished) continue;  // finished (or aborted) while the step ran: its token is dropped
     s->num_computed = static_cast<int64_t>(s->tokens.size());
     const int32_t tok = sampled.tokens[i];
     s->tokens.push_back(tok);
@@ -504,7 +576,9 @@ void EngineImpl::step() {
     fill_output(*s, t1);
     s->on_update(s->out);
   }
-  for (Sequence* s : finished) finish(s);  // frees them
+  for (Sequence* s : finished) finish(s);
+  completed_ = f.id;
+  std::erase_if(retired_, [&](const auto& r) { return r.first <= completed_; });
   if (step_hook_) step_hook_();
 }
 
@@ -540,7 +614,11 @@ void EngineImpl::notify_finished() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : done) known_rids_.erase(s->out.rid);
   }
-  for (auto& s : done) s->on_update(s->out);
+  for (auto& s : done) {
+    s->on_update(s->out);
+    // A step in flight may still have it in its batch: kept until that step completes.
+    if (inflight_) retired_.emplace_back(inflight_->id, std::move(s));
+  }
 }
 
 // ---- stats ----------------------------------------------------------------------
@@ -570,6 +648,7 @@ void EngineImpl::publish_stats() {
   st.requests_aborted = requests_aborted_;
   st.preemptions_total = scheduler_->preemptions;
   st.steps = steps_;
+  st.overlap_steps = overlap_steps_;
   if (const GpuStepper* g = runner_->gpu_stepper()) {
     st.cuda_graphs = g->stats().graphs;
     st.cuda_graph_steps = g->stats().graph_steps;

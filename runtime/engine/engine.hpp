@@ -47,6 +47,10 @@ struct EngineOptions {
   // per batch-size bucket (SGLang's --cuda-graph-max-bs); larger ones run eagerly.
   int64_t cuda_graph_max_bs = 256;
   bool disable_cuda_graph = false;        // SGLang's --disable-cuda-graph: every step eager
+  // Launch the next decode step before the one in flight reaches the host (SGLang's
+  // overlap scheduler): auto = on where steps run asynchronously (CUDA), on, off
+  // (--disable-overlap-schedule).
+  std::string overlap_schedule = "auto";
 };
 
 struct FinishReason {
@@ -105,6 +109,7 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t cuda_graphs = 0;                 // CUDA: decode batch sizes captured so far
   int64_t cuda_graph_steps = 0;            // CUDA: steps replayed from a graph
+  int64_t overlap_steps = 0;               // steps launched before the previous one's tokens reached the host
   std::string weight_version;
   bool memory_released = false;
 };

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -55,11 +56,20 @@ class ModelRunner {
   nn::Transformer& model() { return *model_; }
 
   // One step: computes every sequence's uncomputed tokens, writes their K/V and
-  // returns the logits of each sequence's last token, [S, V] float32.
-  torch::Tensor forward(const std::vector<Sequence*>& batch);
-  // The step and its sampling: on CUDA through GpuStepper (CUDA graphs, sampling
-  // on the device), elsewhere forward() and sample_tokens().
-  SampleOutput step(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows);
+  // returns the logits of each sequence's last token, [S, V] float32. With `next`,
+  // sequence i's only input is next[i], after all of its tokens.
+  torch::Tensor forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next = nullptr);
+  // A step and its sampling, in two halves so that the next step can be launched
+  // before this one's tokens reach the host: launch() enqueues it (on CUDA through
+  // GpuStepper: CUDA graphs, sampling on the device; on the CPU it computes at once
+  // with forward() and sample_tokens()); collect() returns the oldest launched
+  // step's tokens. `ahead`: sequence i's input is the token the step in flight
+  // samples in its row ahead[i] (not on the host yet), at position tokens.size().
+  void launch(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows,
+              const std::vector<int32_t>* ahead = nullptr);
+  SampleOutput collect();
+  // Whether a launched step runs while the host goes on (CUDA).
+  bool async() const { return gpu_ != nullptr; }
   // Once the engine knows its context length: on a CUDA device (and a CUDA build,
   // unless RLHOST_GPU_KERNELS=0), steps go through GpuStepper from now on.
   void configure_steps(int64_t context_length);
@@ -76,6 +86,7 @@ class ModelRunner {
   bool updated_in_memory_ = false;     // a copy/shm update came after weights_dir_ (not on disk)
   std::unique_ptr<nn::SharedWeights> shared_;  // weights in shared memory (share_weights), or none
   std::unique_ptr<GpuStepper> gpu_;            // CUDA steps (configure_steps), or none
+  std::deque<SampleOutput> done_;              // CPU: launched steps' tokens, not yet collected
 };
 
 class EngineImpl final : public Engine {
@@ -114,9 +125,21 @@ class EngineImpl final : public Engine {
 
  private:
   SequencePtr make_sequence(GenerateRequest req, UpdateFn on_update);
+  // A launched step until its tokens are applied (complete()).
+  struct InFlight {
+    int64_t id = 0;
+    std::vector<Sequence*> batch;
+    std::vector<SampleRow> rows;
+    int64_t prefill_tokens = 0;
+    bool cpu_rows = false;  // rows the CPU samples (after the step): no step can run ahead of it
+  };
   void loop();
   bool can_step() const;
   void step();
+  void launch(std::vector<Sequence*> batch, const std::vector<int32_t>* ahead);
+  std::vector<int32_t> ahead_rows(std::vector<Sequence*>& next);
+  void complete(InFlight& f);
+  void drain();  // completes the step in flight, if any
   void mark_abort(const std::string& rid, const std::string& why);
   void finish_aborted_and_empty();
   void finish(Sequence* s);
@@ -147,6 +170,13 @@ class EngineImpl final : public Engine {
   // Scheduler thread only.
   std::unordered_map<std::string, Sequence*> index_;
   std::vector<SequencePtr> finished_;  // to notify after the stats are published
+  // Overlap: the next step is launched before the one in flight reaches the host.
+  bool overlap_ = false;
+  std::optional<InFlight> inflight_;
+  int64_t launches_ = 0, completed_ = 0;  // ids of the last launched and completed steps
+  int64_t overlap_steps_ = 0;
+  // Finished while a step that has them in its batch was in flight: freed once it completes.
+  std::vector<std::pair<int64_t, SequencePtr>> retired_;
   bool kv_released_ = false;
   std::string weight_version_;
   std::function<void()> step_hook_;

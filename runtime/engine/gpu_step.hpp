@@ -6,6 +6,11 @@
 // beyond), over static buffers, padding rows writing nothing; other steps
 // (prefills, bigger batches) run the same kernels eagerly.
 //
+// launch() only enqueues: the engine launches the next decode step before it has
+// this one's tokens (its inputs are then this step's sampled tokens, read on the
+// device), so the GPU never waits for the host between steps. Two steps may be in
+// flight; collect() returns the oldest one's tokens.
+//
 // Rows that need what only the CPU sampler has (top-k / top-p / min-p, banned
 // tokens, top log-probs) take their logits row to the host and that sampler.
 #pragma once
@@ -24,20 +29,25 @@ struct GpuStepStats {
   int64_t graphs = 0;         // buckets captured
   int64_t graph_steps = 0;    // steps replayed from a graph
   int64_t eager_steps = 0;    // steps run op by op
+  int64_t ahead_steps = 0;    // steps launched before the previous one's tokens reached the host
   int64_t cpu_rows = 0;       // rows sampled on the CPU (filters, banned, top log-probs)
   double capture_seconds = 0; // time spent capturing
 };
 
 class GpuStepper {
  public:
-  // graph_max_bs 0: no graphs. context_length bounds positions (sizes the tables).
-  GpuStepper(int64_t graph_max_bs, int64_t context_length, int64_t block_size);
+  // graph_max_bs 0: no graphs. max_rows: the most sequences a step has.
+  // context_length bounds positions (sizes the tables).
+  GpuStepper(int64_t graph_max_bs, int64_t max_rows, int64_t context_length, int64_t block_size);
   ~GpuStepper();
 
-  SampleOutput step(nn::Transformer& model, nn::KVCache& cache, const std::vector<Sequence*>& batch,
-                    const std::vector<SampleRow>& rows);
+  // Enqueues a step (ModelRunner::launch says what `ahead` means). The sequences and
+  // the rows' parameters must stay alive until it is collected.
+  void launch(nn::Transformer& model, nn::KVCache& cache, const std::vector<Sequence*>& batch,
+              const std::vector<SampleRow>& rows, const std::vector<int32_t>* ahead);
+  SampleOutput collect();
   // The captured graphs point at the cache's and the weights' memory: drop them
-  // when either is reallocated (they are captured again on use).
+  // when either is reallocated (they are captured again on use). Nothing may be in flight.
   void invalidate();
   const GpuStepStats& stats() const;
 

@@ -69,15 +69,33 @@ void ModelRunner::configure_steps(int64_t context_length) {
   const char* env = std::getenv("RLHOST_GPU_KERNELS");
   if (!device_.is_cuda() || !gpu_step_built() || (env && std::string(env) == "0")) return;
   const int64_t max_bs = opts_.disable_cuda_graph ? 0 : std::min(opts_.cuda_graph_max_bs, opts_.max_running_requests);
-  gpu_ = std::make_unique<GpuStepper>(max_bs, context_length, opts_.block_size);
+  gpu_ = std::make_unique<GpuStepper>(max_bs, opts_.max_running_requests, context_length, opts_.block_size);
   log::info("engine: CUDA steps with rlhost's kernels and on-device sampling; " +
             (max_bs > 0 ? "decode batches up to " + std::to_string(max_bs) + " replay CUDA graphs"
                         : std::string("no CUDA graphs (disable_cuda_graph or cuda_graph_max_bs 0)")));
 }
 
-SampleOutput ModelRunner::step(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows) {
-  if (gpu_) return gpu_->step(*model_, cache_, batch, rows);
-  return sample_tokens(forward(batch), rows);
+void ModelRunner::launch(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows,
+                         const std::vector<int32_t>* ahead) {
+  if (gpu_) {
+    gpu_->launch(*model_, cache_, batch, rows, ahead);
+    return;
+  }
+  // The CPU computes now; the step in flight (if any) already has its tokens.
+  std::vector<int32_t> next;
+  if (ahead) {
+    if (done_.empty()) throw std::logic_error("engine: a step ahead with no step in flight");
+    for (int32_t r : *ahead) next.push_back(done_.back().tokens[static_cast<size_t>(r)]);
+  }
+  done_.push_back(sample_tokens(forward(batch, ahead ? &next : nullptr), rows));
+}
+
+SampleOutput ModelRunner::collect() {
+  if (gpu_) return gpu_->collect();
+  if (done_.empty()) throw std::logic_error("engine: no step to collect");
+  SampleOutput out = std::move(done_.front());
+  done_.pop_front();
+  return out;
 }
 
 void ModelRunner::allocate_cache(int64_t num_blocks, int64_t block_size) {
@@ -167,23 +185,26 @@ void ModelRunner::use_shared_buffer(const std::string& id, int k) {
   updated_in_memory_ = true;
 }
 
-torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch) {
+torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next) {
   torch::NoGradGuard no_grad;
   const int64_t bs = cache_.block_size;
   std::vector<int64_t> ids, pos, slots, last;
   nn::CachedBatch b;
   std::vector<std::vector<int64_t>> tables;
   int64_t n = 0;
-  for (Sequence* s : batch) {
-    const int64_t L = static_cast<int64_t>(s->tokens.size());
-    for (int64_t j = s->num_computed; j < L; ++j) {
-      ids.push_back(s->tokens[static_cast<size_t>(j)]);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Sequence* s = batch[i];
+    // With `next`, the sequence's input is that token, after all of its own.
+    const int64_t have = static_cast<int64_t>(s->tokens.size());
+    const int64_t L = next ? have + 1 : have, from = next ? have : s->num_computed;
+    for (int64_t j = from; j < L; ++j) {
+      ids.push_back(j < have ? s->tokens[static_cast<size_t>(j)] : (*next)[i]);
       pos.push_back(j);
       slots.push_back(static_cast<int64_t>(s->blocks[static_cast<size_t>(j / bs)]) * bs + j % bs);
     }
-    n += L - s->num_computed;
+    n += L - from;
     last.push_back(n - 1);
-    b.query_lens.push_back(L - s->num_computed);
+    b.query_lens.push_back(L - from);
     b.context_lens.push_back(L);
     tables.emplace_back(s->blocks.begin(), s->blocks.end());
   }

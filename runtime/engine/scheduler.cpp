@@ -9,9 +9,8 @@ int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_
 
 }  // namespace
 
-bool Scheduler::reserve_slots(Sequence& s) {
-  const int64_t need = blocks_for(static_cast<int64_t>(s.tokens.size()), bm_.block_size()) -
-                       static_cast<int64_t>(s.blocks.size());
+bool Scheduler::reserve_tokens(Sequence& s, int64_t tokens) {
+  const int64_t need = blocks_for(tokens, bm_.block_size()) - static_cast<int64_t>(s.blocks.size());
   for (int64_t i = 0; i < need; ++i) {
     auto b = bm_.allocate();
     if (!b) return false;
@@ -19,6 +18,10 @@ bool Scheduler::reserve_slots(Sequence& s) {
   }
   return true;
 }
+
+bool Scheduler::reserve_slots(Sequence& s) { return reserve_tokens(s, static_cast<int64_t>(s.tokens.size())); }
+
+bool Scheduler::reserve_ahead(Sequence& s) { return reserve_tokens(s, static_cast<int64_t>(s.tokens.size()) + 1); }
 
 void Scheduler::preempt(size_t index) {
   SequencePtr s = std::move(running_[index]);

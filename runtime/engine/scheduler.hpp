@@ -35,6 +35,9 @@ class Scheduler {
   // The sequences of the next step (running, in order), each with query_len() >= 1.
   // Empty when nothing can run. `now` stamps first scheduling.
   std::vector<Sequence*> schedule(double now);
+  // Blocks for one token past the sequence's tokens (a step launched ahead of the
+  // one in flight writes its K/V there), without preempting anyone: false when none is free.
+  bool reserve_ahead(Sequence& s);
   // Removes a finished (or aborted) sequence, releasing its blocks.
   SequencePtr remove(Sequence* seq);
   // Moves every running sequence back to the queue (their KV is dropped).
@@ -47,6 +50,7 @@ class Scheduler {
   int64_t preemptions = 0;
 
  private:
+  bool reserve_tokens(Sequence& s, int64_t tokens);  // blocks for that many; false: out of blocks
   bool reserve_slots(Sequence& s);   // false: out of blocks
   void preempt(size_t index);
   bool admit_one(Sequence& s, int64_t& prefill_budget, std::vector<uint64_t>& pending, bool& deferred);

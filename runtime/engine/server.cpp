@@ -58,6 +58,7 @@ json stats_json(const EngineStats& s) {
       {"steps", s.steps},
       {"cuda_graphs", s.cuda_graphs},
       {"cuda_graph_steps", s.cuda_graph_steps},
+      {"overlap_steps", s.overlap_steps},
       {"weight_version", s.weight_version},
       {"memory_released", s.memory_released},
   };

@@ -24,14 +24,15 @@ bool needs_cpu_sampler(const SampleRow& r, int64_t vocab) {
 
 int64_t fill_step_batch(int32_t* h, const StepLayout& L, const std::vector<Sequence*>& batch,
                         const std::vector<SampleRow>& rows, const std::vector<char>& on_cpu, int64_t bs,
-                        int64_t pad_n, int64_t pad_s) {
+                        int64_t pad_n, int64_t pad_s, const std::vector<int32_t>* ahead) {
   int64_t t = 0, max_pos = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const Sequence& s = *batch[i];
     const auto row = static_cast<int64_t>(i);
-    const int64_t end = static_cast<int64_t>(s.tokens.size());
-    for (int64_t j = s.num_computed; j < end; ++j, ++t) {
-      h[L.ids() + t] = s.tokens[static_cast<size_t>(j)];
+    const int64_t have = static_cast<int64_t>(s.tokens.size());
+    const int64_t end = ahead ? have + 1 : have;
+    for (int64_t j = ahead ? have : s.num_computed; j < end; ++j, ++t) {
+      h[L.ids() + t] = j < have ? s.tokens[static_cast<size_t>(j)] : -1 - (*ahead)[i];
       h[L.pos() + t] = static_cast<int32_t>(j);
       h[L.slot() + t] = static_cast<int32_t>(s.blocks[static_cast<size_t>(j / bs)] * bs + j % bs);
       h[L.seq() + t] = static_cast<int32_t>(row);

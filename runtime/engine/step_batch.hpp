@@ -31,10 +31,13 @@ struct StepLayout {
 // up to pad_n and sequences up to pad_s past the batch become padding (slot -1 and
 // context 0: they store and read nothing). A sequence sampled on the GPU (not
 // greedy, not on_cpu) draws its u from its own generator, so a seeded request
-// samples the same tokens however it is batched. Returns the largest position.
+// samples the same tokens however it is batched. With `ahead`, sequence i's one
+// input is the token the step in flight samples in its row ahead[i]: id -1 -
+// ahead[i] (the device resolves it), at position tokens.size(). Returns the largest
+// position.
 int64_t fill_step_batch(int32_t* h, const StepLayout& L, const std::vector<Sequence*>& batch,
                         const std::vector<SampleRow>& rows, const std::vector<char>& on_cpu, int64_t block_size,
-                        int64_t pad_n, int64_t pad_s);
+                        int64_t pad_n, int64_t pad_s, const std::vector<int32_t>* ahead = nullptr);
 
 // Rows the GPU sampler cannot take (filters, banned tokens, top log-probs): the CPU sampler's.
 bool needs_cpu_sampler(const SampleRow& r, int64_t vocab);

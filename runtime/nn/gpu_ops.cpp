@@ -127,6 +127,13 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
   return out;
 }
 
+void resolve_ids(torch::Tensor& ids, const torch::Tensor& prev) {
+  const char* what = "resolve_ids";
+  need_int32(ids, what, "ids");
+  need_int32(prev, what, "prev");
+  check(k::resolve_ids(ids.data_ptr<int32_t>(), ids.numel(), prev.data_ptr<int32_t>(), stream()), what);
+}
+
 void sample(const torch::Tensor& logits, const torch::Tensor& temps, const torch::Tensor& u, torch::Tensor& tokens,
             torch::Tensor& logprobs) {
   const char* what = "sample";
@@ -166,6 +173,7 @@ torch::Tensor paged_attention(const torch::Tensor&, const torch::Tensor&, const 
                               int64_t, const torch::Tensor&, const torch::Tensor&, double) {
   no_cuda("paged_attention");
 }
+void resolve_ids(torch::Tensor&, const torch::Tensor&) { no_cuda("resolve_ids"); }
 void sample(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, torch::Tensor&, torch::Tensor&) {
   no_cuda("sample");
 }

@@ -33,6 +33,9 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k_cac
                               const torch::Tensor& tables, int64_t block_size, const torch::Tensor& seq,
                               const torch::Tensor& ctx, double scale);
 
+// ids [N] int32: a negative id i becomes prev[-1 - i] (prev int32 on the device), in place.
+void resolve_ids(torch::Tensor& ids, const torch::Tensor& prev);
+
 // One token per row of logits [R, V]: temps [R] float32 (<= 0: greedy), u [R]
 // float32 in [0, 1); writes tokens [>= R] int32 and logprobs [>= R] float32.
 void sample(const torch::Tensor& logits, const torch::Tensor& temps, const torch::Tensor& u, torch::Tensor& tokens,

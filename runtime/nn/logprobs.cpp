@@ -6,6 +6,9 @@
 #include <vector>
 
 #include <ATen/autocast_mode.h>
+#ifdef RLHOST_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
@@ -21,6 +24,20 @@ constexpr int64_t kLogitsPerChunk = int64_t(1) << 25;
 // of recomputing the lm_head matmul there) while all of them fit this many logits
 // (256 MiB of float32); past it, each chunk is recomputed in the backward pass.
 constexpr int64_t kKeptLogits = int64_t(1) << 26;
+
+// On a GPU: chunks of up to 2^28 logits (1 GiB of float32), and all of a batch's
+// kept for the backward pass while they take at most 1/16 of the device's memory
+// (capped at 2^30 logits): one lm_head GEMM or a few instead of one per 128 MiB,
+// and none recomputed.
+int64_t gpu_kept_logits(const torch::Device& d) {
+#ifdef RLHOST_WITH_CUDA
+  const auto* prop = at::cuda::getDeviceProperties(d.index() < 0 ? at::cuda::current_device() : d.index());
+  return std::min<int64_t>(int64_t(1) << 30, static_cast<int64_t>(prop->totalGlobalMem / 16 / sizeof(float)));
+#else
+  (void)d;
+  return kKeptLogits;
+#endif
+}
 
 // Logits in the compute dtype (the weight's, or autocast's lower precision), then
 // float32 and scaled, as the engine computes them (float32 on the CPU: with the
@@ -162,10 +179,12 @@ TokenLogprobs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& w
       throw std::out_of_range("token_logprobs: target id " + std::to_string(lo < 0 ? lo : hi) +
                               " outside the vocabulary [0, " + std::to_string(weight.size(0)) + ")");
   }
-  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, kLogitsPerChunk / weight.size(0));
+  const bool gpu = hidden.is_cuda();
+  const int64_t per_chunk = gpu ? std::min<int64_t>(int64_t(1) << 28, gpu_kept_logits(hidden.device())) : kLogitsPerChunk;
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, per_chunk / weight.size(0));
+  const int64_t keep = keep_logits >= 0 ? keep_logits : gpu ? gpu_kept_logits(hidden.device()) : kKeptLogits;
   auto out = ChunkedLogprob::apply(hidden, weight, t, temperature, with_entropy, chunk,
-                                   static_cast<int64_t>(compute_dtype(hidden, weight)),
-                                   keep_logits < 0 ? kKeptLogits : keep_logits);
+                                   static_cast<int64_t>(compute_dtype(hidden, weight)), keep);
   return {out[0], with_entropy ? out[1] : torch::Tensor()};
 }
 

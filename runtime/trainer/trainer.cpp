@@ -336,7 +336,12 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     average_metrics(*group, m);
   }
   double grad_norm = 0;
-  if (opts_.optim.clip_grad > 0) {
+  // On CUDA the same norm, clip and AdamW step in ATen's multi-tensor kernels
+  // (optim_fused.hpp): a few launches instead of several per parameter.
+  const bool fused = !params_.empty() && params_.front().is_cuda();
+  if (fused) {
+    grad_norm = clip_grad_norm_foreach(params_, opts_.optim.clip_grad);
+  } else if (opts_.optim.clip_grad > 0) {
     grad_norm = torch::nn::utils::clip_grad_norm_(params_, opts_.optim.clip_grad);
   } else {
     double sq = 0;
@@ -344,7 +349,8 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
       if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
     grad_norm = std::sqrt(sq);
   }
-  optim_->step();
+  if (fused) fused_.step(*optim_);
+  else optim_->step();
   policy_->weights_changed();
   ++step_;
   const double dt = seconds_since(t0);

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "nn/transformer.hpp"
+#include "trainer/optim_fused.hpp"
 #include "trainer/losses.hpp"
 
 namespace rl::dist {
@@ -122,6 +123,7 @@ class Trainer {
   TrainerOptions opts_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
+  FusedAdamW fused_;  // the same AdamW step in multi-tensor kernels, for CUDA parameters
   int64_t step_ = 0;
   bool params_broadcast_ = false;  // data parallel: rank 0's weights taken once
   std::vector<SampleStats> sample_stats_;

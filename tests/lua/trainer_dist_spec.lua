@@ -82,7 +82,8 @@ describe("rl.trainer distributed weight sync", function()
   end, { timeout = 60 })
 
   it("the engine names bad requests; a thread-mode engine's server takes the broadcast too", function()
-    local eng = assert(rl.engine.start { model = STORIES, threads = 1 })
+    -- A CPU engine's answers (it refuses nccl), whatever device the other specs run on.
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, device = "cpu" })
     local http = rl.http
     local function post(path, body)
       local r = assert(http.request { method = "POST", url = eng.url .. path, body = rl.json.encode(body),
@@ -101,7 +102,7 @@ describe("rl.trainer distributed weight sync", function()
     eq(st, 400)
     ok(body:find("nccl", 1, true), body)
     -- the same endpoints serve an engine in this process (thread mode with a server)
-    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 2 }
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 2, device = "cpu" }
     local b = engine_batch(eng, 2)
     assert(tr:train(b))
     local s, err = tr:sync({ eng }, { method = "distributed", timeout = 30, version = "v7" })
@@ -113,10 +114,12 @@ describe("rl.trainer distributed weight sync", function()
   end, { timeout = 60 })
 end)
 
+-- Shared-memory sync is for engines on the CPU (a GPU engine answers with a hint to use
+-- "distributed"): these specs run on the CPU whatever RLHOST_TEST_DEVICE says.
 describe("rl.trainer shared-memory weight sync", function()
   it("a process engine takes the weights through shared memory, buffer after buffer", function()
-    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
-    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4 }
+    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1, device = "cpu" })
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4, device = "cpu" }
     local b = engine_batch(eng, 4)
     for round = 1, 3 do  -- buffers 1, 0, 1
       assert(tr:train(b))
@@ -154,7 +157,7 @@ describe("rl.trainer shared-memory weight sync", function()
   end, { timeout = 240 })
 
   it("the engine names bad requests; a thread-mode engine's server shares too", function()
-    local eng = assert(rl.engine.start { model = STORIES, threads = 1 })
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, device = "cpu" })
     local function post(path, body)
       local r = assert(rl.http.request { method = "POST", url = eng.url .. path, body = rl.json.encode(body),
         headers = rl.engine.control_headers(), timeout = 10 })
@@ -183,7 +186,7 @@ describe("rl.trainer shared-memory weight sync", function()
     ok(body:find("is the one the engine reads", 1, true), body)
     os.remove(layout.path)  -- this test is the writer here: it drops the name
 
-    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 2 }
+    local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 2, device = "cpu" }
     local b = engine_batch(eng, 2)
     assert(tr:train(b))
     local s, err = tr:sync({ eng }, { method = "shm", version = "v3" })
@@ -194,7 +197,7 @@ describe("rl.trainer shared-memory weight sync", function()
     raises(function() tr:sync({ {} }, { method = "shm" }) end, "has no url")
     eng:stop()
     -- an engine server with an API key: the control endpoints want it, and the trainer sends it
-    local keyed = assert(rl.engine.start { model = STORIES, threads = 1, api_key = "sesame" })
+    local keyed = assert(rl.engine.start { model = STORIES, threads = 1, api_key = "sesame", device = "cpu" })
     local r = assert(rl.http.request { method = "POST", url = keyed.url .. "/init_weights_shm", body = "{}",
       headers = { ["content-type"] = "application/json" }, timeout = 10 })
     eq(r.status, 401)

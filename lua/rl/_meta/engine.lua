@@ -26,6 +26,7 @@
 ---@field enable_prefix_cache? boolean default true
 ---@field cuda_graph_max_bs? integer CUDA: decode batches up to this size replay CUDA graphs (default 256; 0: none)
 ---@field disable_cuda_graph? boolean CUDA: every step eager (SGLang's --disable-cuda-graph)
+---@field overlap_schedule? "auto"|"on"|"off" launch the next decode step before the last one's tokens reach the host (auto: on for CUDA)
 ---@field weight_version? string reported until the first update (default "default")
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)

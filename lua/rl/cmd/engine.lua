@@ -38,6 +38,9 @@ local opt = rl.args {
   { name = "cuda_graph_max_bs", type = "int", default = 256,
     help = "CUDA: decode batches up to this size replay CUDA graphs (0: none)" },
   { name = "disable_cuda_graph", type = "bool", default = false, help = "CUDA: run every step eagerly" },
+  { name = "overlap_schedule", type = "string", default = "auto",
+    help = "launch the next decode step before the last one's tokens reach the host: auto (on for CUDA) | on | off" },
+  { name = "disable_overlap_schedule", type = "bool", default = false, help = "SGLang's flag: --overlap-schedule off" },
   { name = "weight_version", type = "string", default = "default", help = "reported in meta_info until the first update" },
   { name = "ready_file", type = "string", help = "write the server URL to this file once serving" },
 }
@@ -68,6 +71,7 @@ local eng, err = rl.engine.start {
   max_tokens_in_flight = opt.max_tokens_in_flight,
   enable_prefix_cache = not opt.disable_prefix_cache, weight_version = opt.weight_version,
   cuda_graph_max_bs = opt.cuda_graph_max_bs, disable_cuda_graph = opt.disable_cuda_graph,
+  overlap_schedule = opt.disable_overlap_schedule and "off" or opt.overlap_schedule,
   server_args = rl.json.encode(server_args),
 }
 if not eng then

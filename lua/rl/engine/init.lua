@@ -33,7 +33,7 @@ local OPTION_TYPES = {
   kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
   threads = "number", max_connections = "number", max_sequences_per_request = "number",
   max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
-  cuda_graph_max_bs = "number", disable_cuda_graph = "boolean",
+  cuda_graph_max_bs = "number", disable_cuda_graph = "boolean", overlap_schedule = "string",
   api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
   server_args = "string",  -- JSON object text echoed by /get_server_info
   backend = "string",
@@ -118,7 +118,7 @@ local FLAGS = {
   "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
   "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "max_connections",
   "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "weight_version", "api_key",
-  "cuda_graph_max_bs",
+  "cuda_graph_max_bs", "overlap_schedule",
 }
 
 local read_file = require("rl._fs").read_file

@@ -32,6 +32,66 @@ __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_
 template <class T>
 __device__ __forceinline__ float round_to(float x) { return to_f<T>(from_f<T>(x)); }
 
+// E consecutive elements at p (aligned to their size) as floats, in one load where
+// they make 4, 8 or 16 bytes (two for 32).
+template <class T, int E>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[E]) {
+  constexpr int kBytes = E * static_cast<int>(sizeof(T));
+  if constexpr (kBytes == 16 || kBytes == 32) {
+#pragma unroll
+    for (int h = 0; h < kBytes / 16; ++h) {
+      const uint4 v = reinterpret_cast<const uint4*>(p)[h];
+      const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int e = 0; e < 16 / static_cast<int>(sizeof(T)); ++e) out[h * (16 / sizeof(T)) + e] = to_f(t[e]);
+    }
+  } else if constexpr (kBytes == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_f(t[e]);
+  } else if constexpr (kBytes == 4) {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
+    const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_f(t[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_f(p[e]);
+  }
+}
+
+// The inverse: E floats rounded to T into p (aligned to their size).
+template <class T, int E>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[E]) {
+  constexpr int kBytes = E * static_cast<int>(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int h = 0; h < kBytes / 16; ++h) {
+      uint4 v;
+      T* t = reinterpret_cast<T*>(&v);
+#pragma unroll
+      for (int e = 0; e < 16 / static_cast<int>(sizeof(T)); ++e) t[e] = from_f<T>(in[h * (16 / sizeof(T)) + e]);
+      reinterpret_cast<uint4*>(p)[h] = v;
+    }
+  } else if constexpr (kBytes == 8) {
+    uint2 v;
+    T* t = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int e = 0; e < E; ++e) t[e] = from_f<T>(in[e]);
+    *reinterpret_cast<uint2*>(p) = v;
+  } else if constexpr (kBytes == 4) {
+    uint32_t v;
+    T* t = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int e = 0; e < E; ++e) t[e] = from_f<T>(in[e]);
+    *reinterpret_cast<uint32_t*>(p) = v;
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) p[e] = from_f<T>(in[e]);
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -65,6 +65,10 @@ struct AttentionArgs {
 };
 cudaError_t paged_attention(DType t, const AttentionArgs& a, cudaStream_t stream);
 
+// ids[i] < 0 becomes prev[-1 - ids[i]]: a step launched before the one in flight
+// reached the host takes that step's sampled tokens from the device.
+cudaError_t resolve_ids(int32_t* ids, int64_t n, const int32_t* prev, cudaStream_t stream);
+
 // One token per row of logits [rows, V] (row stride ld), in the sampler's
 // arithmetic (runtime/engine/sampler.cpp): z = logits / T; temps[r] <= 0 is greedy
 // (argmax, T = 1, the first index of the maximum); otherwise the inverse CDF of
