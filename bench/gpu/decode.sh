@@ -17,6 +17,11 @@ log="$out/decode_results.txt"
 : > "$log"
 "$bin" --no-control "$root/bench/gpu/decode.lua" "$model" "$batches" "$new" "$prompt" "$out/traces" 2>"$out/decode_rlhost.err" \
   | tee -a "$log" || echo "decode.sh: rlhost failed (see $out/decode_rlhost.err)" >&2
+# Variants of rlhost's engine, without a profile (VARIANTS="overlap_schedule=off disable_cuda_graph=true").
+for v in ${VARIANTS:-overlap_schedule=off}; do
+  "$bin" --no-control "$root/bench/gpu/decode.lua" "$model" "$batches" "$new" "$prompt" "" "$v" 2>>"$out/decode_rlhost.err" \
+    | sed "s/impl=rlhost /impl=rlhost[$v] /" | tee -a "$log"
+done
 for t in "$out"/traces/rlhost_b*.trace.json.gz; do
   [ -f "$t" ] && python3 "$root/bench/gpu/trace_busy.py" "$t" | tee -a "$log"
 done
@@ -40,7 +45,7 @@ def numel(path):  # parameters in a safetensors file, from its JSON header
 weights = 2 * sum(numel(f) for f in glob.glob(os.path.join(model, "*.safetensors")))  # bf16 in the engine
 H = cfg["hidden_size"]; D = cfg.get("head_dim") or H // cfg["num_attention_heads"]
 kv_token = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * D * 2  # bf16
-rows, bw, busy = collections.defaultdict(dict), None, {}
+rows, bw, busy, variants = collections.defaultdict(dict), None, {}, set()
 for line in open(log):
     if not line.startswith("RESULT"): continue
     kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
@@ -51,6 +56,7 @@ for line in open(log):
         continue
     b = int(kv["batch"])
     rows[b][kv["impl"]] = float(kv["decode_tok_s"])
+    if kv["impl"].startswith("rlhost["): variants.add(kv["impl"])
     if kv.get("gpu_busy", "-") != "-": busy[(kv["impl"], b)] = float(kv["gpu_busy"])
 print("\nmodel %s: %.0f MB of bf16 weights, KV %d B/token; copy bandwidth %s GB/s; %d-token prompts, %d new"
       % (os.path.basename(model.rstrip("/")), weights / 1e6, kv_token, "%.0f" % (bw / 1e9) if bw else "?", prompt, new))
@@ -65,4 +71,7 @@ for b in sorted(rows):
         b, ours, graph, hf, ours / graph if graph else 0, ours / hf if hf else 0, 100 * ours / roof if roof else 0,
         "%.2f" % busy[("rlhost", b)] if ("rlhost", b) in busy else "-",
         "%.2f" % busy[("torch_graph", b)] if ("torch_graph", b) in busy else "-"))
+for v in sorted(variants):
+    print("%s: " % v + ", ".join("batch %d %.0f tok/s (%.2fx the default)" % (b, rows[b][v], rows[b].get("rlhost", 0) / rows[b][v])
+                                 for b in sorted(rows) if rows[b].get(v)))
 PY

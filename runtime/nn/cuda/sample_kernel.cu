@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const T* logits, int64
   }
   if (lane == 0) s_max[warp] = mx, s_arg[warp] = am;
   __syncthreads();
-  mx = s_max[lane];
-  am = s_arg[lane];
+  mx = lane < kWarps ? s_max[lane] : -INFINITY;
+  am = lane < kWarps ? s_arg[lane] : V;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float om = __shfl_xor_sync(0xffffffffu, mx, o);
