@@ -52,25 +52,26 @@ for line in open(log):
     if kv.get("impl") == "bandwidth": bw = float(kv["copy_gb_s"]) * 1e9; continue
     if kv.get("impl") == "trace":
         m = re.search(r"rlhost_b(\d+)", kv["file"])
-        if m and kv["gpu_busy"] != "-": busy[("rlhost", int(m.group(1)))] = float(kv["gpu_busy"])
+        if m and kv["gpu_busy"] != "-":
+            busy[("rlhost", int(m.group(1)))] = "%.2f/%s" % (float(kv["gpu_busy"]), kv.get("gpu_busy_steady", "-")[:4])
         continue
     b = int(kv["batch"])
     rows[b][kv["impl"]] = float(kv["decode_tok_s"])
     if kv["impl"].startswith("rlhost["): variants.add(kv["impl"])
-    if kv.get("gpu_busy", "-") != "-": busy[(kv["impl"], b)] = float(kv["gpu_busy"])
+    if kv.get("gpu_busy", "-") != "-": busy[(kv["impl"], b)] = "%.2f" % float(kv["gpu_busy"])
 print("\nmodel %s: %.0f MB of bf16 weights, KV %d B/token; copy bandwidth %s GB/s; %d-token prompts, %d new"
       % (os.path.basename(model.rstrip("/")), weights / 1e6, kv_token, "%.0f" % (bw / 1e9) if bw else "?", prompt, new))
-print("%6s %10s %11s %10s %9s %8s %8s %7s %7s" % ("batch", "rlhost", "torch_graph", "hf_gen", "vs graph", "vs hf",
-                                                  "roofline", "busy", "busy_pt"))
+print("%6s %10s %11s %10s %9s %8s %8s %10s %7s" % ("batch", "rlhost", "torch_graph", "hf_gen", "vs graph", "vs hf",
+                                                   "roofline", "busy", "busy_pt"))
 for b in sorted(rows):
     r = rows[b]; ours, graph, hf = r.get("rlhost", 0), r.get("torch_graph", 0), r.get("hf_generate", 0)
     # one step reads every weight once and each sequence's KV cache (its mean length over the decode)
     step_bytes = weights + b * (prompt + new / 2) * kv_token
     roof = b / (step_bytes / bw) if bw else 0
-    print("%6d %10.0f %11.0f %10.0f %8.2fx %7.2fx %7.0f%% %7s %7s" % (
+    print("%6d %10.0f %11.0f %10.0f %8.2fx %7.2fx %7.0f%% %10s %7s" % (
         b, ours, graph, hf, ours / graph if graph else 0, ours / hf if hf else 0, 100 * ours / roof if roof else 0,
-        "%.2f" % busy[("rlhost", b)] if ("rlhost", b) in busy else "-",
-        "%.2f" % busy[("torch_graph", b)] if ("torch_graph", b) in busy else "-"))
+        busy.get(("rlhost", b), "-"), busy.get(("torch_graph", b), "-")))
+print("busy: GPU-busy fraction of a kineto profile, the whole profile / after its last idle gap over 1 ms (bench/gpu/trace_busy.py)")
 for v in sorted(variants):
     print("%s: " % v + ", ".join("batch %d %.0f tok/s (%.2fx the default)" % (b, rows[b][v], rows[b].get("rlhost", 0) / rows[b][v])
                                  for b in sorted(rows) if rows[b].get(v)))
