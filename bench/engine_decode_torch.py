@@ -22,6 +22,20 @@ def load_weights(model_dir):
     return w
 
 
+def layer_weights(w, i):
+    """Layer i's weights with q/k/v and gate/up fused (qkv_b, qn, kn: None where the model has none)."""
+    p = "model.layers.%d." % i
+    bias = [w.get(p + "self_attn.%s_proj.bias" % n) for n in "qkv"]
+    return dict(
+        ln1=w[p + "input_layernorm.weight"], ln2=w[p + "post_attention_layernorm.weight"],
+        qkv=torch.cat([w[p + "self_attn.%s_proj.weight" % n] for n in "qkv"]).contiguous(),
+        qkv_b=torch.cat(bias) if bias[0] is not None else None,
+        qn=w.get(p + "self_attn.q_norm.weight"), kn=w.get(p + "self_attn.k_norm.weight"),
+        o=w[p + "self_attn.o_proj.weight"],
+        gu=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]).contiguous(),
+        down=w[p + "mlp.down_proj.weight"])
+
+
 class LeanLlama:
     """Llama forward for decoding: fused QKV and gate/up weights, a [B, T] KV cache."""
 
@@ -35,16 +49,7 @@ class LeanLlama:
         self.embed = w["model.embed_tokens.weight"]
         self.lm_head = w.get("lm_head.weight", self.embed)
         self.norm = w["model.norm.weight"]
-        self.layers = []
-        for i in range(self.L):
-            p = "model.layers.%d." % i
-            self.layers.append(dict(
-                ln1=w[p + "input_layernorm.weight"], ln2=w[p + "post_attention_layernorm.weight"],
-                qkv=torch.cat([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
-                               w[p + "self_attn.v_proj.weight"]]).contiguous(),
-                o=w[p + "self_attn.o_proj.weight"],
-                gu=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]).contiguous(),
-                down=w[p + "mlp.down_proj.weight"]))
+        self.layers = [layer_weights(w, i) for i in range(self.L)]
         inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, self.D, 2, dtype=torch.float32) / self.D))
         t = torch.arange(cfg["max_position_embeddings"], dtype=torch.float32)
         f = torch.outer(t, inv)

@@ -16,7 +16,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from trace_busy import busy_fraction  # noqa: E402
+from engine_decode_torch import layer_weights  # noqa: E402  (bench/: the CPU peers' fused layer weights)
 
 DEV = os.environ.get("RLHOST_BENCH_DEVICE", "cuda")  # cpu: to check the loop's forward against transformers
 
@@ -41,18 +43,7 @@ class StaticDecoder:
         self.embed = w["model.embed_tokens.weight"]
         self.lm_head = w.get("lm_head.weight", self.embed)
         self.norm = w["model.norm.weight"]
-        self.layers = []
-        for i in range(self.L):
-            p = "model.layers.%d." % i
-            bias = [w.get(p + "self_attn.%s_proj.bias" % n) for n in "qkv"]
-            self.layers.append(dict(
-                ln1=w[p + "input_layernorm.weight"], ln2=w[p + "post_attention_layernorm.weight"],
-                qkv=torch.cat([w[p + "self_attn.%s_proj.weight" % n] for n in "qkv"]).contiguous(),
-                qkv_b=torch.cat(bias) if bias[0] is not None else None,
-                qn=w.get(p + "self_attn.q_norm.weight"), kn=w.get(p + "self_attn.k_norm.weight"),
-                o=w[p + "self_attn.o_proj.weight"],
-                gu=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]).contiguous(),
-                down=w[p + "mlp.down_proj.weight"]))
+        self.layers = [layer_weights(w, i) for i in range(self.L)]
         dt = self.embed.dtype
         inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, self.D, 2, dtype=torch.float32) / self.D))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
