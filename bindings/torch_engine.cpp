@@ -138,6 +138,7 @@ int l_start(lua_State* L) {
   eo.cuda_graph_max_bs = opt_int(L, 1, "cuda_graph_max_bs", eo.cuda_graph_max_bs, 0);
   if (auto v = arg::field_boolean(L, 1, "disable_cuda_graph", "opts")) eo.disable_cuda_graph = *v;
   if (auto v = opt_str(L, 1, "overlap_schedule")) eo.overlap_schedule = *v;
+  if (auto v = arg::field_boolean(L, 1, "recompute_kv_on_weight_update", "opts")) eo.recompute_kv_on_weight_update = *v;
   const bool serve = arg::field_boolean(L, 1, "serve", "opts").value_or(true);
   engine::ServerOptions so;
   if (auto v = opt_str(L, 1, "host")) so.host = *v;

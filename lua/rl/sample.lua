@@ -26,6 +26,9 @@ local FIELDS = {
   { "custom_rm_path" }, { "train_metadata" }, { "session_id" }, { "non_generation_time", 0.0 },
   { "spec_info", { spec_accept_token_num = 0, spec_draft_token_num = 0, spec_verify_ct = 0, completion_token_num = 0 } },
   { "prefix_cache_info", { cached_tokens = 0, total_prompt_tokens = 0 } },
+  -- rlhost: the weights each response token was sampled under, as spans
+  -- {first response token (0-based), version}; a weight swap mid-request adds a span.
+  { "weight_version_spans", json.array() },
 }
 M.fields = {}
 for i, f in ipairs(FIELDS) do M.fields[i] = f[1] end
@@ -119,6 +122,7 @@ function Sample:append_response(tokens, logprobs, opts)
     pc.cached_tokens = pc.cached_tokens + (tonumber(meta.cached_tokens) or 0)
     pc.total_prompt_tokens = pc.total_prompt_tokens + (tonumber(meta.prompt_tokens) or 0)
     if meta.weight_version ~= nil then self.weight_versions[#self.weight_versions + 1] = tostring(meta.weight_version) end
+    self:add_version_spans(meta, #tokens)
     local fr = meta.finish_reason
     local kind = type(fr) == "table" and fr.type or fr
     self.status = FINISH_STATUS[kind] or self.status
@@ -126,6 +130,36 @@ function Sample:append_response(tokens, logprobs, opts)
   if #self.loss_mask ~= self.response_length or #self.rollout_log_probs ~= self.response_length then
     error("rl.Sample:append_response: loss_mask / rollout_log_probs lengths disagree with response_length", 2)
   end
+end
+
+-- The request's spans (offsets into its own output) moved to response coordinates:
+-- its output ends at response_length and is meta.completion_tokens long (or, without
+-- that count, the n tokens of this call).
+function Sample:add_version_spans(meta, n)
+  local spans, out = meta.weight_version_spans, self.weight_version_spans
+  if type(spans) ~= "table" then
+    if meta.weight_version == nil or meta.weight_version == json.null then return end
+    spans = { { 0, meta.weight_version } }
+  end
+  local first = self.response_length - (tonumber(meta.completion_tokens) or n)
+  for _, sp in ipairs(spans) do
+    local at, v = first + sp[1], tostring(sp[2])
+    if not (out[#out] and out[#out][2] == v) then out[#out + 1] = json.array { at, v } end
+  end
+end
+
+--- One weight version per response token (from weight_version_spans); false before
+--- the first span (tokens appended without a meta_info).
+function Sample:token_weight_versions()
+  local out, spans = {}, self.weight_version_spans
+  for i = 1, self.response_length do
+    local v = false
+    for _, sp in ipairs(spans) do
+      if sp[1] <= i - 1 then v = sp[2] else break end
+    end
+    out[i] = v
+  end
+  return out
 end
 
 --- A plain table of every field (status as its string), for JSON and dumps.

@@ -277,10 +277,8 @@ void EngineImpl::update_weights_from_disk(const fs::path& dir, const std::option
   run_between_steps([&] {
     if (!runner_->has_weights()) throw Error("update_weights_from_disk: weights are released", "resume them first");
     runner_->load_weights_from(dir);
-    blocks_->flush();  // KV computed with the old weights must not be reused
-    weight_version_ = version ? *version : next_version(weight_version_);
+    weights_swapped(version);
     log::info("engine: weights updated from " + dir.string() + " (weight_version " + weight_version_ + ")");
-    publish_stats();
   });
 }
 
@@ -294,10 +292,23 @@ void EngineImpl::update_weights_with(const std::function<void(ModelRunner&)>& fn
   run_between_steps([&] {
     if (!runner_->has_weights()) throw Error(std::string(what) + ": weights are released", "resume them first");
     fn(*runner_);
-    blocks_->flush();
-    weight_version_ = version ? *version : next_version(weight_version_);
-    publish_stats();
+    weights_swapped(version);
   });
+}
+
+// Between steps, after new weights went in: the running sequences stay (no drain, no
+// abort). Their KV computed under the old weights is kept and never committed for
+// prefix reuse, or dropped and recomputed (recompute_kv_on_weight_update); no new
+// request reuses a prefix computed before the update.
+void EngineImpl::weights_swapped(const std::optional<std::string>& version) {
+  blocks_->flush();
+  if (opts_.recompute_kv_on_weight_update) {
+    scheduler_->preempt_all();  // back to the queue, recomputed next step under the new weights
+  } else {
+    for (auto& s : scheduler_->running()) s->kv_mixed = true;
+  }
+  weight_version_ = version ? *version : next_version(weight_version_);
+  publish_stats();
 }
 
 namespace {
@@ -542,8 +553,11 @@ void EngineImpl::complete(InFlight& f) {
     s->num_computed = static_cast<int64_t>(s->tokens.size());
     const int32_t tok = sampled.tokens[i];
     s->tokens.push_back(tok);
-    blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed);
+    if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed);
     s->out.output_ids.push_back(tok);
+    auto& spans = s->out.weight_version_spans;
+    if (spans.empty() || spans.back().second != weight_version_)
+      spans.emplace_back(s->out.completion_tokens() - 1, weight_version_);
     if (s->req.return_logprob) {
       s->out.output_logprobs.push_back(sampled.logprobs[i]);
       if (s->req.top_logprobs_num > 0) s->out.output_top_logprobs.push_back(std::move(sampled.top_logprobs[i]));

@@ -51,6 +51,11 @@ struct EngineOptions {
   // overlap scheduler): auto = on where steps run asynchronously (CUDA), on, off
   // (--disable-overlap-schedule).
   std::string overlap_schedule = "auto";
+  // A weight update mid-generation: running sequences keep the KV computed under the
+  // old weights (false, PipelineRL's and AReaL's choice) or recompute it under the new
+  // ones before their next token (true, NeMo-RL's). Either way no request is aborted,
+  // and no new request reuses a prefix computed under older weights.
+  bool recompute_kv_on_weight_update = false;
 };
 
 struct FinishReason {
@@ -68,6 +73,9 @@ struct RequestOutput {
   std::string text;                        // decoded output (stop-trimmed unless no_stop_trim)
   std::vector<float> output_logprobs;      // per output token, when return_logprob
   std::vector<std::vector<std::pair<int32_t, float>>> output_top_logprobs;  // when top_logprobs_num > 0
+  // The weights each output token was sampled under: (index of the first output token
+  // sampled under a version, that version), one entry per version, in order.
+  std::vector<std::pair<int64_t, std::string>> weight_version_spans;
   bool finished = false;
   FinishReason finish_reason;
   int64_t prompt_tokens = 0;

@@ -140,6 +140,7 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> ahead_rows(std::vector<Sequence*>& next);
   void complete(InFlight& f);
   void drain();  // completes the step in flight, if any
+  void weights_swapped(const std::optional<std::string>& version);
   void mark_abort(const std::string& rid, const std::string& why);
   void finish_aborted_and_empty();
   void finish(Sequence* s);

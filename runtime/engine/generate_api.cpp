@@ -245,6 +245,9 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
   m["completion_tokens"] = out.completion_tokens();
   m["cached_tokens"] = out.cached_tokens;
   m["weight_version"] = out.weight_version;
+  json spans = json::array();
+  for (const auto& [start, version] : out.weight_version_spans) spans.push_back(json::array({start, version}));
+  m["weight_version_spans"] = std::move(spans);
   m["queue_time"] = out.queue_time;
   m["prefill_time"] = out.prefill_time;
   m["decode_time"] = out.decode_time;

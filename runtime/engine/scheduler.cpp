@@ -30,6 +30,7 @@ void Scheduler::preempt(size_t index) {
   s->blocks.clear();
   s->num_computed = 0;
   s->committed = 0;
+  s->kv_mixed = false;  // recomputed from scratch
   ++s->out.preemptions;
   ++preemptions;
   waiting_.push_front(std::move(s));

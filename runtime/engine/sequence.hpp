@@ -28,6 +28,9 @@ struct Sequence {
   std::vector<int32_t> banned;        // stop_ids while below min_new_tokens
   uint64_t admit_order = 0;           // for choosing whom to preempt (the latest)
   bool scheduled_once = false;
+  // Its KV cache holds keys/values computed under weights older than the engine's
+  // (kept across a weight update): never committed for prefix reuse.
+  bool kv_mixed = false;
   bool abort_requested = false;
   std::string abort_message;
   // Monotonic seconds (EventLoop::now-like clock).

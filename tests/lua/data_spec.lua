@@ -63,6 +63,21 @@ describe("rl.sample", function()
     raises(function() s:append_response({ 1 }, nil) end, "need their log-probs")
     raises(function() sample.new { status = "done" } end, "not one of")
   end)
+  it("keeps the weight version of every response token across a swap mid-request", function()
+    local s = sample.new { prompt = "p" }
+    s:append_response({ 1, 2, 3 }, { -1, -1, -1 }, { meta_info = { finish_reason = { type = "stop" },
+      weight_version = "3", completion_tokens = 3, weight_version_spans = { { 0, "3" } } } })
+    s:append_response({ 7 }, nil, { trainable = false })  -- a tool's output: no version
+    -- the second request: 2 tokens streamed under v3, then a swap, 2 under v4
+    s:append_response({ 4, 5 }, { -1, -1 })
+    s:append_response({ 6, 8 }, { -1, -1 }, { meta_info = { finish_reason = { type = "length" },
+      weight_version = "4", completion_tokens = 4, weight_version_spans = { { 0, "3" }, { 2, "4" } } } })
+    eq(s.weight_versions, { "3", "4" })
+    eq(s.weight_version_spans, { { 0, "3" }, { 6, "4" } })  -- a span runs to the next one
+    eq(s:token_weight_versions(), { "3", "3", "3", "3", "3", "3", "4", "4" })
+    local back = sample.from_dict(json.decode(json.encode(s:to_dict())))
+    eq(back:token_weight_versions(), s:token_weight_versions())
+  end)
   it("round-trips through to_dict / JSON / from_dict, keeping unknown keys", function()
     local s = sample.new { prompt = { { role = "user", content = "hi" } }, label = "2", index = 1 }
     s.trace = { version = 1, events = json.array() }

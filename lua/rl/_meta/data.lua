@@ -15,6 +15,7 @@
 ---@field reward number|table|nil nil = skip
 ---@field loss_mask integer[]|nil
 ---@field weight_versions string[]
+---@field weight_version_spans [integer, string][] rlhost: {first response token (0-based), version} per version the response was sampled under
 ---@field rollout_log_probs number[]|nil
 ---@field remove_sample boolean
 ---@field status rl.SampleStatus
@@ -33,6 +34,9 @@ function Sample:append_response(tokens, logprobs, opts) end
 function Sample:to_dict() end
 ---@return rl.Sample
 function Sample:clone() end
+--- One weight version per response token (false where none is known).
+---@return (string|false)[]
+function Sample:token_weight_versions() end
 ---@return integer
 function Sample:effective_response_length() end
 ---@return number

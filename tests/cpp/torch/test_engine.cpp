@@ -456,6 +456,81 @@ CATCH_TEST_CASE("engine: the overlap schedule gives the outputs of one step at a
   CATCH_CHECK(engine->stats().kv_tokens_used == 0);
 }
 
+// Asynchronous RL swaps weights while sequences decode: each token records the version
+// it was sampled under, and (batch-invariant kernels) its log-prob equals the training
+// path's at that version bit for bit — with the KV recomputed after the swap, for every
+// token; with the old KV kept, for the tokens before it. A prompt that extends a sequence
+// decoded across the swap never reuses KV computed under the old weights: the
+// continuation's log-probs equal the new model's exactly.
+CATCH_TEST_CASE("engine: weights swapped mid-generation, per-token versions, no stale prefix reuse", "[engine]") {
+  auto old_model = rl::nn::Transformer::from_pretrained(rl::test::stories_dir());
+  auto new_model = rl::nn::Transformer::from_pretrained(rl::test::stories_dir());
+  std::vector<std::pair<std::string, torch::Tensor>> perturbed;
+  {
+    torch::NoGradGuard ng;
+    torch::manual_seed(11);
+    for (const auto& [name, t] : new_model->named_parameters()) {
+      t.add_(torch::randn(t.sizes()) * 0.02);
+      perturbed.emplace_back(name, t.clone());
+    }
+    new_model->weights_changed();
+  }
+  auto logprobs = [](rl::nn::Transformer& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
+    std::vector<int64_t> all(prompt.begin(), prompt.end());
+    all.insert(all.end(), out.begin(), out.end());
+    return m.sequence_logprobs(torch::tensor(all, torch::kInt64).unsqueeze(0), 1.0).logprobs[0];
+  };
+  for (bool recompute : {false, true}) {
+    CATCH_INFO("recompute_kv_on_weight_update " << recompute);
+    auto opts = stories_options();
+    opts.recompute_kv_on_weight_update = recompute;
+    opts.block_size = 8;
+    auto engine = Engine::create(opts);
+    Collector c;
+    const auto prompt = prompt_of(20, 3);
+    auto a = request(prompt, 60, 0.0, "a");
+    a.stream = true;
+    engine->submit(a, c.fn());
+    for (int i = 0; i < 2000; ++i) {  // swap once about ten tokens are out
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        if (c.updates["a"] >= 10) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    update_weights(*engine, perturbed, std::string("v1"));
+    c.wait(1);
+    const auto& o = c.done["a"];
+    CATCH_REQUIRE(o.output_ids.size() == 60);
+    CATCH_REQUIRE(o.weight_version_spans.size() == 2);
+    CATCH_CHECK(o.weight_version_spans[0] == std::make_pair(int64_t{0}, std::string("default")));
+    CATCH_CHECK(o.weight_version_spans[1].second == "v1");
+    const int64_t k = o.weight_version_spans[1].first;
+    CATCH_CHECK(k > 0);
+    CATCH_CHECK(k < 60);
+    auto lp_old = logprobs(*old_model, prompt, o.output_ids), lp_new = logprobs(*new_model, prompt, o.output_ids);
+    int64_t after_equal = 0;
+    for (int64_t j = 0; j < 60; ++j) {
+      const double e = o.output_logprobs[static_cast<size_t>(j)];
+      if (j < k) CATCH_CHECK(e == lp_old[19 + j].item<double>());
+      else if (recompute) CATCH_CHECK(e == lp_new[19 + j].item<double>());
+      else after_equal += e == lp_new[19 + j].item<double>();
+    }
+    if (!recompute) CATCH_CHECK(after_equal < 60 - k);  // the kept KV came from the old weights
+    // A prompt that extends the sequence: nothing computed under the old weights is reused.
+    std::vector<int32_t> longer = prompt;
+    longer.insert(longer.end(), o.output_ids.begin(), o.output_ids.begin() + 48);
+    engine->submit(request(longer, 6, 0.0, "b"), c.fn());
+    c.wait(2);
+    const auto& b = c.done["b"];
+    if (!recompute) CATCH_CHECK(b.cached_tokens == 0);
+    auto lp_b = logprobs(*new_model, longer, b.output_ids);
+    for (size_t j = 0; j < b.output_ids.size(); ++j)
+      CATCH_CHECK(b.output_logprobs[j] == lp_b[static_cast<int64_t>(longer.size()) - 1 + static_cast<int64_t>(j)].item<double>());
+    CATCH_CHECK(b.weight_version_spans == std::vector<std::pair<int64_t, std::string>>{{0, "v1"}});
+  }
+}
+
 CATCH_TEST_CASE("engine: abort, stop conditions, streaming and validation", "[engine]") {
   auto engine = Engine::create(stories_options());
   // Validation errors name the field.
