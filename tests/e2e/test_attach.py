@@ -24,6 +24,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, TIMEOUT, RlhostTestCase, wait_for  # noqa: E402
+import support  # noqa: E402
 
 
 def free_port():
@@ -298,4 +299,4 @@ class AttachTest(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

@@ -20,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, alive, lua_json, read_jsonl, wait_for  # noqa: E402
+import support  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 PROMPTS, N = 4, 4
@@ -248,4 +249,4 @@ class ExternalWorker(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

@@ -215,4 +215,4 @@ class ControlChannelJsonTest(support.RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

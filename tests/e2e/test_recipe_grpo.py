@@ -30,6 +30,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, wait_for  # noqa: E402
+import support  # noqa: E402
 from test_trainer_dist import max_diff, read_safetensors  # noqa: E402
 
 try:
@@ -487,4 +488,4 @@ class GrpoRecipe(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

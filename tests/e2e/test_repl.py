@@ -24,6 +24,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, TIMEOUT, RlhostTestCase  # noqa: E402
+import support  # noqa: E402
 
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")  # readline's terminal control sequences
 
@@ -306,4 +307,4 @@ class ReplTest(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

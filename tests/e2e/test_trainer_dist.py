@@ -26,6 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, RlhostTestCase  # noqa: E402
+import support  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_train.lua")
 
@@ -189,4 +190,4 @@ class DataParallel(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()
