@@ -324,6 +324,8 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(p.returncode, 143, text)
         for line in ("SIGTERM: stopping after this step", "stopped by SIGTERM"):
             self.assertIn(line, text)
+        # A guard, not a speed check: the drain is bounded (engines get stop_within(20));
+        # a missed bound waits for the step to end on its own. Measured: ~1.5 s.
         self.assertLess(took, 60, "SIGTERM took %.1f s to end the run" % took)
         self.assert_checkpoint_holds_every_step(d)
         self.assertGreaterEqual(len(glob.glob(d + "/ckpt/iter_*")), 1, "a checkpoint was written")
