@@ -10,13 +10,6 @@ local SRC = os.getenv("RLHOST_SOURCE_DIR") or "."
 local BIN = os.getenv("RLHOST_BIN") or rl.process.self()
 local STORIES = test_data("models/stories260K")
 
-local function free_port()
-  local s = assert(rl.http.serve { port = 0, handler = function() return "x" end })
-  local port = s:port()
-  s:stop()
-  return port
-end
-
 local function wait_for(what, fn, timeout, log)
   local deadline = rl.now() + timeout
   while true do
@@ -67,11 +60,10 @@ describe("tools/prometheus.lua", function()
     local dir = os.tmpname()
     os.remove(dir)
     os.execute("mkdir -p '" .. dir .. "'")
-    local port = free_port()
     local log, ready = dir .. "/tool.log", dir .. "/prom.url"
     local p = assert(rl.process.spawn({ BIN, "--no-control", SRC .. "/tools/prometheus.lua", "--router-url", router.url,
       "--trainer-url", trainer:url(), "--out", dir .. "/prometheus.yml", "--start", "--storage", dir .. "/tsdb",
-      "--retention", "1d", "--scrape-interval", "1s", "--listen", "127.0.0.1:" .. port, "--ready-file", ready }, { log = log }))
+      "--retention", "1d", "--scrape-interval", "1s", "--listen", "127.0.0.1:0", "--ready-file", ready }, { log = log }))
     local ok_run, err = pcall(function()
       local api = wait_for("Prometheus to be ready", function()
         if not p:running() then error("tools/prometheus.lua exited early:\n" .. (read(log) or ""), 0) end
