@@ -277,7 +277,10 @@ class GrpoRecipe(RlhostTestCase):
             out[n] = (read_safetensors(glob.glob(d + "/p%d/iter_*/model.safetensors" % n)[0]),
                       [m["train/grad_norm"] for m in self.metrics(d + "/m%d/metrics.jsonl" % n) if "rollout/step" in m])
         self.assertLess(max_diff(out[1][0], out[2][0]), 1e-5)
-        self.assertGreater(max_diff(out[1][0], read_safetensors(self.model + "/model.safetensors")), 1e-4,
+        # A no-op update leaves the weights bit-identical (0); two AdamW steps at lr 1e-4 move
+        # the largest weight by up to ~2e-4, but by how much depends on the sampled rollouts
+        # (a repeat run once saw 7.4e-5), so "moved" is any change above float32 noise.
+        self.assertGreater(max_diff(out[1][0], read_safetensors(self.model + "/model.safetensors")), 1e-6,
                            "the replayed steps moved the weights")
         self.assertEqual(len(out[1][1]), 2)
         for a, b in zip(out[1][1], out[2][1]):
