@@ -27,12 +27,6 @@ from support import BIN, TIMEOUT, RlhostTestCase, wait_for  # noqa: E402
 import support  # noqa: E402
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def dead_pid():
     pid = 4_000_000
     while True:
@@ -262,12 +256,22 @@ class AttachTest(RlhostTestCase):
         self.assertEqual((r.returncode, r.stdout), (0, "nil\n"), r.stderr)
 
     # ---- TCP ---------------------------------------------------------------------------------
+    def tcp_port(self, proc):
+        """The control TCP port of `proc` (started with --control-tcp 0), from its record."""
+        record = os.path.join(self.dir, "xdg", "rlhost", "%d.json" % proc.pid)
+        wait_for(lambda: os.path.exists(record), what="the record " + record)
+        with open(record) as f:
+            port = json.load(f)["tcp_port"]
+        self.assertGreater(port, 0)
+        return port
+
     def test_tcp_needs_the_token(self):
-        port = free_port()
-        proc, _ = self.start_counter(["--control-tcp", str(port)])
+        # port 0: the host takes a free one (no port picked here and released for it)
+        proc, _ = self.start_counter(["--control-tcp", "0"])
         run_dir = os.path.join(self.dir, "xdg", "rlhost")
         token_file = os.path.join(run_dir, "%d.token" % proc.pid)
         self.wait_socket(proc, token_file)
+        port = self.tcp_port(proc)
         self.assertEqual(stat.S_IMODE(os.stat(token_file).st_mode), 0o600)
         with open(token_file) as f:
             token = f.read().strip()
@@ -278,7 +282,6 @@ class AttachTest(RlhostTestCase):
         r = self.attach(target, "--token", "0" * 32, "-e", "return 1")
         self.assertEqual(r.returncode, 2)
         self.assertIn("bad token", r.stderr)
-        wait_for(lambda: os.path.exists(os.path.join(run_dir, "%d.json" % proc.pid)), what="the record")
         r = self.attach(target, "-e", "return 2")  # the token file is found through the record
         self.assertEqual((r.returncode, r.stdout), (0, "2\n"), r.stderr)
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
@@ -293,10 +296,10 @@ class AttachTest(RlhostTestCase):
         self.assertFalse(os.path.exists(token_file))
 
     def test_tcp_token_from_environment(self):
-        port = free_port()
         env = dict(self.env, RLHOST_CONTROL_TOKEN="s3cret-token")
-        proc, _ = self.start_counter(["--control-tcp", str(port)], env=env)
+        proc, _ = self.start_counter(["--control-tcp", "0"], env=env)
         self.wait_socket(proc, os.path.join(self.dir, "xdg", "rlhost", "%d.token" % proc.pid))
+        port = self.tcp_port(proc)
         r = self.attach("tcp://127.0.0.1:%d" % port, "-e", "return 'ok'", env=env)
         self.assertEqual((r.returncode, r.stdout), (0, '"ok"\n'), r.stderr)
         self.attach("tcp://127.0.0.1:%d" % port, "-e", "stop = true", env=env)
