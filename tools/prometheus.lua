@@ -16,7 +16,7 @@ local opt = rl.args {
   { name = "start", type = "bool", default = false, help = "run prometheus with this config until Ctrl-C" },
   { name = "storage", type = "string", default = "prometheus_data", help = "TSDB directory (with --start)" },
   { name = "retention", type = "string", default = "15d", help = "how long the TSDB keeps samples (with --start)" },
-  { name = "listen", type = "string", default = "127.0.0.1:9090", help = "Prometheus web/API address (with --start)" },
+  { name = "listen", type = "string", default = "127.0.0.1:9090", help = "Prometheus web/API address (with --start; port 0: a free port, read from Prometheus's log)" },
   { name = "prometheus", type = "string", default = "prometheus", help = "the prometheus binary" },
   { name = "ready_file", type = "string", help = "write Prometheus's URL here once it is ready (with --start)" },
 }
@@ -95,9 +95,17 @@ local function log_tail()
 end
 
 local url = "http://" .. opt.listen
+-- Port 0: Prometheus binds a free port and logs it (msg="Listening on" address=HOST:PORT).
+local find_port = opt.listen:match(":0$") ~= nil
 local deadline = rl.now() + 60
 while true do
-  local resp = rl.http.get(url .. "/-/ready", { timeout = 2 })
+  if find_port then
+    local lf = io.open(log, "rb")
+    local addr = lf and lf:read("*a"):match('msg="Listening on" address=([%w%.%[%]:]+:%d+)')
+    if lf then lf:close() end
+    if addr then url, find_port = "http://" .. addr, false end
+  end
+  local resp = not find_port and rl.http.get(url .. "/-/ready", { timeout = 2 })
   if resp and resp.status == 200 then break end
   if not proc:running() then
     io.stderr:write(("prometheus: exited with status %d before it was ready; its log (%s):\n%s\n"):format(proc.code, log, log_tail()))

@@ -13,7 +13,7 @@
 local core = require "rl._core"
 local task = require "rl.task"
 
-local cr = core.router  -- spawn/kill/reap live there (runtime/router/router_process)
+local cr = core.router  -- spawn/kill/reap: bindings/core_router.cpp over runtime/base/child_process
 local M = {}
 
 local Process = {}

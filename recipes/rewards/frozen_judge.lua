@@ -35,7 +35,14 @@ function M.reward(sample)
   end
   local question = ("%s%s\nIs the answer right? "):format(sample.prompt or "", sample.response or "")
   -- through the group's router, whatever its backend (a vLLM group's goes to /v1/completions)
-  local out, err, info = engines.generate(g, { text = question, sampling_params = { max_new_tokens = 4, temperature = 0 } })
+  local req = { text = question, sampling_params = { max_new_tokens = 4, temperature = 0 } }
+  local out, err, info = engines.generate(g, req)
+  if not out then
+    -- Asked once more: a router never retries a request the engine had already taken
+    -- (docs/router.md: it may be what killed it), so an engine that died with our
+    -- question in hand fails it; the next try goes to a live engine.
+    out, err, info = engines.generate(g, req)
+  end
   if not out then error("frozen_judge: " .. tostring(err), 0) end
   sample.metadata = sample.metadata or {}
   sample.metadata.judge = { text = out.text, weight_version = out.meta_info and out.meta_info.weight_version,

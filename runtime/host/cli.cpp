@@ -33,7 +33,8 @@ options (before FILE.lua):
   --control PATH        control socket path (default $XDG_RUNTIME_DIR/rlhost/<pid>.sock)
   --no-control          do not open a control socket
   --control-tcp PORT    also accept attach on 127.0.0.1:PORT (token required;
-                        token from RLHOST_CONTROL_TOKEN or printed at start)
+                        token from RLHOST_CONTROL_TOKEN or printed at start;
+                        0: a free port, printed and in the process record)
   --nproc N             run N data-parallel ranks of FILE.lua (RANK, WORLD_SIZE,
                         MASTER_ADDR, MASTER_PORT set; output prefixed [rank R]);
                         ignored when WORLD_SIZE is already set (torchrun)
@@ -150,8 +151,8 @@ CliResult parse_cli(int argc, char** argv) {
     } else if (name == "--control-tcp") {
       std::string v;
       int port = 0;
-      if (!value(v) || !parse_port(v, port))
-        return usage_error("--control-tcp needs a port number 1-65535, got '" + v + "'");
+      if (!value(v) || !(v == "0" || parse_port(v, port)))
+        return usage_error("--control-tcp needs a port number 0-65535 (0: a free one), got '" + v + "'");
       r.host.control_tcp_port = port;
     } else if (name == "--nproc") {
       std::string v;

@@ -7,7 +7,8 @@
 // the response positions (padded on the right), with `mask` [B, T] float32 (the
 // loss mask; padding is 0). Everything is differentiable with respect to `logp`
 // (and `entropy`), never materialises vocabulary-sized tensors, and follows
-// docs/trainer.md and ../shared/reference/slime_behaviour.md §8.
+// docs/trainer.md (checked against tests/e2e/loss_reference.py, a PyTorch restatement
+// of slime's formulas, by tests/cpp/torch/test_loss_parity.cpp).
 #pragma once
 #include <map>
 #include <optional>

@@ -14,7 +14,8 @@
 
 Needs the Debian package `chromium` and Playwright from PyPI (scripts/bootstrap.sh
 --test-deps installs both; `playwright install` is never run: the system Chromium is
-used). Skips with a message only when Chromium is absent and cannot be installed.
+used). Skipped (ctest: Skipped, with the reason) only when Chromium or Playwright is
+absent and cannot be installed; under CI=true that fails.
 """
 import os
 import re
@@ -25,6 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 from support import BIN, SOURCE_DIR, RlhostTestCase  # noqa: E402
+import support  # noqa: E402
 
 CHROMIUM = os.environ.get("RLHOST_CHROMIUM", "/usr/bin/chromium")
 TOOL = os.path.join(SOURCE_DIR, "tools", "trace_timeline.lua")
@@ -84,7 +86,8 @@ PIXELS_JS = """() => {
 }"""
 
 
-@unittest.skipIf(SKIP is not None, "browser test skipped: %s" % SKIP)
+@support.requires(SKIP is None, "browser test: %s" % SKIP,
+                  "apt-get install chromium; pip install playwright; or scripts/bootstrap.sh --test-deps")
 class TraceTimelineBrowserTest(RlhostTestCase):
     @classmethod
     def setUpClass(cls):
@@ -195,4 +198,4 @@ class TraceTimelineBrowserTest(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

@@ -24,7 +24,7 @@ class Engine:
 
     def __init__(self, model=STORIES, args=(), env=None, wait=True):
         if not BIN or not os.access(BIN, os.X_OK):
-            raise unittest.SkipTest("RLHOST_BIN must name the rlhost binary")
+            raise AssertionError("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
         if not os.path.isdir(model):
             # missing data fails, never skips
             raise AssertionError("test model missing: %s (configuring the build unpacks tests/data into "

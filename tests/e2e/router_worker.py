@@ -13,7 +13,9 @@ prompt prefix), --delay S (per response; per token when streaming), request fiel
 token count; POST /_fail {"status": 500, "count": N} makes the next N
 generation requests fail with that status; POST /_health {"ok": false} makes
 /health answer 503; a generation request with "drop": true closes the
-connection without an answer (as a worker that crashed on it). Prints
+connection without an answer (as a worker that crashed on it); a streaming request
+with "hold": true sends its first event, then waits for POST /_release before the
+rest (so a test can see an event relayed while the stream is still open). Prints
 "PORT <n>" on stdout once listening.
 
     python3 router_worker.py --port 0 --name w1 [--delay 0.01]
@@ -43,6 +45,7 @@ class Worker:
         self.prompt_tokens = 0
         self.flushes = 0
         self.latencies = []
+        self.release = None  # asyncio.Event, made on the loop: POST /_release sets it
 
     # ---- HTTP plumbing -------------------------------------------------------------
     async def handle(self, reader, writer):
@@ -83,12 +86,14 @@ class Worker:
         writer.write(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (status, ctype.encode(), len(body)) + body)
         await writer.drain()
 
-    @staticmethod
-    async def stream(writer, events, delay):
+    async def stream(self, writer, events, delay, hold=False):
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for ev in events:
+        for i, ev in enumerate(events):
             if delay:
                 await asyncio.sleep(delay)
+            if hold and i == 1:
+                await self.released().wait()
+                self.release.clear()
             data = b"data: " + ev.encode() + b"\n\n"
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
             await writer.drain()
@@ -113,6 +118,9 @@ class Worker:
             return await self.send(writer, 200, {"ok": True})
         if path == "/_health":
             self.healthy = bool(json.loads(body or b"{}").get("ok", True))
+            return await self.send(writer, 200, {"ok": True})
+        if path == "/_release":
+            self.released().set()
             return await self.send(writer, 200, {"ok": True})
         if path == "/_stats":
             return await self.send(writer, 200, {"worker": self.name, "requests": self.requests, "flushes": self.flushes})
@@ -157,7 +165,7 @@ class Worker:
                         events.append(json.dumps({"object": "text_completion", "worker": self.name,
                                                   "choices": [{"index": 0, "text": "t", "delta": {"content": "t"}}]}))
                 events.append("[DONE]")
-                await self.stream(writer, events, delay / max(n, 1) if delay else 0)
+                await self.stream(writer, events, delay / max(n, 1) if delay else 0, bool(req.get("hold")))
                 return
             if delay:
                 await asyncio.sleep(delay)
@@ -180,6 +188,11 @@ class Worker:
                 self.slots.release()
             self.running -= 1
             self.latencies.append(time.time() - t0)
+
+    def released(self):
+        if self.release is None:
+            self.release = asyncio.Event()
+        return self.release
 
     def metrics(self):
         lat = self.latencies

@@ -8,12 +8,21 @@ their own folder on sys.path and `import support`.
     RLHOST_SOURCE_DIR  the source tree (default: two levels above this file)
     RLHOST_TEST_DATA   the test data: tests/data as the build unpacks it
                        (default: build/test-data in the source tree)
+    CI                 "true" (CI sets it, .ci/run exports it): a missing peer or tool
+                       fails the test (see missing()) instead of skipping it
+
+Skips: a test that cannot run calls missing(what, hint); main() (what every test file
+runs) exits SKIP_EXIT when something was skipped and nothing failed, which ctest
+(SKIP_RETURN_CODE, tests/CMakeLists.txt) shows as Skipped, never Passed.
 
 Python standard library only.
 """
 import json
 import os
+import socket
+import stat
 import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -28,6 +37,54 @@ COUNTER = os.path.join(SOURCE_DIR, "recipes", "counter.lua")
 # <build>/test-data; RLHOST_TEST_DATA (ctest sets it), else build/test-data.
 TEST_DATA = os.path.abspath(os.environ.get("RLHOST_TEST_DATA", os.path.join(SOURCE_DIR, "build", "test-data")))
 TIMEOUT = 30
+# ctest's SKIP_RETURN_CODE for every test (the automake convention).
+SKIP_EXIT = 77
+CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing(what, hint):
+    """A peer or tool the test needs is missing: `what` names it, `hint` says how to
+    install it. Under CI=true the test fails with that text; otherwise it is skipped with
+    it (and main() makes ctest show the file as Skipped)."""
+    msg = "%s: %s" % (what, hint)
+    if CI:
+        raise AssertionError("CI=true and a test peer is missing: " + msg)
+    raise unittest.SkipTest(msg)
+
+
+def requires(available, what, hint):
+    """Class decorator: when `available` is false, the class's tests do not run and
+    missing(what, hint) decides (a skip, or under CI=true a failure)."""
+    def deco(cls):
+        if not available:
+            def setUpClass(klass):
+                missing(what, hint)
+            cls.setUpClass = classmethod(setUpClass)
+        return cls
+    return deco
+
+
+# How to get each Python peer of the tests (scripts/bootstrap.sh --test-deps installs them all).
+PIP_HINT = "pip install %s, or scripts/bootstrap.sh --test-deps"
+
+
+def main():
+    """unittest.main for a test file: exit 0 when every test passed, 1 when one failed or
+    erred, SKIP_EXIT when some were skipped and none failed (each skip and its reason
+    printed last). Under CI=true a skip is a failure, whatever raised it."""
+    prog = unittest.main(verbosity=2, exit=False)
+    r = prog.result
+    if not r.wasSuccessful():
+        sys.exit(1)
+    if r.skipped:
+        print("\n%d of %d tests skipped:" % (len(r.skipped), r.testsRun), file=sys.stderr)
+        for test, reason in r.skipped:
+            print("  SKIPPED %s: %s" % (test.id(), reason), file=sys.stderr)
+        if CI:
+            print("CI=true: a skipped test fails the run", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(SKIP_EXIT)
+    sys.exit(0)
 
 
 def clean_env(**extra):
@@ -133,10 +190,23 @@ class RlhostTestCase(unittest.TestCase):
         return p, sock
 
     def wait_socket(self, proc, path):
-        """Waits for `path` to exist; fails at once if `proc` exits first."""
+        """Waits for `path` to exist and, when it is a Unix socket, to accept a connection
+        (the file appears at bind(), before listen(): a repeat run once connected in
+        between and was refused); fails at once if `proc` exits first."""
         def ready():
             if proc.poll() is not None:
                 out, err = proc.communicate()
                 raise AssertionError("rlhost exited early (%s)\n%s\n%s" % (proc.returncode, out, err))
-            return os.path.exists(path)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return False
+            if not stat.S_ISSOCK(st.st_mode):
+                return True
+            with socket.socket(socket.AF_UNIX) as s:
+                try:
+                    s.connect(path)
+                except (ConnectionRefusedError, FileNotFoundError):
+                    return False
+            return True
         wait_for(ready, what="control socket " + path)

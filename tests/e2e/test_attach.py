@@ -24,12 +24,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, TIMEOUT, RlhostTestCase, wait_for  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import support  # noqa: E402
 
 
 def dead_pid():
@@ -171,7 +166,11 @@ class AttachTest(RlhostTestCase):
         self.assertEqual(stat.S_IMODE(os.stat(default_sock).st_mode), 0o600)
         self.assertTrue(stat.S_ISSOCK(os.stat(default_sock).st_mode))
         self.assertEqual(stat.S_IMODE(os.stat(run_dir).st_mode), 0o700)
-        with open(os.path.join(run_dir, "%d.json" % proc.pid)) as f:
+        # the record is written (atomically) just after the socket is listening: wait for it
+        # too (a repeat run once read it in between)
+        record_path = os.path.join(run_dir, "%d.json" % proc.pid)
+        wait_for(lambda: os.path.exists(record_path), what="the record " + record_path)
+        with open(record_path) as f:
             record = json.load(f)
         self.assertEqual(record["pid"], proc.pid)
         self.assertEqual(record["socket"], default_sock)
@@ -214,8 +213,9 @@ class AttachTest(RlhostTestCase):
         self.wait_socket(p1, s1)
         p2, _ = self.start_counter([])
         self.wait_socket(p2, os.path.join(self.dir, "xdg", "rlhost", "%d.sock" % p2.pid))
-        wait_for(lambda: os.path.exists(os.path.join(self.dir, "xdg", "rlhost", "%d.json" % p1.pid)),
-                 what="the record")
+        for p in (p1, p2):  # both records (written just after each socket listens)
+            wait_for(lambda: os.path.exists(os.path.join(self.dir, "xdg", "rlhost", "%d.json" % p.pid)),
+                     what="the record of %d" % p.pid)
         r = self.attach("-e", "return 1")
         self.assertEqual(r.returncode, 2)
         self.assertIn("several rlhost processes", r.stderr)
@@ -256,12 +256,22 @@ class AttachTest(RlhostTestCase):
         self.assertEqual((r.returncode, r.stdout), (0, "nil\n"), r.stderr)
 
     # ---- TCP ---------------------------------------------------------------------------------
+    def tcp_port(self, proc):
+        """The control TCP port of `proc` (started with --control-tcp 0), from its record."""
+        record = os.path.join(self.dir, "xdg", "rlhost", "%d.json" % proc.pid)
+        wait_for(lambda: os.path.exists(record), what="the record " + record)
+        with open(record) as f:
+            port = json.load(f)["tcp_port"]
+        self.assertGreater(port, 0)
+        return port
+
     def test_tcp_needs_the_token(self):
-        port = free_port()
-        proc, _ = self.start_counter(["--control-tcp", str(port)])
+        # port 0: the host takes a free one (no port picked here and released for it)
+        proc, _ = self.start_counter(["--control-tcp", "0"])
         run_dir = os.path.join(self.dir, "xdg", "rlhost")
         token_file = os.path.join(run_dir, "%d.token" % proc.pid)
         self.wait_socket(proc, token_file)
+        port = self.tcp_port(proc)
         self.assertEqual(stat.S_IMODE(os.stat(token_file).st_mode), 0o600)
         with open(token_file) as f:
             token = f.read().strip()
@@ -286,10 +296,10 @@ class AttachTest(RlhostTestCase):
         self.assertFalse(os.path.exists(token_file))
 
     def test_tcp_token_from_environment(self):
-        port = free_port()
         env = dict(self.env, RLHOST_CONTROL_TOKEN="s3cret-token")
-        proc, _ = self.start_counter(["--control-tcp", str(port)], env=env)
+        proc, _ = self.start_counter(["--control-tcp", "0"], env=env)
         self.wait_socket(proc, os.path.join(self.dir, "xdg", "rlhost", "%d.token" % proc.pid))
+        port = self.tcp_port(proc)
         r = self.attach("tcp://127.0.0.1:%d" % port, "-e", "return 'ok'", env=env)
         self.assertEqual((r.returncode, r.stdout), (0, '"ok"\n'), r.stderr)
         self.attach("tcp://127.0.0.1:%d" % port, "-e", "stop = true", env=env)
@@ -298,4 +308,4 @@ class AttachTest(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

@@ -15,6 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, clean_env  # noqa: E402
+import support  # noqa: E402
 
 TIMEOUT = 60
 
@@ -332,9 +333,10 @@ class Install(CliTest):
         cmake = shutil.which("cmake")
         build_dir = os.path.dirname(os.path.abspath(BIN))
         if not cmake:
-            self.skipTest("cmake not on PATH")
+            support.missing("cmake is not on PATH", "apt-get install cmake, or scripts/bootstrap.sh")
         if not os.path.exists(os.path.join(build_dir, "cmake_install.cmake")):
-            self.skipTest("%s is not a CMake build directory" % build_dir)
+            support.missing("%s is not a CMake build directory" % build_dir,
+                            "run the test on the binary of a CMake build (scripts/build.sh)")
         prefix = os.path.join(self.dir, "prefix")
         p = subprocess.run([cmake, "--install", build_dir, "--prefix", prefix],
                            capture_output=True, text=True, timeout=300)
@@ -361,4 +363,4 @@ class Install(CliTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

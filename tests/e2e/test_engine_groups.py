@@ -28,6 +28,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, alive, frozen_group_config, read_jsonl  # noqa: E402
+import support  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 JUDGE = os.path.join(SOURCE_DIR, "recipes", "rewards", "frozen_judge.lua")
@@ -274,4 +275,4 @@ class EngineGroups(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

@@ -20,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import wait_for  # noqa: E402
+import support  # noqa: E402
 from engine_support import Engine, EngineTestCase  # noqa: E402
 
 
@@ -307,4 +308,4 @@ class BurstAndSignalTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

@@ -103,4 +103,4 @@ class TestRouterOverEngines(RouterCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

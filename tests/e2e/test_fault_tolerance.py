@@ -20,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, alive, lua_json, read_jsonl, wait_for  # noqa: E402
+import support  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 PROMPTS, N = 4, 4
@@ -149,6 +150,8 @@ class FaultTolerance(RlhostTestCase):
         took = rows[2]["perf/update_weights_time"]
         sys.stderr.write("\nstep 2's weight sync with engine 2 stopped in it: %.1f s (other steps: max %.2f s)\n"
                          % (took, max(m["perf/update_weights_time"] for i, m in enumerate(rows) if i != 2)))
+        # Not a speed check: the trainer's sync timeout is 120 s, so a sync that waited for
+        # the stopped engine takes over 120 s; a guarded one took 5-15 s when measured.
         self.assertLess(took, 100, "the sync waited for the stopped engine")
 
     def test_stall_one_thread_engine_during_step_2(self):
@@ -248,4 +251,4 @@ class ExternalWorker(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

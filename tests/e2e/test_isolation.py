@@ -10,8 +10,9 @@ machine would, and with the signals supervisors send.
 * SIGKILL, SIGTERM and an error in a run that started process-mode engines, a
   process-mode router and a side process leave no process behind.
 
-Skips (with the reason) only where a second user cannot exist: not root, or
-no useradd/setpriv/curl.
+The second-user tests are skipped (ctest: Skipped, with the reason and how to fix it)
+only where a second user cannot exist: not root, or no useradd/setpriv/curl; under
+CI=true that is a failure. Missing test data fails, never skips.
 """
 import http.client
 import json
@@ -25,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,18 +40,20 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "router_worker
 def intruder_ids():
     """(uid, gid) of a second local user, created when missing."""
     if os.geteuid() != 0:
-        raise unittest.SkipTest("a second local user needs root to create and switch to (running as uid %d)"
-                                % os.geteuid())
-    for tool in ("useradd", "setpriv", "curl"):
+        support.missing("root: a second local user needs root to create and switch to (running as uid %d)"
+                        % os.geteuid(), "run the test as root (CI does)")
+    for tool, pkg in (("useradd", "passwd"), ("setpriv", "util-linux"), ("curl", "curl")):
         if not shutil.which(tool):
-            raise unittest.SkipTest("%s is not installed: cannot act as a second local user" % tool)
+            support.missing("%s is not installed: cannot act as a second local user" % tool,
+                            "apt-get install %s (Debian)" % pkg)
     try:
         pw = pwd.getpwnam(INTRUDER)
     except KeyError:
         r = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER],
                            capture_output=True, text=True)
         if r.returncode != 0 and "exists" not in r.stderr:
-            raise unittest.SkipTest("useradd %s failed: %s" % (INTRUDER, r.stderr.strip()))
+            support.missing("a second local user: useradd %s failed: %s" % (INTRUDER, r.stderr.strip()),
+                            "check that useradd works here (root, a writable /etc/passwd)")
         pw = pwd.getpwnam(INTRUDER)
     return pw.pw_uid, pw.pw_gid
 
@@ -303,8 +305,8 @@ class NoProcessLeftBehind(RlhostTestCase):
     tmp_prefix = "rlhost-lifecycle-"
 
     def start(self, mode="wait"):
-        if not os.path.isdir(STORIES):
-            self.skipTest("test model missing: %s" % STORIES)
+        if not os.path.isdir(STORIES):  # missing data fails, never skips (docs/conventions.md)
+            self.fail("test model missing: %s (configuring the build unpacks tests/data there)" % STORIES)
         script = self.write("lifecycle.lua", LIFECYCLE)
         pids = os.path.join(self.dir, "pids.json")
         log = open(os.path.join(self.dir, "run.log"), "w")
@@ -357,4 +359,4 @@ class NoProcessLeftBehind(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

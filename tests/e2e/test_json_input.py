@@ -180,12 +180,13 @@ class ControlChannelJsonTest(support.RlhostTestCase):
     tmp_prefix = "rlhost-json-control-"
 
     def test_tcp_control_channel_survives_hostile_json(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         env = dict(self.env, RLHOST_CONTROL_TOKEN="json-test-token")
-        proc, _ = self.start_counter(["--control-tcp", str(port)], env=env)
+        proc, _ = self.start_counter(["--control-tcp", "0"], env=env)  # a free port, from the record
         self.wait_socket(proc, os.path.join(self.dir, "xdg", "rlhost", "%d.token" % proc.pid))
+        record = os.path.join(self.dir, "xdg", "rlhost", "%d.json" % proc.pid)
+        support.wait_for(lambda: os.path.exists(record), what="the record " + record)
+        with open(record) as f:
+            port = json.load(f)["tcp_port"]
         probes = [
             '{"id": %s, "op": "eval", "code": "return 1"}' % deep(),
             '{"id": 1, "op": %s}' % deep(),
@@ -215,4 +216,4 @@ class ControlChannelJsonTest(support.RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

@@ -6,8 +6,8 @@ the run is still going and after it ends; the JSONL file and console lines too.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_metrics_tensorboard.py
 
-Needs `tensorboard` (scripts/bootstrap.sh --test-deps installs it); skips with a
-visible message when it cannot be imported.
+Needs `tensorboard` (scripts/bootstrap.sh --test-deps installs it); without it the
+test is skipped (ctest: Skipped) naming what to install, and under CI=true it fails.
 """
 import json
 import math
@@ -19,6 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, RlhostTestCase, wait_for  # noqa: E402
+import support  # noqa: E402
 
 try:
     from tensorboard.backend.event_processing import event_accumulator
@@ -77,8 +78,9 @@ def load(path):
     return acc
 
 
-@unittest.skipIf(event_accumulator is None,
-                 "tensorboard not importable: " + (IMPORT_ERROR if event_accumulator is None else ""))
+@support.requires(event_accumulator is not None,
+                  "tensorboard (Python) is needed to read the event files back: %s"
+                  % (IMPORT_ERROR if event_accumulator is None else ""), support.PIP_HINT % "tensorboard")
 class TensorBoardEvents(RlhostTestCase):
     tmp_prefix = "rlhost-metrics-"
 
@@ -183,6 +185,4 @@ class TensorBoardEvents(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    if event_accumulator is None:
-        print("SKIPPED test_metrics_tensorboard: tensorboard not importable (%s)" % IMPORT_ERROR, file=sys.stderr)
-    unittest.main(verbosity=2)
+    support.main()

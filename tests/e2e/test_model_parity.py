@@ -5,7 +5,8 @@ rl.model.init writes a random-initialised model directory; rlhost and
 transformers each load it and compute logits for the same ids, which must agree
 to 1e-4 in float32. This also proves that directories rlhost writes load in
 transformers. Needs `torch` and `transformers` in python3 (scripts/test.sh
-installs them); skips with a visible message when they cannot be imported.
+installs them); without them it is skipped (ctest: Skipped) naming what to install,
+and under CI=true it fails.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_model_parity.py
 """
@@ -17,6 +18,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, RlhostTestCase  # noqa: E402
+import support  # noqa: E402
 
 try:
     import torch
@@ -53,7 +55,9 @@ print(rl.json.encode({logits = m:logits(ids), logprobs = m:logprobs(ids), genera
 """
 
 
-@unittest.skipIf(transformers is None, "transformers not importable: " + (IMPORT_ERROR if transformers is None else ""))
+@support.requires(transformers is not None,
+                  "torch and transformers (Python) are needed: %s" % (IMPORT_ERROR if transformers is None else ""),
+                  support.PIP_HINT % "'transformers==5.23.0'")
 class TransformersParity(RlhostTestCase):
     def run_rlhost(self, cfg, model_dir):
         script = os.path.join(self.dir, "parity.lua")
@@ -108,6 +112,4 @@ class TransformersParity(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    if transformers is None:
-        print("SKIPPED test_model_parity: transformers not importable (%s)" % IMPORT_ERROR, file=sys.stderr)
-    unittest.main(verbosity=2)
+    support.main()

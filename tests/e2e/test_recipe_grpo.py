@@ -30,6 +30,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, wait_for  # noqa: E402
+import support  # noqa: E402
 from test_trainer_dist import max_diff, read_safetensors  # noqa: E402
 
 try:
@@ -276,7 +277,10 @@ class GrpoRecipe(RlhostTestCase):
             out[n] = (read_safetensors(glob.glob(d + "/p%d/iter_*/model.safetensors" % n)[0]),
                       [m["train/grad_norm"] for m in self.metrics(d + "/m%d/metrics.jsonl" % n) if "rollout/step" in m])
         self.assertLess(max_diff(out[1][0], out[2][0]), 1e-5)
-        self.assertGreater(max_diff(out[1][0], read_safetensors(self.model + "/model.safetensors")), 1e-4,
+        # A no-op update leaves the weights bit-identical (0); two AdamW steps at lr 1e-4 move
+        # the largest weight by up to ~2e-4, but by how much depends on the sampled rollouts
+        # (a repeat run once saw 7.4e-5), so "moved" is any change above float32 noise.
+        self.assertGreater(max_diff(out[1][0], read_safetensors(self.model + "/model.safetensors")), 1e-6,
                            "the replayed steps moved the weights")
         self.assertEqual(len(out[1][1]), 2)
         for a, b in zip(out[1][1], out[2][1]):
@@ -323,6 +327,8 @@ class GrpoRecipe(RlhostTestCase):
         self.assertEqual(p.returncode, 143, text)
         for line in ("SIGTERM: stopping after this step", "stopped by SIGTERM"):
             self.assertIn(line, text)
+        # A guard, not a speed check: the drain is bounded (engines get stop_within(20));
+        # a missed bound waits for the step to end on its own. Measured: ~1.5 s.
         self.assertLess(took, 60, "SIGTERM took %.1f s to end the run" % took)
         self.assert_checkpoint_holds_every_step(d)
         self.assertGreaterEqual(len(glob.glob(d + "/ckpt/iter_*")), 1, "a checkpoint was written")
@@ -487,4 +493,4 @@ class GrpoRecipe(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

@@ -19,6 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, read_jsonl  # noqa: E402
+import support  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "gsm8k_tools.lua")
 WARMUP = ["--tools", "--tool-rate", "1", "--steps", "60", "--train-size", "300", "--test-size", "8",
@@ -62,9 +63,12 @@ class GsmToolsRecipe(RlhostTestCase):
                         "rollout/tool_calls/with_tool", "train/loss"):
                 self.assertIn(key, m, sorted(m))
             self.assertGreaterEqual(m["rollout/turns/max"], 1)
-            if "rollout/tool_calls/success_rate" in m:   # a step without a call has no rate
-                self.assertGreaterEqual(m["rollout/tool_calls/success_rate"], 0)
-                self.assertLessEqual(m["rollout/tool_calls/success_rate"], 1)
+            # a step without a call has no rate; one with calls has the share of calls that
+            # returned a result, which the agent's own count of tool errors must agree with
+            self.assertEqual("rollout/tool_calls/success_rate" in m, m["rollout/tool_calls/with_tool"] > 0, m)
+            if "rollout/tool_calls/success_rate" in m:
+                self.assertAlmostEqual(m["rollout/tool_calls/success_rate"], 1 - m["rollout/tool_errors/rate"],
+                                       places=9, msg=m)
         # the tiny model samples at T = 1: a step's 8 trajectories may all skip the tool (seen
         # about once in 8 runs), so the calls are asserted over the run
         self.assertGreaterEqual(max(m["rollout/turns/max"] for m in steps), 2, "a tool call starts another turn")
@@ -78,4 +82,4 @@ class GsmToolsRecipe(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

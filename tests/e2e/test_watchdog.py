@@ -17,6 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, RlhostTestCase, wait_for  # noqa: E402
+import support  # noqa: E402
 
 HANG = """\
 local opt = rl.args(rl.recipe.options { description = "a reward that never returns" })
@@ -83,4 +84,4 @@ class Watchdog(RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

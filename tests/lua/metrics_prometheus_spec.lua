@@ -42,17 +42,39 @@ rlhost_perf_nan NaN]]):gmatch("[^\n]+") do
     ok(not text:find("rollout_note", 1, true))
     ok(text:find("rlhost_metrics_last_log_timestamp_seconds %d"))
     eq(rl.http.get(srv:url() .. "/nope").status, 404)
-    local code, out = promtool_check(text)
-    if code ~= nil then eq(code, 0, out) end
-    eq(rl.metrics.prometheus_text():match("rlhost_train_loss 0%.25") ~= nil, true)
+    eq(rl.metrics.prometheus_text(), text, "the endpoint serves prometheus_text()")
     srv:stop()
   end)
 
-  it("warns once when two keys map to one name, and rejects bad options", function()
+  it("promtool check metrics accepts the exposition", function()
+    if not rl.process.which("promtool") then
+      skip("promtool is not installed (`promtool check metrics`)", "apt-get install prometheus (Debian; ships promtool), or scripts/bootstrap.sh --test-deps")
+    end
+    rl.metrics.logger({ console = false }):log({ ["train/step"] = 3, ["train/loss"] = 0.5, ["perf/nan"] = 0 / 0,
+      ["eval/gsm8k-pass@4"] = 0.5 }, "train/step")
+    local text = rl.metrics.prometheus_text()
+    ok(text:find("rlhost_train_loss 0.5\n", 1, true), text)
+    local code, out = promtool_check(text)
+    eq(code, 0, out)
+  end)
+
+  it("notes once (at debug level) when two keys map to one name, and rejects bad options", function()
     rl.metrics.logger({ console = false }):log({ ["train/step"] = 1, ["x/a-b"] = 1, ["x/a_b"] = 2 })
     local text = rl.metrics.prometheus_text()
     local n = select(2, text:gsub("\nrlhost_x_a_b ", ""))
     eq(n, 1)
+    -- the note goes to the log (stderr), once per key however often it is logged; a process
+    -- of its own, so the log can be read
+    local BIN = os.getenv("RLHOST_BIN") or rl.process.self()
+    local code, log = rl.process.run({ BIN, "--no-control", "-e", [[
+      rl.log.level("debug")
+      local lg = rl.metrics.logger({ console = false })
+      for step = 1, 3 do lg:log({ ["train/step"] = step, ["x/a-b"] = 1, ["x/a_b"] = 2 }) end
+    ]] }, { timeout = 60 })
+    eq(code, 0, log)
+    local notes = select(2, log:gsub("both map to the Prometheus name rlhost_x_a_b; only the first is exported", ""))
+    eq(notes, 1, log)
+    ok(log:find("rl.metrics: 'x/a", 1, true), log)
     raises(function() rl.metrics.serve { prot = 1 } end, "rl.metrics.serve: unknown option 'prot'")
     local srv = assert(rl.metrics.serve {})
     local port = srv:port()

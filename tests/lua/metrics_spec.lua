@@ -135,7 +135,7 @@ describe("rl.metrics.logger", function()
     eq(recs[1]["rollout/x"], json.null)
     eq(recs[1].note, "hi")
     eq(recs[1].nested[2], json.null)
-    ok(math.abs(recs[1].time - t0) < 5, "time is wall-clock seconds")
+    ok(math.abs(recs[1].time - t0) < 600, "time is wall-clock seconds")  -- epoch, not a monotonic clock
     eq(recs[2]["rollout/raw_reward"], json.null)
     eq(recs[2].flag, true)
     eq(lines, { "rollout 0 | reward 0.5", "rollout 1 | reward -inf" })

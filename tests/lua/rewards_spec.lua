@@ -101,10 +101,10 @@ describe("rl.rewards.get and evaluate", function()
     ok(e2:find("returned a string"), e2)
   end)
   it("times out a reward that waits, and an interpreted busy loop", function()
-    local t0 = rl.now()
-    local _, outcome = rewards.evaluate(function() rl.sleep(5); return 1 end, {}, { timeout = 0.2 })
+    -- the outcome shows the limit held (without it the reward returns 1 after 600 s; the
+    -- spec's timeout catches that): no timing assertion
+    local _, outcome = rewards.evaluate(function() rl.sleep(600); return 1 end, {}, { timeout = 0.2 })
     eq(outcome, "timeout")
-    ok(rl.now() - t0 < 2, "returned at the limit")
     jit.off()  -- count hooks do not fire inside JIT-compiled loops
     local _, o2 = rewards.evaluate(function() local i = 0; while true do i = i + 1 end end, {}, { timeout = 0.2 })
     jit.on()

@@ -11,6 +11,11 @@
 --       raises(function() rl.json.encode(print) end, "cannot encode a function")
 --     end)
 --   end)
+--
+-- A test that cannot run (a peer or tool is missing) calls skip(what, hint): it stops there
+-- and counts as skipped, and the runner exits 77, which ctest shows as Skipped
+-- (SKIP_RETURN_CODE), when nothing failed. Under CI=true a skip is a failure naming
+-- what is missing and how to install it. Missing test data raises: it never skips.
 local rl = require "rl"
 
 -- RLHOST_TEST_DEVICE=cuda (or cuda:N): the LibTorch specs' models, engines and trainers
@@ -22,6 +27,9 @@ if test_device and test_device ~= "" and test_device ~= "cpu" then
 end
 
 local tests, prefix, filter = {}, {}, nil
+local SKIP_EXIT = 77   -- ctest's SKIP_RETURN_CODE (tests/CMakeLists.txt)
+local CI = ({ ["1"] = true, ["true"] = true, ["yes"] = true })[(os.getenv("CI") or ""):lower()] or false
+local skip_reason   -- set by skip() in the test now running
 local before = {}
 
 local function deep_eq(a, b, seen)
@@ -78,6 +86,15 @@ function write_file(path, bytes)
   local f = assert(io.open(path, "wb"))
   f:write(bytes)
   f:close()
+end
+
+--- The test cannot run here: `what` is missing, `hint` says how to install it. Stops the
+--- test; it counts as skipped (under CI=true, as failed, with the same text).
+function skip(what, hint)
+  local msg = tostring(what) .. (hint and (": " .. hint) or "")
+  if CI then error("CI=true and a test peer is missing: " .. msg, 2) end
+  skip_reason = msg
+  error("skipped: " .. msg, 2)
 end
 
 function describe(name, fn)
@@ -143,9 +160,10 @@ for _, f in ipairs(files) do
   chunk()
 end
 
-local passed, failed, failures = 0, 0, {}
+local passed, failed, failures, skipped = 0, 0, {}, {}
 for _, t in ipairs(tests) do
   if not filter or t.name:find(filter, 1, true) then
+    skip_reason = nil
     local started = rl.now()
     local task = rl.spawn(function()
       for _, h in ipairs(t.hooks) do h() end
@@ -158,6 +176,9 @@ for _, t in ipairs(tests) do
     if okk then
       passed = passed + 1
       io.write(("ok    %s (%.0f ms)\n"):format(t.name, ms))
+    elseif skip_reason then
+      skipped[#skipped + 1] = t.name .. ": " .. skip_reason
+      io.write(("SKIP  %s: %s\n"):format(t.name, skip_reason))
     else
       failed = failed + 1
       local msg = task.traceback or tostring(err)
@@ -168,5 +189,14 @@ for _, t in ipairs(tests) do
   end
 end
 for _, f in ipairs(failures) do io.write("\n--- ", f, "\n") end
-io.write(("%d passed, %d failed\n"):format(passed, failed))
+if #skipped > 0 then
+  io.write(("\n%d skipped (a peer or tool is missing; CI=true fails them):\n"):format(#skipped))
+  for _, s in ipairs(skipped) do io.write("  SKIPPED ", s, "\n") end
+end
+io.write(("%d passed, %d failed, %d skipped\n"):format(passed, failed, #skipped))
 if failed > 0 then rl.exit(1) end
+if passed + #skipped == 0 then
+  io.write("no test ran", filter and (" (nothing matches --filter '" .. filter .. "')") or "", "\n")
+  rl.exit(1)
+end
+if #skipped > 0 then rl.exit(SKIP_EXIT) end

@@ -169,7 +169,7 @@ describe("rl.trace deferred events", function()
     for i = 1, 2000 do trace.span(s, "s", nil, function() trace.event(s, "e" .. i % 3) end) end
     local ev = s.trace.events
     eq(#ev, 6000)
-    ok(math.abs(ev[1].ts - t0) < 5, "epoch seconds, like time.time()")
+    ok(math.abs(ev[1].ts - t0) < 600, "epoch seconds, like time.time()")  -- the clock's kind, not a speed
     ok(ev[1].ts ~= math.floor(ev[1].ts) or ev[2].ts ~= math.floor(ev[2].ts), "sub-second resolution")
     for i = 2, #ev do ok(ev[i].ts >= ev[i - 1].ts, "ts in emission order") end
   end)

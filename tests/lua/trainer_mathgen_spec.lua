@@ -82,7 +82,10 @@ describe("rl.mathgen", function()
     os.execute("rm -rf " .. dir)
   end)
 
-  it("derives a tokenizer that round-trips every text and keeps digits single", function()
+  -- One derived tokenizer for the two tests below: (its folder, the texts it must encode).
+  local derived
+  local function derive()
+    if derived then return derived.dir, derived.all end
     local train, test = mathgen.splits { seed = 5, train = 1500, test = 300 }
     local texts = {}
     for i, p in ipairs(train) do texts[i] = chat(p) end
@@ -91,14 +94,20 @@ describe("rl.mathgen", function()
     local dir = tmpdir()
     os.execute("mkdir -p " .. dir)
     assert(mtok.save(dir, tj, tc))
-    local tok = assert(rl.tokenizer.load(dir))
-    ok(tok.vocab_size > 300 and tok.vocab_size < 1300, "a small vocabulary: " .. tok.vocab_size)
-    eq(tok:id_to_token(tok.eos_token_ids[1]), "<|im_end|>")
-    ok(tok.has_chat_template)
     local all = {}
     for _, p in ipairs(train) do all[#all + 1] = chat(p) end
     for _, p in ipairs(test) do all[#all + 1] = p.question; all[#all + 1] = p.answer end
     all[#all + 1] = "Unseen words, 12345 digits, tabs\t and ünïcödé 🙂 still round-trip."
+    derived = { dir = dir, all = all }
+    return dir, all
+  end
+
+  it("derives a tokenizer that round-trips every text and keeps digits single", function()
+    local dir, all = derive()
+    local tok = assert(rl.tokenizer.load(dir))
+    ok(tok.vocab_size > 300 and tok.vocab_size < 1300, "a small vocabulary: " .. tok.vocab_size)
+    eq(tok:id_to_token(tok.eos_token_ids[1]), "<|im_end|>")
+    ok(tok.has_chat_template)
     local multi = 0
     for _, t in ipairs(all) do
       local ids = tok:encode(t)
@@ -112,22 +121,29 @@ describe("rl.mathgen", function()
     -- the words of the corpus became single tokens
     local ids = tok:encode("How many apples does Tom have?")
     ok(#ids <= 8, "word-level tokens: " .. #ids)
-    -- HF tokenizers reads the same file and agrees, when installed
-    local probe = io.popen("python3 -c 'import tokenizers' 2>/dev/null && echo yes")
-    local has_hf = probe:read("*a"):find("yes")
+  end, { timeout = 120 })
+
+  it("HF tokenizers reads the derived tokenizer.json and gives the same ids", function()
+    local dir, all = derive()
+    local tok = assert(rl.tokenizer.load(dir))
+    local probe = io.popen("python3 -c 'import tokenizers' 2>&1 && echo yes")
+    local out = probe:read("*a")
     probe:close()
-    if has_hf then
-      local f = assert(io.open(dir .. "/texts.json", "wb"))
-      f:write(rl.json.encode({ unpack(all, 1, 200) }))
-      f:close()
-      local py = io.popen(("python3 -c 'import json,tokenizers; t=tokenizers.Tokenizer.from_file(\"%s/tokenizer.json\"); "
-        .. "print(json.dumps([t.encode(s).ids for s in json.load(open(\"%s/texts.json\"))]))'"):format(dir, dir))
-      local theirs = rl.json.decode(py:read("*a"))
-      py:close()
-      for i = 1, 200 do eq(tok:encode(all[i]), theirs[i], all[i]) end
-    else
-      print("python3 with `tokenizers` not found: HF parity skipped")
+    if not out:find("yes") then
+      os.execute("rm -rf " .. dir)
+      local last = out:gsub("%s+$", ""):match("([^\n]*)$")
+      skip("python3 cannot import tokenizers (HF parity): " .. last,
+        "pip install tokenizers==0.23.3, or scripts/bootstrap.sh --test-deps")
     end
+    local f = assert(io.open(dir .. "/texts.json", "wb"))
+    f:write(rl.json.encode({ unpack(all, 1, 200) }))
+    f:close()
+    local py = io.popen(("python3 -c 'import json,tokenizers; t=tokenizers.Tokenizer.from_file(\"%s/tokenizer.json\"); "
+      .. "print(json.dumps([t.encode(s).ids for s in json.load(open(\"%s/texts.json\"))]))'"):format(dir, dir))
+    local theirs = rl.json.decode(py:read("*a"))
+    py:close()
+    eq(#theirs, 200)
+    for i = 1, 200 do eq(tok:encode(all[i]), theirs[i], all[i]) end
     os.execute("rm -rf " .. dir)
   end, { timeout = 120 })
 
@@ -167,8 +183,16 @@ describe("rl.mathgen", function()
     end
     local m = assert(rl.model.load(dir))
     eq(m:num_parameters(), report.parameters)
-    ok(report.accuracy.greedy >= 0 and report.accuracy.greedy <= 1)
-    ok(report.final_mismatch_rate.greedy >= 0 and report.final_mismatch_rate.temperature_1 <= 1)
+    -- the reported held-out figures are the saved model's: greedy decoding of the same
+    -- held-out problems gives the same accuracy and the same final-line mismatch rate
+    local o = report.options
+    local _, test = mathgen.splits { seed = o.seed, train = o.train_size, test = o.test_size,
+      max_number = o.max_number, max_factor = o.max_factor, steps = o.step_weights }
+    eq(report.accuracy.problems, #test)
+    local acc, texts = warmup.evaluate(dir, test, { threads = o.threads, max_new_tokens = o.max_new_tokens,
+      seed = o.seed, temperature = 0 })
+    eq(report.accuracy.greedy, acc, "greedy accuracy of the saved model")
+    eq(report.final_mismatch_rate.greedy, warmup.final_mismatch_rate(texts))
     eq(rl.json.decode(read(dir .. "/warmup.json")).parameters, report.parameters)
     print(("tiny warm-up: loss %.3f -> %.3f, %.1f s"):format(first, last, secs))
     -- the cache: built once with the same code, the same bytes for the same seed
@@ -179,9 +203,11 @@ describe("rl.mathgen", function()
     eq(cached, cache .. "/tiny")
     eq(read(cached .. "/model.safetensors"), read(dir .. "/model.safetensors"))
     eq(read(cached .. "/tokenizer.json"), read(dir .. "/tokenizer.json"))
-    local t1 = rl.now()
+    -- the second call uses the cache: it builds nothing (a build would replace the files)
+    os.execute("touch -d '2001-01-01' '" .. cached .. "/model.safetensors'")
+    local before = io.popen("stat -c %Y '" .. cached .. "/model.safetensors'"):read("*a")
     eq(rl.mathgen.default_model(over), cached)
-    ok(rl.now() - t1 < 1, "second call uses the cache")
+    eq(io.popen("stat -c %Y '" .. cached .. "/model.safetensors'"):read("*a"), before, "not rebuilt")
     local left = io.popen("ls " .. cache):read("*a")
     eq(left, "tiny\n", "no temporary directories left")
     os.execute("rm -rf " .. dir .. " " .. cache)

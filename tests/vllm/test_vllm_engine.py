@@ -26,6 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_support as vs  # noqa: E402
+import support  # noqa: E402
 
 SCENARIO = os.path.join(vs.HERE, "engine_scenario.lua")
 
@@ -149,4 +150,4 @@ class VllmChildrenTest(vs.RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

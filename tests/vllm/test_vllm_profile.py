@@ -14,7 +14,7 @@ rlhost router, and its metrics through the router:
   and Prometheus (tools/prometheus.lua --start) scrapes them (when `prometheus` is
   installed).
 
-Skipped (with the line ctest matches) only when vLLM's venv is missing.
+Skipped (ctest: Skipped) only when vLLM's venv is missing; under CI=true that fails.
 
     RLHOST_BIN=build/rlhost python3 tests/vllm/test_vllm_profile.py
 """
@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from support import BIN, SOURCE_DIR, clean_env, wait_for  # noqa: E402
+import support  # noqa: E402
 
 VENV = os.environ.get("RLHOST_VLLM_VENV") or os.path.expanduser("~/.cache/rlhost/vllm-venv")
 PYTHON = os.environ.get("RLHOST_VLLM_PYTHON") or os.path.join(VENV, "bin", "python")
@@ -73,9 +74,8 @@ class VllmProfile(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.access(PYTHON, os.X_OK):
-            msg = "vllm test skipped: no vLLM python at %s (scripts/install_vllm.sh installs it)" % PYTHON
-            print(msg, flush=True)
-            raise unittest.SkipTest(msg)
+            support.missing("vllm test: no vLLM python at %s" % PYTHON,
+                            "scripts/install_vllm.sh (or scripts/bootstrap.sh --test-deps) installs it")
         if not BIN or not os.access(BIN, os.X_OK):
             raise AssertionError("RLHOST_BIN must name the rlhost binary (got %r)" % BIN)
         cls.tmp = tempfile.mkdtemp(prefix="rlhost-vllm-profile-")
@@ -228,7 +228,7 @@ class VllmProfile(unittest.TestCase):
 
     def test_3_prometheus_scrapes_vllm(self):
         if not shutil.which("prometheus"):
-            self.skipTest("no prometheus binary (scripts/bootstrap.sh --test-deps installs it)")
+            support.missing("prometheus is not installed", "apt-get install prometheus, or scripts/bootstrap.sh --test-deps")
         ready = os.path.join(self.tmp, "prom.url")
         listen = "127.0.0.1:%d" % free_port()
         prom = subprocess.Popen(
@@ -250,4 +250,4 @@ class VllmProfile(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

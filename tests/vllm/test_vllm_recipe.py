@@ -25,6 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_support as vs  # noqa: E402
+import support  # noqa: E402
 from support import frozen_group_config, read_jsonl  # noqa: E402
 
 RECIPE = os.path.join(vs.SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
@@ -126,4 +127,4 @@ class VllmRecipeTest(vs.RlhostTestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    support.main()

@@ -1,30 +1,30 @@
 """Shared by the vLLM tests (tests/vllm/test_*.py, ctest label `vllm`).
 
 They run a real vLLM (CPU) from the venv scripts/install_vllm.sh makes
-($RLHOST_VLLM_PYTHON, else ~/.cache/rlhost/vllm-venv/bin/python) and skip, with a
-line ctest matches ("vllm test skipped:"), only when that python is missing.
+($RLHOST_VLLM_PYTHON, else ~/.cache/rlhost/vllm-venv/bin/python) and are skipped
+(ctest: Skipped, through support.main's exit code) only when that python is missing;
+under CI=true that fails.
 """
 import os
 import signal
 import subprocess
 import sys
 import time
-import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from support import BIN, SOURCE_DIR, TEST_DATA, RlhostTestCase, clean_env  # noqa: E402,F401
+import support  # noqa: E402
 
 VENV = os.environ.get("RLHOST_VLLM_VENV") or os.path.expanduser("~/.cache/rlhost/vllm-venv")
 PYTHON = os.environ.get("RLHOST_VLLM_PYTHON") or os.path.join(VENV, "bin", "python")
 
 
 def require_vllm():
-    """Skips the module (with the line ctest looks for) when vLLM's python is missing."""
+    """A skip (under CI=true a failure) when vLLM's python is missing."""
     if not os.access(PYTHON, os.X_OK):
-        msg = "vllm test skipped: no vLLM python at %s (scripts/install_vllm.sh installs it)" % PYTHON
-        print(msg, flush=True)
-        raise unittest.SkipTest(msg)
+        support.missing("vllm test: no vLLM python at %s" % PYTHON,
+                        "scripts/install_vllm.sh (or scripts/bootstrap.sh --test-deps) installs it")
 
 
 def default_model(env):

@@ -114,7 +114,7 @@ function M.normalize(s)
   if digits ~= "" then
     local all = true
     for _, ch in ipairs(pytext.chars(digits)) do
-      if not pytext.digit(ch) then all = false; break end
+      if not pytext.isdigit(ch) then all = false; break end   -- Python's str.isdigit, as slime
     end
     if all then s = digits end
   end

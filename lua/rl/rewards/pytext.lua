@@ -6,6 +6,7 @@
 --   pytext.chars(s)        array of the code points' UTF-8 strings
 --   pytext.len(s)          number of code points
 --   pytext.digit(ch)       0..9 for a Unicode decimal digit, else nil
+--   pytext.isdigit(ch)     Python's ch.isdigit() (decimal digits, and "²", "①", ...)
 --   pytext.isspace(ch), pytext.isalpha(ch)
 --   pytext.strip(s)        str.strip(): Unicode whitespace off both ends
 --   pytext.lower(s)        str.lower() (ASCII, Latin-1, Greek, Cyrillic, full-width)
@@ -87,6 +88,26 @@ end
 function M.digit(ch)
   if ch == nil or ch == "" then return nil end
   return cp_digit((decode(ch, 1)))
+end
+
+-- Python 3.11's str.isdigit beyond the decimal digits (Unicode 14, Numeric_Type=Digit):
+-- superscripts, subscripts, circled and parenthesised digits, ... as code-point ranges.
+local DIGIT_ONLY = { { 0xB2, 0xB3 }, { 0xB9, 0xB9 }, { 0x1369, 0x1371 }, { 0x19DA, 0x19DA }, { 0x2070, 0x2070 },
+  { 0x2074, 0x2079 }, { 0x2080, 0x2089 }, { 0x2460, 0x2468 }, { 0x2474, 0x247C }, { 0x2488, 0x2490 },
+  { 0x24EA, 0x24EA }, { 0x24F5, 0x24FD }, { 0x24FF, 0x24FF }, { 0x2776, 0x277E }, { 0x2780, 0x2788 },
+  { 0x278A, 0x2792 }, { 0x10A40, 0x10A43 }, { 0x10E60, 0x10E68 }, { 0x11052, 0x1105A }, { 0x1F100, 0x1F10A } }
+
+--- True when Python's ch.isdigit() is (one character): a decimal digit, or a digit that
+--- is not decimal ("²", "①", ...).
+function M.isdigit(ch)
+  if ch == nil or ch == "" then return false end
+  local cp = decode(ch, 1)
+  if cp_digit(cp) then return true end
+  for _, r in ipairs(DIGIT_ONLY) do
+    if cp < r[1] then return false end
+    if cp <= r[2] then return true end
+  end
+  return false
 end
 
 local SPACE = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [0x1c] = true, [0x1d] = true,

@@ -3,8 +3,10 @@
 // gradients with respect to logp and entropy, to 1e-5 in float32. The cases are
 // deterministic random batches (written once to a temp dir; python3 runs once for
 // all of them). A tiny Llama adds a model-level check of parameter gradients against
-// transformers when it is importable. Without torch in python3 the cases SKIP with a
-// warning, never pass silently.
+// transformers. Without torch (or, for that case, transformers) in python3 the cases
+// are skipped (rl::test::skip: ctest shows `cpp_torch/python/*` as Skipped) naming what
+// to install, and under CI=true they fail; they never pass silently. Tagged [python]:
+// tests/CMakeLists.txt runs them as their own ctest entries.
 #include <torch/torch.h>
 
 #define CATCH_CONFIG_PREFIX_ALL
@@ -26,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../skip.hpp"
 #include "nn/transformer.hpp"
 #include "trainer/losses.hpp"
 
@@ -392,7 +395,9 @@ Reference& reference() {
 void check_cases(const std::string& prefix) {
   auto& ref = reference();
   if (!ref.skip_all.empty()) {
-    CATCH_WARN("SKIPPED loss parity (" << prefix << "): the PyTorch reference cannot run: " << ref.skip_all);
+    rl::test::skip("loss parity (" + prefix + "): the PyTorch reference (tests/e2e/loss_reference.py) cannot run: " +
+                       ref.skip_all,
+                   "pip install torch for python3 (or name another python in RLHOST_PYTHON), or scripts/bootstrap.sh");
     return;
   }
   int checked = 0, skipped = 0;
@@ -400,7 +405,8 @@ void check_cases(const std::string& prefix) {
   for (auto& c : ref.cases) {
     if (c.name.rfind(prefix, 0) != 0) continue;
     if (ref.skipped.contains(c.name)) {
-      CATCH_WARN("SKIPPED " << c.name << ": " << ref.skipped[c.name].get<std::string>());
+      rl::test::skip("loss parity " + c.name + ": " + ref.skipped[c.name].get<std::string>(),
+                     "pip install 'transformers==5.23.0', or scripts/bootstrap.sh --test-deps");
       ++skipped;
       continue;
     }
@@ -434,17 +440,17 @@ void check_cases(const std::string& prefix) {
 
 }  // namespace
 
-CATCH_TEST_CASE("KL estimators match the PyTorch reference", "[losses][parity]") { check_cases("kl/"); }
-CATCH_TEST_CASE("advantage estimators and whitening match the PyTorch reference", "[losses][parity]") {
+CATCH_TEST_CASE("KL estimators match the PyTorch reference", "[losses][parity][python]") { check_cases("kl/"); }
+CATCH_TEST_CASE("advantage estimators and whitening match the PyTorch reference", "[losses][parity][python]") {
   check_cases("advantages/");
   check_cases("whiten");
 }
-CATCH_TEST_CASE("sample_mean / token_mean reductions match the PyTorch reference", "[losses][parity]") {
+CATCH_TEST_CASE("sample_mean / token_mean reductions match the PyTorch reference", "[losses][parity][python]") {
   check_cases("reduce/");
 }
-CATCH_TEST_CASE("policy, KL, entropy, TIS and SFT losses match the PyTorch reference", "[losses][parity]") {
+CATCH_TEST_CASE("policy, KL, entropy, TIS and SFT losses match the PyTorch reference", "[losses][parity][python]") {
   check_cases("loss/");
 }
-CATCH_TEST_CASE("GRPO loss through a tiny Llama: parameter gradients match transformers", "[losses][parity]") {
+CATCH_TEST_CASE("GRPO loss through a tiny Llama: parameter gradients match transformers", "[losses][parity][python]") {
   check_cases("model/");
 }
