@@ -72,11 +72,7 @@ function M.new(opts)
     Trainer)
 end
 
-local function await(op, fname)
-  local kind, payload = task.await_op(op, fname)
-  if kind == "done" then return json.decode(payload) end
-  return nil, payload
-end
+local await = task.await_json
 
 --- Trains on a batch (rl.rollout.train_data.convert's: tokens, response_lengths,
 --- rewards, loss_masks, rollout_log_probs?) — ceil(size / global_batch_size)
@@ -139,257 +135,73 @@ function Trainer:step() return self._h:step() end
 function Trainer:progress() return self._h:progress() end
 function Trainer:lr() return self._h:lr() end
 
-local function tmp_dir()
-  local base = io.open("/dev/shm/.rlhost_probe", "w")
-  if base then
-    base:close()
-    os.remove("/dev/shm/.rlhost_probe")
-    return "/dev/shm"
+-- ---- weights to the engines (rl.weight_sync) -----------------------------------
+
+--- The trainer's weights as an rl.weight_sync source: the policy's tensors, read on the
+--- trainer's helper thread (so never during a train step); each call waits in its task.
+function Trainer:weight_source()
+  local h, model, fname = self._h, self.model, "rl.trainer.Trainer:sync"
+  local function done(op)
+    local r, err = task.await_json(op, fname)
+    if not r then return nil, err end
+    return true
   end
-  return os.getenv("TMPDIR") or "/tmp"
+  return {
+    meta = function() return json.decode(h:weight_meta()) end,
+    copy_to_engine = function(_, native_engine, version) return task.await_json(h:sync(native_engine, version), fname) end,
+    write_shm = function(_, layout, buffer) return done(h:shm_write(layout, buffer)) end,
+    forget_shm = function(_, id) h:shm_forget(id) end,
+    join_group = function(_, group) return done(h:group_connect(group)) end,
+    broadcast = function(_, group) return done(h:send_weights(group)) end,
+    save = function(_, dir) return model:save(dir) end,
+  }
 end
 
-local function http() return require "rl.http" end
-
--- POST url..path with a JSON body; → the decoded reply or nil, err (any non-200,
--- or success = false).
-local function post_json(url, path, body, timeout, api_key)
-  -- Weight-sync endpoints are control endpoints: the engine's api key, else the run's admin token.
-  local headers = require("rl.engine").control_headers(api_key)
-  local resp, err = http().request { method = "POST", url = url .. path, body = json.encode(body), headers = headers,
-                                     timeout = timeout }
-  if not resp then return nil, tostring(err) end  -- rl.http's error names the method and URL
-  local r = json.decode(resp.body)
-  if resp.status ~= 200 or (type(r) == "table" and r.success == false) then
-    local msg = type(r) == "table" and (r.message or (r.error and r.error.message)) or resp.body
-    return nil, ("POST %s%s: HTTP %d: %s"):format(url, path, resp.status, tostring(msg))
-  end
-  return type(r) == "table" and r or { success = true }
-end
-
--- Runs the trainer's job `op` and one POST per engine concurrently; → true or
--- nil, the first error (the engines' errors first: they say more than a timeout).
-local function overlap(op, engines, path, body_of, timeout)
-  local tasks = {}
-  for i, eng in ipairs(engines) do
-    tasks[i] = task.spawn(function()
-      return { post_json(eng.url, path, body_of(i), timeout, eng._api_key) }
-    end)
-  end
-  local kind, payload = task.await_op(op, "rl.trainer.Trainer:sync")
-  local first
-  for i, t in ipairs(tasks) do
-    local r = t:wait()
-    if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, engines[i].url, tostring(r[2])) end
-  end
-  if first then return nil, first end
-  if kind ~= "done" then return nil, "trainer: " .. tostring(payload) end
-  return true
-end
-
-local group_seq = 0
-
--- Drops the weight-update group (after a failure, or for another engine set).
-local function drop_group(self)
-  local ws = self._wsync
-  if not ws then return end
-  self._wsync = nil
-  for _, eng in ipairs(ws.engines) do
-    post_json(eng.url, "/destroy_weights_update_group", { group_name = ws.name }, 5, eng._api_key)
-  end
-  ws.group:close()
-end
-
--- The broadcast path: one c10d group of the trainer (rank 0) and the engines
--- (ranks 1..n), made on the first sync to this engine set; then per sync every
--- parameter is broadcast while the engines' /update_weights_from_distributed
--- calls receive it.
-local function sync_distributed(self, engines, version, o)
-  local timeout = o.timeout or 120
-  local key = {}
-  for i, eng in ipairs(engines) do
-    if type(eng) ~= "table" or type(eng.url) ~= "string" then
-      error(("rl.trainer.Trainer:sync: engines[%d] has no url (method 'distributed' talks to engine servers; "
-        .. "start thread-mode engines with serve = true)"):format(i), 3)
-    end
-    key[i] = eng.url
-  end
-  key = table.concat(key, " ")
-  if self._wsync and self._wsync.key ~= key then drop_group(self) end
-  if not self._wsync then
-    group_seq = group_seq + 1
-    local name = ("rlhost_weights_%d_%d"):format(math.floor(require("rl._core").loop.now() * 1000), group_seq)
-    local g = require("rl.torch")._dist.group_new(json.encode {
-      rank = 0, world_size = #engines + 1, master_addr = o.master_address or "127.0.0.1",
-      master_port = o.master_port or 0,
-      timeout = timeout, name = name, backend = o.backend or "gloo",
-    })
-    local body = function(i)
-      return { master_address = o.master_address or "127.0.0.1", master_port = g:port(), rank_offset = i,
-               world_size = #engines + 1, group_name = name, backend = o.backend or "gloo", timeout = timeout }
-    end
-    local okk, err = overlap(self._h:group_connect(g), engines, "/init_weights_update_group", body, timeout + 10)
-    self._wsync = { key = key, group = g, name = name, engines = engines }
-    if not okk then
-      drop_group(self)
-      return nil, "init_weights_update_group: " .. err
-    end
-  end
-  local ws = self._wsync
-  local meta = json.decode(self._h:weight_meta())
-  local body = function()
-    return { names = meta.names, dtypes = meta.dtypes, shapes = meta.shapes, group_name = ws.name,
-             flush_cache = true, weight_version = version }
-  end
-  local okk, err = overlap(self._h:send_weights(ws.group), engines, "/update_weights_from_distributed", body,
-    timeout + 10)
-  if not okk then
-    drop_group(self)
-    return nil, "update_weights_from_distributed: " .. err
-  end
-  return { weight_version = version }
-end
-
--- The shared-memory path (same machine, CPU engines): per engine URL, the layout
--- its /init_weights_shm described and the buffer to write next.
-local function drop_shm(self, url)
-  local st = self._shm and self._shm[url]
-  if not st then return end
-  self._shm[url] = nil
-  self._h:shm_forget(st.id)
+local function sender(self)
+  self._sender = self._sender or require("rl.weight_sync").sender(self:weight_source())
+  return self._sender
 end
 
 --- Forgets what a sync kept for the engine at `url` (its shared weight buffers): the
---- engine is gone (rl.recipe.health).
-function Trainer:forget_engine(url) drop_shm(self, url) end
-
-local function sync_shm(self, eng, version, timeout, fname)
-  self._shm = self._shm or {}
-  for attempt = 1, 2 do
-    local st = self._shm[eng.url]
-    if not st then
-      local r, err = post_json(eng.url, "/init_weights_shm", {}, timeout, eng._api_key)
-      if not r then return nil, "init_weights_shm: " .. err, "init" end
-      st = { layout = json.encode(r), id = r.id, next = r.next_buffer }
-      self._shm[eng.url] = st
-    end
-    local w, werr = await(self._h:shm_write(st.layout, st.next), fname)
-    if not w then
-      drop_shm(self, eng.url)
-      return nil, "writing shared weights: " .. tostring(werr)
-    end
-    local r, err = post_json(eng.url, "/update_weights_from_shm",
-      { id = st.id, buffer = st.next, weight_version = version }, timeout, eng._api_key)
-    if r then
-      st.next = r.next_buffer
-      return r
-    end
-    drop_shm(self, eng.url)
-    -- The engine released or re-shared its weights: share them anew, once.
-    if attempt == 2 or not err:find("no shared weights", 1, true) then return nil, "update_weights_from_shm: " .. err end
-  end
+--- engine is gone (fault tolerance).
+function Trainer:forget_engine(url)
+  if self._sender then self._sender:forget(url) end
 end
 
--- One engine of a non-distributed sync: in memory, shared memory or files.
-local function sync_one(self, eng, i, method, version, opts, files, fname)
-  if type(eng) ~= "table" then
-    error(("%s: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(fname, i), 3)
-  end
-  if eng.mode == "thread" and eng._h and method == "auto" then
-    local r, err = await(self._h:sync(eng._h, version), fname)
-    return r, err, "memory"
-  end
-  if method == "shm" or (method == "auto" and eng.mode == "process") then
-    if type(eng.url) ~= "string" then
-      error(("%s: engines[%d] has no url (method 'shm' talks to engine servers)"):format(fname, i), 3)
-    end
-    local r, err, stage = sync_shm(self, eng, version, opts.timeout or 120, fname)
-    if r or method == "shm" or stage ~= "init" then return r, err, "shm" end
-    -- auto: this engine cannot share its weights now (on a GPU, /dev/shm full,
-    -- weights released): files this time, shared memory tried again next time.
-    self._shm_warned = self._shm_warned or {}
-    if not self._shm_warned[eng.url] then
-      self._shm_warned[eng.url] = true
-      require("rl.log").warn("rl.trainer: %s cannot share its weights (%s); syncing it through files", eng.url, err)
-    end
-  end
-  if not eng.update_weights_from_disk then
-    error(("%s: engines[%d] is neither an rl.engine nor has update_weights_from_disk"):format(fname, i), 3)
-  end
-  local d, err = files()
-  if not d then return nil, err end
-  local r, uerr = eng:update_weights_from_disk(d, version)
-  return r, uerr, "disk"
-end
-
---- Hands the current weights to engines (one or a list). opts: a version, or
---- {version, method, timeout, master_address, backend}. method "auto" (default): thread-mode
---- rl.engines in memory; process-mode rl.engines through shared memory ("shm", falling
---- back to "disk" with a warning when the engine cannot share its weights); anything
---- else with update_weights_from_disk through a safetensors directory on tmpfs ("disk").
---- method "shm": engine servers on this machine, CPU engines (rlhost's
---- /init_weights_shm + /update_weights_from_shm): the trainer writes the weights in the
---- engine's layout into the one of two shared buffers the engine is not reading, and
---- the engine switches buffers between two steps. method "distributed": a c10d broadcast
---- to engine servers (SGLang's /init_weights_update_group and
---- /update_weights_from_distributed; the group is made on the first sync to an
---- engine set; backend "gloo", or "nccl" for GPU engines on a CUDA build), every
---- step bounded by `timeout` (s, default 120). The weight
---- version becomes `version` (default: the trainer's step). On data-parallel ranks
---- other than 0 it does nothing (rank 0 holds the same weights).
---- Returns {seconds, weight_version, methods} (methods[i]: how engine i got them,
---- "memory", "shm" or "disk"; absent for "distributed") or nil, err (the first failure).
 local SYNC_OPTS = { version = true, method = true, timeout = true, master_address = true, master_port = true,
-                    backend = true }
+                    backend = true, tmp_dir = true, keep_going = true, guard = true }
 
+--- Hands the current weights to engines (one or a list: rl.engines, vLLM engines,
+--- rl.weight_sync receivers, engine server URLs) through rl.weight_sync. opts: a version,
+--- or {version, method, timeout, master_address, master_port, backend, tmp_dir,
+--- keep_going, guard} (rl.weight_sync's Sender:push). method "auto" (default):
+--- thread-mode rl.engines in memory; process-mode ones through shared memory (files, with
+--- a warning, when one cannot share); anything else through a safetensors directory on
+--- tmpfs. "shm", "disk", "distributed" (a c10d broadcast; backend "gloo" or "nccl")
+--- force one. The weight version becomes `version` (default: the trainer's step). On
+--- data-parallel ranks other than 0 it does nothing (rank 0 holds the same weights).
+--- Returns {seconds, weight_version, methods, versions, errors} (per engine i: how it got
+--- them — "memory", "shm", "disk", "distributed" —, the version it serves or false, why
+--- not) or nil, err (the first failure, unless keep_going).
 function Trainer:sync(engines, opts)
   local fname = "rl.trainer.Trainer:sync"
   task.need_task(fname)
   if type(opts) ~= "table" then opts = { version = opts } end
   for k in pairs(opts) do
     if not SYNC_OPTS[k] then
-      error(("%s: unknown option '%s' (version, method, timeout, master_address, master_port, backend)")
-        :format(fname, tostring(k)), 2)
+      error(("%s: bad argument 'opts.%s' (unknown option; version, method, timeout, master_address, master_port, "
+        .. "backend, tmp_dir, keep_going, guard)"):format(fname, tostring(k)), 2)
     end
   end
-  local method = opts.method or "auto"
-  if method ~= "auto" and method ~= "distributed" and method ~= "disk" and method ~= "shm" then
-    error(fname .. ": bad argument 'opts.method' ('auto', 'shm', 'disk' or 'distributed' expected, got '"
-      .. tostring(method) .. "')", 2)
-  end
-  if type(engines) == "string" then engines = { { url = engines } } end
-  if type(engines) == "table" and engines[1] == nil and (engines._h or engines.url) then engines = { engines } end
   local version = tostring(opts.version or self:step())
-  local t0 = require("rl._core").loop.now()
   if not require("rl.dist").is_main() then return { seconds = 0, weight_version = version, skipped = true } end
-  if method == "distributed" then
-    local r, err = sync_distributed(self, engines, version, opts)
-    if not r then return nil, fname .. ": " .. err end
-    self.weight_version = version
-    return { seconds = require("rl._core").loop.now() - t0, weight_version = version }
-  end
-  local dir
-  local function files()  -- one safetensors directory on tmpfs for every "disk" engine of this sync
-    if not dir then
-      dir = ("%s/rlhost-weights-%s-%s"):format(tmp_dir(), os.time() .. "-" .. math.random(1e6), version)
-      local ok, serr = self.model:save(dir)
-      if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
-    end
-    return dir
-  end
-  local last, methods = nil, {}
-  for i, eng in ipairs(engines) do
-    local r, err, how = sync_one(self, eng, i, method, version, opts, files, fname)
-    if not r then
-      if dir then os.execute("rm -rf '" .. dir .. "'") end
-      return nil, ("sync to engine %d failed: %s"):format(i, tostring(err))
-    end
-    last, methods[i] = r, how
-  end
-  if dir then os.execute("rm -rf '" .. dir .. "'") end
-  self.weight_version = last and last.weight_version or version
-  return { seconds = require("rl._core").loop.now() - t0, weight_version = last and last.weight_version or version,
-           methods = methods }
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.version = version
+  local r, err = sender(self):push(engines, o, fname)
+  if not r then return nil, fname .. ": " .. err end
+  self.weight_version = r.weight_version
+  return r
 end
 
 --- Writes the policy as a Hugging Face directory (config.json + safetensors).

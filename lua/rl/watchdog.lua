@@ -110,7 +110,7 @@ function M.text(reason)
     t_now - M.last, M.last_what)
   if job then
     local phase = job.phase and ("%s for %.1f s"):format(job.phase, t_now - (job.phase_since or t_now)) or "between steps"
-    local tr = job.trainer and job.trainer._h and { job.trainer._h:progress() } or {}
+    local tr = job.trainer and job.trainer.progress and { job.trainer:progress() } or {}
     out[#out + 1] = ("job: %s; trainer step %s, micro-batches %s/%s"):format(phase,
       job.trainer and tostring(job.trainer:step()) or "-", tostring(tr[1] or "-"), tostring(tr[2] or "-"))
   end
@@ -153,15 +153,16 @@ function M.start(opts)
   M.progress("start")
   if not M.timeout or M.timeout <= 0 then return end
   local every = math.min(5, M.timeout / 4)
-  local micro = M.job and M.job.trainer and M.job.trainer._h and M.job.trainer._h:progress()
+  local function micro_batches()   -- the trainer's micro-batches done so far (Trainer:progress)
+    local tr = M.job and M.job.trainer
+    return tr and tr.progress and (tr:progress()) or nil
+  end
+  local micro = micro_batches()
   M.task = task.spawn_named("watchdog", function()
     while true do
       task.sleep(every)
-      local tr = M.job and M.job.trainer
-      if tr and tr._h then
-        local done = tr._h:progress()
-        if done ~= micro then micro = done; M.progress("train") end
-      end
+      local done = micro_batches()
+      if done ~= nil and done ~= micro then micro = done; M.progress("train") end
       if not M.reported and now() - M.last > M.timeout then
         M.reported = true
         M.report { reason = ("no progress for %g s"):format(M.timeout) }

@@ -95,6 +95,11 @@ function Engine:stop(drain) end
 ---@return string? err why it was abandoned
 function Engine:stop_within(timeout) end
 
+--- The engine's weight-receiving side (rl.weight_sync): memory (thread mode), shared memory and
+--- c10d (its server), files; and the version it serves.
+---@return rl.weight_sync.Receiver
+function Engine:weight_receiver() end
+
 --- Thread mode: drops the control commands (weight syncs, flushes) the scheduler has not
 --- taken yet, failing their callers at once; returns the number dropped (0 for a process
 --- engine). rl.recipe.health uses it when a sync waits behind a stuck scheduler.

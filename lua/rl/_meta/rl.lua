@@ -18,6 +18,7 @@
 ---@field profile rl.profile
 ---@field timeline rl.timeline
 ---@field dist rl.dist
+---@field weight_sync rl.weight_sync
 ---@field watchdog rl.watchdog
 ---@field agent rl.agent
 rl = {}

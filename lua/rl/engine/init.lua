@@ -94,11 +94,7 @@ local function handle(self, fname)
   return self._h
 end
 
-local function await(op, fname)
-  local kind, payload = task.await_op(op, fname)
-  if kind == "done" then return decode(payload) end
-  return nil, payload
-end
+local await = task.await_json
 
 local function start_thread(opts)
   local o = {}
@@ -108,7 +104,7 @@ local function start_thread(opts)
   local h, err = native().start(o)
   if not h then return nil, err end
   local url = h:url()
-  -- _api_key: for clients of its server in this process (tr:sync's shm and distributed methods)
+  -- _api_key: what its own control endpoints want (its weight receiver's shm and c10d requests)
   return setmetatable({ _h = h, mode = "thread", url = url ~= "" and url or nil, _api_key = opts.api_key }, Engine)
 end
 
@@ -337,6 +333,13 @@ end
 function Engine:cancel_commands()
   if self.mode ~= "thread" or not self._h then return 0 end
   return self._h:cancel_commands()
+end
+
+--- The engine's weight-receiving side (rl.weight_sync): in memory (thread mode), through
+--- shared memory or c10d (its server), through files; and the version it serves.
+function Engine:weight_receiver()
+  return require("rl.weight_sync").new_receiver { url = self.url, api_key = self._api_key, engine = self,
+    kind = self.mode, native = self.mode == "thread" and self._h or nil }
 end
 
 --- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's

@@ -374,6 +374,11 @@ function VllmEngine:update_weights_from_disk(dir, weight_version)
   return { success = true, message = "reloaded from " .. dir, weight_version = self.weight_version }
 end
 
+--- The server's weight-receiving side (rl.weight_sync): files only (reload_weights).
+function VllmEngine:weight_receiver()
+  return require("rl.weight_sync").new_receiver { url = self.url, engine = self, kind = "vllm", disk_only = true }
+end
+
 --- Aborts a request by rid, or every request when rid is nil (/abort_requests);
 --- returns how many were aborted.
 function VllmEngine:abort(rid)

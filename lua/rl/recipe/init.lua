@@ -226,10 +226,11 @@ function M.setup(opt, setup_opts)
   job.start_rollout = job.resumed and job.resumed.next_rollout or 0
   if not opt.load_debug_rollout_data then   -- a replay needs no engines
     if opt.fault_injection and opt.use_fault_tolerance then   -- a drill naming no such group or engine: before any starts
-      require("rl.recipe.health").parse_injections(opt.fault_injection, require("rl.recipe.engines").plan(opt, job))
+      require("rl.recipe.faults").parse(opt.fault_injection, require("rl.recipe.engines").plan(opt, job))
     end
     job.engines, job.router = start_engines(opt, job)
     job.health = require("rl.recipe.health").from_options(opt, job)
+    job.faults = require("rl.recipe.faults").from_options(opt, job)
     if job.resumed then assert(job.trainer:sync(job.engines)) end
   end
   job.metrics = assert(rl.metrics.configure(opt))
