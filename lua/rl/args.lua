@@ -156,6 +156,9 @@ local function closest(word, candidates)
   end
   return prefixed
 end
+--- The candidate closest to `word` when it looks like a typo of it (or the only one it
+--- starts), else nil: what "did you mean" hints name.
+M.closest = closest
 
 -- ---- declarations ----------------------------------------------------------------------
 

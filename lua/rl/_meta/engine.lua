@@ -1,5 +1,6 @@
 ---@meta
 -- LuaLS type stubs for rl.engine (lua/rl/engine/init.lua over librlhost_torch.so; lua/rl/engine/vllm.lua). docs/engine.md.
+-- The options are declared in lua/rl/engine/options.lua; tests/lua/engine_spec.lua checks this list against it.
 
 ---@class rl.engine.StartOptions
 ---@field model string HF model directory or .gguf (required)
@@ -29,6 +30,7 @@
 ---@field weight_version? string reported until the first update (default "default")
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)
+---@field server_args? string JSON object text echoed by /get_server_info (`rlhost engine` passes its flags)
 ---@field backend? "native"|"vllm" native (default): rlhost's engine; vllm: a vLLM server child (docs/engine.md, "vLLM engines")
 ---@field python? string vllm: the python with vLLM (default $RLHOST_VLLM_PYTHON, else ~/.cache/rlhost/vllm-venv/bin/python)
 ---@field vllm_args? table<string, string|number|boolean|table> vllm: vLLM's flags ({max_model_len = 384} -> --max-model-len 384; true: bare flag)

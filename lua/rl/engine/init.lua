@@ -27,57 +27,7 @@ local M = {}
 local Engine = {}
 Engine.__index = Engine
 
-local OPTION_TYPES = {
-  model = "string", tokenizer = "string", served_model_name = "string", dtype = "string", device = "string",
-  host = "string", port = "number", max_running_requests = "number", kv_cache_tokens = "number",
-  kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
-  threads = "number", max_connections = "number", max_sequences_per_request = "number",
-  max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
-  cuda_graph_max_bs = "number", disable_cuda_graph = "boolean",
-  api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
-  server_args = "string",  -- JSON object text echoed by /get_server_info
-  backend = "string",
-}
-
--- Options of backend = "vllm" (lua/rl/engine/vllm.lua).
-local VLLM_OPTIONS = {
-  model = "string", backend = "string", host = "string", port = "number", served_model_name = "string",
-  python = "string", vllm_args = "table", env = "table", ready_timeout = "number", log_file = "string",
-  kv_cache_space = "number", weight_version = "string", api_key = "string",
-  -- native options a recipe passes to every backend; vLLM has its own flags for them
-  threads = "number", max_running_requests = "number", mode = "string",
-  device = "string",   -- cpu, or cuda:N (the server sees that GPU only: CUDA_VISIBLE_DEVICES)
-}
-local BACKENDS = { native = true, vllm = true }
-
-local function check_opts(opts)
-  if type(opts) ~= "table" then
-    error("rl.engine.start: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 3)
-  end
-  local backend = opts.backend or "native"
-  if not BACKENDS[backend] then
-    error(("rl.engine.start: bad argument 'opts.backend' ('native' or 'vllm' expected, got '%s')")
-      :format(tostring(backend)), 3)
-  end
-  local types = backend == "vllm" and VLLM_OPTIONS or OPTION_TYPES
-  for k, v in pairs(opts) do
-    local want = types[k]
-    if not want then
-      error(("rl.engine.start: bad argument 'opts.%s' (unknown option%s)"):format(tostring(k),
-        backend == "vllm" and " for backend 'vllm'; vLLM's own flags go in opts.vllm_args" or ""), 3)
-    end
-    if type(v) ~= want then
-      error(("rl.engine.start: bad argument 'opts.%s' (%s expected, got %s)"):format(k, want, type(v)), 3)
-    end
-  end
-  if not opts.model then error("rl.engine.start: bad argument 'opts.model' (string expected, got nil)", 3) end
-  if backend == "vllm" then return "vllm" end
-  local mode = opts.mode or "thread"
-  if mode ~= "thread" and mode ~= "process" then
-    error("rl.engine.start: bad argument 'opts.mode' ('thread' or 'process' expected, got '" .. mode .. "')", 3)
-  end
-  return mode
-end
+local options = require "rl.engine.options"   -- every option, declared once
 
 local function decode(text)
   local v, err = json.decode(text)
@@ -97,11 +47,7 @@ end
 local await = task.await_json
 
 local function start_thread(opts)
-  local o = {}
-  for k, v in pairs(opts) do
-    if k ~= "mode" and k ~= "ready_timeout" and k ~= "log_file" then o[k] = v end
-  end
-  local h, err = native().start(o)
+  local h, err = native().start(options.native(opts))
   if not h then return nil, err end
   local url = h:url()
   -- _api_key: what its own control endpoints want (its weight receiver's shm and c10d requests)
@@ -109,13 +55,6 @@ local function start_thread(opts)
 end
 
 -- ---- process mode ------------------------------------------------------------------
-
-local FLAGS = {
-  "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
-  "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "max_connections",
-  "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "weight_version", "api_key",
-  "cuda_graph_max_bs",
-}
 
 local read_file = require("rl._fs").read_file
 
@@ -145,11 +84,7 @@ local function launch_process(opts)
   local log = opts.log_file or (dir .. ".log")
   local argv = { "@self", "engine", "--model", opts.model, "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port=0" end
-  for _, k in ipairs(FLAGS) do
-    if opts[k] ~= nil then argv[#argv + 1] = "--" .. k:gsub("_", "-") .. "=" .. tostring(opts[k]) end
-  end
-  if opts.enable_prefix_cache == false then argv[#argv + 1] = "--disable-prefix-cache" end
-  if opts.disable_cuda_graph then argv[#argv + 1] = "--disable-cuda-graph" end
+  for _, a in ipairs(options.argv(opts)) do argv[#argv + 1] = a end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
   local pid, err = proc.spawn(argv, { log = log })
   if not pid then return nil, "rl.engine.start: " .. err end
@@ -409,7 +344,7 @@ end
 --- threads, max_connections, max_sequences_per_request, max_queued_requests, max_tokens_in_flight, served_model_name, api_key, serve (thread mode: false =
 --- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
 function M.start(opts)
-  local l, err = launch_engine(opts, check_opts(opts), "rl.engine.start")
+  local l, err = launch_engine(opts, options.check(opts, "rl.engine.start"), "rl.engine.start")
   if not l then return nil, err end
   return l:wait_ready()
 end
@@ -420,7 +355,7 @@ end
 --- why when it could not be spawned. A thread-mode engine is ready at once (it loads in
 --- this call). Engines launched one after another come up together: rl.engine.wait_all.
 function M.launch(opts)
-  local mode = check_opts(opts)
+  local mode = options.check(opts, "rl.engine.launch")
   return launch_engine(opts, mode, "rl.engine.launch")
 end
 
