@@ -28,10 +28,11 @@ local function env_opts()
   return text and json.decode(text) or nil
 end
 
+-- A collective's op: its text, or it raises (a rank cannot go on without its peers).
 local function await(op, fname)
-  local kind, payload = task.await_op(op, fname)
-  if kind == "done" then return payload end
-  error(fname .. ": " .. tostring(payload), 0)
+  local text, err = task.await_json(op, fname, true)
+  if text == nil then error(fname .. ": " .. tostring(err), 0) end
+  return text
 end
 
 local KNOWN = { rank = true, world_size = true, master_addr = true, master_port = true, timeout = true,
