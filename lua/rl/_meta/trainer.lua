@@ -1,5 +1,6 @@
 ---@meta
--- LuaLS type stubs for rl.trainer (lua/rl/trainer.lua over librlhost_torch.so). See docs/trainer.md.
+-- LuaLS type stubs for rl.trainer (lua/rl/trainer/init.lua over librlhost_torch.so; its options are declared in
+-- lua/rl/trainer/options.lua). See docs/trainer.md.
 
 ---@class rl.trainer.Batch
 ---@field tokens integer[][] prompt + response ids per sample

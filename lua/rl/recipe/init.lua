@@ -47,7 +47,6 @@ local function fill_defaults(opt, default_model, world_size)
   def("eval_max_response_len", opt.rollout_max_response_len)
   def("eval_temperature", opt.rollout_temperature)  -- slime: eval_temperature falls back to rollout_temperature
   def("lr", default_model and 2e-4 or 1e-6)
-  def("eps_clip_high", opt.eps_clip)
   def("micro_batch_size", 16)
   def("threads", math.max(1, math.floor(nproc() / world_size)))   -- the cores shared by the local ranks
   -- the default model is tiny: a whole rollout batch decodes in one wave
@@ -103,11 +102,10 @@ local function checkpoint_in(dir)
 end
 
 local function make_trainer(opt, job)
+  -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)
+  local loss, optimizer = require("rl.trainer.options").from_flags(opt)
   local topts = {
-    loss = { advantage_estimator = opt.advantage_estimator, eps_clip = opt.eps_clip, eps_clip_high = opt.eps_clip_high,
-             use_kl_loss = opt.use_kl_loss, kl_loss_coef = opt.kl_loss_coef, kl_loss_type = opt.kl_loss_type,
-             entropy_coef = opt.entropy_coef, calculate_per_token_loss = opt.calculate_per_token_loss },
-    optimizer = { lr = opt.lr, weight_decay = opt.weight_decay, clip_grad = opt.clip_grad },
+    loss = loss, optimizer = optimizer,
     global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,

@@ -29,20 +29,22 @@ local function as_model(v, what, dtype, device)
     if not m then error(("rl.trainer.new: %s: %s"):format(what, err), 3) end
     return m
   end
-  if type(v) == "table" and v._h then return v end
-  error(("rl.trainer.new: %s: a model directory or an rl.model expected, got %s"):format(what, type(v)), 3)
+  if require("rl.model").handle(v) then return v end
+  error(("rl.trainer.new: bad argument 'opts.%s' (a model directory or an rl.model expected, got %s)")
+    :format(what, type(v)), 3)
 end
 
-local RESERVED = { model = true, ref = true, loss = true, optimizer = true, dtype = true, device = true }
+local options = require "rl.trainer.options"   -- every option, declared once
 
 --- A trainer. opts: model (directory or rl.model; trained in place), ref (a
 --- directory, an rl.model, or true = a frozen copy of model's checkpoint), loss
 --- and optimizer (tables of options), dtype, and the batch options
 --- (global_batch_size, micro_batch_size, max_tokens_per_gpu, rollout_temperature,
---- use_rollout_logprobs, kl_coef, gamma, normalize_advantages).
+--- use_rollout_logprobs, kl_coef, gamma, normalize_advantages): lua/rl/trainer/options.lua.
 function M.new(opts)
   if type(opts) ~= "table" then error("rl.trainer.new: bad argument #1 'opts' (table expected)", 2) end
   if opts.model == nil then error("rl.trainer.new: opts.model is required (a model directory or an rl.model)", 2) end
+  local flat = options.flatten(opts, "rl.trainer.new")
   local model = as_model(opts.model, "model", opts.dtype, opts.device)
   local ref
   if opts.ref == true then
@@ -53,17 +55,11 @@ function M.new(opts)
   elseif opts.ref then
     ref = as_model(opts.ref, "ref", opts.dtype, opts.device)
   end
-  local flat = {}
-  for _, sub in ipairs { opts.loss or {}, opts.optimizer or {} } do
-    for k, v in pairs(sub) do flat[k] = v end
-  end
-  for k, v in pairs(opts) do
-    if not RESERVED[k] then flat[k] = v end
-  end
   -- Data parallel (rlhost --nproc N, torchrun): join the group from the environment
   -- first; the trainer all-reduces gradients over it.
   require("rl.dist").ensure()
-  local h = native().trainer_new(model._h, ref and ref._h, json.encode(flat))
+  local handle = require("rl.model").handle
+  local h = native().trainer_new(handle(model), ref and handle(ref), json.encode(flat))
   -- Where the weights came from: checkpoints copy tokenizer files from model_dir and
   -- record ref_dir so that a resumed run gets the same reference model.
   local model_dir = type(opts.model) == "string" and opts.model or model.path
@@ -283,12 +279,7 @@ function M.load(path, opts)
   if type(st.options) == "table" then
     for k, v in pairs(st.options) do o[k] = v end
   end
-  for _, sub in ipairs { opts.loss or {}, opts.optimizer or {} } do
-    for k, v in pairs(sub) do o[k] = v end
-  end
-  for k, v in pairs(opts) do
-    if not RESERVED[k] then o[k] = v end
-  end
+  for k, v in pairs(options.flatten(opts, fname)) do o[k] = v end
   local dtype = opts.dtype or st.dtype
   local model, err = opts.model or dir, nil
   if type(model) == "string" then
