@@ -12,7 +12,7 @@
 //   handle:stall(seconds)        fault drill: the scheduler sleeps that long
 //                                between two steps (a stuck engine)
 //   defaults() -> json   the C++ defaults of the options lua/rl/engine/options.lua declares
-//   forward_sigterm()   (process mode spawns through _core.router.spawn)
+//   forward_sigterm()   (process mode spawns through _core.process.spawn)
 //
 // Engine callbacks run on the scheduler thread: they only post to the loop,
 // and the loop side delivers to Lua (never Lua from another thread). Control

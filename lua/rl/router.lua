@@ -120,12 +120,7 @@ end
 --- SIGTERM, then SIGKILL after 5 s; waits for the child to exit.
 function Process:stop()
   if not self.pid then return end
-  crouter.kill(self.pid, 15)
-  local deadline = core.loop.now() + 5
-  while crouter.reap(self.pid) == nil do
-    if core.loop.now() > deadline then crouter.kill(self.pid, 9) deadline = math.huge end
-    task.sleep(0.02)
-  end
+  require("rl.process").stop_pid(self.pid, 5)
   self.pid = nil
 end
 
@@ -145,7 +140,7 @@ local function start_process(opts)
       argv[#argv + 1] = flag; argv[#argv + 1] = tostring(v)
     end
   end
-  local pid, err = crouter.spawn(argv)   -- dies with us; inherits $RLHOST_ADMIN_TOKEN
+  local pid, err = core.process.spawn(argv)   -- dies with us; inherits $RLHOST_ADMIN_TOKEN
   if not pid then return nil, "rl.router.start: " .. err end
   local deadline = core.loop.now() + (opts.ready_timeout or 15)
   while true do
@@ -159,14 +154,14 @@ local function start_process(opts)
       local resp = http().get(url .. "/health", { timeout = 5 })
       if resp and resp.status == 200 then return h end
     end
-    local code = crouter.reap(pid)
+    local code = core.process.reap(pid)
     if code then
       os.remove(ready)
       return nil, "rl.router.start: the router process exited with status " .. code
         .. " before it was ready (its log above says why)"
     end
     if core.loop.now() > deadline then
-      crouter.kill(pid, 9)
+      core.process.kill(pid, 9)
       os.remove(ready)
       return nil, "rl.router.start: the router process was not ready after "
         .. (opts.ready_timeout or 15) .. " s"

@@ -411,12 +411,12 @@ function Sender:push(targets, opts, fname)
     else
       versions[i], errors[i] = false, tostring(err)
       if not opts.keep_going then
-        if dir then require("rl._shell").remove_tree(dir) end
+        if dir then require("rl._fs").remove_tree(dir) end
         return nil, ("sync to engine %d failed: %s"):format(i, tostring(err))
       end
     end
   end
-  if dir then require("rl._shell").remove_tree(dir) end
+  if dir then require("rl._fs").remove_tree(dir) end
   return { seconds = now() - t0, weight_version = last or version, methods = methods, versions = versions,
            errors = errors }
 end

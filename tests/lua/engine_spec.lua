@@ -197,14 +197,14 @@ describe("rl.engine process mode", function()
     local pid = eng.pid
     eng:stop()
     eq(eng.pid, nil)
-    ok(not require("rl._core").router.kill(pid, 0), "the child is gone")
+    ok(not rl.process.signal_pid(pid, 0), "the child is gone")
     -- stop_within: SIGKILL, reaped within the deadline (a stopped process too)
     local eng2 = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
     local pid2 = eng2.pid
-    require("rl._core").router.kill(pid2, 19)   -- SIGSTOP
+    rl.process.signal_pid(pid2, 19)   -- SIGSTOP
     eq(eng2:stop_within(10), true)
     eq(eng2.pid, nil)
-    ok(not require("rl._core").router.kill(pid2, 0), "the child is gone")
+    ok(not rl.process.signal_pid(pid2, 0), "the child is gone")
   end, { timeout = 180 })
 
   it("reports a child that cannot start, with its log", function()

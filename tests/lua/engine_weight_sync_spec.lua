@@ -21,7 +21,7 @@ local function other_model()
 end
 
 local function entries(dir)
-  local p = io.popen("ls -A " .. require("rl._shell").quote(dir))
+  local p = io.popen("ls -A " .. rl.process.quote(dir))
   local out = {}
   for line in p:read("*a"):gmatch("[^\n]+") do out[#out + 1] = line end
   p:close()
@@ -88,10 +88,10 @@ describe("rl.weight_sync senders", function()
   it("the disk path removes its directory even under a path with spaces and quotes, and nothing else", function()
     local base = tmpdir(true)
     local weird = base .. [[/it's a "tmp" dir]]
-    assert(os.execute("mkdir -p " .. require("rl._shell").quote(weird)))
+    assert(os.execute("mkdir -p " .. rl.process.quote(weird)))
     -- what a mis-quoted `rm -rf` of "<weird>/rlhost-weights-..." would hit first
     for _, decoy in ipairs { base .. "/it", base .. "/a", weird .. "/keep" } do
-      assert(os.execute("mkdir -p " .. require("rl._shell").quote(decoy)))
+      assert(os.execute("mkdir -p " .. rl.process.quote(decoy)))
     end
     local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
     local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-2 } }

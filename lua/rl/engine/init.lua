@@ -19,7 +19,7 @@ local json = require "rl.json"
 local task = require "rl.task"
 local core = require "rl._core"
 local now = core.loop.now
-local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
+local proc = core.process   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
 local launch = require "rl.engine.launch"
 
 local M = {}
@@ -64,18 +64,6 @@ local function tail(path, n)
 end
 M._log_tail = tail
 
--- SIGTERM to a child's process group, SIGKILL after `grace` s; reaps it.
-function M._stop_child(pid, grace)
-  proc.kill(pid, 15)
-  local deadline = now() + grace
-  while not proc.reap(pid) do
-    if now() > deadline then
-      proc.kill(pid, 9)
-      deadline = math.huge
-    end
-    if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
-  end
-end
 
 local function launch_process(opts)
   local dir = os.tmpname()
@@ -222,7 +210,7 @@ function Engine:stop(drain)
     error("rl.engine.Engine:stop: bad argument #1 'drain' (seconds >= 0 expected, got " .. tostring(drain) .. ")", 2)
   end
   if self.mode == "process" then
-    if self.pid then M._stop_child(self.pid, 15) end
+    if self.pid then require("rl.process").stop_pid(self.pid, 15) end
     self.pid = nil
     return
   end
@@ -237,19 +225,11 @@ end
 --- (its threads and memory go when they return); a process engine gets SIGKILL.
 --- Returns true, or false and why.
 function Engine:stop_within(timeout)
-  local deadline = now() + timeout
-  local function wait(done)
-    while not done() do
-      if now() > deadline then return false end
-      if task.current() then task.sleep(0.02) else os.execute("sleep 0.02") end
-    end
-    return true
-  end
   if self.mode == "process" then
     local pid = self.pid
     if not pid then return true end
     proc.kill(pid, 9)
-    if not wait(function() return proc.reap(pid) ~= nil end) then
+    if not require("rl.process").wait_pid(pid, timeout) then
       return false, ("process %d did not exit within %g s of SIGKILL"):format(pid, timeout)
     end
     self.pid = nil
@@ -258,8 +238,14 @@ function Engine:stop_within(timeout)
   if not self._h then return true end
   local stopped = self._h:stop_background()
   self._h = nil
-  if wait(stopped) then return true end
-  return false, ("did not stop within %g s: abandoned (its threads end when they return)"):format(timeout)
+  local deadline = now() + timeout
+  while not stopped() do   -- checked on the event loop's timers: other tasks run
+    if now() > deadline then
+      return false, ("did not stop within %g s: abandoned (its threads end when they return)"):format(timeout)
+    end
+    task.sleep(0.02)
+  end
+  return true
 end
 
 --- Thread mode: drops the control commands (weight syncs, flushes) its scheduler has not

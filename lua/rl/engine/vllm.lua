@@ -16,7 +16,7 @@ local task = require "rl.task"
 local log = require "rl.log"
 local core = require "rl._core"
 local now = core.loop.now
-local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
+local proc = core.process   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
 
 local M = {}
 
@@ -200,10 +200,6 @@ os.killpg(0, signal.SIGTERM)
 sys.exit(rc if rc >= 0 else 128 - rc)
 ]]
 
-local function shell_quote(s)
-  if s:match("^[%w%./_=:,+-]+$") then return s end
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
 
 --- Spawns a vLLM server. opts: model, host, port, served_model_name, python,
 --- vllm_args (flags, `--<key>`), env (extra environment), ready_timeout (s, default
@@ -249,7 +245,7 @@ function M.launch(opts)
   for _, a in ipairs(cmd) do argv[#argv + 1] = a end
   local logf = opts.log_file or (os.tmpname() .. ".vllm.log")
   local shown = {}
-  for i, a in ipairs(cmd) do shown[i] = shell_quote(a) end
+  for i, a in ipairs(cmd) do shown[i] = require("rl.process").quote(a) end
   log.info("Launching vLLM server: " .. table.concat(shown, " ") .. " (log: " .. logf .. ")")
   local pid, err = proc.spawn(argv, { log = logf, death_signal = 15 })
   if not pid then return nil, "rl.engine.start: " .. tostring(err) end
@@ -413,7 +409,7 @@ function VllmEngine:stop() self:stop_within(20) end
 --- process group, SIGKILL after min(timeout, 20) s. Returns true.
 function VllmEngine:stop_within(timeout)
   release_port(self)
-  if self.pid then require("rl.engine")._stop_child(self.pid, math.min(timeout, 20)) end
+  if self.pid then require("rl.process").stop_pid(self.pid, math.min(timeout, 20)) end
   self.pid = nil
   return true
 end

@@ -82,7 +82,8 @@ end
 local function sh(cmd)
   if not os.execute(cmd) then error("command failed: " .. cmd, 2) end
 end
-local function q(path) return "'" .. path:gsub("'", "'\\''") .. "'" end
+local q = require("rl.process").quote
+local remove_tree = require("rl._fs").remove_tree
 local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
@@ -398,7 +399,8 @@ function M.build_into(opt, dir)
   sh("mkdir -p " .. q(dir:match("^(.*)/[^/]*$") or "."))
   local ok, report = pcall(M.build, opt, tmp)
   if not ok then
-    os.execute("rm -rf " .. q(tmp) .. " " .. q(tmp .. ".tokenizer"))
+    remove_tree(tmp)
+    remove_tree(tmp .. ".tokenizer")
     error(report, 0)
   end
   local old
@@ -407,9 +409,9 @@ function M.build_into(opt, dir)
     assert(os.rename(dir, old))
   end
   local renamed, err = os.rename(tmp, dir)
-  if old then os.execute("rm -rf " .. q(old)) end
+  if old then remove_tree(old) end
   if not renamed then
-    os.execute("rm -rf " .. q(tmp))
+    remove_tree(tmp)
     if not exists(dir .. "/config.json") then error("rl.mathgen.warmup: cannot rename into " .. dir .. ": " .. err) end
   end
   return report

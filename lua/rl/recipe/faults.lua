@@ -121,7 +121,7 @@ function Drills:inject(action, i, group)
       .. "only be stopped)"):format(label)
   end
   log.warn("fault injection: %s %s (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", label, eng.pid)
-  require("rl._core").router.kill(eng.pid, sig)
+  require("rl.process").signal_pid(eng.pid, sig)
   return true
 end
 

@@ -24,7 +24,7 @@ Health.__index = Health
 M.Health = Health
 
 local function now() return rl.now() end
-local proc = require("rl._core").router  -- kill/reap of child processes (their process groups)
+local proc = require("rl._core").process  -- reap of child processes
 local engines = require "rl.recipe.engines"
 
 --- The job's monitor under --use-fault-tolerance (started), else nil.
