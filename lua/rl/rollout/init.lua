@@ -368,7 +368,11 @@ function Rollout:group_reward(group)
   end
 end
 
-require("rl.rollout.loop")(M, Rollout)
+-- The rollout step, abort and eval (lua/rl/rollout/loop.lua), as methods.
+local loop = require "rl.rollout.loop"
+for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_urls", "abort", "eval" } do
+  Rollout[name] = loop[name]
+end
 
 return require("rl._lazy")(M, { filters = "rl.rollout.filters", metrics = "rl.rollout.metrics",
                                train_data = "rl.rollout.train_data", sleep = "rl.rollout.sleep" })
