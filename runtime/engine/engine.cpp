@@ -21,7 +21,7 @@
 #include "base/log_text.hpp"
 #include "engine/engine_impl.hpp"
 #include "engine/sampler.hpp"
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
 
 namespace rl::engine {
