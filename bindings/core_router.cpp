@@ -2,7 +2,7 @@
 //
 //   _core.router.start(opts) -> handle | nil, err     an in-process router on its own thread
 //   handle:url() / :port() / :add(url) / :remove(key) / :workers() / :metrics() / :stop()
-//   _core.router.policies() -> {names}
+//   _core.router.policies() -> {names};  _core.router.defaults() -> json (the options' C++ defaults)
 //   (child processes, process-mode routers included: _core.process, bindings/core_process.cpp)
 //
 // The Router's methods are thread-safe (they post to its loop and wait), so
@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "base/admin_token.hpp"
 #include "base/child_process.hpp"
@@ -206,6 +208,40 @@ int l_gc(lua_State* L) {
   return 0;
 }
 
+// defaults() -> json: the C++ defaults of the options lua/rl/router/options.lua declares
+// (tests/lua/router_spec.lua compares them).
+int l_defaults(lua_State* L) {
+  const router::RouterOptions o;
+  const nlohmann::json j = {{"host", o.host},
+                            {"port", o.port},
+                            {"allow_remote", o.allow_remote},
+                            {"allow_link_local_workers", o.allow_link_local_workers},
+                            {"policy", o.policy},
+                            {"health_interval", o.health_interval_s},
+                            {"health_timeout", o.health_timeout_s},
+                            {"health_failure_threshold", o.health_failure_threshold},
+                            {"health_success_threshold", o.health_success_threshold},
+                            {"health_path", o.health_path},
+                            {"max_retries", o.max_retries},
+                            {"retry_backoff", o.retry_backoff_s},
+                            {"retry_max_backoff", o.retry_max_backoff_s},
+                            {"request_timeout", o.request_timeout_s},
+                            {"connect_timeout", o.connect_timeout_s},
+                            {"circuit_failure_threshold", o.breaker.failure_threshold},
+                            {"circuit_success_threshold", o.breaker.success_threshold},
+                            {"circuit_open_time", o.breaker.open_s},
+                            {"cache_threshold", o.policy_opts.cache_threshold},
+                            {"balance_abs_threshold", o.policy_opts.balance_abs_threshold},
+                            {"balance_rel_threshold", o.policy_opts.balance_rel_threshold},
+                            {"max_tree_chars", o.policy_opts.max_tree_chars},
+                            {"max_connections", o.max_connections},
+                            {"max_conns_per_worker", o.max_conns_per_worker},
+                            {"seed", o.policy_opts.seed}};
+  const std::string s = j.dump();
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
 int l_policies(lua_State* L) {
   const auto& names = router::policy_names();
   lua_createtable(L, static_cast<int>(names.size()), 0);
@@ -226,7 +262,7 @@ void open_router(lua_State* L, int t) {
   };
   make_metatable(L, &kRouterMt, "rl.router.Router:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {
-      {"start", entry<l_start>}, {"policies", entry<l_policies>},
+      {"start", entry<l_start>}, {"policies", entry<l_policies>}, {"defaults", entry<l_defaults>},
   };
   register_functions(L, t, "rl.router.", regs);
 }

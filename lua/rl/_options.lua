@@ -1,6 +1,6 @@
 -- Private: the one validator of option tables. A component declares its options once, as
 -- a list in rl.args' format ({name, type = "string" | "int" | "number" | "bool" | "table"
--- (none: any value), default, choices, help, required} plus min / max); from that list come its Lua API's
+-- (none: any value), default, choices, help, required} plus min / max / above (> it)); from that list come its Lua API's
 -- checks (here), its command-line flags (rl.args) and whatever else it derives (a child's
 -- argv, docs). Every misuse raises in docs/conventions.md's form:
 --   "<fname>: bad argument 'opts.<field>' (<expected>, got <actual>)"
@@ -55,6 +55,7 @@ local function problem(o, v)
     return ("%s expected, got %s"):format(table.concat(cs, ", "), show(v))
   end
   local kind = t == "int" and "integer" or "number"
+  if o.above and not (v > o.above) then return ("%s > %s expected, got %s"):format(kind, tostring(o.above), show(v)) end
   if o.min and o.max and (v < o.min or v > o.max) then
     return ("%s %s-%s expected, got %s"):format(kind, tostring(o.min), tostring(o.max), show(v))
   end
