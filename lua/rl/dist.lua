@@ -73,6 +73,16 @@ function M.init(opts)
   return true
 end
 
+--- A process group of its own, beside the default one (rl.weight_sync's trainer-to-engines
+--- group): opts {rank, world_size, master_addr, master_port (0 = a free one), timeout,
+--- name, backend}. Rank 0 starts its store now (handle:port()); the rendezvous is the
+--- handle's owner's to run (a weight source joins it on its helper thread). → the handle
+--- (:port(), :close()).
+function M.new_group(opts)
+  if type(opts) ~= "table" then error("rl.dist.new_group: bad argument #1 'opts' (table expected)", 2) end
+  return native().group_new(json.encode(opts))
+end
+
 --- Initialises from the environment when that asks for more than one rank and
 --- nothing is initialised yet (rl.trainer.new calls it). Returns the group or nil.
 function M.ensure()

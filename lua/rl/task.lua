@@ -408,7 +408,8 @@ local function by_id(set)
 end
 
 -- The tasks not finished yet (waiting_on / waiting_since: what each waits for).
-function M._live() return by_id(live) end
+--- The tasks alive now (running or waiting), by id (rl.watchdog's report).
+function M.live() return by_id(live) end
 
 function M._on_done(t, cb) on_task_done[t] = cb end
 function M._unobserved() return by_id(unobserved) end

@@ -54,7 +54,7 @@ end
 local function section(out, title) out[#out + 1] = "" ; out[#out + 1] = "== " .. title end
 
 local function tasks_part(out, t_now)
-  local list = task._live()
+  local list = task.live()
   section(out, ("tasks (%d)"):format(#list))
   for _, t in ipairs(list) do
     local wait = t.waiting_on and (" waits on %s for %.1f s"):format(t.waiting_on, t_now - (t.waiting_since or t_now))
@@ -75,9 +75,7 @@ local function tasks_part(out, t_now)
 end
 
 local function http_part(out, t_now)
-  local list = {}
-  for _, p in pairs(require("rl.http")._pending) do list[#list + 1] = p end
-  table.sort(list, function(a, b) return a.started < b.started end)
+  local list = require("rl.http").in_flight()
   section(out, ("HTTP requests in flight (%d)"):format(#list))
   for _, p in ipairs(list) do
     out[#out + 1] = ("%s %s for %.1f s (task %s)"):format(p.method, tostring(p.url), t_now - p.started,

@@ -28,7 +28,7 @@
 --   src:copy_to_engine(native, version) -> {weight_version} | nil, err   (memory: a thread engine's handle)
 --   src:write_shm(layout_json, buffer) -> true | nil, err   (every tensor into that buffer, in the engine's layout)
 --   src:forget_shm(id)                 -- unmap an engine's shared file
---   src:join_group(group)              -> true | nil, err   (rank 0 of a c10d group, rl.torch._dist)
+--   src:join_group(group)              -> true | nil, err   (rank 0 of a c10d group, rl.dist.new_group)
 --   src:broadcast(group)               -> true | nil, err
 --   src:save(dir)                      -> true | nil, err   (a Hugging Face directory)
 local json = require "rl.json"
@@ -237,10 +237,10 @@ local function push_distributed(self, receivers, version, o)
     group_seq = group_seq + 1
     local name = ("rlhost_weights_%d_%d"):format(math.floor(now() * 1000), group_seq)
     local addr, backend = o.master_address or "127.0.0.1", o.backend or "gloo"
-    local g = require("rl.torch")._dist.group_new(json.encode {
+    local g = require("rl.dist").new_group {
       rank = 0, world_size = #receivers + 1, master_addr = addr, master_port = o.master_port or 0,
       timeout = timeout, name = name, backend = backend,
-    })
+    }
     self.group = { key = key, handle = g, name = name, receivers = receivers }
     local okk, err = overlap(function() return self.source:join_group(g) end, receivers, function(i, rx)
       return rx:join_group({ master_address = addr, master_port = g:port(), rank_offset = i,

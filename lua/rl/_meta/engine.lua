@@ -174,4 +174,7 @@ function engine.start(opts) end
 ---@return table<string, string>
 function engine.control_headers(api_key) end
 
+--- SIGTERM stops this process like Ctrl-C (`rlhost engine` under a supervisor).
+function engine.forward_sigterm() end
+
 return engine

@@ -14,8 +14,7 @@ local opt = rl.args(options.cli_spec {
 })
 options.check_cli(opt)
 
-local native = rl.engine._native()
-native.forward_sigterm()  -- SIGTERM stops gracefully, like Ctrl-C
+rl.engine.forward_sigterm()  -- SIGTERM stops gracefully, like Ctrl-C
 
 local server_args = {}
 for k, v in pairs(opt) do server_args[k] = v end

@@ -58,11 +58,8 @@ end
 
 local read_file = require("rl._fs").read_file
 
-local function tail(path, n)
-  local s = read_file(path) or ""
-  return #s > n and s:sub(-n) or s
-end
-M._log_tail = tail
+local common = require "rl.engine._common"
+local tail = common.log_tail
 
 
 local function launch_process(opts)
@@ -127,16 +124,8 @@ end
 --- Generates for one SGLang /generate request table (text or input_ids, single
 --- or batched, sampling_params, return_logprob, ...); yields the calling task.
 --- Returns the /generate response (a table, or a list for batches) or nil, err.
--- :generate's misuse checks, for every backend.
-function M._check_generate(req)
-  if type(req) ~= "table" then
-    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 3)
-  end
-  task.need_task("rl.engine.Engine:generate")
-end
-
 function Engine:generate(req)
-  M._check_generate(req)
+  common.check_generate(req)
   if self.mode == "process" then
     local r = {}
     for k, v in pairs(req) do r[k] = v end
@@ -347,5 +336,9 @@ end
 
 M.wait_all = launch.wait_all
 
-M._native = native
+--- SIGTERM stops this process like Ctrl-C (the main task is cancelled, which cleans up):
+--- for `rlhost engine` under a supervisor.
+function M.forward_sigterm() native().forward_sigterm() end
+
+M._native = native   -- for tests of the native half
 return M

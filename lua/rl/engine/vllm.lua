@@ -264,7 +264,7 @@ function M.launch(opts)
       self.pid = nil
       release_port(self)
       return nil, ("rl.engine.start: the vLLM server exited with status %s before serving; its log (%s):\n%s")
-        :format(tostring(code), logf, require("rl.engine")._log_tail(logf, 4000))
+        :format(tostring(code), logf, require("rl.engine._common").log_tail(logf, 4000))
     end
     local r = require("rl.http").get(url .. "/health", { timeout = 5 })
     if r and r.status == 200 then
@@ -275,7 +275,7 @@ function M.launch(opts)
     if now() > deadline then
       self:stop()
       return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout; pid %d stopped); "
-        .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine")._log_tail(logf, 4000))
+        .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine._common").log_tail(logf, 4000))
     end
     return false
   end, 0.5)
@@ -300,7 +300,7 @@ end
 
 --- SGLang /generate request -> response (a list when n > 1), through /v1/completions.
 function VllmEngine:generate(req)
-  require("rl.engine")._check_generate(req)
+  require("rl.engine._common").check_generate(req)
   local body, berr = M.completions_request(req, self.model)
   if not body then return nil, berr end
   local t0 = now()

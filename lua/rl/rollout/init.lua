@@ -324,7 +324,7 @@ function Rollout:generate_and_rm(sample, params, evaluation)
 end
 
 local function uuid_hex()
-  return trace._new_id()
+  return trace.new_id()
 end
 
 --- slime's generate_and_rm_group: one task per sample, then the group reward.
