@@ -115,4 +115,61 @@ function M.flag(o, over)
   return f
 end
 
+-- ---- a component's command line and a child's argv, from the same declaration ---------
+-- Entry fields for these: flag = false (not on the command line: Lua-side), child = true
+-- (still handed to a child process, by a flag its command line has built in: log_level),
+-- cli_default (the command line's default where it differs from the Lua API's), cli (rl.args
+-- fields replacing the option's on the command line: {name = "worker", type = "list", ...}),
+-- invert = "<name>" (a bool whose flag is its negation: enable_prefix_cache is
+-- --disable-prefix-cache). Required options are on the command line whatever `flag` says.
+
+local function on_cli(o) return o.flag ~= false or o.required end
+
+--- Appends the declaration's command-line flags (then `extra`, the command's own) to an
+--- rl.args spec; returns it.
+function M.cli_spec(decl, spec, extra)
+  for _, o in ipairs(decl) do
+    if on_cli(o) then
+      local over = o.cli or { default = o.cli_default }
+      if o.invert then over = { name = o.invert, default = not o.default } end
+      spec[#spec + 1] = M.flag(o, over)
+    end
+  end
+  for _, o in ipairs(extra or {}) do spec[#spec + 1] = M.flag(o) end
+  return spec
+end
+
+--- The Lua option table from a command line parsed with cli_spec's spec.
+function M.from_cli(decl, opt)
+  local out = {}
+  for _, o in ipairs(decl) do
+    if o.invert then out[o.name] = not opt[o.invert]
+    elseif o.cli then out[o.name] = opt[o.cli.name]
+    elseif on_cli(o) then out[o.name] = opt[o.name] end
+  end
+  return out
+end
+
+--- A child process's flags for the options `opts` gives (flag options and child ones; a
+--- list as one flag per item): "--name=value", "--name" / "--no-name" for bools.
+function M.argv(decl, opts)
+  local out = {}
+  for _, o in ipairs(decl) do
+    local v = opts[o.name]
+    if v ~= nil and (o.flag ~= false or o.child) then
+      local name = (o.cli and o.cli.name or o.name):gsub("_", "-")
+      if o.invert then
+        out[#out + 1] = (v and "--no-" or "--") .. o.invert:gsub("_", "-")
+      elseif o.type == "bool" then
+        out[#out + 1] = (v and "--" or "--no-") .. name
+      elseif type(v) == "table" then
+        for _, x in ipairs(v) do out[#out + 1] = ("--%s=%s"):format(name, tostring(x)) end
+      else
+        out[#out + 1] = ("--%s=%s"):format(name, tostring(v))
+      end
+    end
+  end
+  return out
+end
+
 return M

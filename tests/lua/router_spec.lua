@@ -70,8 +70,7 @@ describe("rl.router", function()
     -- a process-mode router's child gets a flag for every option given, in rlhost router's names
     eq(options.argv { workers = { "http://a:1", "http://b:2" }, allow_remote = false, max_retries = 1, mode = "process",
                       log_level = "debug" },
-       { "--no-allow-remote", "--worker", "http://a:1", "--worker", "http://b:2", "--max-retries", "1",
-         "--log-level", "debug" })
+       { "--no-allow-remote", "--worker=http://a:1", "--worker=http://b:2", "--max-retries=1", "--log-level=debug" })
     -- the LuaLS stub lists exactly the declared options
     local stub = read_file(assert(package.searchpath("rl._meta.router", package.path)))
     local block = assert(stub:match("%-%-%-@class rl%.router%.StartOpts\n(.-)\n\n"))

@@ -7,8 +7,8 @@
 --
 -- Entry fields beyond rl.args': min / max (ranges), cli_default (the command line's
 -- default where it differs from the Lua API's: SGLang's port), flag = false (not a
--- flag of the child `rlhost engine`: Lua-side options), cli = "name" (the flag's name
--- where it differs: enable_prefix_cache is --disable-prefix-cache, inverted).
+-- flag of the child `rlhost engine`: Lua-side options), invert = "name" (the flag is the
+-- option's negation: enable_prefix_cache is --disable-prefix-cache); rl._options.
 local M = {}
 
 --- rlhost's native engine (rl.engine.start{backend = "native"} and `rlhost engine`).
@@ -39,7 +39,7 @@ M.NATIVE = {
     help = "sequences waiting beyond --max-running-requests (beyond: 429 + Retry-After); 0 = no cap" },
   { name = "max_tokens_in_flight", type = "int", default = 0, min = 0,
     help = "prompt + max_new_tokens of unfinished sequences (beyond: 429 + Retry-After); 0 = no cap" },
-  { name = "enable_prefix_cache", type = "bool", default = true, cli = "disable_prefix_cache",
+  { name = "enable_prefix_cache", type = "bool", default = true, invert = "disable_prefix_cache",
     help = "no prefix reuse across requests" },
   { name = "cuda_graph_max_bs", type = "int", default = 256, min = 0,
     help = "CUDA: decode batches up to this size replay CUDA graphs (0: none)" },
@@ -119,47 +119,13 @@ function M.native(opts)
 end
 
 --- A process-mode child's flags for `opts` (those given; the child has the same defaults).
-function M.argv(opts)
-  local out = {}
-  for _, o in ipairs(M.NATIVE) do
-    local v = opts[o.name]
-    if o.flag ~= false and v ~= nil then
-      if o.type == "bool" then
-        if o.cli then   -- enable_prefix_cache = false -> --disable-prefix-cache
-          if v ~= o.default then out[#out + 1] = "--" .. o.cli:gsub("_", "-") end
-        elseif v then
-          out[#out + 1] = "--" .. o.name:gsub("_", "-")
-        end
-      else
-        out[#out + 1] = "--" .. o.name:gsub("_", "-") .. "=" .. tostring(v)
-      end
-    end
-  end
-  return out
-end
+function M.argv(opts) return O.argv(M.NATIVE, opts) end
 
 --- `rlhost engine`'s rl.args spec: every flag option, with the command line's defaults.
-function M.cli_spec(spec)
-  for _, o in ipairs(M.NATIVE) do
-    if o.flag ~= false or o.name == "model" then
-      local over = { default = o.cli_default }
-      if o.cli then over = { name = o.cli, default = not o.default } end
-      spec[#spec + 1] = O.flag(o, over)
-    end
-  end
-  for _, o in ipairs(M.CLI_ONLY) do spec[#spec + 1] = O.flag(o) end
-  return spec
-end
+function M.cli_spec(spec) return O.cli_spec(M.NATIVE, spec, M.CLI_ONLY) end
 
 --- rl.engine.start's table from `rlhost engine`'s parsed flags.
-function M.from_cli(opt)
-  local out = {}
-  for _, o in ipairs(M.NATIVE) do
-    if o.cli then out[o.name] = not opt[o.cli]
-    elseif o.flag ~= false or o.name == "model" then out[o.name] = opt[o.name] end
-  end
-  return out
-end
+function M.from_cli(opt) return O.from_cli(M.NATIVE, opt) end
 
 --- Checks `rlhost engine`'s parsed flags against the ranges of the declaration: a usage
 --- error naming the flag.

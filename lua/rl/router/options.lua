@@ -6,7 +6,8 @@
 --
 -- Fields beyond rl.args': min / max / above (ranges; above = strictly greater), cli_default
 -- (the command line's default where it differs: the port), cli (the flag where it differs:
--- workers is --worker, a list), flag = false (Lua-side only).
+-- workers is --worker, a list), flag = false (Lua-side only), child = true (log_level: a
+-- flag rlhost router has built in); rl._options.
 local M = {}
 
 M.ROUTER = {
@@ -55,7 +56,7 @@ M.ROUTER = {
     help = "thread: in this process, on a thread and loop of its own; process: a child `rlhost router`" },
   { name = "ready_timeout", type = "number", default = 15, min = 0, flag = false,
     help = "process mode: seconds to wait for the child" },
-  { name = "log_level", type = "string", flag = false, help = "process mode: the child's --log-level" },
+  { name = "log_level", type = "string", flag = false, child = true, help = "process mode: the child's --log-level" },
 }
 
 --- `rlhost router`'s own flags.
@@ -76,45 +77,12 @@ function M.check(opts, fname)
 end
 
 --- A process-mode router's flags for `opts` (those given; the child has the same defaults).
-function M.argv(opts)
-  local out = {}
-  for _, o in ipairs(M.ROUTER) do
-    local v = opts[o.name]
-    if v ~= nil and (o.flag ~= false or o.name == "log_level") then
-      if o.cli then
-        for _, w in ipairs(v) do out[#out + 1] = "--" .. o.cli.name; out[#out + 1] = w end
-      elseif o.type == "bool" then
-        out[#out + 1] = (v and "--" or "--no-") .. o.name:gsub("_", "-")
-      else
-        out[#out + 1] = "--" .. o.name:gsub("_", "-")
-        out[#out + 1] = tostring(v)
-      end
-    end
-  end
-  return out
-end
+function M.argv(opts) return O.argv(M.ROUTER, opts) end
 
 --- `rlhost router`'s rl.args spec: every flag option, with the command line's defaults.
-function M.cli_spec(spec)
-  for _, o in ipairs(M.ROUTER) do
-    if o.flag ~= false then
-      local f = o.cli and O.flag(o, o.cli) or O.flag(o, { default = o.cli_default })
-      if f.choices then f.type = nil end
-      spec[#spec + 1] = f
-    end
-  end
-  for _, o in ipairs(M.CLI_ONLY) do spec[#spec + 1] = O.flag(o) end
-  return spec
-end
+function M.cli_spec(spec) return O.cli_spec(M.ROUTER, spec, M.CLI_ONLY) end
 
 --- rl.router.start's table from `rlhost router`'s parsed flags.
-function M.from_cli(opt)
-  local out = {}
-  for _, o in ipairs(M.ROUTER) do
-    if o.cli then out[o.name] = opt[o.cli.name]
-    elseif o.flag ~= false then out[o.name] = opt[o.name] end
-  end
-  return out
-end
+function M.from_cli(opt) return O.from_cli(M.ROUTER, opt) end
 
 return M
