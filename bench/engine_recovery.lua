@@ -25,7 +25,8 @@ local e1, e2 = assert(rl.engine.start(eopts)), assert(rl.engine.start(eopts))
 local router = assert(rl.router.start { workers = { e1.url, e2.url }, health_interval = 0.5 })
 local job = { engines = { e1, e2 }, router = router, trainer = tr }
 local h = health.new(job, { interval = 0.2, timeout = 2, engine_opts = eopts }):start()
-assert(h:sync(tr))
+local drills = require("rl.recipe.faults").new(job)
+assert(h:sync_weights(tr))
 
 local function served_by(url)   -- back in the router, and a /generate answered by it
   local listed = false
@@ -42,10 +43,10 @@ for _, action in ipairs { "kill", "stop" } do
 local best = { total = math.huge, detect = math.huge, restart = math.huge }
 for _ = 1, reps do
   local t0 = rl.now()
-  assert(h:inject(action, 2))
+  assert(drills:inject(action, 2))
   while h.states[2].state ~= "dead" do rl.sleep(0.01) end
   local t_dead = rl.now()
-  assert(h:sync(tr))
+  assert(h:sync_weights(tr))
   assert(served_by(job.engines[2].url))
   local t1 = rl.now()
   best.detect = math.min(best.detect, t_dead - t0)

@@ -23,6 +23,7 @@ void open_core(lua_State* L) {
   add_area(L, core, "control", open_control);
   add_area(L, core, "tokenizer", open_tokenizer);
   add_area(L, core, "router", open_router);
+  add_area(L, core, "process", open_process);
   add_area(L, core, "admin", open_admin);
   add_area(L, core, "metrics", open_metrics);
   add_area(L, core, "dump", open_dump);

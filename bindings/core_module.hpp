@@ -18,6 +18,7 @@ void open_http(lua_State* L, int t);     // core_http.cpp:    _core.http
 void open_control(lua_State* L, int t);  // core_control.cpp: _core.control
 void open_tokenizer(lua_State* L, int t);  // core_tokenizer.cpp: _core.tokenizer
 void open_router(lua_State* L, int t);   // core_router.cpp:  _core.router
+void open_process(lua_State* L, int t);  // core_process.cpp: _core.process (child processes)
 void open_admin(lua_State* L, int t);    // core_admin.cpp:   _core.admin (the run's admin token)
 void open_metrics(lua_State* L, int t);  // core_metrics.cpp: _core.metrics
 void open_modules(lua_State* L, int t);  // core_modules.cpp: _core.modules (native module loading)

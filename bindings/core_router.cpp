@@ -2,11 +2,8 @@
 //
 //   _core.router.start(opts) -> handle | nil, err     an in-process router on its own thread
 //   handle:url() / :port() / :add(url) / :remove(key) / :workers() / :metrics() / :stop()
-//   _core.router.policies() -> {names}
-//   _core.router.spawn(argv, opts?) -> pid | nil, err  child processes (rl.router and rl.engine process
-//       mode, rl.process): opts.log (stdout+stderr appended), opts.death_signal (default 9);
-//       each child has its own process group and dies with us (base/child_process.hpp)
-//   _core.router.kill(pid, sig) -> bool (its group);  _core.router.reap(pid) -> nil | exit code
+//   _core.router.policies() -> {names};  _core.router.defaults() -> json (the options' C++ defaults)
+//   (child processes, process-mode routers included: _core.process, bindings/core_process.cpp)
 //
 // The Router's methods are thread-safe (they post to its loop and wait), so
 // these calls are plain synchronous calls from the Lua loop; each takes
@@ -14,6 +11,8 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "base/admin_token.hpp"
 #include "base/child_process.hpp"
@@ -209,6 +208,40 @@ int l_gc(lua_State* L) {
   return 0;
 }
 
+// defaults() -> json: the C++ defaults of the options lua/rl/router/options.lua declares
+// (tests/lua/router_spec.lua compares them).
+int l_defaults(lua_State* L) {
+  const router::RouterOptions o;
+  const nlohmann::json j = {{"host", o.host},
+                            {"port", o.port},
+                            {"allow_remote", o.allow_remote},
+                            {"allow_link_local_workers", o.allow_link_local_workers},
+                            {"policy", o.policy},
+                            {"health_interval", o.health_interval_s},
+                            {"health_timeout", o.health_timeout_s},
+                            {"health_failure_threshold", o.health_failure_threshold},
+                            {"health_success_threshold", o.health_success_threshold},
+                            {"health_path", o.health_path},
+                            {"max_retries", o.max_retries},
+                            {"retry_backoff", o.retry_backoff_s},
+                            {"retry_max_backoff", o.retry_max_backoff_s},
+                            {"request_timeout", o.request_timeout_s},
+                            {"connect_timeout", o.connect_timeout_s},
+                            {"circuit_failure_threshold", o.breaker.failure_threshold},
+                            {"circuit_success_threshold", o.breaker.success_threshold},
+                            {"circuit_open_time", o.breaker.open_s},
+                            {"cache_threshold", o.policy_opts.cache_threshold},
+                            {"balance_abs_threshold", o.policy_opts.balance_abs_threshold},
+                            {"balance_rel_threshold", o.policy_opts.balance_rel_threshold},
+                            {"max_tree_chars", o.policy_opts.max_tree_chars},
+                            {"max_connections", o.max_connections},
+                            {"max_conns_per_worker", o.max_conns_per_worker},
+                            {"seed", o.policy_opts.seed}};
+  const std::string s = j.dump();
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
 int l_policies(lua_State* L) {
   const auto& names = router::policy_names();
   lua_createtable(L, static_cast<int>(names.size()), 0);
@@ -216,55 +249,6 @@ int l_policies(lua_State* L) {
     lua_pushstring(L, names[i].c_str());
     lua_rawseti(L, -2, static_cast<int>(i + 1));
   }
-  return 1;
-}
-
-int l_spawn(lua_State* L) {
-  arg::table(L, 1, "argv");
-  std::vector<std::string> argv;
-  const int n = static_cast<int>(lua_objlen(L, 1));
-  for (int i = 1; i <= n; ++i) {
-    lua_rawgeti(L, 1, i);
-    if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
-      throw ArgError(1, "argv", "strings expected, item " + std::to_string(i) + " is " + arg::type_name(L, -1));
-    argv.emplace_back(lua_tostring(L, -1));
-    lua_pop(L, 1);
-  }
-  if (argv.empty()) throw ArgError(1, "argv", "non-empty list expected");
-  ChildOptions co;
-  if (lua_istable(L, 2)) {
-    if (auto v = arg::field_string(L, 2, "log", "opts")) co.log_path = std::string(*v);
-    if (auto v = arg::field_integer(L, 2, "death_signal", "opts")) {
-      if (*v < 0 || *v > 64) throw ArgError(2, "opts.death_signal", "a signal number (0 = none) expected");
-      co.death_signal = static_cast<int>(*v);
-    }
-  } else if (!lua_isnoneornil(L, 2)) {
-    throw ArgError(2, "opts", std::string("table or nil expected, got ") + arg::type_name(L, 2));
-  }
-  pid_t pid = 0;
-  try {
-    if (argv[0] == "@self") argv[0] = self_executable();
-    pid = spawn_child(argv, co);
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    return fail(L, msg);
-  }
-  lua_pushinteger(L, pid);
-  return 1;
-}
-
-int l_kill(lua_State* L) {
-  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
-  const auto sig = arg::opt_integer(L, 2, "signal").value_or(SIGTERM);
-  lua_pushboolean(L, signal_child(pid, static_cast<int>(sig)));
-  return 1;
-}
-
-int l_reap(lua_State* L) {
-  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
-  auto rc = reap_child(pid);
-  if (!rc) return 0;
-  lua_pushinteger(L, *rc);
   return 1;
 }
 
@@ -278,8 +262,7 @@ void open_router(lua_State* L, int t) {
   };
   make_metatable(L, &kRouterMt, "rl.router.Router:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {
-      {"start", entry<l_start>}, {"policies", entry<l_policies>}, {"spawn", entry<l_spawn>},
-      {"kill", entry<l_kill>},   {"reap", entry<l_reap>},
+      {"start", entry<l_start>}, {"policies", entry<l_policies>}, {"defaults", entry<l_defaults>},
   };
   register_functions(L, t, "rl.router.", regs);
 }

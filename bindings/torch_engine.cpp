@@ -11,7 +11,8 @@
 //                                returned flag reads true once it is stopped
 //   handle:stall(seconds)        fault drill: the scheduler sleeps that long
 //                                between two steps (a stuck engine)
-//   forward_sigterm()   (process mode spawns through _core.router.spawn)
+//   defaults() -> json   the C++ defaults of the options lua/rl/engine/options.lua declares
+//   forward_sigterm()   (process mode spawns through _core.process.spawn)
 //
 // Engine callbacks run on the scheduler thread: they only post to the loop,
 // and the loop side delivers to Lua (never Lua from another thread). Control
@@ -382,6 +383,36 @@ int l_gc(lua_State* L) {
   return 0;
 }
 
+// defaults() -> json: the C++ defaults of every engine and server option rl.engine declares
+// (lua/rl/engine/options.lua holds the same values; tests/lua/engine_spec.lua compares them).
+int l_defaults(lua_State* L) {
+  const engine::EngineOptions eo;
+  const engine::ServerOptions so;
+  const json j = {{"dtype", eo.dtype},
+                  {"max_running_requests", eo.max_running_requests},
+                  {"kv_cache_tokens", eo.kv_cache_tokens},
+                  {"kv_cache_bytes", eo.kv_cache_bytes},
+                  {"block_size", eo.block_size},
+                  {"max_prefill_tokens", eo.max_prefill_tokens},
+                  {"context_length", eo.context_length},
+                  {"threads", eo.threads},
+                  {"enable_prefix_cache", eo.enable_prefix_cache},
+                  {"weight_version", eo.weight_version},
+                  {"cuda_graph_max_bs", eo.cuda_graph_max_bs},
+                  {"disable_cuda_graph", eo.disable_cuda_graph},
+                  {"overlap_schedule", eo.overlap_schedule},
+                  {"recompute_kv_on_weight_update", eo.recompute_kv_on_weight_update},
+                  {"host", so.host},
+                  {"port", so.port},
+                  {"max_connections", so.max_connections},
+                  {"max_sequences_per_request", so.max_sequences_per_request},
+                  {"max_queued_requests", so.max_queued_requests},
+                  {"max_tokens_in_flight", so.max_tokens_in_flight}};
+  const std::string s = j.dump();
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
 // ---- process helpers (rlhost engine) -------------------------------------------------
 
 void on_sigterm(int) { ::kill(::getpid(), SIGINT); }  // async-signal-safe
@@ -411,7 +442,7 @@ void open_engine(lua_State* L, int t) {
   };
   make_metatable(L, &kEngineMt, "rl.engine.Engine:", methods, std::size(methods), entry<l_gc>);
   static const Reg regs[] = {
-      {"start", entry<l_start>}, {"forward_sigterm", entry<l_forward_sigterm>},
+      {"start", entry<l_start>}, {"forward_sigterm", entry<l_forward_sigterm>}, {"defaults", entry<l_defaults>},
   };
   register_functions(L, t, "rl.engine.", regs);
 }

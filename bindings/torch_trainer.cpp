@@ -16,6 +16,7 @@
 //   handle:save(root, iteration|nil, meta_json) -> op ("done", {path, iteration, files, seconds})
 //   handle:load(dir, weights) -> op ("done", trainer_state.json)
 //   _trainer.checkpoint_resolve(path) -> dir, trainer_state_json | nil, err
+//   _trainer.default_options() -> json   every option's C++ default, by slime's name
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -329,6 +330,12 @@ int l_resolve(lua_State* L) {
   return 2;
 }
 
+int l_default_options(lua_State* L) {
+  const std::string s = trainer::trainer_options_to_json(trainer::TrainerOptions{}).dump();
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
 int l_step(lua_State* L) {
   lua_pushnumber(L, static_cast<lua_Number>(check_box(L, 1).trainer->step()));
   return 1;
@@ -359,7 +366,8 @@ void open_trainer(lua_State* L, int t) {
       {"shm_forget", entry<l_shm_forget>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<destroy_udata<TrainerBox>>);
-  static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>}};
+  static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>},
+                             {"default_options", entry<l_default_options>}};
   register_functions(L, t, "rl.trainer.", regs);
 }
 

@@ -79,7 +79,7 @@ if not rl.process.which(opt.prometheus) then
     .. " scripts/bootstrap.sh --test-deps; or point --prometheus at the binary)\n"):format(opt.prometheus))
   rl.exit(1)
 end
-os.execute("mkdir -p '" .. opt.storage:gsub("'", "'\\''") .. "'")
+os.execute("mkdir -p " .. rl.process.quote(opt.storage))
 local log = opt.out:gsub("%.ya?ml$", "") .. ".log"
 local proc, perr = rl.process.spawn(cmd, { log = log })
 if not proc then

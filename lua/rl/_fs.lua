@@ -19,4 +19,12 @@ function M.write_file(path, text)
   return true
 end
 
+--- Removes a file or directory tree (rm -rf, the path quoted). → true, or nil and why.
+function M.remove_tree(path)
+  local q = require("rl.process").quote(path)
+  local r = os.execute("rm -rf -- " .. q)
+  if r == 0 or r == true then return true end
+  return nil, "rm -rf " .. q .. " failed"
+end
+
 return M

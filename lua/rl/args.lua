@@ -156,6 +156,9 @@ local function closest(word, candidates)
   end
   return prefixed
 end
+--- The candidate closest to `word` when it looks like a typo of it (or the only one it
+--- starts), else nil: what "did you mean" hints name.
+M.closest = closest
 
 -- ---- declarations ----------------------------------------------------------------------
 
@@ -459,154 +462,147 @@ local function unknown_option(c, arg, name)
   return ("unknown option '%s'"):format(arg)
 end
 
--- Parses argv against the compiled spec. Returns values, log_level | nil, err, kind.
-local function parse_argv(c, argv)
-  local n = argv.n or #argv
-  for i = 1, n do
-    local a = argv[i]
-    if type(a) ~= "string" then
-      return nil, ("argument #%d is a %s, not a string"):format(i, type(a)), "usage"
-    end
-    if a == "--" then break end
-    if a == "-h" or a == "--help" then return nil, help_text(c), "help" end
+-- Reading one flag: st = {values, given, log_level} (what the command line set so far);
+-- each reader returns the index of the last argv entry it used, or nil and the error.
+
+-- --<prefix>-<flag> [V] of a pass-through prefix: values[key][flag] = V (true when no value follows).
+local function read_passthrough(argv, i, st, key, flag, inline)
+  local v = inline
+  if v == nil then
+    local nxt = argv[i + 1]
+    if nxt ~= nil and not (nxt:sub(1, 2) == "--" and #nxt > 2) then v, i = nxt, i + 1 else v = true end
   end
+  st.values[key] = st.values[key] or {}
+  st.values[key][(flag:gsub("-", "_"))] = v
+  return i
+end
 
-  local values, given, positionals = {}, {}, {}
-  local where = {}  -- argv index of each positional
-  local log_level
-  local function fail(msg) return nil, msg, "usage" end
-
-  local i = 1
-  while i <= n do
-    local a = argv[i]
-    if a == "--" then
-      for j = i + 1, n do
-        positionals[#positionals + 1] = argv[j]
-        where[#positionals] = j
-      end
-      break
-    elseif a:sub(1, 2) == "--" then
-      local name, inline = a:sub(3):match("^([^=]*)=(.*)$")
-      name = name or a:sub(3)
-      local norm = kebab(name)
-      local o, negated = c.by_flag[norm], false
-      if not o and norm:sub(1, 3) == "no-" then
-        local base = c.by_flag[norm:sub(4)]
-        if base and base.type == "bool" then
-          o, negated = base, true
-        elseif base then
-          return fail(("'%s': only bool options have a --no- form; %s takes %s")
-            :format(a, base.flag, base.type == "list" and "a list" or SCALARS[base.type].expect))
-        end
-      end
-      local pkey, pflag
-      for pfx, key in pairs(not o and c.spec.passthrough or {}) do
-        local head = kebab(pfx) .. "-"
-        if norm:sub(1, #head) == head and #norm > #head then pkey, pflag = key, norm:sub(#head + 1) end
-      end
-      if pkey then   -- --<prefix>-<flag> [V]: values[key][flag] = V (true when no value follows)
-        local v = inline
-        if v == nil then
-          local nxt = argv[i + 1]
-          if nxt ~= nil and not (nxt:sub(1, 2) == "--" and #nxt > 2) then v, i = nxt, i + 1 else v = true end
-        end
-        values[pkey] = values[pkey] or {}
-        values[pkey][(pflag:gsub("-", "_"))] = v
-      elseif not o then
-        if norm == "log-level" then
-          local v = inline
-          if v == nil then
-            v = argv[i + 1]
-            if v == nil or v:sub(1, 2) == "--" then
-              return fail("--log-level: missing value; expected one of " .. table.concat(LOG_LEVELS, ", "))
-            end
-            i = i + 1
-          end
-          if not LOG_LEVEL_SET[v:lower()] then
-            return fail(("--log-level: expected one of %s, got '%s'"):format(table.concat(LOG_LEVELS, ", "), v))
-          end
-          log_level = v:lower()
-        else
-          return fail(unknown_option(c, a, name))
-        end
-      elseif o.type == "bool" then
-        if negated then
-          if inline ~= nil then return fail(("'%s' takes no value"):format(a)) end
-          values[o.key] = false
-        elseif inline ~= nil then
-          local v = SCALARS.bool.read(inline)
-          if v == nil then return fail(("%s: expected %s, got '%s'"):format(o.flag, SCALARS.bool.expect, inline)) end
-          values[o.key] = v
-        else
-          local nxt = argv[i + 1]
-          if nxt and (nxt:lower() == "true" or nxt:lower() == "false") then
-            return fail(("%s takes no separate value; write %s=%s"):format(o.flag, o.flag, nxt))
-          end
-          values[o.key] = true
-        end
-        given[o.key] = true
-      elseif o.type == "list" then
-        local items
-        if inline ~= nil then
-          items = split_commas(inline)
-        else
-          items = {}
-          while i + 1 <= n and not ends_list(argv[i + 1]) do
-            items[#items + 1] = argv[i + 1]
-            i = i + 1
-          end
-          if #items == 0 then
-            return fail(("%s: missing value; expected one or more %s (or %s= for an empty list)")
-              :format(o.flag, SCALARS[o.of].plural, o.flag))
-          end
-        end
-        local list = given[o.key] and values[o.key] or json.array()
-        for _, text in ipairs(items) do
-          local v, err = read_value(o, text)
-          if v == nil then return fail(err) end
-          list[#list + 1] = v
-        end
-        values[o.key] = list
-        given[o.key] = true
-      else
-        local text = inline
-        if text == nil then
-          text = argv[i + 1]
-          if text == nil or text:sub(1, 2) == "--" then
-            return fail(("%s: missing value; expected %s"):format(o.flag, SCALARS[o.type].expect))
-          end
-          i = i + 1
-        end
-        local v, err = read_value(o, text)
-        if v == nil then return fail(err) end
-        values[o.key] = v
-        given[o.key] = true
-      end
-    elseif a:sub(1, 1) == "-" and a ~= "-" and not is_number_text(a) then
-      return fail(unknown_option(c, a, a:sub(2)))
-    else
-      positionals[#positionals + 1] = a
-      where[#positionals] = i
+-- The built-in --log-level LEVEL.
+local function read_log_level(argv, i, st, inline)
+  local v = inline
+  if v == nil then
+    v = argv[i + 1]
+    if v == nil or v:sub(1, 2) == "--" then
+      return nil, "--log-level: missing value; expected one of " .. table.concat(LOG_LEVELS, ", ")
     end
     i = i + 1
   end
+  if not LOG_LEVEL_SET[v:lower()] then
+    return nil, ("--log-level: expected one of %s, got '%s'"):format(table.concat(LOG_LEVELS, ", "), v)
+  end
+  st.log_level = v:lower()
+  return i
+end
 
-  -- positionals, in declaration order
+local function read_bool(o, a, argv, i, st, inline, negated)
+  if negated then
+    if inline ~= nil then return nil, ("'%s' takes no value"):format(a) end
+    st.values[o.key] = false
+  elseif inline ~= nil then
+    local v = SCALARS.bool.read(inline)
+    if v == nil then return nil, ("%s: expected %s, got '%s'"):format(o.flag, SCALARS.bool.expect, inline) end
+    st.values[o.key] = v
+  else
+    local nxt = argv[i + 1]
+    if nxt and (nxt:lower() == "true" or nxt:lower() == "false") then
+      return nil, ("%s takes no separate value; write %s=%s"):format(o.flag, o.flag, nxt)
+    end
+    st.values[o.key] = true
+  end
+  st.given[o.key] = true
+  return i
+end
+
+-- A list: --x a b c (up to the next flag) or --x=a,b,c; repeated flags append.
+local function read_list(o, argv, i, n, st, inline)
+  local items
+  if inline ~= nil then
+    items = split_commas(inline)
+  else
+    items = {}
+    while i + 1 <= n and not ends_list(argv[i + 1]) do
+      items[#items + 1] = argv[i + 1]
+      i = i + 1
+    end
+    if #items == 0 then
+      return nil, ("%s: missing value; expected one or more %s (or %s= for an empty list)")
+        :format(o.flag, SCALARS[o.of].plural, o.flag)
+    end
+  end
+  local list = st.given[o.key] and st.values[o.key] or json.array()
+  for _, text in ipairs(items) do
+    local v, err = read_value(o, text)
+    if v == nil then return nil, err end
+    list[#list + 1] = v
+  end
+  st.values[o.key], st.given[o.key] = list, true
+  return i
+end
+
+local function read_scalar(o, argv, i, st, inline)
+  local text = inline
+  if text == nil then
+    text = argv[i + 1]
+    if text == nil or text:sub(1, 2) == "--" then
+      return nil, ("%s: missing value; expected %s"):format(o.flag, SCALARS[o.type].expect)
+    end
+    i = i + 1
+  end
+  local v, err = read_value(o, text)
+  if v == nil then return nil, err end
+  st.values[o.key], st.given[o.key] = v, true
+  return i
+end
+
+-- argv[i], a "--..." argument: finds its option (--no-X for bools, pass-through
+-- prefixes, --log-level) and reads its value.
+local function read_flag(c, argv, i, n, st)
+  local a = argv[i]
+  local name, inline = a:sub(3):match("^([^=]*)=(.*)$")
+  name = name or a:sub(3)
+  local norm = kebab(name)
+  local o, negated = c.by_flag[norm], false
+  if not o and norm:sub(1, 3) == "no-" then
+    local base = c.by_flag[norm:sub(4)]
+    if base and base.type == "bool" then
+      o, negated = base, true
+    elseif base then
+      return nil, ("'%s': only bool options have a --no- form; %s takes %s")
+        :format(a, base.flag, base.type == "list" and "a list" or SCALARS[base.type].expect)
+    end
+  end
+  if not o then
+    for pfx, key in pairs(c.spec.passthrough or {}) do
+      local head = kebab(pfx) .. "-"
+      if norm:sub(1, #head) == head and #norm > #head then
+        return read_passthrough(argv, i, st, key, norm:sub(#head + 1), inline)
+      end
+    end
+    if norm == "log-level" then return read_log_level(argv, i, st, inline) end
+    return nil, unknown_option(c, a, name)
+  end
+  if o.type == "bool" then return read_bool(o, a, argv, i, st, inline, negated) end
+  if o.type == "list" then return read_list(o, argv, i, n, st, inline) end
+  return read_scalar(o, argv, i, st, inline)
+end
+
+-- The positional arguments, in declaration order (a list takes the rest).
+local function read_positionals(c, argv, positionals, where, st)
   local k = 1
   for _, p in ipairs(c.positionals) do
     if p.type == "list" then
       local list = json.array()
       while k <= #positionals do
         local v, err = read_value(p, positionals[k])
-        if v == nil then return fail(err) end
+        if v == nil then return nil, err end
         list[#list + 1] = v
         k = k + 1
       end
-      if #list > 0 then values[p.key], given[p.key] = list, true end
+      if #list > 0 then st.values[p.key], st.given[p.key] = list, true end
     elseif k <= #positionals then
       local v, err = read_value(p, positionals[k])
-      if v == nil then return fail(err) end
-      values[p.key], given[p.key] = v, true
+      if v == nil then return nil, err end
+      st.values[p.key], st.given[p.key] = v, true
       k = k + 1
     end
   end
@@ -618,10 +614,13 @@ local function parse_argv(c, argv)
     if o and o.type == "bool" and SCALARS.bool.read(extra) ~= nil then
       msg = msg .. ("; %s takes no separate value, write %s=%s"):format(o.flag, o.flag, extra)
     end
-    return fail(msg)
+    return nil, msg
   end
+  return true
+end
 
-  -- required options, then defaults
+-- Required options and arguments not given: the error, else nil.
+local function missing_required(c, given)
   local missing_opts, missing_args = {}, {}
   for _, o in ipairs(c.options) do
     if o.required and not given[o.key] then missing_opts[#missing_opts + 1] = o.flag end
@@ -630,12 +629,14 @@ local function parse_argv(c, argv)
     if p.required and not given[p.key] then missing_args[#missing_args + 1] = p.metavar end
   end
   if #missing_opts > 0 then
-    return fail(("missing required option%s %s"):format(#missing_opts > 1 and "s" or "",
-      table.concat(missing_opts, ", ")))
+    return ("missing required option%s %s"):format(#missing_opts > 1 and "s" or "", table.concat(missing_opts, ", "))
   elseif #missing_args > 0 then
-    return fail(("missing required argument%s %s"):format(#missing_args > 1 and "s" or "",
-      table.concat(missing_args, ", ")))
+    return ("missing required argument%s %s"):format(#missing_args > 1 and "s" or "", table.concat(missing_args, ", "))
   end
+end
+
+-- Defaults for what was not given (a copy of a list's; false for a bool without one).
+local function fill_defaults(c, values, given)
   for _, key in pairs(c.spec.passthrough or {}) do values[key] = values[key] or {} end
   local all = {}
   for _, o in ipairs(c.options) do all[#all + 1] = o end
@@ -653,7 +654,48 @@ local function parse_argv(c, argv)
       end
     end
   end
-  return values, log_level
+end
+
+-- Parses argv against the compiled spec. Returns values, log_level | nil, err, kind.
+local function parse_argv(c, argv)
+  local n = argv.n or #argv
+  for i = 1, n do
+    local a = argv[i]
+    if type(a) ~= "string" then
+      return nil, ("argument #%d is a %s, not a string"):format(i, type(a)), "usage"
+    end
+    if a == "--" then break end
+    if a == "-h" or a == "--help" then return nil, help_text(c), "help" end
+  end
+  local st = { values = {}, given = {} }
+  local positionals, where = {}, {}  -- where: argv index of each positional
+  local i = 1
+  while i <= n do
+    local a = argv[i]
+    if a == "--" then
+      for j = i + 1, n do
+        positionals[#positionals + 1] = argv[j]
+        where[#positionals] = j
+      end
+      break
+    elseif a:sub(1, 2) == "--" then
+      local last, err = read_flag(c, argv, i, n, st)
+      if not last then return nil, err, "usage" end
+      i = last
+    elseif a:sub(1, 1) == "-" and a ~= "-" and not is_number_text(a) then
+      return nil, unknown_option(c, a, a:sub(2)), "usage"
+    else
+      positionals[#positionals + 1] = a
+      where[#positionals] = i
+    end
+    i = i + 1
+  end
+  local okp, perr = read_positionals(c, argv, positionals, where, st)
+  if not okp then return nil, perr, "usage" end
+  local missing = missing_required(c, st.given)
+  if missing then return nil, missing, "usage" end
+  fill_defaults(c, st.values, st.given)
+  return st.values, st.log_level
 end
 
 -- ---- public ----------------------------------------------------------------------------

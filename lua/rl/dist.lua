@@ -28,10 +28,11 @@ local function env_opts()
   return text and json.decode(text) or nil
 end
 
+-- A collective's op: its text, or it raises (a rank cannot go on without its peers).
 local function await(op, fname)
-  local kind, payload = task.await_op(op, fname)
-  if kind == "done" then return payload end
-  error(fname .. ": " .. tostring(payload), 0)
+  local text, err = task.await_json(op, fname, true)
+  if text == nil then error(fname .. ": " .. tostring(err), 0) end
+  return text
 end
 
 local KNOWN = { rank = true, world_size = true, master_addr = true, master_port = true, timeout = true,
@@ -70,6 +71,16 @@ function M.init(opts)
   end
   state.rank, state.world_size = o.rank, o.world_size
   return true
+end
+
+--- A process group of its own, beside the default one (rl.weight_sync's trainer-to-engines
+--- group): opts {rank, world_size, master_addr, master_port (0 = a free one), timeout,
+--- name, backend}. Rank 0 starts its store now (handle:port()); the rendezvous is the
+--- handle's owner's to run (a weight source joins it on its helper thread). → the handle
+--- (:port(), :close()).
+function M.new_group(opts)
+  if type(opts) ~= "table" then error("rl.dist.new_group: bad argument #1 'opts' (table expected)", 2) end
+  return native().group_new(json.encode(opts))
 end
 
 --- Initialises from the environment when that asks for more than one rank and

@@ -43,8 +43,17 @@ local function wait_response(op, on_chunk, on_event, parser)
   end
 end
 
--- Requests in flight, by op: {method, url, started, task} (rl.watchdog's report).
-M._pending = {}
+-- Requests in flight, by op: {method, url, started, task}.
+local pending = {}
+
+--- The requests in flight now, oldest first: {method, url, started (rl.now()), task}
+--- each (rl.watchdog's report).
+function M.in_flight()
+  local list = {}
+  for _, p in pairs(pending) do list[#list + 1] = p end
+  table.sort(list, function(a, b) return a.started < b.started end)
+  return list
+end
 
 --- Sends one request and waits for the whole response.
 ---@param opts rl.http.RequestOpts
@@ -56,10 +65,10 @@ function M.request(opts)
   task.op_open(op)
   local on_event = opts.on_event
   local parser = on_event and chttp.sse_parser() or nil
-  M._pending[op] = { method = opts.method or "GET", url = opts.url, started = require("rl._core").loop.now(),
+  pending[op] = { method = opts.method or "GET", url = opts.url, started = require("rl._core").loop.now(),
                      task = task.current() }
   local ok, resp, err = pcall(wait_response, op, opts.on_chunk, on_event, parser)
-  M._pending[op] = nil
+  pending[op] = nil
   task.op_close(op)  -- cancels the transfer if we leave early (error, cancellation)
   if not ok then error(resp, 0) end
   return resp, err

@@ -22,6 +22,12 @@ function Model:__tostring()
     self:num_parameters() / 1e6)
 end
 
+--- The native handle of an rl.model (for the LibTorch modules that compute with it: the
+--- trainer), or nil when `m` is not one.
+function M.handle(m)
+  return getmetatable(m) == Model and m._h or nil
+end
+
 -- path: where the model was loaded from (rl.trainer copies tokenizer files from it
 -- into checkpoints).
 local function wrap(h, path)

@@ -13,7 +13,7 @@
 local core = require "rl._core"
 local task = require "rl.task"
 
-local cr = core.router  -- spawn/kill/reap: bindings/core_router.cpp over runtime/base/child_process
+local cr = core.process  -- spawn/kill/reap (bindings/core_process.cpp, runtime/base/child_process.hpp)
 local M = {}
 
 local Process = {}
@@ -59,7 +59,7 @@ function M.which(name)
     local f = io.open(p, "rb")
     if not f then return false end
     f:close()
-    local r = os.execute("test -x '" .. p:gsub("'", "'\\''") .. "'")
+    local r = os.execute("test -x " .. M.quote(p))
     return r == 0 or r == true
   end
   if name:find("/", 1, true) then return executable(name) and name or nil end
@@ -90,6 +90,41 @@ function M.spawn(argv, opts)
   return setmetatable({ pid = pid, argv = argv, log = opts.log }, Process)
 end
 
+--- `s` as one shell word: unchanged when no shell treats any of its characters specially,
+--- else in single quotes (a quote inside becomes '\''). For the few commands that go
+--- through a shell (os.execute, io.popen) and command lines shown in logs.
+function M.quote(s)
+  s = tostring(s)
+  if s ~= "" and s:match("^[%w%./_=:,+@%%-]+$") then return s end
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+--- Waits until child `pid` (spawned here) has exited and reaps it, checking on the event
+--- loop's timers (other tasks run; needs a task): its exit code (128 + signal when killed),
+--- or nil after `timeout` seconds (nil: no limit).
+function M.wait_pid(pid, timeout)
+  local deadline = timeout and (core.loop.now() + timeout)
+  while true do
+    local code = cr.reap(pid)
+    if code then return code end
+    if deadline and core.loop.now() > deadline then return nil end
+    task.sleep(0.02)
+  end
+end
+
+--- SIGTERM to child `pid`'s process group, SIGKILL when it has not exited after `grace`
+--- seconds; waits until it is reaped (needs a task). → its exit code.
+function M.stop_pid(pid, grace)
+  cr.kill(pid, SIGTERM)
+  local code = M.wait_pid(pid, grace)
+  if code then return code end
+  cr.kill(pid, SIGKILL)
+  return M.wait_pid(pid)
+end
+
+--- Sends `signal` to child `pid`'s process group; false when it is gone.
+function M.signal_pid(pid, signal) return cr.kill(pid, signal) end
+
 --- True while the process runs (reaps it once it has exited; then `code` is set).
 function Process:running()
   if self.code then return false end
@@ -102,12 +137,11 @@ end
 --- Waits (polling, other tasks run) until the process exits: its exit code
 --- (128 + signal when killed), or nil, "timeout" after `timeout` seconds.
 function Process:wait(timeout)
-  local deadline = timeout and (core.loop.now() + timeout)
-  while self:running() do
-    if deadline and core.loop.now() > deadline then return nil, "timeout" end
-    task.sleep(0.05)
-  end
-  return self.code
+  if self.code then return self.code end
+  local code = M.wait_pid(self.pid, timeout)
+  if not code then return nil, "timeout" end
+  self.code = code
+  return code
 end
 
 --- Sends `signal` (default SIGTERM = 15); false when the process is gone.

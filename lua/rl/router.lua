@@ -17,50 +17,10 @@ local task = require "rl.task"
 local crouter = core.router
 local M = {}
 
--- Option name -> the child's flag (process mode); all are accepted in both modes.
-local OPTIONS = {
-  workers = "--worker", policy = "--policy", host = "--host", port = "--port",
-  allow_remote = "--allow-remote", allow_link_local_workers = "--allow-link-local-workers", mode = false, ready_timeout = false, log_level = "--log-level",
-  health_interval = "--health-interval", health_timeout = "--health-timeout",
-  health_failure_threshold = "--health-failure-threshold",
-  health_success_threshold = "--health-success-threshold", health_path = "--health-path",
-  max_retries = "--max-retries", retry_backoff = "--retry-backoff", retry_max_backoff = "--retry-max-backoff",
-  request_timeout = "--request-timeout", connect_timeout = "--connect-timeout",
-  circuit_failure_threshold = "--circuit-failure-threshold",
-  circuit_success_threshold = "--circuit-success-threshold", circuit_open_time = "--circuit-open-time",
-  cache_threshold = "--cache-threshold", balance_abs_threshold = "--balance-abs-threshold",
-  balance_rel_threshold = "--balance-rel-threshold", max_tree_chars = "--max-tree-chars",
-  max_connections = "--max-connections", max_conns_per_worker = "--max-conns-per-worker", seed = "--seed",
-}
-M.OPTIONS = OPTIONS
+local options = require "rl.router.options"   -- every option, declared once
 
 --- Policy names: round_robin, random, least_load, power_of_two, cache_aware, consistent_hashing.
 function M.policies() return crouter.policies() end
-
-local function check_opts(opts, fname)
-  if type(opts) ~= "table" then
-    error(fname .. ": bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 3)
-  end
-  for k in pairs(opts) do
-    if OPTIONS[k] == nil then
-      local names = {}
-      for name in pairs(OPTIONS) do names[#names + 1] = name end
-      table.sort(names)
-      error(fname .. ": unknown option 'opts." .. tostring(k) .. "' (valid: " .. table.concat(names, ", ") .. ")", 3)
-    end
-  end
-  if opts.mode ~= nil and opts.mode ~= "thread" and opts.mode ~= "process" then
-    error(fname .. ": bad argument 'opts.mode' (\"thread\" or \"process\" expected, got " .. tostring(opts.mode) .. ")", 3)
-  end
-  if opts.policy ~= nil then
-    local ok = false
-    for _, p in ipairs(crouter.policies()) do ok = ok or p == opts.policy end
-    if not ok then
-      error(fname .. ": bad argument 'opts.policy' (unknown policy '" .. tostring(opts.policy) .. "'; valid: "
-        .. table.concat(crouter.policies(), ", ") .. ")", 3)
-    end
-  end
-end
 
 -- ---- thread mode ---------------------------------------------------------------------
 
@@ -120,12 +80,7 @@ end
 --- SIGTERM, then SIGKILL after 5 s; waits for the child to exit.
 function Process:stop()
   if not self.pid then return end
-  crouter.kill(self.pid, 15)
-  local deadline = core.loop.now() + 5
-  while crouter.reap(self.pid) == nil do
-    if core.loop.now() > deadline then crouter.kill(self.pid, 9) deadline = math.huge end
-    task.sleep(0.02)
-  end
+  require("rl.process").stop_pid(self.pid, 5)
   self.pid = nil
 end
 
@@ -135,17 +90,8 @@ local function start_process(opts)
   os.remove(ready)  -- the child creates it once listening
   local argv = { "@self", "router", "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port"; argv[#argv + 1] = "0" end
-  for k, v in pairs(opts) do
-    local flag = OPTIONS[k]
-    if flag and k == "workers" then
-      for _, w in ipairs(v) do argv[#argv + 1] = flag; argv[#argv + 1] = w end
-    elseif flag and type(v) == "boolean" then
-      argv[#argv + 1] = v and flag or ("--no-" .. flag:sub(3))
-    elseif flag then
-      argv[#argv + 1] = flag; argv[#argv + 1] = tostring(v)
-    end
-  end
-  local pid, err = crouter.spawn(argv)   -- dies with us; inherits $RLHOST_ADMIN_TOKEN
+  for _, a in ipairs(options.argv(opts)) do argv[#argv + 1] = a end
+  local pid, err = core.process.spawn(argv)   -- dies with us; inherits $RLHOST_ADMIN_TOKEN
   if not pid then return nil, "rl.router.start: " .. err end
   local deadline = core.loop.now() + (opts.ready_timeout or 15)
   while true do
@@ -159,14 +105,14 @@ local function start_process(opts)
       local resp = http().get(url .. "/health", { timeout = 5 })
       if resp and resp.status == 200 then return h end
     end
-    local code = crouter.reap(pid)
+    local code = core.process.reap(pid)
     if code then
       os.remove(ready)
       return nil, "rl.router.start: the router process exited with status " .. code
         .. " before it was ready (its log above says why)"
     end
     if core.loop.now() > deadline then
-      crouter.kill(pid, 9)
+      core.process.kill(pid, 9)
       os.remove(ready)
       return nil, "rl.router.start: the router process was not ready after "
         .. (opts.ready_timeout or 15) .. " s"
@@ -181,7 +127,7 @@ end
 --- :add(url), :remove(url), :workers(), :metrics(), :stop(); or nil, err when it
 --- cannot listen. Bad options raise.
 function M.start(opts)
-  check_opts(opts, "rl.router.start")
+  options.check(opts, "rl.router.start")
   if opts.mode == "process" then return start_process(opts) end
   local h, err = crouter.start(opts)
   if not h then return nil, "rl.router.start: " .. err end

@@ -170,6 +170,18 @@ function M.await_op(op, fname)
   return (function(...) M.op_close(op); return ... end)(M.op_next(op, fname))
 end
 
+--- Runs an op of a native job (an engine's, a trainer's, a process group's) whose event is
+--- ("done", json_text) or ("error", why): → the decoded value (raw = true: the text), or
+--- nil and why (a reply that is not JSON included).
+function M.await_json(op, fname, raw)
+  local kind, payload = M.await_op(op, fname)
+  if kind ~= "done" then return nil, payload end
+  if raw then return payload end
+  local v, err = require("rl.json").decode(payload)
+  if err then return nil, (fname or "native job") .. ": bad JSON in the reply: " .. tostring(err) end
+  return v
+end
+
 ---@return rl.Task|nil the task running now
 function M.current() return current end
 
@@ -396,7 +408,8 @@ local function by_id(set)
 end
 
 -- The tasks not finished yet (waiting_on / waiting_since: what each waits for).
-function M._live() return by_id(live) end
+--- The tasks alive now (running or waiting), by id (rl.watchdog's report).
+function M.live() return by_id(live) end
 
 function M._on_done(t, cb) on_task_done[t] = cb end
 function M._unobserved() return by_id(unobserved) end

@@ -46,7 +46,8 @@ local store = require "rl._trace_store"
 local Sample = require("rl.sample").Sample
 local tnew = require "table.new"
 local now, new_serial, id_of, new_id, append = store.now, store.new_serial, store.id_of, store.new_id, store.append
-M._new_id = new_id
+--- A fresh trace/span id (what spans get): for ids a caller must make before its span exists.
+M.new_id = new_id
 
 local enabled = true
 local context = task.context

@@ -54,7 +54,7 @@ end
 local function section(out, title) out[#out + 1] = "" ; out[#out + 1] = "== " .. title end
 
 local function tasks_part(out, t_now)
-  local list = task._live()
+  local list = task.live()
   section(out, ("tasks (%d)"):format(#list))
   for _, t in ipairs(list) do
     local wait = t.waiting_on and (" waits on %s for %.1f s"):format(t.waiting_on, t_now - (t.waiting_since or t_now))
@@ -75,9 +75,7 @@ local function tasks_part(out, t_now)
 end
 
 local function http_part(out, t_now)
-  local list = {}
-  for _, p in pairs(require("rl.http")._pending) do list[#list + 1] = p end
-  table.sort(list, function(a, b) return a.started < b.started end)
+  local list = require("rl.http").in_flight()
   section(out, ("HTTP requests in flight (%d)"):format(#list))
   for _, p in ipairs(list) do
     out[#out + 1] = ("%s %s for %.1f s (task %s)"):format(p.method, tostring(p.url), t_now - p.started,
@@ -110,7 +108,7 @@ function M.text(reason)
     t_now - M.last, M.last_what)
   if job then
     local phase = job.phase and ("%s for %.1f s"):format(job.phase, t_now - (job.phase_since or t_now)) or "between steps"
-    local tr = job.trainer and job.trainer._h and { job.trainer._h:progress() } or {}
+    local tr = job.trainer and job.trainer.progress and { job.trainer:progress() } or {}
     out[#out + 1] = ("job: %s; trainer step %s, micro-batches %s/%s"):format(phase,
       job.trainer and tostring(job.trainer:step()) or "-", tostring(tr[1] or "-"), tostring(tr[2] or "-"))
   end
@@ -153,15 +151,16 @@ function M.start(opts)
   M.progress("start")
   if not M.timeout or M.timeout <= 0 then return end
   local every = math.min(5, M.timeout / 4)
-  local micro = M.job and M.job.trainer and M.job.trainer._h and M.job.trainer._h:progress()
+  local function micro_batches()   -- the trainer's micro-batches done so far (Trainer:progress)
+    local tr = M.job and M.job.trainer
+    return tr and tr.progress and (tr:progress()) or nil
+  end
+  local micro = micro_batches()
   M.task = task.spawn_named("watchdog", function()
     while true do
       task.sleep(every)
-      local tr = M.job and M.job.trainer
-      if tr and tr._h then
-        local done = tr._h:progress()
-        if done ~= micro then micro = done; M.progress("train") end
-      end
+      local done = micro_batches()
+      if done ~= nil and done ~= micro then micro = done; M.progress("train") end
       if not M.reported and now() - M.last > M.timeout then
         M.reported = true
         M.report { reason = ("no progress for %g s"):format(M.timeout) }

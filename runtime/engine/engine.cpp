@@ -22,7 +22,7 @@
 #include "engine/engine_impl.hpp"
 #include "engine/sampler.hpp"
 #include "engine/step_batch.hpp"
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
 
 namespace rl::engine {

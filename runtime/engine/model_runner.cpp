@@ -5,7 +5,7 @@
 #include "base/log_text.hpp"
 #include "engine/engine_impl.hpp"
 #include "engine/engine_weights.hpp"
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "nn/weights.hpp"
 
 namespace rl::engine {

@@ -4,26 +4,16 @@
 // passes on the output (tests/e2e/test_engine_server.py runs it).
 #include "engine/server_metrics.hpp"
 
-#include <cmath>
-#include <cstdio>
 
 namespace rl::engine {
 namespace {
 
-std::string num(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (std::isnan(v)) return "NaN";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  metrics::prom_family(out, name, type, help);
 }
 
-void header(std::string& out, const std::string& name, const char* type, const char* help) {
-  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-}
-
-void sample(std::string& out, const std::string& name, const std::string& labels, double v) {
-  out += name + "{" + labels + "} " + num(v) + "\n";
+void sample(std::string& out, const char* name, const std::string& labels, double v) {
+  metrics::prom_sample(out, name, labels, v);
 }
 
 // SGLang's buckets (seconds / tokens).
@@ -43,39 +33,8 @@ std::vector<double> token_buckets() {
 
 }  // namespace
 
-std::string prometheus_label_value(const std::string& v) {
-  std::string o;
-  for (char c : v) {
-    if (c == '\\') o += "\\\\";
-    else if (c == '"') o += "\\\"";
-    else if (c == '\n') o += "\\n";
-    else o += c;
-  }
-  return o;
-}
-
-void Histogram::observe(double v) {
-  if (!(v >= 0) || std::isinf(v)) return;  // NaN/negative durations mean "unknown"
-  size_t k = 0;
-  while (k < bounds_.size() && v > bounds_[k]) ++k;
-  ++counts_[k];
-  sum_ += v;
-  ++count_;
-}
-
-void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
-  uint64_t cum = 0;
-  for (size_t k = 0; k <= bounds_.size(); ++k) {
-    cum += counts_[k];
-    const std::string le = k < bounds_.size() ? num(bounds_[k]) : "+Inf";
-    out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cum) + "\n";
-  }
-  out += name + "_sum{" + labels + "} " + num(sum_) + "\n";
-  out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
-}
-
 ServerMetrics::ServerMetrics(std::string model_name)
-    : labels_("model_name=\"" + prometheus_label_value(model_name) + "\""),
+    : labels_("model_name=\"" + metrics::prom_label_value(model_name) + "\""),
       ttft_(ttft_buckets()), itl_(itl_buckets()), e2e_(e2e_buckets()), queue_(e2e_buckets()),
       prefill_(ttft_buckets()), decode_(e2e_buckets()), prompt_len_(token_buckets()), gen_len_(token_buckets()) {}
 

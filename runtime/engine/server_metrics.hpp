@@ -2,7 +2,8 @@
 // (`sglang:*` with a `model_name` label), so dashboards and the router's
 // /engine_metrics work unchanged. Gauges and token counters come from
 // Engine::stats(); latency histograms are observed here per finished request.
-// Thread-safe. LibTorch-free.
+// Thread-safe. LibTorch-free. Written with the one exposition writer
+// (runtime/metrics/prometheus_text.hpp).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,22 +12,11 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "metrics/prometheus_text.hpp"
 
 namespace rl::engine {
 
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-  void observe(double v);
-  // Appends `name_bucket{labels,le=..}`, `name_sum`, `name_count` lines (cumulative buckets).
-  void render(std::string& out, const std::string& name, const std::string& labels) const;
-
- private:
-  std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
-  double sum_ = 0;
-  uint64_t count_ = 0;
-};
+using Histogram = metrics::PromHistogram;
 
 class ServerMetrics {
  public:
@@ -48,8 +38,5 @@ class ServerMetrics {
   uint64_t http_2xx_ = 0, http_4xx_ = 0, http_5xx_ = 0;
   std::map<std::string, uint64_t> rejected_;
 };
-
-// Escapes a label value (backslash, quote, newline) for the exposition format.
-std::string prometheus_label_value(const std::string& v);
 
 }  // namespace rl::engine

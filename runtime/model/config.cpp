@@ -9,7 +9,7 @@
 
 #include "base/errors.hpp"
 #include "base/json_input.hpp"
-#include "model/checkpoint_io.hpp"
+#include "model/tensor_files_io.hpp"
 
 namespace rl::model {
 namespace {

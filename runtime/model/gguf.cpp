@@ -8,8 +8,8 @@
 #include <set>
 
 #include "base/errors.hpp"
-#include "model/checkpoint.hpp"
-#include "model/checkpoint_io.hpp"
+#include "model/tensor_files.hpp"
+#include "model/tensor_files_io.hpp"
 
 namespace rl::model {
 namespace {
@@ -247,48 +247,34 @@ class MetaReader {
   std::string name_;
 };
 
-}  // namespace
-
-GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std::shared_ptr<void> owner_in) {
-  const auto* bytes = static_cast<const std::byte*>(data);
-  Cursor c(bytes, size, name);
-  if (size < 4 || std::memcmp(bytes, "GGUF", 4) != 0)
-    c.fail("not a GGUF file (no 'GGUF' magic)", "expected a llama.cpp .gguf file");
-  c.skip(4, "magic");
-  const uint32_t version = c.read<uint32_t>("version");
-  if (version != 2 && version != 3)
-    c.fail("GGUF version " + std::to_string(version) + " is not supported",
-           version == 1 ? "GGUF v1 is obsolete; re-convert with a current llama.cpp"
-                        : "versions 2 and 3 (little-endian) are supported");
-  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
-  const uint64_t n_kv = c.read<uint64_t>("metadata count");
+// The header's metadata entries (n_kv of them), each key once.
+json read_metadata(Cursor& c, uint64_t n_kv) {
   if (n_kv > c.left() / 12)  // key length + value type at least
     c.fail("metadata count " + std::to_string(n_kv) + " cannot fit in the " + std::to_string(c.left()) + " bytes left");
-
-  GgufModel model;
-  model.metadata = json::object();
+  json metadata = json::object();
   for (uint64_t i = 0; i < n_kv; ++i) {
     c.about("metadata entry #" + std::to_string(i));
     std::string key = c.str("key");
     if (!valid_utf8(key)) c.fail("metadata key #" + std::to_string(i) + " is not UTF-8");
-    if (model.metadata.contains(key)) c.fail("metadata key '" + key + "' appears twice");
+    if (metadata.contains(key)) c.fail("metadata key '" + key + "' appears twice");
     c.about("metadata key '" + key + "'");
     const uint32_t type = c.read<uint32_t>("value type");
-    model.metadata[key] = read_value(c, type, key, 0);
+    metadata[key] = read_value(c, type, key, 0);
   }
-  const MetaReader meta(model.metadata, name);
-  for (const auto& [k, v] : model.metadata.items())
-    if (k.rfind("general.", 0) == 0) model.tensors.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  return metadata;
+}
 
-  uint64_t alignment = 32;
-  if (meta.has("general.alignment")) {
-    int64_t a = meta.integer("general.alignment");
-    if (a <= 0 || (a & (a - 1)) != 0 || a > (int64_t(1) << 20))
-      c.fail("general.alignment " + std::to_string(a) + " is not a power of two", kCorruptHint);
-    alignment = uint64_t(a);
-  }
+uint64_t read_alignment(Cursor& c, const MetaReader& meta) {
+  if (!meta.has("general.alignment")) return 32;
+  const int64_t a = meta.integer("general.alignment");
+  if (a <= 0 || (a & (a - 1)) != 0 || a > (int64_t(1) << 20))
+    c.fail("general.alignment " + std::to_string(a) + " is not a power of two", kCorruptHint);
+  return uint64_t(a);
+}
 
-  // Tensor infos: name, dims, type, offset (at least 8 + 4 + 4 + 8 bytes each).
+// Tensor infos: name, dims, type, offset (at least 8 + 4 + 4 + 8 bytes each); only
+// F32, F16 and BF16 tensors.
+std::vector<TensorInfo> read_tensor_infos(Cursor& c, uint64_t n_tensors, const std::string& name) {
   if (n_tensors > c.left() / 24)
     c.fail("tensor count " + std::to_string(n_tensors) + " cannot fit in the " + std::to_string(c.left()) + " bytes left");
   std::vector<TensorInfo> infos(n_tensors);
@@ -319,8 +305,10 @@ GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std
                   "--outtype f32/f16, or load the Hugging Face safetensors");
     if (detail::mul_overflows(numel, t.type == 0 ? 4 : 2, &t.nbytes)) c.fail("tensor '" + t.name + "' has an impossible shape");
   }
-  const uint64_t data_start = (uint64_t(c.pos()) + alignment - 1) / alignment * alignment;
-  const uint64_t data_len = data_start <= size ? size - data_start : 0;
+  return infos;
+}
+
+void check_offsets(Cursor& c, const std::vector<TensorInfo>& infos, uint64_t alignment, uint64_t data_len) {
   for (const auto& t : infos) {
     if (t.offset % alignment != 0)
       c.fail("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not a multiple of the alignment (" +
@@ -329,39 +317,31 @@ GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std
       c.fail("tensor '" + t.name + "': bytes [" + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) +
              ") exceed the data region (" + std::to_string(data_len) + " bytes)");
   }
+}
 
-  // The config, from <arch>.* keys and the tensors present.
-  const std::string arch = meta.string("general.architecture", "");
+const TensorInfo* find_info(const std::vector<TensorInfo>& infos, const std::string& n) {
+  for (const auto& t : infos)
+    if (t.name == n) return &t;
+  return nullptr;
+}
+
+// config.json from the <arch>.* keys and the tensors present (embd: token_embd.weight;
+// tied: the classifier is the embedding).
+json config_from_metadata(Cursor& c, const MetaReader& meta, const std::vector<TensorInfo>& infos, const std::string& arch,
+                          const TensorInfo& embd, bool tied) {
   static const std::map<std::string, std::string> kArch = {
       {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
-  if (!kArch.count(arch))
-    throw Error(name + ": general.architecture '" + arch + "' is not supported",
-                "supported GGUF architectures: llama, qwen2, qwen3");
-  auto find_info = [&](const std::string& n) -> const TensorInfo* {
-    for (const auto& t : infos)
-      if (t.name == n) return &t;
-    return nullptr;
-  };
-  const TensorInfo* embd = find_info("token_embd.weight");
-  if (!embd || embd->shape.size() != 2) c.fail("no 2-D tensor 'token_embd.weight'", "the GGUF does not hold a complete model");
-  const TensorInfo* output = find_info("output.weight");
-  const auto at = [&](const TensorInfo* t) { return bytes + data_start + t->offset; };
-  // llama.cpp's llama2.c converter writes the shared classifier out again:
-  // identical bytes mean the embeddings are tied.
-  const bool tied = !output || (output->shape == embd->shape && output->type == embd->type &&
-                                std::memcmp(at(output), at(embd), size_t(embd->nbytes)) == 0);
   if (meta.has(arch + ".rope.scaling.type") && meta.string(arch + ".rope.scaling.type", "") != "none" &&
       meta.string(arch + ".rope.scaling.type", "") != "linear")
     c.fail(arch + ".rope.scaling.type '" + meta.string(arch + ".rope.scaling.type", "") + "' is not supported",
            "supported: none, linear; load the Hugging Face checkpoint instead");
-  if (find_info("rope_freqs.weight"))
+  if (find_info(infos, "rope_freqs.weight"))
     c.fail("tensor 'rope_freqs.weight' (llama3 rope scaling) cannot be mapped to a Hugging Face config",
            "load the Hugging Face checkpoint, whose config.json carries rope_scaling");
-
   const std::string p = arch + ".";
   json cfg = {{"architectures", json::array({kArch.at(arch)})},
               {"model_type", arch},
-              {"vocab_size", embd->shape[0]},
+              {"vocab_size", embd.shape[0]},
               {"hidden_size", meta.integer(p + "embedding_length")},
               {"intermediate_size", meta.integer(p + "feed_forward_length")},
               {"num_hidden_layers", meta.integer(p + "block_count")},
@@ -371,7 +351,7 @@ GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std
               {"rope_theta", meta.number(p + "rope.freq_base", 10000.0)},
               {"hidden_act", "silu"},
               {"tie_word_embeddings", tied},
-              {"torch_dtype", embd->type == 0 ? "float32" : embd->type == 1 ? "float16" : "bfloat16"}};
+              {"torch_dtype", embd.type == 0 ? "float32" : embd.type == 1 ? "float16" : "bfloat16"}};
   cfg["num_key_value_heads"] =
       meta.has(p + "attention.head_count_kv") ? json(meta.integer(p + "attention.head_count_kv")) : cfg["num_attention_heads"];
   const int64_t heads = cfg["num_attention_heads"].get<int64_t>(), hidden = cfg["hidden_size"].get<int64_t>();
@@ -380,28 +360,24 @@ GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std
   if (meta.string(p + "rope.scaling.type", "none") == "linear")
     cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", meta.number(p + "rope.scaling.factor", 1.0)}};
   if (arch == "llama") {
-    cfg["attention_bias"] = find_info("blk.0.attn_q.bias") != nullptr;
-    cfg["mlp_bias"] = find_info("blk.0.ffn_gate.bias") != nullptr;
+    cfg["attention_bias"] = find_info(infos, "blk.0.attn_q.bias") != nullptr;
+    cfg["mlp_bias"] = find_info(infos, "blk.0.ffn_gate.bias") != nullptr;
   } else if (arch == "qwen3") {
-    cfg["attention_bias"] = find_info("blk.0.attn_q.bias") != nullptr;
+    cfg["attention_bias"] = find_info(infos, "blk.0.attn_q.bias") != nullptr;
   }
   for (const char* tok : {"bos", "eos"}) {
     const std::string key = std::string("tokenizer.ggml.") + tok + "_token_id";
-    if (meta.has(key) && meta.integer(key) >= 0 && meta.integer(key) < embd->shape[0]) cfg[std::string(tok) + "_token_id"] = meta.integer(key);
+    if (meta.has(key) && meta.integer(key) >= 0 && meta.integer(key) < embd.shape[0]) cfg[std::string(tok) + "_token_id"] = meta.integer(key);
   }
-  model.config = ModelConfig::from_json(cfg, name + " (GGUF metadata)");
-  const ModelConfig& mc = model.config;
-  if (meta.has(p + "rope.dimension_count") && meta.integer(p + "rope.dimension_count") != mc.head_dim)
-    c.fail(p + "rope.dimension_count (" + std::to_string(meta.integer(p + "rope.dimension_count")) +
-               ") differs from head_dim (" + std::to_string(mc.head_dim) + ")",
-           "partial rotary embeddings are not supported");
+  return cfg;
+}
 
-  // The tensors under HF names, checked against the config; then llama q/k
-  // rows un-permuted into owned buffers.
-  auto owner = std::make_shared<Owner>();
-  owner->file = std::move(owner_in);
+// The tensors under Hugging Face names (a tied classifier left out), sorted, each name once.
+void add_tensors(Cursor& c, GgufModel& model, const std::vector<TensorInfo>& infos, const TensorInfo* skip,
+                 const std::byte* data, const std::string& name) {
+  const ModelConfig& mc = model.config;
   for (const auto& t : infos) {
-    if (&t == output && tied) continue;
+    if (&t == skip) continue;
     const auto hf = hf_name(t.name, mc.num_hidden_layers);
     if (!hf)
       throw Error(name + ": tensor '" + t.name + "' has no Hugging Face " + mc.architecture + " equivalent",
@@ -410,7 +386,7 @@ GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std
     v.name = *hf;
     v.dtype = t.type == 0 ? DType::F32 : t.type == 1 ? DType::F16 : DType::BF16;
     v.shape = t.shape;
-    v.data = at(&t);
+    v.data = data + t.offset;
     v.nbytes = size_t(t.nbytes);
     v.file = name;
     model.tensors.tensors.push_back(std::move(v));
@@ -420,18 +396,73 @@ GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std
   for (size_t i = 1; i < model.tensors.tensors.size(); ++i)
     if (model.tensors.tensors[i].name == model.tensors.tensors[i - 1].name)
       c.fail("two tensors map to '" + model.tensors.tensors[i].name + "'");
-  validate_tensors(model.tensors, model.config);  // shapes now match the config
+}
 
-  if (arch == "llama") {
-    for (auto& v : model.tensors.tensors) {
-      const bool is_q = v.name.find(".q_proj.") != std::string::npos, is_k = v.name.find(".k_proj.") != std::string::npos;
-      if (!is_q && !is_k) continue;
-      const int64_t d_out = v.shape[0];
-      owner->buffers.push_back(
-          unpermute_rows(v.data, d_out, v.nbytes / size_t(d_out), is_q ? mc.num_attention_heads : mc.num_key_value_heads));
-      v.data = owner->buffers.back().data();
-    }
+// llama: q and k rows un-permuted into buffers the owner keeps.
+void unpermute_llama_qk(GgufModel& model, Owner& owner) {
+  const ModelConfig& mc = model.config;
+  for (auto& v : model.tensors.tensors) {
+    const bool is_q = v.name.find(".q_proj.") != std::string::npos, is_k = v.name.find(".k_proj.") != std::string::npos;
+    if (!is_q && !is_k) continue;
+    const int64_t d_out = v.shape[0];
+    owner.buffers.push_back(
+        unpermute_rows(v.data, d_out, v.nbytes / size_t(d_out), is_q ? mc.num_attention_heads : mc.num_key_value_heads));
+    v.data = owner.buffers.back().data();
   }
+}
+
+}  // namespace
+
+GgufModel parse_gguf(const void* data, size_t size, const std::string& name, std::shared_ptr<void> owner_in) {
+  const auto* bytes = static_cast<const std::byte*>(data);
+  Cursor c(bytes, size, name);
+  if (size < 4 || std::memcmp(bytes, "GGUF", 4) != 0)
+    c.fail("not a GGUF file (no 'GGUF' magic)", "expected a llama.cpp .gguf file");
+  c.skip(4, "magic");
+  const uint32_t version = c.read<uint32_t>("version");
+  if (version != 2 && version != 3)
+    c.fail("GGUF version " + std::to_string(version) + " is not supported",
+           version == 1 ? "GGUF v1 is obsolete; re-convert with a current llama.cpp"
+                        : "versions 2 and 3 (little-endian) are supported");
+  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
+  const uint64_t n_kv = c.read<uint64_t>("metadata count");
+
+  GgufModel model;
+  model.metadata = read_metadata(c, n_kv);
+  const MetaReader meta(model.metadata, name);
+  for (const auto& [k, v] : model.metadata.items())
+    if (k.rfind("general.", 0) == 0) model.tensors.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  const uint64_t alignment = read_alignment(c, meta);
+  const std::vector<TensorInfo> infos = read_tensor_infos(c, n_tensors, name);
+  const uint64_t data_start = (uint64_t(c.pos()) + alignment - 1) / alignment * alignment;
+  check_offsets(c, infos, alignment, data_start <= size ? size - data_start : 0);
+
+  const std::string arch = meta.string("general.architecture", "");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+    throw Error(name + ": general.architecture '" + arch + "' is not supported",
+                "supported GGUF architectures: llama, qwen2, qwen3");
+  const TensorInfo* embd = find_info(infos, "token_embd.weight");
+  if (!embd || embd->shape.size() != 2) c.fail("no 2-D tensor 'token_embd.weight'", "the GGUF does not hold a complete model");
+  const TensorInfo* output = find_info(infos, "output.weight");
+  const std::byte* tensor_data = bytes + data_start;
+  // llama.cpp's llama2.c converter writes the shared classifier out again:
+  // identical bytes mean the embeddings are tied.
+  const bool tied = !output || (output->shape == embd->shape && output->type == embd->type &&
+                                std::memcmp(tensor_data + output->offset, tensor_data + embd->offset, size_t(embd->nbytes)) == 0);
+  model.config = ModelConfig::from_json(config_from_metadata(c, meta, infos, arch, *embd, tied), name + " (GGUF metadata)");
+  const std::string p = arch + ".";
+  if (meta.has(p + "rope.dimension_count") && meta.integer(p + "rope.dimension_count") != model.config.head_dim)
+    c.fail(p + "rope.dimension_count (" + std::to_string(meta.integer(p + "rope.dimension_count")) +
+               ") differs from head_dim (" + std::to_string(model.config.head_dim) + ")",
+           "partial rotary embeddings are not supported");
+
+  // The tensors under HF names, checked against the config; then llama q/k rows
+  // un-permuted into owned buffers.
+  auto owner = std::make_shared<Owner>();
+  owner->file = std::move(owner_in);
+  add_tensors(c, model, infos, tied ? output : nullptr, tensor_data, name);
+  validate_tensors(model.tensors, model.config);  // shapes now match the config
+  if (arch == "llama") unpermute_llama_qk(model, *owner);
   model.tensors.owner = owner;
   return model;
 }

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "base/errors.hpp"
-#include "model/checkpoint.hpp"
-#include "model/checkpoint_io.hpp"
+#include "model/tensor_files.hpp"
+#include "model/tensor_files_io.hpp"
 
 namespace rl::model {
 namespace {

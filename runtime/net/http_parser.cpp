@@ -143,64 +143,18 @@ RequestParser::Status RequestParser::feed(const std::string& buf, size_t& pos) {
         state_ = State::done;
         continue;
       }
-      case State::chunk_size: {
-        const size_t nl = in.find('\n');
-        if (nl == std::string_view::npos) {
-          if (in.size() > 1024) return fail(400, "chunk size line longer than 1024 bytes");
-          return Status::need_more;
+      case State::chunked:
+        switch (chunked_.feed(buf, pos, req_.body)) {
+          case ChunkedDecoder::Status::need_more:
+            return Status::need_more;
+          case ChunkedDecoder::Status::error:
+            return fail(chunked_.error_status(),
+                        (chunked_.error_status() == 413 ? "request " : "") + chunked_.error());
+          case ChunkedDecoder::Status::done:
+            state_ = State::done;
+            continue;
         }
-        std::string_view line = trim(in.substr(0, nl));
-        line = line.substr(0, line.find(';'));  // chunk extensions are ignored
-        line = trim(line);
-        size_t size = 0;
-        auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), size, 16);
-        if (line.empty() || ec != std::errc() || p != line.data() + line.size())
-          return fail(400, "bad chunk size '" + std::string(line.substr(0, 32)) + "' (hex digits expected)");
-        pos += nl + 1;
-        if (size == 0) {
-          state_ = State::trailer;
-          continue;
-        }
-        if (size > limits_.max_body_bytes || req_.body.size() + size > limits_.max_body_bytes)
-          return fail(413, "request body larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
-        remaining_ = size;
-        state_ = State::chunk_data;
         continue;
-      }
-      case State::chunk_data: {
-        const size_t take = std::min(remaining_, in.size());
-        req_.body.append(in.data(), take);
-        pos += take;
-        remaining_ -= take;
-        if (remaining_ > 0) return Status::need_more;
-        state_ = State::chunk_data_crlf;
-        continue;
-      }
-      case State::chunk_data_crlf: {
-        if (in.empty()) return Status::need_more;
-        if (in[0] == '\n') {
-          pos += 1;
-        } else if (in[0] == '\r') {
-          if (in.size() < 2) return Status::need_more;
-          if (in[1] != '\n') return fail(400, "chunk data not followed by CRLF");
-          pos += 2;
-        } else {
-          return fail(400, "chunk data longer than its declared size");
-        }
-        state_ = State::chunk_size;
-        continue;
-      }
-      case State::trailer: {  // trailer fields are read and dropped
-        const size_t nl = in.find('\n');
-        if (nl == std::string_view::npos) {
-          if (in.size() > limits_.max_header_bytes) return fail(431, "chunked trailer too large");
-          return Status::need_more;
-        }
-        const bool empty = trim(in.substr(0, nl)).empty();
-        pos += nl + 1;
-        if (empty) state_ = State::done;
-        continue;
-      }
       case State::done:
         return Status::done;
     }
@@ -283,7 +237,9 @@ RequestParser::Status RequestParser::parse_head(std::string_view head) {
     if (!cl.empty()) return fail(400, "both Transfer-Encoding and Content-Length given");
     if (!contains_token(te, "chunked") || lower(trim(te)).rfind("chunked") != lower(trim(te)).size() - 7)
       return fail(501, "Transfer-Encoding '" + std::string(te.substr(0, 40)) + "' not supported (only chunked)");
-    state_ = State::chunk_size;
+    chunked_ = ChunkedDecoder({.max_body_bytes = limits_.max_body_bytes, .max_line_bytes = 1024,
+                               .max_trailer_bytes = limits_.max_header_bytes});
+    state_ = State::chunked;
     expect_continue_ = expects;
     return Status::need_more;
   }

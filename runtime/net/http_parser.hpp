@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "net/chunked.hpp"
+
 namespace rl::net {
 
 struct ServerRequest {
@@ -71,7 +73,7 @@ class RequestParser {
   void reset();
 
  private:
-  enum class State { head, body_length, chunk_size, chunk_data, chunk_data_crlf, trailer, done };
+  enum class State { head, body_length, chunked, done };
 
   Status fail(int status, std::string message);
   Status parse_head(std::string_view head);
@@ -79,7 +81,8 @@ class RequestParser {
   Limits limits_;
   State state_ = State::head;
   size_t head_scanned_ = 0;  // bytes of the head already searched for its end
-  size_t remaining_ = 0;     // body bytes (or current chunk bytes) still expected
+  size_t remaining_ = 0;     // Content-Length body bytes still expected
+  ChunkedDecoder chunked_;   // a chunked body (net/chunked.hpp, shared with the upstream client)
   bool expect_continue_ = false;
   ServerRequest req_;
   int error_status_ = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "net/upstream.hpp"
+#include "net/chunked.hpp"
 
 namespace rl::net::upstream_detail {
 
@@ -27,7 +28,7 @@ inline std::string_view trim(std::string_view s) {
 }
 
 // Where a connection's response parser is.
-enum class Parse { head, body_len, chunk_size, chunk_data, chunk_crlf, trailer, body_close, done };
+enum class Parse { head, body_len, chunked, body_close, done };
 
 }  // namespace rl::net::upstream_detail
 
@@ -58,7 +59,8 @@ struct UpstreamPool::Conn {
   size_t head_scanned = 0;
   size_t out_pos = 0;   // into txn->wire
   Parse st = Parse::head;
-  size_t remaining = 0;
+  size_t remaining = 0;       // Content-Length body bytes still expected
+  ChunkedDecoder chunked;     // a chunked body (net/chunked.hpp, shared with the server's request parser)
   bool keep_alive = true;
   uint64_t connect_timer = 0;
   bool paused = false;

@@ -1,5 +1,5 @@
 // The response side of rl::net::UpstreamPool: an incremental HTTP/1.1
-// response parser (status line, headers, Content-Length / chunked /
+// response parser (status line, headers, Content-Length / chunked (net/chunked.hpp) /
 // close-delimited bodies, interim 1xx skipped) that hands decoded body bytes
 // to the request once per read.
 #include <strings.h>
@@ -71,7 +71,8 @@ bool UpstreamPool::parse(Conn* c) {
         if (t->req.method == "HEAD" || status == 204 || status == 304) {
           c->st = Parse::done;
         } else if (!te.empty() && strcasestr(std::string(te).c_str(), "chunked")) {
-          c->st = Parse::chunk_size;
+          c->chunked = ChunkedDecoder({.max_trailer_bytes = opts_.max_head_bytes});
+          c->st = Parse::chunked;
         } else if (!cl.empty()) {
           size_t n = 0;
           if (std::from_chars(cl.data(), cl.data() + cl.size(), n).ec != std::errc()) {
@@ -96,44 +97,16 @@ bool UpstreamPool::parse(Conn* c) {
         c->st = Parse::done;
         continue;
       }
-      case Parse::chunk_size: {
-        const size_t nl = in.find('\n');
-        if (nl == std::string_view::npos) goto out;
-        std::string_view line = trim(in.substr(0, nl));
-        line = trim(line.substr(0, line.find(';')));
-        size_t n = 0;
-        auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), n, 16);
-        if (line.empty() || ec != std::errc()) {
-          fail(t, "bad chunk size in response");
+      case Parse::chunked: {
+        size_t pos = c->in_pos;
+        const auto st = c->chunked.feed(c->in, pos, body);
+        c->in_pos = pos;
+        if (st == ChunkedDecoder::Status::need_more) goto out;
+        if (st == ChunkedDecoder::Status::error) {
+          fail(t, c->chunked.error() + " (in a chunked response)");
           return false;
         }
-        c->in_pos += nl + 1;
-        c->remaining = n;
-        c->st = n ? Parse::chunk_data : Parse::trailer;
-        continue;
-      }
-      case Parse::chunk_data: {
-        const size_t take = std::min(c->remaining, in.size());
-        body.append(in.data(), take);
-        c->in_pos += take;
-        c->remaining -= take;
-        if (c->remaining) goto out;
-        c->st = Parse::chunk_crlf;
-        continue;
-      }
-      case Parse::chunk_crlf: {
-        const size_t nl = in.find('\n');
-        if (nl == std::string_view::npos) goto out;
-        c->in_pos += nl + 1;
-        c->st = Parse::chunk_size;
-        continue;
-      }
-      case Parse::trailer: {
-        const size_t nl = in.find('\n');
-        if (nl == std::string_view::npos) goto out;
-        const bool empty = trim(in.substr(0, nl)).empty();
-        c->in_pos += nl + 1;
-        if (empty) c->st = Parse::done;
+        c->st = Parse::done;
         continue;
       }
       case Parse::body_close:

@@ -302,13 +302,15 @@ KVCache Transformer::new_kv_cache(int64_t num_blocks, int64_t block_size) const 
   return c;
 }
 
-torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+// The batch's shapes agree with each other, with the cache and with input_ids.
+void check_cached_batch(const CachedBatch& b, const KVCache& cache, int64_t num_layers) {
   const int64_t S = static_cast<int64_t>(b.query_lens.size());
   const int64_t N = b.input_ids.size(0);
   if (S == 0 || b.context_lens.size() != b.query_lens.size() || b.context_slots.size(0) != S)
     throw std::invalid_argument("forward_cached: query_lens, context_lens and context_slots disagree on the batch size");
-  if (static_cast<int64_t>(cache.k.size()) != config_.num_hidden_layers)
+  if (static_cast<int64_t>(cache.k.size()) != num_layers)
     throw std::invalid_argument("forward_cached: the KV cache was made for another model");
   int64_t total = 0;
   for (int64_t s = 0; s < S; ++s) {
@@ -324,8 +326,90 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
   }
   if (total != N) throw std::invalid_argument("forward_cached: query_lens sum to " + std::to_string(total) +
                                               " but input_ids has " + std::to_string(N) + " tokens");
-  auto dev = b.input_ids.device();
-  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+}
+
+// For paged attention over every new token: its sequence, and the length of the causal
+// context it sees.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> query_contexts(const CachedBatch& b) {
+  std::vector<int64_t> seq_of_query, ctx_of_query;
+  seq_of_query.reserve(static_cast<size_t>(b.input_ids.size(0)));
+  ctx_of_query.reserve(static_cast<size_t>(b.input_ids.size(0)));
+  for (int64_t s = 0; s < static_cast<int64_t>(b.query_lens.size()); ++s)
+    for (int64_t i = 0; i < b.query_lens[s]; ++i) {
+      seq_of_query.push_back(s);
+      ctx_of_query.push_back(b.context_lens[s] - b.query_lens[s] + i + 1);
+    }
+  return {std::move(seq_of_query), std::move(ctx_of_query)};
+}
+
+// The mixed path's split: decoding sequences (one new token; `fast`: the paged decode
+// kernel supports the cache) attend straight from the cache; the rest (prefills) through
+// a padded gather of their context, a causal mask and SDPA.
+struct MixedPlan {
+  std::vector<int64_t> dec_seq, dec_len;
+  torch::Tensor dec_tok, dec_slots;            // decode tokens' rows in the batch, their sequences' slots
+  int64_t SP = 0, max_q = 0, max_ctx = 0;      // prefilling sequences, longest query and context
+  torch::Tensor pre_tok, pre_slots, query_index, mask;
+};
+
+MixedPlan plan_mixed(const CachedBatch& b, bool fast) {
+  const int64_t S = static_cast<int64_t>(b.query_lens.size());
+  const auto dev = b.input_ids.device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  MixedPlan m;
+  std::vector<int64_t> dec_tok, pre_tok, pre_seq;
+  int64_t off = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (fast && b.query_lens[s] == 1) {
+      dec_tok.push_back(off);
+      m.dec_seq.push_back(s);
+      m.dec_len.push_back(b.context_lens[s]);
+    } else {
+      pre_seq.push_back(s);
+      for (int64_t i = 0; i < b.query_lens[s]; ++i) pre_tok.push_back(off + i);
+    }
+    off += b.query_lens[s];
+  }
+  m.SP = static_cast<int64_t>(pre_seq.size());
+  if (!m.dec_seq.empty()) {
+    m.dec_tok = torch::tensor(dec_tok, i64).to(dev);
+    m.dec_slots = m.dec_seq.size() == static_cast<size_t>(S)
+                      ? b.context_slots
+                      : b.context_slots.index_select(0, torch::tensor(m.dec_seq, i64).to(dev));
+  }
+  if (m.SP == 0) return m;
+  for (int64_t s : pre_seq) {
+    m.max_q = std::max(m.max_q, b.query_lens[s]);
+    m.max_ctx = std::max(m.max_ctx, b.context_lens[s]);
+  }
+  m.pre_tok = torch::tensor(pre_tok, i64).to(dev);
+  m.pre_slots = (m.SP == S ? b.context_slots : b.context_slots.index_select(0, torch::tensor(pre_seq, i64).to(dev)))
+                    .narrow(1, 0, m.max_ctx)
+                    .reshape({-1});
+  // Where each new token sits in the padded [SP, max_q] query grid.
+  std::vector<int64_t> qidx, ctx_lens, q_lens;
+  for (int64_t p = 0; p < m.SP; ++p) {
+    const int64_t s = pre_seq[p];
+    for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(p * m.max_q + i);
+    ctx_lens.push_back(b.context_lens[s]);
+    q_lens.push_back(b.query_lens[s]);
+  }
+  m.query_index = torch::tensor(qidx, i64).to(dev);
+  // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
+  auto ctx = torch::tensor(ctx_lens, i64).to(dev).view({m.SP, 1, 1});
+  auto qlen = torch::tensor(q_lens, i64).to(dev).view({m.SP, 1, 1});
+  auto qi = torch::arange(m.max_q, i64.device(dev)).view({1, m.max_q, 1});
+  auto kj = torch::arange(m.max_ctx, i64.device(dev)).view({1, 1, m.max_ctx});
+  m.mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [SP, 1, max_q, max_ctx]
+  return m;
+}
+
+}  // namespace
+
+torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) {
+  torch::NoGradGuard no_grad;
+  check_cached_batch(b, cache, config_.num_hidden_layers);
+  const int64_t N = b.input_ids.size(0);
   const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads, D = config_.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool gqa = H != KV;
@@ -335,99 +419,41 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
   // causal context straight from the cache with the kernel the trainer's forward
   // uses (nn/batch_invariant_ops.hpp), so both compute the same bits.
   if (paged_decode_supported(embed_, cache.k[0]) && bi::active(embed_)) {
-    std::vector<int64_t> seq_of_query, ctx_of_query;
-    seq_of_query.reserve(static_cast<size_t>(N));
-    ctx_of_query.reserve(static_cast<size_t>(N));
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t i = 0; i < b.query_lens[s]; ++i) {
-        seq_of_query.push_back(s);
-        ctx_of_query.push_back(b.context_lens[s] - b.query_lens[s] + i + 1);
-      }
+    const auto qc = query_contexts(b);  // per new token: its sequence, its context length
     return run_layers(embed_tokens(b.input_ids), b.positions,
                       [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t layer) {
                         write_cache_rows(cache.k[layer], b.slot_mapping, k);
                         write_cache_rows(cache.v[layer], b.slot_mapping, v);
-                        return paged_attention(q, cache.k[layer], cache.v[layer], b.context_slots, seq_of_query,
-                                               ctx_of_query, scale)
+                        return paged_attention(q, cache.k[layer], cache.v[layer], b.context_slots, qc.first,
+                                               qc.second, scale)
                             .reshape({-1, H * D});
                       });
   }
 
-  // Decoding sequences (one new token) attend straight from the cache where the
-  // kernel supports the device and dtype; the rest (prefills) go through a
-  // padded gather of their context and SDPA.
-  const bool fast = paged_decode_supported(embed_, cache.k[0]);
-  std::vector<int64_t> dec_tok, dec_seq, dec_len, pre_tok, pre_seq;
-  {
-    int64_t off = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      if (fast && b.query_lens[s] == 1) {
-        dec_tok.push_back(off);
-        dec_seq.push_back(s);
-        dec_len.push_back(b.context_lens[s]);
-      } else {
-        pre_seq.push_back(s);
-        for (int64_t i = 0; i < b.query_lens[s]; ++i) pre_tok.push_back(off + i);
-      }
-      off += b.query_lens[s];
-    }
-  }
-  torch::Tensor dec_tok_t, dec_slots, pre_tok_t, pre_slots, query_index, mask;
-  int64_t SP = static_cast<int64_t>(pre_seq.size()), max_q = 0, max_ctx = 0;
-  if (!dec_seq.empty()) {
-    dec_tok_t = torch::tensor(dec_tok, i64).to(dev);
-    dec_slots = dec_seq.size() == static_cast<size_t>(S) ? b.context_slots
-                                                          : b.context_slots.index_select(0, torch::tensor(dec_seq, i64).to(dev));
-  }
-  if (SP > 0) {
-    for (int64_t s : pre_seq) {
-      max_q = std::max(max_q, b.query_lens[s]);
-      max_ctx = std::max(max_ctx, b.context_lens[s]);
-    }
-    pre_tok_t = torch::tensor(pre_tok, i64).to(dev);
-    pre_slots = (SP == S ? b.context_slots : b.context_slots.index_select(0, torch::tensor(pre_seq, i64).to(dev)))
-                    .narrow(1, 0, max_ctx)
-                    .reshape({-1});
-    // Where each new token sits in the padded [SP, max_q] query grid.
-    std::vector<int64_t> qidx, ctx_lens, q_lens;
-    for (int64_t p = 0; p < SP; ++p) {
-      const int64_t s = pre_seq[p];
-      for (int64_t i = 0; i < b.query_lens[s]; ++i) qidx.push_back(p * max_q + i);
-      ctx_lens.push_back(b.context_lens[s]);
-      q_lens.push_back(b.query_lens[s]);
-    }
-    query_index = torch::tensor(qidx, i64).to(dev);
-    // Key j is visible to query i of sequence s iff j <= ctx_len - q_len + i (causal) and j < ctx_len.
-    auto ctx = torch::tensor(ctx_lens, i64).to(dev).view({SP, 1, 1});
-    auto qlen = torch::tensor(q_lens, i64).to(dev).view({SP, 1, 1});
-    auto qi = torch::arange(max_q, i64.device(dev)).view({1, max_q, 1});
-    auto kj = torch::arange(max_ctx, i64.device(dev)).view({1, 1, max_ctx});
-    mask = (kj <= ctx - qlen + qi).logical_and(kj < ctx).unsqueeze(1);  // [SP, 1, max_q, max_ctx]
-  }
-
-  auto x = embed_tokens(b.input_ids);
-  return run_layers(x, b.positions, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                         int64_t layer) {
+  const MixedPlan m = plan_mixed(b, paged_decode_supported(embed_, cache.k[0]));
+  return run_layers(embed_tokens(b.input_ids), b.positions, [&](const torch::Tensor& q, const torch::Tensor& k,
+                                                                const torch::Tensor& v, int64_t layer) {
     write_cache_rows(cache.k[layer], b.slot_mapping, k);
     write_cache_rows(cache.v[layer], b.slot_mapping, v);
     torch::Tensor o_dec, o_pre;
-    if (dec_tok_t.defined()) {
-      auto qd = SP == 0 ? q : q.index_select(0, dec_tok_t);
-      o_dec = paged_decode_attention(qd, cache.k[layer], cache.v[layer], dec_slots, dec_len, scale)
+    if (m.dec_tok.defined()) {
+      auto qd = m.SP == 0 ? q : q.index_select(0, m.dec_tok);
+      o_dec = paged_decode_attention(qd, cache.k[layer], cache.v[layer], m.dec_slots, m.dec_len, scale)
                   .reshape({-1, H * D});
-      if (SP == 0) return o_dec;
+      if (m.SP == 0) return o_dec;
     }
-    auto qs = dec_seq.empty() ? q : q.index_select(0, pre_tok_t);
-    auto kc = cache.k[layer].index_select(0, pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
-    auto vc = cache.v[layer].index_select(0, pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
-    auto qp = torch::zeros({SP * max_q, H, D}, q.options()).index_copy_(0, query_index, qs);
-    auto o = at::scaled_dot_product_attention(qp.view({SP, max_q, H, D}).transpose(1, 2), kc, vc, mask, 0.0, false,
+    const int64_t SP = m.SP, max_q = m.max_q, max_ctx = m.max_ctx;
+    auto qs = m.dec_seq.empty() ? q : q.index_select(0, m.pre_tok);
+    auto kc = cache.k[layer].index_select(0, m.pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
+    auto vc = cache.v[layer].index_select(0, m.pre_slots).view({SP, max_ctx, KV, D}).transpose(1, 2);
+    auto qp = torch::zeros({SP * max_q, H, D}, q.options()).index_copy_(0, m.query_index, qs);
+    auto o = at::scaled_dot_product_attention(qp.view({SP, max_q, H, D}).transpose(1, 2), kc, vc, m.mask, 0.0, false,
                                               scale, gqa);
-    o_pre = o.transpose(1, 2).reshape({SP * max_q, H * D}).index_select(0, query_index);
-    if (dec_seq.empty()) return o_pre;
+    o_pre = o.transpose(1, 2).reshape({SP * max_q, H * D}).index_select(0, m.query_index);
+    if (m.dec_seq.empty()) return o_pre;
     auto out = torch::empty({N, H * D}, q.options());
-    out.index_copy_(0, dec_tok_t, o_dec);
-    out.index_copy_(0, pre_tok_t, o_pre);
+    out.index_copy_(0, m.dec_tok, o_dec);
+    out.index_copy_(0, m.pre_tok, o_pre);
     return out;
   });
 }

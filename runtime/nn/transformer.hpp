@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "model/config.hpp"
 #include "nn/batch_invariant.hpp"
 #include "nn/kv_cache.hpp"

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "model/config.hpp"
 
 namespace rl::nn {

@@ -1,46 +1,33 @@
 #include "router/metrics.hpp"
 
-#include <cstdio>
+#include <initializer_list>
 #include <unordered_map>
 
 namespace rl::router {
 
 namespace {
 
-const double kBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
-constexpr size_t kNumBuckets = sizeof(kBuckets) / sizeof(kBuckets[0]);
+const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                      1,     2.5,    5,     10,   30,    60,   120, 300};
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
+std::string escape_label(std::string_view v) { return metrics::prom_label_value(v); }
 
 void family(std::string& out, const char* name, const char* type, const char* help) {
-  out += "# HELP ";
-  out += name;
-  out += ' ';
-  out += help;
-  out += "\n# TYPE ";
-  out += name;
-  out += ' ';
-  out += type;
-  out += '\n';
+  metrics::prom_family(out, name, type, help);
+}
+
+// name{k1="v1",...} n: one sample of a counter or gauge with escaped label values.
+void sample(std::string& out, const char* name, std::initializer_list<std::pair<const char*, std::string_view>> labels,
+            uint64_t n) {
+  std::string l;
+  for (auto& [k, v] : labels) {
+    if (!l.empty()) l += ',';
+    l.append(k).append("=\"").append(escape_label(v)).append("\"");
+  }
+  metrics::prom_sample(out, name, l, n);
 }
 
 }  // namespace
-
-std::string escape_label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
 
 void RouterMetrics::record_request(const std::string& worker, const std::string& endpoint, int status,
                                    double seconds) {
@@ -49,13 +36,7 @@ void RouterMetrics::record_request(const std::string& worker, const std::string&
 }
 
 void RouterMetrics::record_duration(const std::string& endpoint, double seconds) {
-  Histogram& h = durations_[endpoint];
-  if (h.counts.empty()) h.counts.assign(kNumBuckets + 1, 0);
-  size_t i = 0;
-  while (i < kNumBuckets && seconds > kBuckets[i]) ++i;
-  h.counts[i]++;
-  h.sum += seconds;
-  h.count++;
+  durations_.try_emplace(endpoint, kBuckets).first->second.observe(seconds);
 }
 
 uint64_t RouterMetrics::requests(const std::string& worker) const {
@@ -71,45 +52,28 @@ std::string RouterMetrics::render(const WorkerRegistry& workers) const {
   family(out, "rlhost_router_requests_total", "counter", "Requests answered, by worker, endpoint and HTTP status.");
   for (auto& [k, v] : requests_) {
     auto& [w, ep, status] = k;
-    out += "rlhost_router_requests_total{worker=\"" + escape_label(w) + "\",endpoint=\"" + escape_label(ep) +
-           "\",status=\"" + std::to_string(status) + "\"} " + std::to_string(v) + "\n";
+    sample(out, "rlhost_router_requests_total", {{"worker", w}, {"endpoint", ep}, {"status", std::to_string(status)}}, v);
   }
   family(out, "rlhost_router_request_duration_seconds", "histogram",
          "Time from request received to response end at the router, retries included.");
-  for (auto& [ep, h] : durations_) {
-    const std::string l = "endpoint=\"" + escape_label(ep) + "\"";
-    uint64_t cum = 0;
-    for (size_t i = 0; i < kNumBuckets; ++i) {
-      cum += h.counts[i];
-      out += "rlhost_router_request_duration_seconds_bucket{" + l + ",le=\"" + num(kBuckets[i]) + "\"} " +
-             std::to_string(cum) + "\n";
-    }
-    cum += h.counts[kNumBuckets];
-    out += "rlhost_router_request_duration_seconds_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(cum) + "\n";
-    out += "rlhost_router_request_duration_seconds_sum{" + l + "} " + num(h.sum) + "\n";
-    out += "rlhost_router_request_duration_seconds_count{" + l + "} " + std::to_string(h.count) + "\n";
-  }
+  for (auto& [ep, h] : durations_)
+    h.render(out, "rlhost_router_request_duration_seconds", "endpoint=\"" + escape_label(ep) + "\"");
   family(out, "rlhost_router_retries_total", "counter", "Attempts that failed on a worker and were retried elsewhere.");
-  for (auto& [w, v] : retries_)
-    out += "rlhost_router_retries_total{worker=\"" + escape_label(w) + "\"} " + std::to_string(v) + "\n";
+  for (auto& [w, v] : retries_) sample(out, "rlhost_router_retries_total", {{"worker", w}}, v);
   family(out, "rlhost_router_upstream_errors_total", "counter",
          "Failed attempts by worker and kind (connect, timeout, http_5xx).");
   for (auto& [k, v] : errors_)
-    out += "rlhost_router_upstream_errors_total{worker=\"" + escape_label(k.first) + "\",kind=\"" +
-           escape_label(k.second) + "\"} " + std::to_string(v) + "\n";
+    sample(out, "rlhost_router_upstream_errors_total", {{"worker", k.first}, {"kind", k.second}}, v);
   family(out, "rlhost_router_rejected_total", "counter", "Requests answered by the router itself with an error.");
-  for (auto& [r, v] : rejected_)
-    out += "rlhost_router_rejected_total{reason=\"" + escape_label(r) + "\"} " + std::to_string(v) + "\n";
+  for (auto& [r, v] : rejected_) sample(out, "rlhost_router_rejected_total", {{"reason", r}}, v);
   family(out, "rlhost_router_in_flight", "gauge", "Requests in flight to each worker through this router.");
   for (auto& w : workers.all())
-    out += "rlhost_router_in_flight{worker=\"" + escape_label(w->url) + "\"} " + std::to_string(w->in_flight) + "\n";
+    sample(out, "rlhost_router_in_flight", {{"worker", w->url}}, static_cast<uint64_t>(w->in_flight));
   family(out, "rlhost_router_worker_healthy", "gauge", "1 when the worker's health probes pass, else 0.");
-  for (auto& w : workers.all())
-    out += "rlhost_router_worker_healthy{worker=\"" + escape_label(w->url) + "\"} " + (w->healthy ? "1" : "0") + "\n";
+  for (auto& w : workers.all()) sample(out, "rlhost_router_worker_healthy", {{"worker", w->url}}, w->healthy ? 1 : 0);
   family(out, "rlhost_router_worker_circuit_state", "gauge", "Circuit breaker: 0 closed, 1 open, 2 half-open.");
   for (auto& w : workers.all())
-    out += "rlhost_router_worker_circuit_state{worker=\"" + escape_label(w->url) + "\"} " +
-           std::to_string(static_cast<int>(w->circuit)) + "\n";
+    sample(out, "rlhost_router_worker_circuit_state", {{"worker", w->url}}, static_cast<uint64_t>(w->circuit));
   return out;
 }
 
@@ -205,12 +169,9 @@ std::string merge_expositions(const std::vector<std::pair<std::string, std::stri
     if (!f.type.empty()) out += "# TYPE " + f.name + " " + f.type + "\n";
     for (auto& s : f.samples) out += s + "\n";
   }
-  out += "# HELP rlhost_router_engine_metrics_up 1 when the worker's /metrics was fetched, else 0.\n";
-  out += "# TYPE rlhost_router_engine_metrics_up gauge\n";
-  for (auto& [worker, text] : sources)
-    out += "rlhost_router_engine_metrics_up{worker=\"" + escape_label(worker) + "\"} 1\n";
-  for (auto& [worker, err] : errors)
-    out += "rlhost_router_engine_metrics_up{worker=\"" + escape_label(worker) + "\"} 0\n";
+  family(out, "rlhost_router_engine_metrics_up", "gauge", "1 when the worker's /metrics was fetched, else 0.");
+  for (auto& [worker, text] : sources) sample(out, "rlhost_router_engine_metrics_up", {{"worker", worker}}, 1);
+  for (auto& [worker, err] : errors) sample(out, "rlhost_router_engine_metrics_up", {{"worker", worker}}, 0);
   return out;
 }
 

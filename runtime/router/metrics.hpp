@@ -11,6 +11,7 @@
 //   worker_circuit_state{worker}                    gauge 0 closed, 1 open, 2 half-open
 //   rejected_total{reason}                          counter (no_worker, bad_request)
 //
+// Written with the one exposition writer (runtime/metrics/prometheus_text.hpp).
 // Merging: samples are grouped by metric family (promtool insists that a
 // family's samples are contiguous and its HELP/TYPE appear once), each sample
 // gets a `worker="<url>"` label, and families are emitted in first-seen order.
@@ -24,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "metrics/prometheus_text.hpp"
 #include "router/worker_registry.hpp"
 
 namespace rl::router {
@@ -42,20 +44,12 @@ class RouterMetrics {
   uint64_t requests(const std::string& worker) const;  // for tests and /workers
 
  private:
-  struct Histogram {
-    std::vector<uint64_t> counts;  // per bucket (not cumulative), +Inf last
-    double sum = 0;
-    uint64_t count = 0;
-  };
   std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
-  std::map<std::string, Histogram> durations_;
+  std::map<std::string, metrics::PromHistogram> durations_;
   std::map<std::string, uint64_t> retries_;
   std::map<std::pair<std::string, std::string>, uint64_t> errors_;
   std::map<std::string, uint64_t> rejected_;
 };
-
-// Escapes a label value (backslash, quote, newline).
-std::string escape_label(std::string_view v);
 
 // Merges per-worker expositions: (worker url, text or "" when the fetch failed).
 // Failed fetches show as rlhost_router_engine_metrics_up{worker} 0.

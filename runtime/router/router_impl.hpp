@@ -1,5 +1,5 @@
-// Router internals shared by router.cpp (lifecycle, control endpoints),
-// proxy.cpp (forwarding, retries, streaming relay) and health.cpp (probes,
+// Router internals shared by router.cpp (lifecycle, workers), routes.cpp (the route
+// table and its endpoints), proxy.cpp (forwarding, retries, streaming relay) and health.cpp (probes,
 // fan-outs). Not a public header: everything here runs on the router's loop.
 #pragma once
 
@@ -42,14 +42,28 @@ struct Router::Impl {
   std::mt19937_64 rng{std::random_device{}()};
 
   // router.cpp
-  void handle(net::ServerRequest& req, const Res& res);
   std::string add(const std::string& url, WorkerInfo* out);
   bool remove(const std::string& key);
   std::vector<WorkerInfo> infos();
   void workers_json(nlohmann::json& out);
   void send_error(const Res& res, int status, const std::string& type, const std::string& message);
-  static bool admin_endpoint(const std::string& method, const std::string& path);
+
+  // routes.cpp: the route table (path, methods, admin) and one handler per endpoint
+  struct Route;
+  void handle(net::ServerRequest& req, const Res& res);
   bool admin_authorized(const net::ServerRequest& req) const;
+  void on_generate(net::ServerRequest& req, const Res& res);
+  void on_info(net::ServerRequest& req, const Res& res);
+  void on_embeddings(net::ServerRequest& req, const Res& res);
+  void on_health(net::ServerRequest& req, const Res& res);
+  void on_workers(net::ServerRequest& req, const Res& res);
+  void on_list_workers(net::ServerRequest& req, const Res& res);
+  void on_worker(net::ServerRequest& req, const Res& res);
+  void on_add_or_remove_worker(net::ServerRequest& req, const Res& res);
+  void on_get_loads(net::ServerRequest& req, const Res& res);
+  void on_metrics(net::ServerRequest& req, const Res& res);
+  void on_engine_metrics(net::ServerRequest& req, const Res& res);
+  void on_flush_cache(net::ServerRequest& req, const Res& res);
 
   // proxy.cpp
   void proxy(net::ServerRequest& req, const Res& res, bool route_on_body);

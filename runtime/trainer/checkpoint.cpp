@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "nn/weights.hpp"
 #include "trainer/checkpoint_state.hpp"
 

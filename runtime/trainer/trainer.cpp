@@ -229,41 +229,57 @@ std::vector<std::vector<int64_t>> Trainer::micro_batches(const TrainBatch& b, co
   return out;
 }
 
-Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto mbs = micro_batches(b, idx);
-  const bool token_mean = opts_.loss.aggregation == Aggregation::token_mean;
-  // The step's normaliser (losses.hpp): samples, or Σ_i max(Σ_t m, 1) tokens.
+// The step's loss normaliser (losses.hpp): samples, or Σ_i max(Σ_t m, 1) tokens. Data
+// parallel: every rank normalises by the whole step's count (all ranks' samples or
+// tokens) over world_size, so that the averaged gradients equal one process's on the
+// global batch.
+struct Trainer::StepNorm {
+  std::shared_ptr<dist::ProcessGroup> group;  // null: one process
+  int world = 1;
+  bool token_mean = false;
+  double global_divisor = 0;  // the whole step's samples or tokens
+  double global_count = 0;    // the whole step's samples
+  double loss_divisor = 0;    // global_divisor / world: what each rank's losses are divided by
+  int64_t tokens = 0;         // this rank's tokens (throughput)
+};
+
+Trainer::StepNorm Trainer::step_normaliser(const TrainBatch& b, const std::vector<int64_t>& idx) const {
+  StepNorm n;
+  n.token_mean = opts_.loss.aggregation == Aggregation::token_mean;
   double divisor = 0;
-  int64_t tokens = 0;
   for (int64_t i : idx) {
-    tokens += static_cast<int64_t>(b.tokens[i].size());
+    n.tokens += static_cast<int64_t>(b.tokens[i].size());
     double m = 0;
     for (float x : b.loss_masks[i]) m += x;
     divisor += std::max(m, 1.0);
   }
-  if (!token_mean) divisor = static_cast<double>(idx.size());
-  // Data parallel: every rank normalises by the whole step's count (all ranks'
-  // samples or tokens) over world_size, so that the averaged gradients equal one
-  // process's on the global batch.
-  auto group = dist::default_group();
-  const int world = group ? group->world_size() : 1;
-  double global_divisor = divisor, global_count = static_cast<double>(idx.size());
-  if (world > 1) {
-    std::vector<torch::Tensor> t{torch::tensor({divisor, global_count}, torch::kFloat64)};
-    group->allreduce_sum(t, "the step's loss normaliser");
-    global_divisor = t[0][0].item<double>();
-    global_count = t[0][1].item<double>();
+  if (!n.token_mean) divisor = static_cast<double>(idx.size());
+  n.group = dist::default_group();
+  n.world = n.group ? n.group->world_size() : 1;
+  n.global_divisor = divisor;
+  n.global_count = static_cast<double>(idx.size());
+  if (n.world > 1) {
+    std::vector<torch::Tensor> t{torch::tensor({divisor, n.global_count}, torch::kFloat64)};
+    n.group->allreduce_sum(t, "the step's loss normaliser");
+    n.global_divisor = t[0][0].item<double>();
+    n.global_count = t[0][1].item<double>();
   }
-  const double loss_divisor = global_divisor / world;
+  n.loss_divisor = n.global_divisor / n.world;
+  return n;
+}
 
-  // Pass 1, no gradients: behaviour and reference log-probs and the advantages of
-  // every micro-batch (whitening needs the whole step's statistics).
-  struct Prepared {
-    Packed p;
-    torch::Tensor old_logp, ref_logp, adv;
-    std::vector<int64_t> rows;  // batch indices of the micro-batch's samples
-  };
+struct Trainer::Prepared {
+  Packed p;
+  torch::Tensor old_logp, ref_logp, adv;
+  std::vector<int64_t> rows;  // batch indices of the micro-batch's samples
+};
+
+// Pass 1, no gradients: behaviour and reference log-probs and the advantages of every
+// micro-batch, whitened over the whole step when asked (slime whitens over the
+// data-parallel batch).
+std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& b,
+                                                              const std::vector<std::vector<int64_t>>& mbs,
+                                                              const StepNorm& norm) {
   std::vector<Prepared> prep;
   const bool need_ref = ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0);
   for (const auto& mb : mbs) {
@@ -290,14 +306,13 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     prep.push_back(std::move(x));
   }
   if (opts_.normalize_advantages) {
-    // Masked whitening over the step (slime whitens over the data-parallel batch).
     std::vector<torch::Tensor> a, m;
     for (auto& x : prep) {
       a.push_back(x.adv.reshape({-1}));
       m.push_back(x.p.mask.reshape({-1}));
     }
-    auto white = world > 1 ? whiten_across_ranks(*group, torch::cat(a), torch::cat(m))
-                           : whiten(torch::cat(a).unsqueeze(0), torch::cat(m).unsqueeze(0)).reshape({-1});
+    auto white = norm.world > 1 ? whiten_across_ranks(*norm.group, torch::cat(a), torch::cat(m))
+                                : whiten(torch::cat(a).unsqueeze(0), torch::cat(m).unsqueeze(0)).reshape({-1});
     int64_t off = 0;
     for (auto& x : prep) {
       const int64_t n = x.adv.numel();
@@ -305,11 +320,12 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
       off += n;
     }
   }
+  return prep;
+}
 
-  // Pass 2: forward, loss, backward per micro-batch; then one optimiser step.
-  const double lr = lr_at(step_);
-  for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-  optim_->zero_grad();
+// Pass 2: forward, loss and backward per micro-batch (gradients accumulate); the
+// loss metrics summed over micro-batches.
+Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm) {
   Metrics m;
   const bool need_entropy = opts_.loss.entropy_coef != 0.0;
   for (auto& x : prep) {
@@ -323,17 +339,23 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
     li.entropy = entropy;
     li.ref_logp = x.ref_logp;
     li.rollout_logp = x.p.rollout_logp;
-    li.divisor = loss_divisor;
+    li.divisor = norm.loss_divisor;
     auto res = policy_loss(opts_.loss, li);
     res.loss.backward();
-    record_sample_stats(x.p, x.adv, logp.detach(), res.clipped, global_divisor, token_mean, x.rows);
+    record_sample_stats(x.p, x.adv, logp.detach(), res.clipped, norm.global_divisor, norm.token_mean, x.rows);
     ++micro_done_;
     for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
   }
-  if (world > 1) {
-    // Before clipping: every rank then sees the same gradients and grad norm.
-    group->allreduce_mean_grads(params_, "gradients");
-    average_metrics(*group, m);
+  return m;
+}
+
+// Data parallel: gradients and metrics averaged over the ranks (before clipping, so
+// every rank sees the same gradients and norm); then clipping and the AdamW step.
+// Returns the gradient norm before clipping.
+double Trainer::clip_and_step(const StepNorm& norm, Metrics& m) {
+  if (norm.world > 1) {
+    norm.group->allreduce_mean_grads(params_, "gradients");
+    average_metrics(*norm.group, m);
   }
   double grad_norm = 0;
   // On CUDA the same norm, clip and AdamW step in ATen's multi-tensor kernels
@@ -353,13 +375,26 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   else optim_->step();
   policy_->weights_changed();
   ++step_;
+  return grad_norm;
+}
+
+Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto mbs = micro_batches(b, idx);
+  const StepNorm norm = step_normaliser(b, idx);
+  auto prep = prepare_micro_batches(b, mbs, norm);
+  const double lr = lr_at(step_);
+  for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  optim_->zero_grad();
+  Metrics m = accumulate_gradients(prep, norm);
+  const double grad_norm = clip_and_step(norm, m);
   const double dt = seconds_since(t0);
   m["train/grad_norm"] = grad_norm;
   m["train/lr"] = lr;
-  m["train/global_batch_size"] = global_count;
+  m["train/global_batch_size"] = norm.global_count;
   m["train/num_microbatches"] = static_cast<double>(mbs.size());
   m["perf/actor_train_time"] = dt;
-  m["perf/actor_train_tok_per_s"] = dt > 0 ? tokens / dt : 0.0;
+  m["perf/actor_train_tok_per_s"] = dt > 0 ? norm.tokens / dt : 0.0;
   return m;
 }
 

@@ -112,7 +112,15 @@ class Trainer {
   Packed pack(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   std::vector<std::vector<int64_t>> micro_batches(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
+  // One optimiser step over the samples `idx`, in its four parts (trainer.cpp).
+  struct StepNorm;   // the step's loss normaliser and data-parallel group
+  struct Prepared;   // a micro-batch with its behaviour / reference log-probs and advantages
   Metrics optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx);
+  StepNorm step_normaliser(const TrainBatch& b, const std::vector<int64_t>& idx) const;
+  std::vector<Prepared> prepare_micro_batches(const TrainBatch& b, const std::vector<std::vector<int64_t>>& mbs,
+                                              const StepNorm& norm);
+  Metrics accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm);
+  double clip_and_step(const StepNorm& norm, Metrics& m);
   double lr_at(int64_t step) const;
   int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,

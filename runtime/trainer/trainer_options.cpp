@@ -134,4 +134,47 @@ TrainerOptions trainer_options_from_json(const json& j) {
   return o;
 }
 
+json trainer_options_to_json(const TrainerOptions& o) {
+  const auto& l = o.loss;
+  const auto& op = o.optim;
+  const auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  return json{
+      {"advantage_estimator", estimator_name(l.estimator)},
+      {"eps_clip", l.eps_clip},
+      {"eps_clip_high", opt(l.eps_clip_high)},
+      {"eps_clip_c", opt(l.eps_clip_c)},
+      {"entropy_coef", l.entropy_coef},
+      {"use_kl_loss", l.use_kl_loss},
+      {"kl_loss_coef", l.kl_loss_coef},
+      {"kl_loss_type", kl_type_name(l.kl_loss_type)},
+      {"use_unbiased_kl", l.use_unbiased_kl},
+      {"use_tis", l.use_tis},
+      {"tis_mode", l.tis_mode},
+      {"tis_clip_low", l.tis_clip_low},
+      {"tis_clip", l.tis_clip},
+      {"calculate_per_token_loss", l.aggregation == Aggregation::token_mean},
+      {"loss_type", l.sft ? "sft_loss" : "policy_loss"},
+      {"lr", op.lr},
+      {"min_lr", op.min_lr},
+      {"adam_beta1", op.beta1},
+      {"adam_beta2", op.beta2},
+      {"adam_eps", op.eps},
+      {"weight_decay", op.weight_decay},
+      {"lr_decay_style", op.schedule},
+      {"lr_warmup_iters", op.warmup_steps},
+      {"lr_decay_iters", op.total_steps},
+      {"clip_grad", op.clip_grad},
+      {"rollout_temperature", o.temperature},
+      {"use_rollout_logprobs", o.use_rollout_logprobs},
+      {"kl_coef", o.kl_coef},
+      {"gamma", o.gamma},
+      {"normalize_advantages", o.normalize_advantages},
+      {"global_batch_size", o.global_batch_size},
+      {"micro_batch_size", o.micro_batch_size},
+      {"bf16", o.bf16},
+      {"fp16", false},
+      {"max_tokens_per_gpu", o.max_tokens_per_micro_batch},
+  };
+}
+
 }  // namespace rl::trainer

@@ -10,4 +10,9 @@ namespace rl::trainer {
 // one) or a value of the wrong type.
 TrainerOptions trainer_options_from_json(const nlohmann::json& j);
 
+// The options as that JSON (slime's names; an unset optional is null): what
+// trainer_options_from_json reads back. lua/rl/trainer/options.lua declares the same
+// names and defaults; tests/lua/trainer_spec.lua compares them through this.
+nlohmann::json trainer_options_to_json(const TrainerOptions& o);
+
 }  // namespace rl::trainer

@@ -23,7 +23,7 @@
 
 #include "base/errors.hpp"
 #include "base/json_input.hpp"
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 #include "model/config.hpp"
 #include "model/tokenizer.hpp"
 #include "net/http_parser.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "checkpoint_test_support.hpp"
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;

@@ -152,7 +152,7 @@ describe("engine groups with real engines", function()
       assert(tr:train { tokens = { { 1, 400, 401, 402, 403, 404 }, { 1, 300, 301, 302, 303, 304 } },
         response_lengths = { 4, 4 }, rewards = { 1, -1 }, loss_masks = { { 1, 1, 1, 1 }, { 1, 1, 1, 1 } } })
       local h = health.new(job, { interval = 60, timeout = 10 })
-      local r = assert(h:sync(tr))
+      local r = assert(h:sync_weights(tr))
       eq(r.versions, { r.weight_version, r.weight_version })
       for _, e in ipairs(g.actor.engines) do eq(e:stats().weight_version, r.weight_version) end
       local text2, v2 = greedy(g.ref.url, "Once upon a time")
@@ -164,7 +164,7 @@ describe("engine groups with real engines", function()
       -- once with its own model, and not refit
       h:mark_dead(3, "drill")
       eq(h.states[3].label, "ref engine 1")
-      r = assert(h:sync(tr))
+      r = assert(h:sync_weights(tr))
       eq(h.states[3].state, "healthy")
       eq(h.states[3].restarts, 1)
       eq({ greedy(g.ref.url, "Once upon a time") }, { ref_text, ref_v })

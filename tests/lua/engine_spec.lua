@@ -60,13 +60,58 @@ describe("rl.engine thread mode", function()
     ok(err:find("input_ids", 1, true), err)
     raises(function() eng:generate("hi") end, "bad argument #1 'req' (table expected, got string)")
     raises(function() rl.engine.start { model = STORIES, mode = "fork" } end, "opts.mode")
-    raises(function() rl.engine.start { model = STORIES, prot = 1 } end, "'opts.prot' (unknown option)")
-    raises(function() rl.engine.start {} end, "opts.model")
+    raises(function() rl.engine.start { model = STORIES, prot = 1 } end,
+      "rl.engine.start: bad argument 'opts.prot' (unknown option; did you mean 'port'?)")
+    raises(function() rl.engine.start {} end, "rl.engine.start: bad argument 'opts.model' (string expected, got nil)")
+    raises(function() rl.engine.start { model = STORIES, port = 70000 } end,
+      "rl.engine.start: bad argument 'opts.port' (integer 0-65535 expected, got 70000)")
+    raises(function() rl.engine.start { model = STORIES, max_running_requests = 0 } end,
+      "rl.engine.start: bad argument 'opts.max_running_requests' (integer >= 1 expected, got 0)")
+    raises(function() rl.engine.start { model = STORIES, threads = "2" } end,
+      "rl.engine.start: bad argument 'opts.threads' (integer expected, got '2')")
+    raises(function() rl.engine.launch { model = STORIES, dtype = "fp8" } end,
+      "rl.engine.launch: bad argument 'opts.dtype' ('auto', 'float32', 'bfloat16', 'float16' expected, got 'fp8')")
     -- still serving
     assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })
     eng:stop()
     raises(function() eng:generate { input_ids = { 1 } } end, "rl.engine.Engine:generate: the engine was stopped")
   end, { timeout = 120 })
+
+  it("declares its options once: rl.engine.options' defaults are the native engine's", function()
+    local options = require "rl.engine.options"
+    local cxx = rl.json.decode(rl.engine._native().defaults())
+    local n = 0
+    for _, o in ipairs(options.NATIVE) do
+      if cxx[o.name] ~= nil then
+        eq(o.default, cxx[o.name], o.name)
+        n = n + 1
+      end
+    end
+    eq(n, 20)   -- every engine and server option with a C++ default
+    -- a process engine's child gets the flags of the options given, nothing else
+    eq(options.argv { model = "m", mode = "process", threads = 2, enable_prefix_cache = false,
+                      disable_cuda_graph = true, cuda_graph_max_bs = 8, ready_timeout = 9 },
+      { "--threads=2", "--disable-prefix-cache", "--cuda-graph-max-bs=8", "--disable-cuda-graph" })
+    -- `rlhost engine`'s flags come from the same list, with the command line's defaults
+    local spec = options.cli_spec {}
+    local by = {}
+    for _, f in ipairs(spec) do by[f.name] = f end
+    eq({ by.port.default, by.device.default, by.disable_prefix_cache.default, by.mode, by.model.required },
+       { 30000, "cpu", false, nil, true })
+    -- the LuaLS stub lists exactly the declared options (native and vLLM)
+    local stub = read_file(assert(package.searchpath("rl._meta.engine", package.path)))
+    local block = assert(stub:match("%-%-%-@class rl%.engine%.StartOptions\n(.-)\n\n"))
+    local listed, declared = {}, {}
+    for name in block:gmatch("%-%-%-@field ([%w_]+)") do listed[#listed + 1] = name end
+    for _, list in ipairs { options.NATIVE, options.VLLM } do
+      for _, o in ipairs(list) do declared[o.name] = true end
+    end
+    local names = {}
+    for name in pairs(declared) do names[#names + 1] = name end
+    table.sort(names)
+    table.sort(listed)
+    eq(listed, names)
+  end)
 
   it("fails with nil, err for a missing model", function()
     local eng, err = rl.engine.start { model = "/nonexistent/model/dir" }
@@ -153,14 +198,14 @@ describe("rl.engine process mode", function()
     local pid = eng.pid
     eng:stop()
     eq(eng.pid, nil)
-    ok(not require("rl._core").router.kill(pid, 0), "the child is gone")
+    ok(not rl.process.signal_pid(pid, 0), "the child is gone")
     -- stop_within: SIGKILL, reaped within the deadline (a stopped process too)
     local eng2 = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
     local pid2 = eng2.pid
-    require("rl._core").router.kill(pid2, 19)   -- SIGSTOP
+    rl.process.signal_pid(pid2, 19)   -- SIGSTOP
     eq(eng2:stop_within(10), true)
     eq(eng2.pid, nil)
-    ok(not require("rl._core").router.kill(pid2, 0), "the child is gone")
+    ok(not rl.process.signal_pid(pid2, 0), "the child is gone")
   end, { timeout = 180 })
 
   it("reports a child that cannot start, with its log", function()

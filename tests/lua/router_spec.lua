@@ -52,10 +52,45 @@ describe("rl.router", function()
     w2:stop()
   end)
 
+  it("declares its options once: rl.router.options' defaults are the C++ router's, and rlhost router's flags", function()
+    local options = require "rl.router.options"
+    local cxx = rl.json.decode(require("rl._core").router.defaults())
+    local n = 0
+    for _, o in ipairs(options.ROUTER) do
+      if cxx[o.name] ~= nil then
+        eq(o.default, cxx[o.name], o.name)
+        n = n + 1
+      end
+    end
+    eq(n, 25)   -- every option but workers and the Lua-side ones
+    local spec, by = options.cli_spec {}, {}
+    for _, f in ipairs(spec) do by[f.name] = f end
+    eq({ by.port.default, by.worker.type, by.worker.of, by.workers, by.mode, by.max_tree_chars.default },
+       { 30000, "list", "string", nil, nil, 8388608 })
+    -- a process-mode router's child gets a flag for every option given, in rlhost router's names
+    eq(options.argv { workers = { "http://a:1", "http://b:2" }, allow_remote = false, max_retries = 1, mode = "process",
+                      log_level = "debug" },
+       { "--no-allow-remote", "--worker=http://a:1", "--worker=http://b:2", "--max-retries=1", "--log-level=debug" })
+    -- the LuaLS stub lists exactly the declared options
+    local stub = read_file(assert(package.searchpath("rl._meta.router", package.path)))
+    local block = assert(stub:match("%-%-%-@class rl%.router%.StartOpts\n(.-)\n\n"))
+    local listed, declared = {}, {}
+    for name in block:gmatch("%-%-%-@field ([%w_]+)") do listed[#listed + 1] = name end
+    for _, o in ipairs(options.ROUTER) do declared[#declared + 1] = o.name end
+    table.sort(listed)
+    table.sort(declared)
+    eq(listed, declared)
+  end)
+
   it("bad options raise, naming the option and the choices", function()
     raises(function() rl.router.start { policy = "fastest" } end, "opts.policy")
     raises(function() rl.router.start { policy = "fastest" } end, "cache_aware")
-    raises(function() rl.router.start { wokers = {} } end, "unknown option 'opts.wokers'")
+    raises(function() rl.router.start { wokers = {} } end,
+      "rl.router.start: bad argument 'opts.wokers' (unknown option; did you mean 'workers'?)")
+    raises(function() rl.router.start { max_retries = 1.5 } end,
+      "rl.router.start: bad argument 'opts.max_retries' (integer expected, got 1.5)")
+    raises(function() rl.router.start { workers = { 42 } } end,
+      "rl.router.start: bad argument 'opts.workers[1]' (URL string expected, got number)")
     raises(function() rl.router.start { mode = "fork" } end, "opts.mode")
     raises(function() rl.router.start { workers = { "ftp://x" } } end, "bad worker URL")
     raises(function() rl.router.start { health_interval = -1 } end, "opts.health_interval")

@@ -139,7 +139,7 @@ describe("rl.trace deferred events", function()
   it("gives unique 32-hex ids across a million spans and across counter epochs", function()
     local seen, n = {}, 0
     for _ = 1, 1000000 do
-      local id = trace._new_id()
+      local id = trace.new_id()
       if seen[id] then break end
       seen[id] = true
       n = n + 1

@@ -130,7 +130,7 @@ describe("rl.trainer checkpoints", function()
     assert(tr:train(next_batch(ds)))
     local root = work .. "/ckpt"
     assert(tr:save(root))
-    local proc = require("rl._core").router   -- spawn / kill / reap: children die with us
+    local proc = require("rl._core").process   -- spawn / kill / reap: children die with us
 
     -- A child rlhost resumes, trains a step and saves, paused at `stage` by the
     -- test hook; it is SIGKILLed once `marker(pid)` exists.

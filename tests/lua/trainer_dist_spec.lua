@@ -58,7 +58,7 @@ describe("rl.trainer distributed weight sync", function()
       print(("round %d: sync %.3f s, |logp gap| %.3g -> %.3g"):format(round, s.seconds, before, after))
     end
     -- The engine dies: the next sync fails with an error, well within its timeout.
-    require("rl._core").router.kill(eng.pid, 9)
+    rl.process.signal_pid(eng.pid, 9)
     assert(tr:train(b))
     local t0 = now()
     local s, err = tr:sync(eng, { method = "distributed", timeout = 10 })

@@ -216,13 +216,39 @@ describe("rl.trainer", function()
     os.execute("rm -rf '" .. dir .. "'")
   end, { timeout = 120 })
 
+  it("declares its options once: rl.trainer.options' names and defaults are the native trainer's", function()
+    local options = require "rl.trainer.options"
+    local cxx = rl.json.decode(require("rl.torch")._trainer.default_options())
+    -- declared without a default: the trainer derives it (the whole batch, eps_clip, no
+    -- decay horizon, off unless reinforce++, refused)
+    local derived = { global_batch_size = 0, eps_clip_high = rl.json.null, eps_clip_c = rl.json.null,
+                      lr_decay_iters = 0, normalize_advantages = false, fp16 = false }
+    local names = {}
+    for _, o in ipairs(options.ALL) do
+      names[#names + 1] = o.name
+      if o.default == nil then eq(cxx[o.name], derived[o.name], o.name) else eq(o.default, cxx[o.name], o.name) end
+    end
+    local theirs = {}
+    for k in pairs(cxx) do theirs[#theirs + 1] = k end
+    table.sort(names)
+    table.sort(theirs)
+    eq(names, theirs)
+  end)
+
   it("names bad options and bad batches", function()
-    raises(function() rl.trainer.new { model = STORIES, loss = { eps_clp = 0.2 } } end, "did you mean 'eps_clip'")
+    raises(function() rl.trainer.new { model = STORIES, loss = { eps_clp = 0.2 } } end,
+      "rl.trainer.new: bad argument 'opts.loss.eps_clp' (unknown option; did you mean 'eps_clip'?)")
+    raises(function() rl.trainer.new { model = STORIES, micro_batch_size = 0 } end,
+      "rl.trainer.new: bad argument 'opts.micro_batch_size' (integer >= 1 expected, got 0)")
+    raises(function() rl.trainer.new { model = STORIES, optimizer = { lr = "1e-3" } } end,
+      "rl.trainer.new: bad argument 'opts.optimizer.lr' (number expected, got '1e-3')")
+    raises(function() rl.trainer.new { model = STORIES, modle = STORIES } end,
+      "rl.trainer.new: bad argument 'opts.modle' (unknown option; did you mean 'model'?)")
     raises(function() rl.trainer.new { model = STORIES, loss = { eps_clip_c = 0.5 } } end, "must be > 1")
     raises(function() rl.trainer.new { model = STORIES, loss = { use_kl_loss = true, kl_loss_coef = 0.1 } } end,
       "reference model")
     raises(function() rl.trainer.new { model = STORIES, optimizer = { lr_decay_style = "cos" } } end,
-      "constant, linear or cosine")
+      "rl.trainer.new: bad argument 'opts.optimizer.lr_decay_style' ('constant', 'linear', 'cosine' expected, got 'cos')")
     raises(function() rl.trainer.new {} end, "opts.model is required")
     local tr = rl.trainer.new { model = STORIES }
     local _, err = pcall(tr.train, tr, { tokens = { { 1, 2, 3 } }, response_lengths = { 5 }, rewards = { 1 },

@@ -1,4 +1,4 @@
--- rl.watchdog (the hang report) and rl.recipe.health's drill parser.
+-- rl.watchdog (the hang report) and rl.recipe.faults' drill parser.
 local rl = require "rl"
 
 local function tmpdir()
@@ -82,8 +82,8 @@ describe("rl.watchdog.start", function()
   end)
 end)
 
-describe("rl.recipe.health.parse_injections", function()
-  local parse = require("rl.recipe.health").parse_injections
+describe("rl.recipe.faults.parse", function()
+  local parse = require("rl.recipe.faults").parse
   it("reads ACTION:[GROUP:]ENGINE:STEP[:DELAY | :sync] items", function()
     eq(parse("kill:2:3,stop:1:0:0.5,stop:2:1:sync", 2), {
       { action = "kill", engine = 2, step = 3, delay = 1, at_sync = false, item = "kill:2:3" },

@@ -57,4 +57,10 @@ function dist.gather_object(obj, root) end
 --- Leaves the group (the trainer stops all-reducing). Idempotent.
 function dist.destroy() end
 
+--- A process group of its own beside the default one (rl.weight_sync's trainer-to-engines group):
+--- rank 0 starts its store now; the handle's owner runs the rendezvous.
+---@param opts {rank: integer, world_size: integer, master_addr?: string, master_port?: integer, timeout?: number, name?: string, backend?: "gloo"|"nccl"}
+---@return userdata handle with :port() and :close()
+function dist.new_group(opts) end
+
 return dist

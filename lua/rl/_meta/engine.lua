@@ -1,5 +1,6 @@
 ---@meta
 -- LuaLS type stubs for rl.engine (lua/rl/engine/init.lua over librlhost_torch.so; lua/rl/engine/vllm.lua). docs/engine.md.
+-- The options are declared in lua/rl/engine/options.lua; tests/lua/engine_spec.lua checks this list against it.
 
 ---@class rl.engine.StartOptions
 ---@field model string HF model directory or .gguf (required)
@@ -27,9 +28,11 @@
 ---@field cuda_graph_max_bs? integer CUDA: decode batches up to this size replay CUDA graphs (default 256; 0: none)
 ---@field disable_cuda_graph? boolean CUDA: every step eager (SGLang's --disable-cuda-graph)
 ---@field overlap_schedule? "auto"|"on"|"off" launch the next decode step before the last one's tokens reach the host (auto: on for CUDA)
+---@field recompute_kv_on_weight_update? boolean a weight update mid-generation recomputes the running sequences' KV under the new weights (default: kept, never reused by new requests)
 ---@field weight_version? string reported until the first update (default "default")
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)
+---@field server_args? string JSON object text echoed by /get_server_info (`rlhost engine` passes its flags)
 ---@field backend? "native"|"vllm" native (default): rlhost's engine; vllm: a vLLM server child (docs/engine.md, "vLLM engines")
 ---@field python? string vllm: the python with vLLM (default $RLHOST_VLLM_PYTHON, else ~/.cache/rlhost/vllm-venv/bin/python)
 ---@field vllm_args? table<string, string|number|boolean|table> vllm: vLLM's flags ({max_model_len = 384} -> --max-model-len 384; true: bare flag)
@@ -95,6 +98,11 @@ function Engine:stop(drain) end
 ---@return boolean ok
 ---@return string? err why it was abandoned
 function Engine:stop_within(timeout) end
+
+--- The engine's weight-receiving side (rl.weight_sync): memory (thread mode), shared memory and
+--- c10d (its server), files; and the version it serves.
+---@return rl.weight_sync.Receiver
+function Engine:weight_receiver() end
 
 --- Thread mode: drops the control commands (weight syncs, flushes) the scheduler has not
 --- taken yet, failing their callers at once; returns the number dropped (0 for a process
@@ -167,5 +175,8 @@ function engine.start(opts) end
 ---@param api_key? string
 ---@return table<string, string>
 function engine.control_headers(api_key) end
+
+--- SIGTERM stops this process like Ctrl-C (`rlhost engine` under a supervisor).
+function engine.forward_sigterm() end
 
 return engine

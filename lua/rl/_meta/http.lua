@@ -43,6 +43,10 @@ rl.http = {}
 ---@return string|nil err
 function rl.http.request(opts) end
 
+--- The requests in flight now, oldest first (the hang report lists them).
+---@return {method: string, url: string, started: number, task: rl.Task|nil}[]
+function rl.http.in_flight() end
+
 --- GET `url` (opts as for request, without url).
 ---@param url string
 ---@param opts? rl.http.RequestOpts

@@ -52,3 +52,27 @@ function rl.process.self() end
 --- This process's id.
 ---@return integer
 function rl.process.pid() end
+
+--- `s` as one shell word: unchanged when plainly safe, else single-quoted.
+---@param s string
+---@return string
+function rl.process.quote(s) end
+
+--- Waits in the task (other tasks run) until child `pid` (spawned by rlhost) is reaped:
+--- its exit code, or nil after `timeout` seconds.
+---@param pid integer
+---@param timeout? number
+---@return integer|nil
+function rl.process.wait_pid(pid, timeout) end
+
+--- SIGTERM to child `pid`'s process group, SIGKILL after `grace` seconds; reaped. The exit code.
+---@param pid integer
+---@param grace number
+---@return integer
+function rl.process.stop_pid(pid, grace) end
+
+--- A signal to child `pid`'s process group; false when it is gone.
+---@param pid integer
+---@param signal integer
+---@return boolean
+function rl.process.signal_pid(pid, signal) end

@@ -37,6 +37,7 @@ function rl.recipe.options(spec) end
 ---@field world_size integer data-parallel ranks (1 when not distributed)
 ---@field is_main boolean rank 0: engines, rollout, eval, checkpoints, metrics
 ---@field health rl.recipe.Health|nil the engines' health monitor under --use-fault-tolerance
+---@field faults rl.recipe.Drills|nil the fault drills under --use-fault-tolerance (--fault-injection)
 ---@field phase string|nil the timer running now (rollout, train, sync, eval, save)
 local Job = {}
 
@@ -92,22 +93,29 @@ function Health:resume() end
 function Health:hold(why) end
 ---@param why string
 function Health:release(why) end
+--- Engine i out of the router, killed; restarted before the next sync.
+---@param i integer
+---@param why string
+function Health:mark_dead(i, why) end
+--- The fault-tolerant weight sync (Job:sync uses it): the trainer's sync (rl.weight_sync) engine by
+--- engine under a guard of probes, the dead restarted and refit first; opts.after_probes runs once
+--- the probes and restarts are done (the step's sync-time fault drills).
+---@param trainer rl.Trainer
+---@param opts? {after_probes?: fun()}
+---@return {weight_version: string, methods: string[], versions: (string|false)[], seconds: number}|nil, string|nil
+function Health:sync_weights(trainer, opts) end
+---@return table<string, number> rollout/engines/* metrics
+function Health:metrics() end
+
+--- rl.recipe.faults: fault drills (--fault-injection, job:inject_fault; docs/fault_tolerance.md).
+---@class rl.recipe.Drills
+local Drills = {}
 --- SIGKILL ("kill") or SIGSTOP ("stop") to engine i of a group (default the policy's) now.
 ---@param action "kill"|"stop"
 ---@param i integer
 ---@param group? string an engine group's name (--sglang-config)
 ---@return boolean|nil ok, string|nil err
-function Health:inject(action, i, group) end
---- Engine i out of the router, killed; restarted before the next sync.
----@param i integer
----@param why string
-function Health:mark_dead(i, why) end
---- The fault-tolerant weight sync (Job:sync uses it): engine by engine, the dead restarted and refit first.
----@param trainer rl.Trainer
----@return {weight_version: string, methods: string[], versions: (string|false)[], seconds: number}|nil, string|nil
-function Health:sync(trainer) end
----@return table<string, number> rollout/engines/* metrics
-function Health:metrics() end
+function Drills:inject(action, i, group) end
 
 --- Model, prompts, eval sets, engines + router, trainer (or resume), sinks, rollout.
 ---@param opt table rl.args result of rl.recipe.options

@@ -18,6 +18,7 @@
 ---@field profile rl.profile
 ---@field timeline rl.timeline
 ---@field dist rl.dist
+---@field weight_sync rl.weight_sync
 ---@field watchdog rl.watchdog
 ---@field agent rl.agent
 rl = {}
@@ -129,6 +130,10 @@ local Semaphore = {}
 ---@param n integer
 ---@return rl.Semaphore
 function rl.task.semaphore(n) end
+
+--- The tasks alive now (running or waiting), by id (the hang report lists them).
+---@return rl.Task[]
+function rl.task.live() end
 function Semaphore:acquire() end
 function Semaphore:release() end
 --- Runs fn(...) holding a slot (released on errors too).

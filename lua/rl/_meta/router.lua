@@ -1,5 +1,6 @@
 ---@meta
 -- LuaLS type stubs for rl.router (never loaded at run time). See docs/router.md.
+-- The options are declared in lua/rl/router/options.lua; tests/lua/router_spec.lua checks StartOpts against it.
 
 ---@class rl.router
 rl.router = {}
@@ -13,6 +14,7 @@ rl.router = {}
 ---@field allow_link_local_workers? boolean accept worker URLs on 169.254.0.0/16 or fe80::/10 (refused otherwise)
 ---@field mode? "thread"|"process" default "thread"
 ---@field ready_timeout? number process mode: seconds to wait for the child (default 15)
+---@field log_level? string process mode: the child's --log-level
 ---@field health_interval? number seconds between probes (5)
 ---@field health_timeout? number probe timeout (2)
 ---@field health_failure_threshold? integer failed probes before unhealthy (2)

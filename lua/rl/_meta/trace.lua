@@ -64,3 +64,6 @@ function rl.trace.fn(name, opts, f) end
 --- The handle of the innermost open span of the running task, or nil.
 ---@return table|nil
 function rl.trace.current() end
+--- A fresh trace/span id, for an id a caller needs before its span exists.
+---@return string
+function rl.trace.new_id() end

@@ -1,5 +1,6 @@
 ---@meta
--- LuaLS type stubs for rl.trainer (lua/rl/trainer.lua over librlhost_torch.so). See docs/trainer.md.
+-- LuaLS type stubs for rl.trainer (lua/rl/trainer/init.lua over librlhost_torch.so; its options are declared in
+-- lua/rl/trainer/options.lua). See docs/trainer.md.
 
 ---@class rl.trainer.Batch
 ---@field tokens integer[][] prompt + response ids per sample
@@ -65,15 +66,23 @@ function Trainer:logprobs(batch) end
 ---@field master_address? string distributed: the address engines reach the trainer at (127.0.0.1)
 ---@field master_port? integer distributed: the trainer's store port (default: a free one)
 ---@field backend? "gloo"|"nccl" distributed: the group's backend (gloo)
+---@field tmp_dir? string disk: where the weights' directory goes (default /dev/shm, else $TMPDIR)
+---@field keep_going? boolean a failed engine does not stop the others (versions[i] false, errors[i] why)
+---@field guard? fun(i: integer, rx: rl.weight_sync.Receiver): (fun()|nil) around each engine's transfer (fault tolerance)
 
---- Weights to engines (in memory for thread-mode engines, shared memory for process-mode
---- ones, safetensors on tmpfs otherwise, or a c10d broadcast with method = "distributed").
---- methods[i] says how engine i got them. No-op on data-parallel ranks > 0.
----@param engines table|table[]|string
+--- Weights to engines through rl.weight_sync (in memory for thread-mode engines, shared
+--- memory for process-mode ones, safetensors on tmpfs otherwise, or a c10d broadcast with
+--- method = "distributed"). methods[i] says how engine i got them, versions[i] the version
+--- it serves. No-op on data-parallel ranks > 0.
+---@param engines table|table[]|string engines, rl.weight_sync receivers or URLs
 ---@param opts? string|integer|rl.trainer.SyncOptions a version, or options
----@return {seconds: number, weight_version: string, methods?: ("memory"|"shm"|"disk")[]}|nil
+---@return rl.weight_sync.PushResult|nil
 ---@return string|nil err
 function Trainer:sync(engines, opts) end
+
+--- The trainer's weights as an rl.weight_sync source (read on its helper thread).
+---@return rl.weight_sync.Source
+function Trainer:weight_source() end
 
 --- Forgets what syncs kept for the engine at `url` (its shared weight buffers): it is gone.
 ---@param url string

@@ -52,7 +52,7 @@ function M.new(opts)
     local md = sample.metadata
     local sid = type(md) == "table" and md.env_session
     if not sid then
-      sid = require("rl.trace")._new_id()
+      sid = require("rl.trace").new_id()
       if type(md) == "table" then md.env_session = sid end
     end
     local inst = { session_id = sid }

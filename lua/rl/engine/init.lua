@@ -19,7 +19,7 @@ local json = require "rl.json"
 local task = require "rl.task"
 local core = require "rl._core"
 local now = core.loop.now
-local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
+local proc = core.process   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
 local launch = require "rl.engine.launch"
 
 local M = {}
@@ -27,57 +27,7 @@ local M = {}
 local Engine = {}
 Engine.__index = Engine
 
-local OPTION_TYPES = {
-  model = "string", tokenizer = "string", served_model_name = "string", dtype = "string", device = "string",
-  host = "string", port = "number", max_running_requests = "number", kv_cache_tokens = "number",
-  kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
-  threads = "number", max_connections = "number", max_sequences_per_request = "number",
-  max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
-  cuda_graph_max_bs = "number", disable_cuda_graph = "boolean", overlap_schedule = "string",
-  api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
-  server_args = "string",  -- JSON object text echoed by /get_server_info
-  backend = "string",
-}
-
--- Options of backend = "vllm" (lua/rl/engine/vllm.lua).
-local VLLM_OPTIONS = {
-  model = "string", backend = "string", host = "string", port = "number", served_model_name = "string",
-  python = "string", vllm_args = "table", env = "table", ready_timeout = "number", log_file = "string",
-  kv_cache_space = "number", weight_version = "string", api_key = "string",
-  -- native options a recipe passes to every backend; vLLM has its own flags for them
-  threads = "number", max_running_requests = "number", mode = "string",
-  device = "string",   -- cpu, or cuda:N (the server sees that GPU only: CUDA_VISIBLE_DEVICES)
-}
-local BACKENDS = { native = true, vllm = true }
-
-local function check_opts(opts)
-  if type(opts) ~= "table" then
-    error("rl.engine.start: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 3)
-  end
-  local backend = opts.backend or "native"
-  if not BACKENDS[backend] then
-    error(("rl.engine.start: bad argument 'opts.backend' ('native' or 'vllm' expected, got '%s')")
-      :format(tostring(backend)), 3)
-  end
-  local types = backend == "vllm" and VLLM_OPTIONS or OPTION_TYPES
-  for k, v in pairs(opts) do
-    local want = types[k]
-    if not want then
-      error(("rl.engine.start: bad argument 'opts.%s' (unknown option%s)"):format(tostring(k),
-        backend == "vllm" and " for backend 'vllm'; vLLM's own flags go in opts.vllm_args" or ""), 3)
-    end
-    if type(v) ~= want then
-      error(("rl.engine.start: bad argument 'opts.%s' (%s expected, got %s)"):format(k, want, type(v)), 3)
-    end
-  end
-  if not opts.model then error("rl.engine.start: bad argument 'opts.model' (string expected, got nil)", 3) end
-  if backend == "vllm" then return "vllm" end
-  local mode = opts.mode or "thread"
-  if mode ~= "thread" and mode ~= "process" then
-    error("rl.engine.start: bad argument 'opts.mode' ('thread' or 'process' expected, got '" .. mode .. "')", 3)
-  end
-  return mode
-end
+local options = require "rl.engine.options"   -- every option, declared once
 
 local function decode(text)
   local v, err = json.decode(text)
@@ -94,53 +44,23 @@ local function handle(self, fname)
   return self._h
 end
 
-local function await(op, fname)
-  local kind, payload = task.await_op(op, fname)
-  if kind == "done" then return decode(payload) end
-  return nil, payload
-end
+local await = task.await_json
 
 local function start_thread(opts)
-  local o = {}
-  for k, v in pairs(opts) do
-    if k ~= "mode" and k ~= "ready_timeout" and k ~= "log_file" then o[k] = v end
-  end
-  local h, err = native().start(o)
+  local h, err = native().start(options.native(opts))
   if not h then return nil, err end
   local url = h:url()
-  -- _api_key: for clients of its server in this process (tr:sync's shm and distributed methods)
+  -- _api_key: what its own control endpoints want (its weight receiver's shm and c10d requests)
   return setmetatable({ _h = h, mode = "thread", url = url ~= "" and url or nil, _api_key = opts.api_key }, Engine)
 end
 
 -- ---- process mode ------------------------------------------------------------------
 
-local FLAGS = {
-  "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
-  "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "max_connections",
-  "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "weight_version", "api_key",
-  "cuda_graph_max_bs", "overlap_schedule",
-}
-
 local read_file = require("rl._fs").read_file
 
-local function tail(path, n)
-  local s = read_file(path) or ""
-  return #s > n and s:sub(-n) or s
-end
-M._log_tail = tail
+local common = require "rl.engine._common"
+local tail = common.log_tail
 
--- SIGTERM to a child's process group, SIGKILL after `grace` s; reaps it.
-function M._stop_child(pid, grace)
-  proc.kill(pid, 15)
-  local deadline = now() + grace
-  while not proc.reap(pid) do
-    if now() > deadline then
-      proc.kill(pid, 9)
-      deadline = math.huge
-    end
-    if task.current() then task.sleep(0.05) else os.execute("sleep 0.05") end
-  end
-end
 
 local function launch_process(opts)
   local dir = os.tmpname()
@@ -149,11 +69,7 @@ local function launch_process(opts)
   local log = opts.log_file or (dir .. ".log")
   local argv = { "@self", "engine", "--model", opts.model, "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port=0" end
-  for _, k in ipairs(FLAGS) do
-    if opts[k] ~= nil then argv[#argv + 1] = "--" .. k:gsub("_", "-") .. "=" .. tostring(opts[k]) end
-  end
-  if opts.enable_prefix_cache == false then argv[#argv + 1] = "--disable-prefix-cache" end
-  if opts.disable_cuda_graph then argv[#argv + 1] = "--disable-cuda-graph" end
+  for _, a in ipairs(options.argv(opts)) do argv[#argv + 1] = a end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
   local pid, err = proc.spawn(argv, { log = log })
   if not pid then return nil, "rl.engine.start: " .. err end
@@ -208,16 +124,8 @@ end
 --- Generates for one SGLang /generate request table (text or input_ids, single
 --- or batched, sampling_params, return_logprob, ...); yields the calling task.
 --- Returns the /generate response (a table, or a list for batches) or nil, err.
--- :generate's misuse checks, for every backend.
-function M._check_generate(req)
-  if type(req) ~= "table" then
-    error("rl.engine.Engine:generate: bad argument #1 'req' (table expected, got " .. type(req) .. ")", 3)
-  end
-  task.need_task("rl.engine.Engine:generate")
-end
-
 function Engine:generate(req)
-  M._check_generate(req)
+  common.check_generate(req)
   if self.mode == "process" then
     local r = {}
     for k, v in pairs(req) do r[k] = v end
@@ -291,7 +199,7 @@ function Engine:stop(drain)
     error("rl.engine.Engine:stop: bad argument #1 'drain' (seconds >= 0 expected, got " .. tostring(drain) .. ")", 2)
   end
   if self.mode == "process" then
-    if self.pid then M._stop_child(self.pid, 15) end
+    if self.pid then require("rl.process").stop_pid(self.pid, 15) end
     self.pid = nil
     return
   end
@@ -306,19 +214,11 @@ end
 --- (its threads and memory go when they return); a process engine gets SIGKILL.
 --- Returns true, or false and why.
 function Engine:stop_within(timeout)
-  local deadline = now() + timeout
-  local function wait(done)
-    while not done() do
-      if now() > deadline then return false end
-      if task.current() then task.sleep(0.02) else os.execute("sleep 0.02") end
-    end
-    return true
-  end
   if self.mode == "process" then
     local pid = self.pid
     if not pid then return true end
     proc.kill(pid, 9)
-    if not wait(function() return proc.reap(pid) ~= nil end) then
+    if not require("rl.process").wait_pid(pid, timeout) then
       return false, ("process %d did not exit within %g s of SIGKILL"):format(pid, timeout)
     end
     self.pid = nil
@@ -327,8 +227,14 @@ function Engine:stop_within(timeout)
   if not self._h then return true end
   local stopped = self._h:stop_background()
   self._h = nil
-  if wait(stopped) then return true end
-  return false, ("did not stop within %g s: abandoned (its threads end when they return)"):format(timeout)
+  local deadline = now() + timeout
+  while not stopped() do   -- checked on the event loop's timers: other tasks run
+    if now() > deadline then
+      return false, ("did not stop within %g s: abandoned (its threads end when they return)"):format(timeout)
+    end
+    task.sleep(0.02)
+  end
+  return true
 end
 
 --- Thread mode: drops the control commands (weight syncs, flushes) its scheduler has not
@@ -337,6 +243,13 @@ end
 function Engine:cancel_commands()
   if self.mode ~= "thread" or not self._h then return 0 end
   return self._h:cancel_commands()
+end
+
+--- The engine's weight-receiving side (rl.weight_sync): in memory (thread mode), through
+--- shared memory or c10d (its server), through files; and the version it serves.
+function Engine:weight_receiver()
+  return require("rl.weight_sync").new_receiver { url = self.url, api_key = self._api_key, engine = self,
+    kind = self.mode, native = self.mode == "thread" and self._h or nil }
 end
 
 --- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's
@@ -406,7 +319,7 @@ end
 --- threads, max_connections, max_sequences_per_request, max_queued_requests, max_tokens_in_flight, served_model_name, api_key, serve (thread mode: false =
 --- no HTTP server), ready_timeout (process mode, s), log_file (process mode).
 function M.start(opts)
-  local l, err = launch_engine(opts, check_opts(opts), "rl.engine.start")
+  local l, err = launch_engine(opts, options.check(opts, "rl.engine.start"), "rl.engine.start")
   if not l then return nil, err end
   return l:wait_ready()
 end
@@ -417,11 +330,15 @@ end
 --- why when it could not be spawned. A thread-mode engine is ready at once (it loads in
 --- this call). Engines launched one after another come up together: rl.engine.wait_all.
 function M.launch(opts)
-  local mode = check_opts(opts)
+  local mode = options.check(opts, "rl.engine.launch")
   return launch_engine(opts, mode, "rl.engine.launch")
 end
 
 M.wait_all = launch.wait_all
 
-M._native = native
+--- SIGTERM stops this process like Ctrl-C (the main task is cancelled, which cleans up):
+--- for `rlhost engine` under a supervisor.
+function M.forward_sigterm() native().forward_sigterm() end
+
+M._native = native   -- for tests of the native half
 return M

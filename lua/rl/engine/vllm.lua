@@ -16,7 +16,7 @@ local task = require "rl.task"
 local log = require "rl.log"
 local core = require "rl._core"
 local now = core.loop.now
-local proc = core.router   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
+local proc = core.process   -- spawn/kill/reap: children die with us (runtime/base/child_process.hpp)
 
 local M = {}
 
@@ -200,10 +200,6 @@ os.killpg(0, signal.SIGTERM)
 sys.exit(rc if rc >= 0 else 128 - rc)
 ]]
 
-local function shell_quote(s)
-  if s:match("^[%w%./_=:,+-]+$") then return s end
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
 
 --- Spawns a vLLM server. opts: model, host, port, served_model_name, python,
 --- vllm_args (flags, `--<key>`), env (extra environment), ready_timeout (s, default
@@ -249,7 +245,7 @@ function M.launch(opts)
   for _, a in ipairs(cmd) do argv[#argv + 1] = a end
   local logf = opts.log_file or (os.tmpname() .. ".vllm.log")
   local shown = {}
-  for i, a in ipairs(cmd) do shown[i] = shell_quote(a) end
+  for i, a in ipairs(cmd) do shown[i] = require("rl.process").quote(a) end
   log.info("Launching vLLM server: " .. table.concat(shown, " ") .. " (log: " .. logf .. ")")
   local pid, err = proc.spawn(argv, { log = logf, death_signal = 15 })
   if not pid then return nil, "rl.engine.start: " .. tostring(err) end
@@ -268,7 +264,7 @@ function M.launch(opts)
       self.pid = nil
       release_port(self)
       return nil, ("rl.engine.start: the vLLM server exited with status %s before serving; its log (%s):\n%s")
-        :format(tostring(code), logf, require("rl.engine")._log_tail(logf, 4000))
+        :format(tostring(code), logf, require("rl.engine._common").log_tail(logf, 4000))
     end
     local r = require("rl.http").get(url .. "/health", { timeout = 5 })
     if r and r.status == 200 then
@@ -279,7 +275,7 @@ function M.launch(opts)
     if now() > deadline then
       self:stop()
       return nil, ("rl.engine.start: the vLLM server did not serve within %s s (ready_timeout; pid %d stopped); "
-        .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine")._log_tail(logf, 4000))
+        .. "its log (%s):\n%s"):format(tostring(timeout), pid, logf, require("rl.engine._common").log_tail(logf, 4000))
     end
     return false
   end, 0.5)
@@ -304,7 +300,7 @@ end
 
 --- SGLang /generate request -> response (a list when n > 1), through /v1/completions.
 function VllmEngine:generate(req)
-  require("rl.engine")._check_generate(req)
+  require("rl.engine._common").check_generate(req)
   local body, berr = M.completions_request(req, self.model)
   if not body then return nil, berr end
   local t0 = now()
@@ -374,6 +370,11 @@ function VllmEngine:update_weights_from_disk(dir, weight_version)
   return { success = true, message = "reloaded from " .. dir, weight_version = self.weight_version }
 end
 
+--- The server's weight-receiving side (rl.weight_sync): files only (reload_weights).
+function VllmEngine:weight_receiver()
+  return require("rl.weight_sync").new_receiver { url = self.url, engine = self, kind = "vllm", disk_only = true }
+end
+
 --- Aborts a request by rid, or every request when rid is nil (/abort_requests);
 --- returns how many were aborted.
 function VllmEngine:abort(rid)
@@ -408,7 +409,7 @@ function VllmEngine:stop() self:stop_within(20) end
 --- process group, SIGKILL after min(timeout, 20) s. Returns true.
 function VllmEngine:stop_within(timeout)
   release_port(self)
-  if self.pid then require("rl.engine")._stop_child(self.pid, math.min(timeout, 20)) end
+  if self.pid then require("rl.process").stop_pid(self.pid, math.min(timeout, 20)) end
   self.pid = nil
   return true
 end

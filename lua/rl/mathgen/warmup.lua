@@ -82,7 +82,8 @@ end
 local function sh(cmd)
   if not os.execute(cmd) then error("command failed: " .. cmd, 2) end
 end
-local function q(path) return "'" .. path:gsub("'", "'\\''") .. "'" end
+local q = require("rl.process").quote
+local remove_tree = require("rl._fs").remove_tree
 local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
@@ -250,26 +251,13 @@ function M.batches(n, size, seed)
   return out
 end
 
---- Builds the model into dir (created; must not exist) and returns the report
---- that is also written to dir/warmup.json.
-function M.build(opt, dir)
-  local t0 = rl.now()
-  local log = opt.quiet and function() end or function(...) rl.log.info(...) end
-  local threads_before = rl.torch.info().num_threads
-  rl.torch.set_num_threads(opt.threads)
-  rl.torch.manual_seed(opt.seed)
-
-  -- 1. Problems: a training split and a held-out split.
-  local train, test = mathgen.splits { seed = opt.seed, train = opt.train_size, test = opt.test_size,
-    max_number = opt.max_number, max_factor = opt.max_factor, steps = opt.step_weights }
-
-  -- 2. A tokenizer derived from the training texts as the model will see them (the
-  --    ChatML rendering of rl.model.byte_tokenizer's template).
-  --    With --tools the SFT data are chats (rl.mathgen.tools.trace): a --tool-rate share
-  --    of them work every operation with the calculator, the others in the head.
-  -- Noisy labels, as in scraped data: a share of the answers work the problem
-  -- right but end on a wrong "#### N" line. The warm model learns that habit and
-  -- GRPO, rewarded on the final line only, has a real behaviour to correct.
+-- The SFT data: each training problem as a chat (with --tools, rl.mathgen.tools.trace: a
+-- --tool-rate share of them work every operation with the calculator, the others in the
+-- head) and as the text the model will see (the ChatML rendering of
+-- rl.model.byte_tokenizer's template). Noisy labels, as in scraped data: a share of the
+-- answers work the problem right but end on a wrong "#### N" line. The warm model learns
+-- that habit and GRPO, rewarded on the final line only, has a real behaviour to correct.
+local function sft_data(opt, train)
   local noise, use_tool = rl.pyrandom.new(opt.seed * 7919 + 17), rl.pyrandom.new(opt.seed * 7919 + 29)
   local chats, texts = {}, {}
   for i, clean in ipairs(train) do
@@ -284,14 +272,18 @@ function M.build(opt, dir)
         .. "<|im_end|>"
     end
   end
+  return chats, texts
+end
+
+-- A tokenizer derived from the training texts, and a random Llama over its vocabulary
+-- written into dir. → the tokenizer.
+local function init_model(opt, dir, texts)
   local tok_dir = dir .. ".tokenizer"
   sh("mkdir -p " .. q(tok_dir))
   local tj, tc = mtok.derive(texts, { max_merges = opt.max_merges, max_length = opt.max_position_embeddings,
     tools = opt.tools })
   assert(mtok.save(tok_dir, tj, tc))
   local tok = assert(rl.tokenizer.load(tok_dir))
-
-  -- 3. A random Llama over that vocabulary.
   local config = {
     architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = tok.vocab_size,
     hidden_size = opt.hidden_size, intermediate_size = opt.intermediate_size, num_hidden_layers = opt.num_layers,
@@ -301,17 +293,12 @@ function M.build(opt, dir)
   }
   assert(rl.model.init { config = config, seed = opt.seed, dir = dir, tokenizer = tok_dir })
   sh("rm -rf " .. q(tok_dir))
+  return tok
+end
 
-  -- 4. SFT: the loss on the answer tokens only, a cosine schedule.
-  local tr = rl.trainer.new {
-    model = dir, loss = { loss_type = "sft_loss" }, micro_batch_size = opt.micro_batch_size,
-    optimizer = { lr = opt.lr, min_lr = opt.min_lr, lr_decay_style = "cosine", lr_decay_iters = opt.steps,
-                  lr_warmup_iters = opt.warmup_steps, weight_decay = opt.weight_decay, clip_grad = 1.0,
-                  adam_beta2 = 0.98 },
-  }
-  local params = tr.model:num_parameters()
-  log("sft_warmup: %d train / %d test problems, vocab %d, %.2fM parameters", #train, #test, tok.vocab_size,
-    params / 1e6)
+-- Each chat as token ids with the number of trained (answer) tokens and, for tool
+-- chats, their loss mask.
+local function sft_sequences(opt, tok, chats)
   local seqs = {}
   for i, c in ipairs(chats) do
     if opt.tools then
@@ -323,6 +310,12 @@ function M.build(opt, dir)
       seqs[i] = { tokens = prompt, n = #answer }
     end
   end
+  return seqs
+end
+
+-- opt.steps SFT steps over seeded shuffled epochs of seqs. → the loss curve (every
+-- --log-every steps), the tokens trained and the seconds it took.
+local function sft_train(opt, tr, seqs, log)
   local batches, next_batch, epoch = {}, 1, 0
   local curve, window, tokens, t_train = {}, {}, 0, rl.now()
   for step = 1, opt.steps do
@@ -353,10 +346,12 @@ function M.build(opt, dir)
       window = {}
     end
   end
-  local train_seconds = rl.now() - t_train
-  assert(tr:save_model(dir))
+  return curve, tokens, rl.now() - t_train
+end
 
-  -- 5. Held-out accuracy, greedy and at temperature 1 (GRPO samples there).
+-- Held-out accuracy, greedy and at temperature 1 (GRPO samples there). → the report's
+-- accuracy, final_mismatch_rate, tool_calls and example parts, and the seconds it took.
+local function held_out(opt, dir, test, log)
   local t_eval = rl.now()
   local eopt = { threads = opt.threads, max_new_tokens = opt.max_new_tokens, seed = opt.seed,
                  context = opt.max_position_embeddings }
@@ -372,17 +367,50 @@ function M.build(opt, dir)
     log("calculator: %.2f greedy, %.2f at temperature 1 of the responses call it; %d and %d calls, %d and %d failed",
       tools0.with_tool, tools1.with_tool, tools0.calls, tools1.calls, tools0.failed, tools1.failed)
   end
+  return {
+    accuracy = { greedy = acc0, temperature_1 = acc1, problems = #test },
+    final_mismatch_rate = { greedy = mis0, temperature_1 = mis1 },
+    tool_calls = opt.tools and { greedy = tools0, temperature_1 = tools1 } or nil,
+    example = { question = test[1].question, response = texts[1] },
+  }, rl.now() - t_eval
+end
 
+--- Builds the model into dir (created; must not exist) and returns the report
+--- that is also written to dir/warmup.json.
+function M.build(opt, dir)
+  local t0 = rl.now()
+  local log = opt.quiet and function() end or function(...) rl.log.info(...) end
+  local threads_before = rl.torch.info().num_threads
+  rl.torch.set_num_threads(opt.threads)
+  rl.torch.manual_seed(opt.seed)
+  -- 1. Problems: a training split and a held-out split.
+  local train, test = mathgen.splits { seed = opt.seed, train = opt.train_size, test = opt.test_size,
+    max_number = opt.max_number, max_factor = opt.max_factor, steps = opt.step_weights }
+  -- 2. The SFT data, a tokenizer derived from it, a random Llama over that vocabulary.
+  local chats, texts = sft_data(opt, train)
+  local tok = init_model(opt, dir, texts)
+  -- 3. SFT: the loss on the answer tokens only, a cosine schedule.
+  local tr = rl.trainer.new {
+    model = dir, loss = { loss_type = "sft_loss" }, micro_batch_size = opt.micro_batch_size,
+    optimizer = { lr = opt.lr, min_lr = opt.min_lr, lr_decay_style = "cosine", lr_decay_iters = opt.steps,
+                  lr_warmup_iters = opt.warmup_steps, weight_decay = opt.weight_decay, clip_grad = 1.0,
+                  adam_beta2 = 0.98 },
+  }
+  local params = tr.model:num_parameters()
+  log("sft_warmup: %d train / %d test problems, vocab %d, %.2fM parameters", #train, #test, tok.vocab_size,
+    params / 1e6)
+  local curve, tokens, train_seconds = sft_train(opt, tr, sft_sequences(opt, tok, chats), log)
+  assert(tr:save_model(dir))
+  -- 4. Held-out accuracy; the problems and the report next to the model.
+  local eval, eval_seconds = held_out(opt, dir, test, log)
   sh("mkdir -p " .. q(dir .. "/data"))
   assert(mathgen.write_jsonl(dir .. "/data/train.jsonl", train))
   assert(mathgen.write_jsonl(dir .. "/data/test.jsonl", test))
   local report = {
     version = M.VERSION, options = opt, parameters = params, vocab_size = tok.vocab_size,
-    accuracy = { greedy = acc0, temperature_1 = acc1, problems = #test },
-    final_mismatch_rate = { greedy = mis0, temperature_1 = mis1 }, loss_curve = curve,
-    tool_calls = opt.tools and { greedy = tools0, temperature_1 = tools1 } or nil,
-    train_seconds = train_seconds, eval_seconds = rl.now() - t_eval, seconds = rl.now() - t0,
-    tokens_per_second = tokens / train_seconds, example = { question = test[1].question, response = texts[1] },
+    accuracy = eval.accuracy, final_mismatch_rate = eval.final_mismatch_rate, loss_curve = curve,
+    tool_calls = eval.tool_calls, train_seconds = train_seconds, eval_seconds = eval_seconds,
+    seconds = rl.now() - t0, tokens_per_second = tokens / train_seconds, example = eval.example,
   }
   local f = assert(io.open(dir .. "/warmup.json", "wb"))
   f:write(rl.json.encode(report, { indent = 2, sort_keys = true }), "\n")
@@ -398,7 +426,8 @@ function M.build_into(opt, dir)
   sh("mkdir -p " .. q(dir:match("^(.*)/[^/]*$") or "."))
   local ok, report = pcall(M.build, opt, tmp)
   if not ok then
-    os.execute("rm -rf " .. q(tmp) .. " " .. q(tmp .. ".tokenizer"))
+    remove_tree(tmp)
+    remove_tree(tmp .. ".tokenizer")
     error(report, 0)
   end
   local old
@@ -407,9 +436,9 @@ function M.build_into(opt, dir)
     assert(os.rename(dir, old))
   end
   local renamed, err = os.rename(tmp, dir)
-  if old then os.execute("rm -rf " .. q(old)) end
+  if old then remove_tree(old) end
   if not renamed then
-    os.execute("rm -rf " .. q(tmp))
+    remove_tree(tmp)
     if not exists(dir .. "/config.json") then error("rl.mathgen.warmup: cannot rename into " .. dir .. ": " .. err) end
   end
   return report

@@ -11,7 +11,7 @@ local gzip = require "rl.gzip"
 
 local M = {}
 
-local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local shell_quote = require("rl.process").quote
 
 local function is_dir(path)
   local p = io.popen("test -d " .. shell_quote(path) .. " && echo yes")

@@ -168,6 +168,24 @@ function M.plan(opt, job)
   return out
 end
 
+--- The groups of a started job: job.groups, else one of job.engines behind job.router.
+function M.groups_of(job)
+  return job.groups or { { name = "default", engines = job.engines or {}, router = job.router, update_weights = true } }
+end
+
+--- The group whose engines go by plain numbers (engine 1, ...): the policy's (the one
+--- taking weight updates), else a job's only group.
+function M.plain_group(groups)
+  for _, g in ipairs(groups) do if g.update_weights then return g end end
+  if #groups == 1 then return groups[1] end
+end
+
+--- How logs and drills name engine i of group g: "engine i" in the plain group, else
+--- "<group> engine i".
+function M.engine_label(groups, g, i)
+  return g == M.plain_group(groups) and ("engine " .. i) or ("%s engine %d"):format(g.name, i)
+end
+
 local function stop_all(groups, launches)
   for _, g in ipairs(groups) do
     if g.router then g.router:stop() end

@@ -6,14 +6,14 @@
 --- A dead engine leaves the router at once and is killed (a stuck one too: SIGKILL
 --- ends a stopped process); the router retries its in-flight requests on the others.
 --- Before the next weight sync it is restarted with the same options, handed the current
---- weights, and only then rejoins the router. The sync goes engine by engine, so one
+--- weights, and only then rejoins the router. The sync (Health:sync_weights) is the
+--- trainer's own (rl.weight_sync), engine by engine under a guard of probes, so one
 --- engine failing costs that engine, never the run. Monitoring pauses during the sync
 --- and while the recipe has released the engines (health:pause() / health:resume(), and
 --- hold/release around --offload-rollout). Every engine group is watched (one slot per
 --- engine of job.groups); a frozen group's (update_weights false) restarted engine
---- loads its own model and rejoins its router at once, with no refit.
---- Fault injection (--fault-injection, or job:inject_fault from `rlhost attach`) kills or
---- stops a chosen engine of any group (the policy's by default) at a chosen step. See docs/fault_tolerance.md.
+--- loads its own model and rejoins its router at once, with no refit. Fault drills are
+--- rl.recipe.faults. See docs/fault_tolerance.md.
 local rl = require "rl"
 local log = require "rl.log"
 local task = require "rl.task"
@@ -23,105 +23,34 @@ local Health = {}
 Health.__index = Health
 M.Health = Health
 
-local SIGKILL, SIGSTOP = 9, 19
-local ACTIONS = { kill = SIGKILL, stop = SIGSTOP }
-
 local function now() return rl.now() end
-local proc = require("rl._core").router  -- spawn/kill/reap of child processes (their process groups)
-
--- The groups a monitor watches: job.groups (rl.recipe.engines), else one of job.engines.
-local function groups_of(job)
-  return job.groups or { { name = "default", engines = job.engines or {}, router = job.router, update_weights = true } }
-end
-
--- The group whose engines go by plain numbers (engine 1, ...): the policy's (the one
--- taking weight updates), else a job's only group.
-local function plain_group(groups)
-  for _, g in ipairs(groups) do if g.update_weights then return g end end
-  if #groups == 1 then return groups[1] end
-end
-
---- Parses --fault-injection: "ACTION:[GROUP:]ENGINE:STEP[:DELAY]" items, comma-separated
---- (ACTION kill | stop; GROUP an engine group's name (--sglang-config), default the
---- policy's; ENGINE 1-based within the group; STEP the rollout id; DELAY seconds into
---- that step's rollout, default 1, or "sync": as that step's weight sync starts, after
---- its probes). groups: the job's (rl.recipe.engines), or a number of policy engines.
---- Returns the list or raises a usage error naming the item.
-function M.parse_injections(text, groups)
-  local out = {}
-  if not text or text == "" then return out end
-  if type(groups) == "number" then groups = { { name = "default", engines = { n = groups }, update_weights = true } } end
-  local function size(g) return g.engines.n or #g.engines end
-  local hint = " (expected ACTION:[GROUP:]ENGINE:STEP[:DELAY_S | :sync], e.g. kill:2:2:1.5, stop:1:3:sync or "
-    .. "kill:ref:1:2 for engine 1 of group 'ref'; ACTION kill or stop)"
-  for item in text:gmatch("[^,]+") do
-    item = item:match("^%s*(.-)%s*$")
-    local f = {}
-    for part in (item .. ":"):gmatch("([^:]*):") do f[#f + 1] = part end
-    local group
-    if f[2] and not f[2]:match("^%d+$") then group = table.remove(f, 2) end
-    local action, engine, step, delay = f[1], f[2], f[3], f[4] or ""
-    if not ACTIONS[action] or #f > 4 or not (engine or ""):match("^%d+$") or not (step or ""):match("^%d+$")
-        or (delay ~= "" and delay ~= "sync" and not tonumber(delay)) or (group and not group:match("^[%w_%-]+$")) then
-      rl.args.usage_error("--fault-injection: bad item '" .. item .. "'" .. hint)
-    end
-    engine, step = tonumber(engine), tonumber(step)
-    local g
-    if group then
-      for _, x in ipairs(groups) do if x.name == group then g = x end end
-      if not g then
-        local names = {}
-        for i, x in ipairs(groups) do names[i] = x.name end
-        rl.args.usage_error(("--fault-injection %s: no engine group '%s' (the job's groups: %s; more come from "
-          .. "--sglang-config)"):format(item, group, table.concat(names, ", ")))
-      end
-    else
-      g = plain_group(groups)
-      if not g then
-        rl.args.usage_error(("--fault-injection %s: no group takes weight updates, so name one (ACTION:GROUP:ENGINE:"
-          .. "STEP)"):format(item))
-      end
-    end
-    if engine < 1 or engine > size(g) then
-      rl.args.usage_error(("--fault-injection %s: engine %d is not one of 1..%d (%s)"):format(item, engine, size(g),
-        group and ("the engines of group '" .. group .. "'") or "--num-engines"))
-    end
-    out[#out + 1] = { action = action, group = group, engine = engine, step = step, at_sync = delay == "sync",
-                      delay = tonumber(delay) or 1, item = item }
-  end
-  return out
-end
+local proc = require("rl._core").process  -- reap of child processes
+local engines = require "rl.recipe.engines"
 
 --- The job's monitor under --use-fault-tolerance (started), else nil.
 function M.from_options(opt, job)
-  if not opt.use_fault_tolerance then
-    if opt.fault_injection then rl.args.usage_error("--fault-injection needs --use-fault-tolerance") end
-    return nil
-  end
+  if not opt.use_fault_tolerance then return nil end
   for _, k in ipairs { "rollout_health_check_interval", "rollout_health_check_timeout" } do
     if not (opt[k] > 0) then rl.args.usage_error(("--%s must be > 0 (got %s)"):format(k:gsub("_", "-"), opt[k])) end
   end
   return M.new(job, { interval = opt.rollout_health_check_interval, timeout = opt.rollout_health_check_timeout,
-    first_wait = opt.rollout_health_check_first_wait, engine_opts = job.engine_opts,
-    injections = M.parse_injections(opt.fault_injection, groups_of(job)) }):start()
+    first_wait = opt.rollout_health_check_first_wait, engine_opts = job.engine_opts }):start()
 end
 
 --- A monitor for the engines of job.groups (rl.recipe.engines), or of job.engines
---- behind job.router. opts: interval, timeout, first_wait (seconds), injections
---- (parse_injections' list), engine_opts (rl.engine.start's, for restarts of
---- job.engines when there are no groups).
+--- behind job.router. opts: interval, timeout, first_wait (seconds), engine_opts
+--- (rl.engine.start's, for restarts of job.engines when there are no groups).
 function M.new(job, opts)
   local self = setmetatable({ job = job, interval = opts.interval or 30, timeout = opts.timeout or 30,
-    first_wait = opts.first_wait or 0, injections = opts.injections or {}, engine_opts = opts.engine_opts,
+    first_wait = opts.first_wait or 0, engine_opts = opts.engine_opts,
     states = {}, paused = false, holds = {}, events = {}, recoveries = {}, external = {} }, Health)
-  local groups = groups_of(job)
-  local plain = plain_group(groups)
+  local groups = engines.groups_of(job)
   for _, g in ipairs(groups) do
     for i = 1, #g.engines do
       -- the policy group's engines keep their plain names (engine 1, ...), as in --fault-injection
-      local label = g == plain and ("engine " .. i) or ("%s engine %d"):format(g.name, i)
       self.states[#self.states + 1] = { state = "healthy", fails = 0, started = now(), restarts = 0, group = g,
-        index = i, label = label, engine_opts = g.engine_opts and g.engine_opts[i] or opts.engine_opts }
+        index = i, label = engines.engine_label(groups, g, i),
+        engine_opts = g.engine_opts and g.engine_opts[i] or opts.engine_opts }
     end
   end
   return self
@@ -341,57 +270,11 @@ function Health:stop()
   if self.task then self.task:cancel("job finished"); self.task = nil end
 end
 
--- How long a drill's "stop" stalls a thread-mode engine: for good.
-local STALL_S = 24 * 3600
-
---- Kills (SIGKILL) or stops (SIGSTOP) engine i of a group now (group: its name,
---- default the policy's): a fault drill. A process or vLLM engine gets the signal (its
---- process group); a thread-mode engine can only be stopped: its HTTP loop and
---- scheduler stall (rl.engine's stall).
-function Health:inject(action, i, group)
-  local sig = ACTIONS[action]
-  if not sig then return nil, "inject: action must be 'kill' or 'stop' (got " .. tostring(action) .. ")" end
-  local groups = groups_of(self.job)
-  local g = plain_group(groups)
-  if group ~= nil then
-    g = nil
-    for _, x in ipairs(groups) do if x.name == group then g = x end end
-  end
-  if not g then
-    return nil, group and ("inject: no engine group '%s'"):format(tostring(group))
-      or "inject: no group takes weight updates: name the group (inject(action, i, group))"
-  end
-  local st
-  for _, x in ipairs(self.states) do if x.group == g and x.index == i then st = x end end
-  if not st then return nil, ("inject: no engine %s in group '%s' (1..%d)"):format(tostring(i), g.name, #g.engines) end
-  local eng = engine_of(st)
-  if eng.mode == "thread" and action == "stop" and eng._h then
-    log.warn("fault injection: stalling thread %s (%s)", st.label, tostring(eng.url))
-    eng:stall(STALL_S)
-    return true
-  end
-  if eng.mode == "thread" or not eng.pid then
-    return nil, ("inject: %s is not a running process (--engine-mode process; a thread engine can "
-      .. "only be stopped)"):format(st.label)
-  end
-  log.warn("fault injection: %s %s (pid %d)", action == "kill" and "SIGKILL to" or "SIGSTOP to", st.label, eng.pid)
-  proc.kill(eng.pid, sig)
-  return true
-end
-
---- Called as a rollout step starts: resumes monitoring, schedules this step's drills.
+--- Called as a rollout step starts: resumes monitoring, a new step's events.
 function Health:step_start(rollout_id)
   self:resume()
   self.events = {}
   self.step = rollout_id
-  for _, inj in ipairs(self.injections) do
-    if inj.step == rollout_id and not inj.at_sync then
-      task.after(inj.delay, function()
-        local ok, err = self:inject(inj.action, inj.engine, inj.group)
-        if not ok then log.warn("fault injection %s not done: %s", inj.item, err) end
-      end)
-    end
-  end
 end
 
 -- Restarts each dead engine (not yet in the router: an updatable group's joins after
@@ -435,12 +318,13 @@ function Health:restart_dead()
   end
 end
 
--- Syncs engine i while probing it: an engine whose process exits, or that leaves two
--- probes in a row unanswered, during its sync is marked dead (killed, so the sync's
--- request fails at once) instead of holding the sync for the trainer's whole timeout.
-function Health:guarded_sync(trainer, i)
-  local eng, done, killing = engine_of(self.states[i]), false, false
-  local h = eng.mode == "thread" and eng._h   -- kept: a stop drops eng._h, the queued sync may remain
+-- A guard of probes around engine i's weight transfer (receiver rx): an engine whose
+-- process exits, or that leaves two probes in a row unanswered, during its sync is marked
+-- dead (killed, so the transfer's request fails at once) instead of holding the sync for
+-- the trainer's whole timeout. Returns the function that ends the guard.
+function Health:sync_guard(i, rx)
+  local done, killing = false, false
+  local thread = rx:can("memory")   -- its transfer is a command its scheduler runs between steps
   local guard = task.spawn_named("sync guard " .. i, function()
     local fails, t0 = 0, now()
     while not done do
@@ -448,10 +332,9 @@ function Health:guarded_sync(trainer, i)
       if done then return end
       local ok, why, fatal = self:probe(i, true)
       if done then return end
-      -- A thread engine's sync is a command its scheduler runs between steps: one still
-      -- queued after the probe timeout sits behind a stuck scheduler. Dropping it fails
-      -- the trainer's sync at once (else it would wait for good).
-      if ok and h and now() - t0 > self.timeout and h:cancel_commands() > 0 then
+      -- One still queued after the probe timeout sits behind a stuck scheduler. Dropping
+      -- it fails the transfer at once (else it would wait for good).
+      if ok and thread and now() - t0 > self.timeout and rx:cancel_pending() > 0 then
         ok, why = false, ("its scheduler did not take the weight sync within %g s (stuck)"):format(self.timeout)
         fatal = true
       end
@@ -460,45 +343,57 @@ function Health:guarded_sync(trainer, i)
         killing = true
         self:mark_dead(i, ("%s (during its weight sync, %.1f s in)"):format(why, now() - t0))
         -- what is still queued on a stuck thread engine's scheduler is dropped until the sync returns
-        while h and not done do
-          h:cancel_commands()
+        while thread and not done do
+          rx:cancel_pending()
           task.sleep(0.2)
         end
         return
       end
     end
   end)
-  local r, err = trainer:sync(eng)
-  done = true
-  if killing then guard:wait() else guard:cancel("sync done") end   -- a kill in progress finishes (reaped)
-  return r, err
+  return function()
+    done = true
+    if killing then guard:wait() else guard:cancel("sync done") end   -- a kill in progress finishes (reaped)
+  end
 end
 
--- Syncs the engines in `which` (indices) one by one; fills versions/methods.
+-- Syncs the engines in `which` (indices) one by one, each under its guard, through the
+-- trainer's sync; fills out.versions/methods/errs.
 function Health:sync_engines(trainer, which, out)
+  local idx, targets, engs = {}, {}, {}
   for _, i in ipairs(which) do
     local st = self.states[i]
-    local eng = engine_of(st)
     if st.state ~= "dead" then
-      local r, err = self:guarded_sync(trainer, i)
-      if r and st.state ~= "dead" then
-        out.versions[i], out.methods[i], out.version = r.weight_version, (r.methods or {})[1] or "?", r.weight_version
-        if st.state == "restarting" then self:rejoin(i, r.weight_version) end
-      else
-        out.errs[#out.errs + 1] = ("%s: %s"):format(st.label, tostring(err or st.why))
-        if engine_of(st) == eng then self:mark_dead(i, "weight sync failed: " .. tostring(err)) end
-      end
+      local eng = engine_of(st)
+      local k = #idx + 1
+      idx[k], engs[k], targets[k] = i, eng, require("rl.weight_sync").receiver(eng)
+    end
+  end
+  if #idx == 0 then return end
+  local r, err = trainer:sync(targets, { keep_going = true,
+                                         guard = function(k, rx) return self:sync_guard(idx[k], rx) end })
+  for k, i in ipairs(idx) do
+    local st = self.states[i]
+    local v = r and r.versions[k]
+    if v and st.state ~= "dead" then
+      out.versions[i], out.methods[i], out.version = v, r.methods[k] or "?", v
+      if st.state == "restarting" then self:rejoin(i, v) end
+    else
+      local why = r and r.errors[k] or err
+      out.errs[#out.errs + 1] = ("%s: %s"):format(st.label, tostring(why or st.why))
+      if engine_of(st) == engs[k] then self:mark_dead(i, "weight sync failed: " .. tostring(why)) end
     end
   end
 end
 
 --- The fault-tolerant weight sync: probes every engine first (a stuck one is killed
---- rather than stalling the sync), restarts the dead, syncs engine by engine, each
---- under a guard of probes (one that dies or sticks meanwhile is killed, restarted and
---- synced right after the others); a restarted engine rejoins the router once it
---- serves the new version. Returns {weight_version, methods, versions (per engine: the
---- version or false), seconds} or nil, err when no engine took the weights.
-function Health:sync(trainer)
+--- rather than stalling the sync), restarts the dead, calls opts.after_probes (the
+--- step's sync-time fault drills), syncs engine by engine, each under a guard of probes
+--- (one that dies or sticks meanwhile is killed, restarted and synced right after the
+--- others); a restarted engine rejoins the router once it serves the new version.
+--- Returns {weight_version, methods, versions (per engine: the version or false),
+--- seconds} or nil, err when no engine took the weights.
+function Health:sync_weights(trainer, opts)
   local t0 = now()
   self:pause()
   local probes = {}
@@ -512,12 +407,7 @@ function Health:sync(trainer)
     if not r[1] then self:mark_dead(i, r[2] .. " (before the weight sync)") end
   end
   self:restart_dead()
-  for _, inj in ipairs(self.injections) do   -- drills for this step's sync
-    if inj.at_sync and inj.step == self.step then
-      local ok, err = self:inject(inj.action, inj.engine, inj.group)
-      if not ok then log.warn("fault injection %s not done: %s", inj.item, err) end
-    end
-  end
+  if opts and opts.after_probes then opts.after_probes() end
   -- only the groups that take weight updates are synced (job.engines: the policy's)
   local out = { versions = {}, methods = {}, errs = {} }
   local all = {}

@@ -47,7 +47,6 @@ local function fill_defaults(opt, default_model, world_size)
   def("eval_max_response_len", opt.rollout_max_response_len)
   def("eval_temperature", opt.rollout_temperature)  -- slime: eval_temperature falls back to rollout_temperature
   def("lr", default_model and 2e-4 or 1e-6)
-  def("eps_clip_high", opt.eps_clip)
   def("micro_batch_size", 16)
   def("threads", math.max(1, math.floor(nproc() / world_size)))   -- the cores shared by the local ranks
   -- the default model is tiny: a whole rollout batch decodes in one wave
@@ -103,11 +102,10 @@ local function checkpoint_in(dir)
 end
 
 local function make_trainer(opt, job)
+  -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)
+  local loss, optimizer = require("rl.trainer.options").from_flags(opt)
   local topts = {
-    loss = { advantage_estimator = opt.advantage_estimator, eps_clip = opt.eps_clip, eps_clip_high = opt.eps_clip_high,
-             use_kl_loss = opt.use_kl_loss, kl_loss_coef = opt.kl_loss_coef, kl_loss_type = opt.kl_loss_type,
-             entropy_coef = opt.entropy_coef, calculate_per_token_loss = opt.calculate_per_token_loss },
-    optimizer = { lr = opt.lr, weight_decay = opt.weight_decay, clip_grad = opt.clip_grad },
+    loss = loss, optimizer = optimizer,
     global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
@@ -164,50 +162,37 @@ local function custom_reward(spec)
   return mod[fn]
 end
 
---- Sets the job up (see the module comment). setup_opts: reward (function or
---- rl.rewards name, default "gsm8k"), dynamic_filter (function or rl.rollout.filters
---- name, default --dynamic-sampling-filter's; off under --dynamic-sampling-filter none),
---- sample_hooks (extra hooks), default_model (options of rl.mathgen.default_model when
---- there is no --hf-checkpoint, e.g. {tools = true}), and any rl.rollout.new option to
---- override. Returns the job.
-function M.setup(opt, setup_opts)
-  local reloading = require("rl.reload").loading()
-  if reloading then
-    error(("rl.recipe.setup: called while rl.reload re-reads %s for its functions; the reload stops at "
-      .. "rl.reload.inline(...), which this run did not reach (is the call inside a branch or a block comment?)")
-      :format(reloading), 2)
-  end
-  setup_opts = setup_opts or {}
+-- The reward: the recipe's (a function or an rl.rewards name, default gsm8k), else
+-- slime's --rm-type (a built-in, per-sample metadata.rm_type first) or --custom-rm-path.
+local function choose_reward(opt, setup_opts)
   local reward = setup_opts.reward or "gsm8k"
-  if opt.rm_type then   -- slime's --rm-type: a built-in reward, per-sample metadata.rm_type first
+  if opt.rm_type then
     local ok, fn = pcall(rl.rewards.by_rm_type, opt.rm_type)
     if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn):gsub("^[^:]*:%d+: ", "")) end
     reward = fn
   end
   if opt.custom_rm_path then reward = custom_reward(opt.custom_rm_path) end
-  local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
-  -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
-  -- engines, rollout, eval and checkpoints; every rank trains on its share.
-  job.rank, job.world_size = rl.dist.rank(), rl.dist.world_size()
-  job.is_main = job.rank == 0
-  if job.world_size > 1 then rl.dist.init { timeout = opt.dist_timeout } end
+  return reward
+end
+
+-- The model: --hf-checkpoint, else the embedded default model (built once, by rank 0).
+local function resolve_model(opt, job, setup_opts)
   if opt.hf_checkpoint then
     job.model_dir = opt.hf_checkpoint:gsub("/+$", "")
     if job.is_main then log.info(("GRPO on %s with prompts %s"):format(job.model_dir, tostring(opt.prompt_data))) end
-  else
-    job.default_model = true
-    if job.is_main then
-      log.info("no --hf-checkpoint: running on the embedded default model (a small Llama trained by rlhost on "
-        .. "generated GSM8K-format problems). The real run: " .. REAL_RUN)
-      job.model_dir = rl.mathgen.default_model(setup_opts.default_model)
-    end
-    job.model_dir = rl.dist.broadcast_object(job.model_dir)   -- built once, by rank 0
+    return
   end
-  fill_defaults(opt, job.default_model, job.world_size)
-  job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
-  if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
-  rl.torch.set_num_threads(opt.threads)
-  rl.torch.manual_seed(opt.rollout_seed)
+  job.default_model = true
+  if job.is_main then
+    log.info("no --hf-checkpoint: running on the embedded default model (a small Llama trained by rlhost on "
+      .. "generated GSM8K-format problems). The real run: " .. REAL_RUN)
+    job.model_dir = rl.mathgen.default_model(setup_opts.default_model)
+  end
+  job.model_dir = rl.dist.broadcast_object(job.model_dir)
+end
+
+-- The tokenizer, the training prompts and the eval sets.
+local function load_inputs(opt, job)
   local tok, err = rl.tokenizer.load(job.model_dir)
   if not tok then rl.args.usage_error("--hf-checkpoint: " .. tostring(err)) end
   job.tokenizer = tok
@@ -215,36 +200,42 @@ function M.setup(opt, setup_opts)
   if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
   job.data = load_data(opt, prompts, tok, "--prompt-data", opt.rollout_shuffle)
   job.eval_datasets = eval_sets(opt, job)
+end
 
-  job.trainer, job.resumed = make_trainer(opt, job)
-  if not job.is_main then   -- a training rank: job:train_worker() is its whole loop
-    job:on_interrupt()
-    M.current = job
-    return job
+-- Engines behind routers, their health monitor and fault drills (none for a replay of
+-- --load-debug-rollout-data); a resumed trainer's weights go to them at once.
+local function start_serving(opt, job)
+  if opt.load_debug_rollout_data then return end
+  if opt.fault_injection and opt.use_fault_tolerance then   -- a drill naming no such group or engine: before any starts
+    require("rl.recipe.faults").parse(opt.fault_injection, require("rl.recipe.engines").plan(opt, job))
   end
-  if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
-  job.start_rollout = job.resumed and job.resumed.next_rollout or 0
-  if not opt.load_debug_rollout_data then   -- a replay needs no engines
-    if opt.fault_injection and opt.use_fault_tolerance then   -- a drill naming no such group or engine: before any starts
-      require("rl.recipe.health").parse_injections(opt.fault_injection, require("rl.recipe.engines").plan(opt, job))
-    end
-    job.engines, job.router = start_engines(opt, job)
-    job.health = require("rl.recipe.health").from_options(opt, job)
-    if job.resumed then assert(job.trainer:sync(job.engines)) end
-  end
+  job.engines, job.router = start_engines(opt, job)
+  job.health = require("rl.recipe.health").from_options(opt, job)
+  job.faults = require("rl.recipe.faults").from_options(opt, job)
+  if job.resumed then assert(job.trainer:sync(job.engines)) end
+end
+
+-- Metric sinks, the hang watchdog and the trainer's live /metrics (--metrics-port).
+local function start_observing(opt, job)
   job.metrics = assert(rl.metrics.configure(opt))
   rl.watchdog.start { timeout = opt.hang_timeout, job = job,
                       dir = job.metrics.jsonl_path and job.metrics.jsonl_path:match("^(.*)/[^/]*$") or "." }
-  if opt.metrics_port then   -- the trainer's live /metrics (tools/prometheus.lua --trainer-url)
+  if opt.metrics_port then   -- tools/prometheus.lua --trainer-url
     local srv, serr = rl.metrics.serve { port = opt.metrics_port }
     if not srv then rl.args.usage_error("--metrics-port " .. opt.metrics_port .. ": " .. tostring(serr)) end
     job.metrics_server = srv
     log.info("trainer metrics for Prometheus: " .. srv:url() .. "/metrics")
   end
+end
 
+local SETUP_ONLY = { reward = true, sample_hooks = true, dynamic_filter = true, default_model = true }
+
+-- The rollout: slime's flags, the policy group's backend, the recipe's overrides.
+local function make_rollout(opt, job, reward, setup_opts)
   local policy_backend = job.policy_group and job.policy_group.backend or opt.rollout_backend
   local ro_opts = {
-    url = job.router and job.router.url, tokenizer = tok, data = job.data, reward = reward, reward_key = opt.reward_key,
+    url = job.router and job.router.url, tokenizer = job.tokenizer, data = job.data, reward = reward,
+    reward_key = opt.reward_key,
     -- the recipe's filter, else the library's by name; --dynamic-sampling-filter none turns either off
     dynamic_filter = opt.dynamic_sampling_filter ~= "none" and (setup_opts.dynamic_filter or opt.dynamic_sampling_filter)
       or nil,
@@ -259,9 +250,47 @@ function M.setup(opt, setup_opts)
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
   }
   for k, v in pairs(setup_opts) do
-    if k ~= "reward" and k ~= "sample_hooks" and k ~= "dynamic_filter" and k ~= "default_model" then ro_opts[k] = v end
+    if not SETUP_ONLY[k] then ro_opts[k] = v end
   end
-  job.rollout = rl.rollout.new(ro_opts)
+  return rl.rollout.new(ro_opts)
+end
+
+--- Sets the job up (see the module comment). setup_opts: reward (function or
+--- rl.rewards name, default "gsm8k"), dynamic_filter (function or rl.rollout.filters
+--- name, default --dynamic-sampling-filter's; off under --dynamic-sampling-filter none),
+--- sample_hooks (extra hooks), default_model (options of rl.mathgen.default_model when
+--- there is no --hf-checkpoint, e.g. {tools = true}), and any rl.rollout.new option to
+--- override. Returns the job.
+function M.setup(opt, setup_opts)
+  local reloading = require("rl.reload").loading()
+  if reloading then
+    error(("rl.recipe.setup: called while rl.reload re-reads %s for its functions; the reload stops at "
+      .. "rl.reload.inline(...), which this run did not reach (is the call inside a branch or a block comment?)")
+      :format(reloading), 2)
+  end
+  setup_opts = setup_opts or {}
+  local reward = choose_reward(opt, setup_opts)
+  local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
+  -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
+  -- engines, rollout, eval and checkpoints; every rank trains on its share.
+  job.rank, job.world_size = rl.dist.rank(), rl.dist.world_size()
+  job.is_main = job.rank == 0
+  if job.world_size > 1 then rl.dist.init { timeout = opt.dist_timeout } end
+  resolve_model(opt, job, setup_opts)
+  fill_defaults(opt, job.default_model, job.world_size)
+  job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
+  if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
+  rl.torch.set_num_threads(opt.threads)
+  rl.torch.manual_seed(opt.rollout_seed)
+  load_inputs(opt, job)
+  job.trainer, job.resumed = make_trainer(opt, job)
+  if job.is_main then   -- a training rank's whole loop is job:train_worker()
+    if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
+    job.start_rollout = job.resumed and job.resumed.next_rollout or 0
+    start_serving(opt, job)
+    start_observing(opt, job)
+    job.rollout = make_rollout(opt, job, reward, setup_opts)
+  end
   job:on_interrupt()
   M.current = job   -- for `rlhost attach`: rl.recipe.current.last_batch, :pause(), ...
   return job

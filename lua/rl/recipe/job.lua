@@ -50,6 +50,7 @@ function Job:rollout_step(rollout_id)
   local opt, ro = self.opt, self.rollout
   self.times = {}
   if self.health then self.health:step_start(rollout_id) end
+  if self.faults then self.faults:step_start(rollout_id) end
   if opt.progress then
     self.bar = rl.progress.new { label = "rollout", unit = "samples",
                                  total = opt.rollout_batch_size * opt.n_samples_per_prompt }
@@ -101,7 +102,8 @@ function Job:sync()
   if self.offloaded then self:timed("onload", engines.onload_weights, self) end
   local r, serr
   if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
-    r, serr = self:timed("sync", self.health.sync, self.health, tr)
+    local drills = self.faults and function() self.faults:sync_start() end
+    r, serr = self:timed("sync", self.health.sync_weights, self.health, tr, { after_probes = drills })
   else
     r, serr = self:timed("sync", tr.sync, tr, self.engines)
   end
@@ -235,8 +237,8 @@ end
 --- inject_fault("kill", 1, "ref") for engine 1 of group 'ref'): SIGKILL ("kill") or SIGSTOP
 --- ("stop") to engine i of a group (default the policy's) now. Needs --use-fault-tolerance.
 function Job:inject_fault(action, i, group)
-  if not self.health then return nil, "inject_fault: the job runs without --use-fault-tolerance" end
-  return self.health:inject(action, i, group)
+  if not self.faults then return nil, "inject_fault: the job runs without --use-fault-tolerance" end
+  return self.faults:inject(action, i, group)
 end
 
 --- Ctrl-C or SIGTERM stops at the next step boundary, after saving; a second one cancels.

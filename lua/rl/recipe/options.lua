@@ -7,6 +7,18 @@
 -- settings that learn on 2 CPU cores in minutes, a real checkpoint gets slime's.
 local M = {}
 
+local TRAINER_FLAGS = require("rl.trainer.options").flags({
+  "advantage_estimator", "kl_coef", "use_kl_loss", "kl_loss_coef", "kl_loss_type", "entropy_coef",
+  "calculate_per_token_loss", "eps_clip", "eps_clip_high", "lr", "weight_decay", "clip_grad", "bf16",
+  "micro_batch_size", "max_tokens_per_gpu",
+}, {
+  kl_loss_type = { default = "low_var_kl" },
+  lr = { no_default = true, help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
+  micro_batch_size = { no_default = true, help = "samples per micro-batch (default 16)" },
+  max_tokens_per_gpu = { no_default = true },
+  eps_clip_high = { help = "upper clip (default: --eps-clip)" },
+})
+
 local FLAGS = {
   -- model and data
   { name = "hf_checkpoint", type = "string", help = "HF model directory (Qwen2.5/Qwen3/Llama); default: the embedded math model" },
@@ -35,27 +47,11 @@ local FLAGS = {
   { name = "rollout_temperature", type = "number", default = 1.0 },
   { name = "rollout_top_p", type = "number", default = 1.0 },
   { name = "rollout_top_k", type = "int", default = -1 },
-  -- loss and optimiser
-  { name = "advantage_estimator", choices = { "grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline" },
-    default = "grpo" },
-  { name = "kl_coef", type = "number", default = 0.0, help = "KL penalty in the reward" },
-  { name = "use_kl_loss", type = "bool", default = false, help = "add a KL loss against the initial model" },
-  { name = "kl_loss_coef", type = "number", default = 0.0 },
-  { name = "kl_loss_type", choices = { "k1", "k2", "k3", "low_var_kl" }, default = "low_var_kl" },
-  { name = "entropy_coef", type = "number", default = 0.0 },
+  -- loss and optimiser: rl.trainer's own options (lua/rl/trainer/options.lua), with the
+  -- recipe's defaults where they differ
+  TRAINER_FLAGS,
   { name = "dist_timeout", type = "number", default = 1800,
     help = "seconds a data-parallel collective may wait (ranks > 0 wait through rank 0's rollout and eval)" },
-  { name = "calculate_per_token_loss", type = "bool", default = false,
-    help = "average the loss over all tokens of the batch (default: per sample, then over samples)" },
-  { name = "eps_clip", type = "number", default = 0.2 },
-  { name = "eps_clip_high", type = "number", help = "upper clip (default: --eps-clip)" },
-  { name = "lr", type = "number", help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
-  { name = "weight_decay", type = "number", default = 0.0 },
-  { name = "clip_grad", type = "number", default = 1.0 },
-  { name = "bf16", type = "bool", default = false,
-    help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
-  { name = "micro_batch_size", type = "int", help = "samples per micro-batch (default 16)" },
-  { name = "max_tokens_per_gpu", type = "int", help = "dynamic micro-batches of at most this many tokens" },
   -- checkpoints, dumps, eval
   { name = "save", type = "string", help = "checkpoint directory (Megatron layout: iter_NNNNNNN/)" },
   { name = "save_interval", type = "int", help = "save every N rollout steps (and at the end)" },
@@ -122,9 +118,11 @@ function M.add(spec)
   spec = spec or {}
   local have = {}
   for _, o in ipairs(spec) do if type(o) == "table" and o.name then have[o.name] = true end end
-  for _, o in ipairs(FLAGS) do
+  local function add(o)
+    if o[1] then for _, x in ipairs(o) do add(x) end return end   -- a spliced list
     if not have[o.name] then spec[#spec + 1] = o end
   end
+  for _, o in ipairs(FLAGS) do add(o) end
   -- vime's pass-through: --vllm-<flag> V reaches the vLLM servers as --<flag> V (opt.vllm_args)
   spec.passthrough = spec.passthrough or {}
   spec.passthrough.vllm = spec.passthrough.vllm or "vllm_args"

@@ -324,7 +324,7 @@ function Rollout:generate_and_rm(sample, params, evaluation)
 end
 
 local function uuid_hex()
-  return trace._new_id()
+  return trace.new_id()
 end
 
 --- slime's generate_and_rm_group: one task per sample, then the group reward.
@@ -368,7 +368,11 @@ function Rollout:group_reward(group)
   end
 end
 
-require("rl.rollout.loop")(M, Rollout)
+-- The rollout step, abort and eval (lua/rl/rollout/loop.lua), as methods.
+local loop = require "rl.rollout.loop"
+for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_urls", "abort", "eval" } do
+  Rollout[name] = loop[name]
+end
 
 return require("rl._lazy")(M, { filters = "rl.rollout.filters", metrics = "rl.rollout.metrics",
                                train_data = "rl.rollout.train_data", sleep = "rl.rollout.sleep" })

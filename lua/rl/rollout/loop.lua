@@ -1,267 +1,276 @@
---- The rollout step of rl.rollout: over-sampling with dynamic filters
+--- rl.rollout.loop: the rollout step of rl.rollout: over-sampling with dynamic filters
 --- (slime's generate_rollout_async), abort until the engines are idle, partial
---- rollout, and the eval pass. Installed as methods of rl.rollout's Rollout.
+--- rollout, and the eval pass. Each function takes the Rollout first; rl.rollout
+--- makes them its methods (ro:generate_rollout(...) is loop.generate_rollout(ro, ...)).
 local json = require "rl.json"
 local task = require "rl.task"
 local sample_mod = require "rl.sample"
 local log = require "rl.log"
 
-return function(M, Rollout)
-  local filters = function() return require "rl.rollout.filters" end
+local M = {}
 
-  local function first_index(group)
-    local s = group[1]
-    while type(s) == "table" and s[1] ~= nil do s = s[1] end
-    return s and s.index or math.huge
+local function copy(t)
+  local o = {}
+  for k, v in pairs(t) do o[k] = v end
+  return o
+end
+
+local filters = function() return require "rl.rollout.filters" end
+
+local function first_index(group)
+  local s = group[1]
+  while type(s) == "table" and s[1] ~= nil do s = s[1] end
+  return s and s.index or math.huge
+end
+local function by_first_index(a, b) return first_index(a) < first_index(b) end
+
+-- Groups of the dumped samples, by group_index in order of first appearance.
+local function regroup(samples)
+  local groups, by = {}, {}
+  for _, s in ipairs(samples) do
+    local g = by[s.group_index or s.index]
+    if not g then g = {}; by[s.group_index or s.index] = g; groups[#groups + 1] = g end
+    g[#g + 1] = s
   end
-  local function by_first_index(a, b) return first_index(a) < first_index(b) end
+  return groups
+end
 
-  --- One rollout step: groups until rollout_batch_size groups pass the dynamic
-  --- filter, over-sampling over_sampling_batch_size prompts at a time; then the
-  --- leftovers are aborted (and with partial_rollout put back into the data).
-  --- Returns groups (sorted by index), metrics ({["rollout/dynamic_filter/drop_<reason>"],
-  --- ["rollout/reward/<outcome>"], ...}) and the aborted groups.
-  -- Groups of the dumped samples, by group_index in order of first appearance.
-  local function regroup(samples)
-    local groups, by = {}, {}
-    for _, s in ipairs(samples) do
-      local g = by[s.group_index or s.index]
-      if not g then g = {}; by[s.group_index or s.index] = g; groups[#groups + 1] = g end
-      g[#g + 1] = s
+--- Replays a step from --load-debug-rollout-data (no engines): the dumped groups.
+function M.load_dump(self, rollout_id, evaluation)
+  local d, err = require("rl.dump").load(self.load_debug_rollout_data, { rollout_id = rollout_id, eval = evaluation,
+    subsample = self.load_debug_rollout_data_subsample or nil })
+  if not d then error("rl.rollout: --load-debug-rollout-data: " .. tostring(err), 0) end
+  return regroup(d.samples)
+end
+
+-- --save-debug-rollout-data: the step's samples (with traces) as a .pt dump.
+function M.save_dump(self, rollout_id, samples, evaluation)
+  if not self.save_debug_rollout_data then return end
+  local path, err = require("rl.dump").save(self.save_debug_rollout_data, rollout_id, samples, { eval = evaluation })
+  if not path then log.error("rl.rollout: debug dump not written: " .. tostring(err)) end
+  self.last_dump = path
+  return path
+end
+
+--- One rollout step: groups until rollout_batch_size groups pass the dynamic
+--- filter, over-sampling over_sampling_batch_size prompts at a time; then the
+--- leftovers are aborted (and with partial_rollout put back into the data).
+--- Returns groups (sorted by index), metrics ({["rollout/dynamic_filter/drop_<reason>"],
+--- ["rollout/reward/<outcome>"], ...}) and the aborted groups.
+function M.generate_rollout(self, rollout_id, opts)
+  opts = opts or {}
+  if self.load_debug_rollout_data then
+    local groups = self:load_dump(rollout_id)
+    self.last_rollout_time = 0
+    return groups, { ["rollout/rollout_id"] = rollout_id, ["rollout/replayed"] = 1 }, {}
+  end
+  local ds = opts.data or self.data
+  if not ds then error("rl.rollout: generate_rollout needs a data source (rl.rollout.new{data = rl.data.load(...)})", 2) end
+  local t0 = require("rl._core").loop.now()
+  self.aborted = false
+  self.rollout_id = rollout_id
+  self:reset_counters()
+  local params = self:sampling_params()
+  local target, n = self.rollout_batch_size, self.n_samples_per_prompt
+  local done = task.queue()
+  self._pending = {}
+  local remaining = 0
+  local data, all_data = {}, {}
+  local function submit(groups)
+    for _, g in ipairs(groups) do
+      for _, s in ipairs(g) do s.rollout_id = s.rollout_id or rollout_id end
+      remaining = remaining + 1
+      local t
+      t = task.spawn_named("group", function()
+        local ok, r = pcall(self.generate_and_rm_group, self, g, params, false)
+        self._pending[t] = nil
+        done:push(ok and r or g)
+        if not ok then error(r, 0) end
+      end)
+      t.quiet = true
+      self._pending[t] = true
     end
-    return groups
   end
-
-  --- Replays a step from --load-debug-rollout-data (no engines): the dumped groups.
-  function Rollout:load_dump(rollout_id, evaluation)
-    local d, err = require("rl.dump").load(self.load_debug_rollout_data, { rollout_id = rollout_id, eval = evaluation,
-      subsample = self.load_debug_rollout_data_subsample or nil })
-    if not d then error("rl.rollout: --load-debug-rollout-data: " .. tostring(err), 0) end
-    return regroup(d.samples)
-  end
-
-  -- --save-debug-rollout-data: the step's samples (with traces) as a .pt dump.
-  function Rollout:save_dump(rollout_id, samples, evaluation)
-    if not self.save_debug_rollout_data then return end
-    local path, err = require("rl.dump").save(self.save_debug_rollout_data, rollout_id, samples, { eval = evaluation })
-    if not path then log.error("rl.rollout: debug dump not written: " .. tostring(err)) end
-    self.last_dump = path
-    return path
-  end
-
-  function Rollout:generate_rollout(rollout_id, opts)
-    opts = opts or {}
-    if self.load_debug_rollout_data then
-      local groups = self:load_dump(rollout_id)
-      self.last_rollout_time = 0
-      return groups, { ["rollout/rollout_id"] = rollout_id, ["rollout/replayed"] = 1 }, {}
-    end
-    local ds = opts.data or self.data
-    if not ds then error("rl.rollout: generate_rollout needs a data source (rl.rollout.new{data = rl.data.load(...)})", 2) end
-    local t0 = require("rl._core").loop.now()
-    self.aborted = false
-    self.rollout_id = rollout_id
-    self:reset_counters()
-    local params = self:sampling_params()
-    local target, n = self.rollout_batch_size, self.n_samples_per_prompt
-    local done = task.queue()
-    self._pending = {}
-    local remaining = 0
-    local data, all_data = {}, {}
-    local function submit(groups)
-      for _, g in ipairs(groups) do
-        for _, s in ipairs(g) do s.rollout_id = s.rollout_id or rollout_id end
-        remaining = remaining + 1
-        local t
-        t = task.spawn_named("group", function()
-          local ok, r = pcall(self.generate_and_rm_group, self, g, params, false)
-          self._pending[t] = nil
-          done:push(ok and r or g)
-          if not ok then error(r, 0) end
-        end)
-        t.quiet = true
-        self._pending[t] = true
+  local dropped = 0
+  while #data < target do
+    while remaining < target do submit(ds:get_samples(self.over_sampling_batch_size, n)) end
+    local group = done:pop()
+    all_data[#all_data + 1] = group
+    local out = filters().call(self.dynamic_filter, self, group)
+    if filters().should_drop(out, remaining, target) then
+      local reason = out.reason or "filtered"
+      self.counters.drops[reason] = (self.counters.drops[reason] or 0) + 1
+      remaining = remaining - 1
+      dropped = dropped + 1
+      if dropped == 10 * target then   -- slime would loop on silently
+        log.warn(("rl.rollout: the dynamic filter dropped %d groups for %d accepted of %d wanted in step %s; "
+          .. "do all rewards come out equal? (check the reward function, or turn the filter off)"):format(
+          dropped, #data, target, tostring(rollout_id)))
       end
-    end
-    local dropped = 0
-    while #data < target do
-      while remaining < target do submit(ds:get_samples(self.over_sampling_batch_size, n)) end
-      local group = done:pop()
-      all_data[#all_data + 1] = group
-      local out = filters().call(self.dynamic_filter, self, group)
-      if filters().should_drop(out, remaining, target) then
-        local reason = out.reason or "filtered"
-        self.counters.drops[reason] = (self.counters.drops[reason] or 0) + 1
-        remaining = remaining - 1
-        dropped = dropped + 1
-        if dropped == 10 * target then   -- slime would loop on silently
-          log.warn(("rl.rollout: the dynamic filter dropped %d groups for %d accepted of %d wanted in step %s; "
-            .. "do all rewards come out equal? (check the reward function, or turn the filter off)"):format(
-            dropped, #data, target, tostring(rollout_id)))
-        end
-      elseif #data < target then
-        data[#data + 1] = group
-      end
-    end
-    local aborted = self:abort(rollout_id, done)
-    table.sort(data, by_first_index)
-    table.sort(all_data, by_first_index)
-    if self.sample_filter then self.sample_filter(self, data) end
-    if self.all_samples_process then self.all_samples_process(self, all_data, ds) end
-    if self.partial_rollout and #aborted > 0 and ds.add_samples then ds:add_samples(aborted) end
-    local metrics = { ["rollout/rollout_id"] = rollout_id }
-    for reason, c in pairs(self.counters.drops) do metrics["rollout/dynamic_filter/drop_" .. reason] = c end
-    for outcome, c in pairs(self.counters.reward) do metrics["rollout/reward/" .. outcome] = c end
-    metrics["rollout/generate_failed"] = self.counters.failed
-    metrics["rollout/aborted_groups"] = #aborted
-    self.last_rollout_time = require("rl._core").loop.now() - t0
-    if self.save_debug_rollout_data then
-      local flat = {}
-      for _, g in ipairs(data) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
-      self:save_dump(rollout_id, flat)
-    end
-    return data, metrics, aborted
-  end
-
-  -- The engines behind the rollout's URL: the router's /workers, or the URL itself.
-  function Rollout:worker_urls()
-    if self.engine then return {} end
-    local http = require "rl.http"
-    local resp = http.get(self.url .. "/workers", { timeout = 10 })
-    if resp and resp.status == 200 then
-      local body = json.decode(resp.body)
-      local urls = {}
-      local list = type(body) == "table" and (body.workers or body.urls or body) or {}
-      for _, w in ipairs(list) do urls[#urls + 1] = type(w) == "table" and w.url or w end
-      return urls
-    end
-    return { self.url }
-  end
-
-  -- SGLang's /v1/loads: the number of requests a server still holds.
-  local function request_count(body)
-    if type(body) ~= "table" then return nil end
-    for _, k in ipairs { "num_reqs", "num_total_reqs", "total_reqs" } do
-      if tonumber(body[k]) then return tonumber(body[k]) end
-    end
-    if tonumber(body.num_running_reqs) or tonumber(body.num_waiting_reqs) then
-      return (tonumber(body.num_running_reqs) or 0) + (tonumber(body.num_waiting_reqs) or 0)
-    end
-    if type(body.loads) == "table" then
-      local total
-      for _, l in ipairs(body.loads) do
-        local c = request_count(l)
-        if c then total = (total or 0) + c end
-      end
-      return total
+    elseif #data < target then
+      data[#data + 1] = group
     end
   end
-  M._request_count = request_count
-
-  -- SGLang's abort_request {abort_all}, until /v1/loads counts no request.
-  local function abort_sglang(self, url)
-    local http = require "rl.http"
-    for _ = 1, 100 do
-      local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
-                                    body = json.encode { abort_all = true },
-                                    headers = require("rl.engine").control_headers() }
-      if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)); return end
-      local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
-      local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
-      if not count or count == 0 then return end
-      task.sleep(self.abort_retry_interval)
-    end
+  local aborted = self:abort(rollout_id, done)
+  table.sort(data, by_first_index)
+  table.sort(all_data, by_first_index)
+  if self.sample_filter then self.sample_filter(self, data) end
+  if self.all_samples_process then self.all_samples_process(self, all_data, ds) end
+  if self.partial_rollout and #aborted > 0 and ds.add_samples then ds:add_samples(aborted) end
+  local metrics = { ["rollout/rollout_id"] = rollout_id }
+  for reason, c in pairs(self.counters.drops) do metrics["rollout/dynamic_filter/drop_" .. reason] = c end
+  for outcome, c in pairs(self.counters.reward) do metrics["rollout/reward/" .. outcome] = c end
+  metrics["rollout/generate_failed"] = self.counters.failed
+  metrics["rollout/aborted_groups"] = #aborted
+  self.last_rollout_time = require("rl._core").loop.now() - t0
+  if self.save_debug_rollout_data then
+    local flat = {}
+    for _, g in ipairs(data) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
+    self:save_dump(rollout_id, flat)
   end
+  return data, metrics, aborted
+end
 
-  -- vLLM's /abort_requests (every request in flight), re-swept until one finds none (vime).
-  local function abort_vllm(self, url)
-    local http = require "rl.http"
-    for _ = 1, 100 do
-      local r, err = http.request { method = "POST", url = url .. "/abort_requests", timeout = 10, body = "{}",
-                                    headers = { ["content-type"] = "application/json" } }
-      if not r or r.status ~= 200 then
-        log.warn(("rl.rollout: abort on %s: %s"):format(url, r and ("HTTP " .. r.status) or err)); return
-      end
-      local body = json.decode(r.body)
-      if type(body) ~= "table" or (tonumber(body.aborted) or 0) == 0 then return end
-      task.sleep(self.abort_retry_interval)
-    end
+-- The engines behind the rollout's URL: the router's /workers, or the URL itself.
+function M.worker_urls(self)
+  if self.engine then return {} end
+  local http = require "rl.http"
+  local resp = http.get(self.url .. "/workers", { timeout = 10 })
+  if resp and resp.status == 200 then
+    local body = json.decode(resp.body)
+    local urls = {}
+    local list = type(body) == "table" and (body.workers or body.urls or body) or {}
+    for _, w in ipairs(list) do urls[#urls + 1] = type(w) == "table" and w.url or w end
+    return urls
   end
+  return { self.url }
+end
 
-  --- Aborts every request on every engine until each reports none (slime's
-  --- abort_servers_until_idle), lets the pending groups finish, and returns them;
-  --- with partial_rollout their samples remember start_rollout_id.
-  function Rollout:abort(rollout_id, done)
-    self.aborted = true
-    if self.engine then
-      self.engine:abort()
-    else
-      for _, url in ipairs(self:worker_urls()) do
-        if self.backend == "vllm" then abort_vllm(self, url) else abort_sglang(self, url) end
-      end
-    end
-    local left = {}
-    for t in pairs(self._pending or {}) do left[#left + 1] = t end
-    for _, t in ipairs(left) do pcall(t.wait, t) end
-    self._pending = {}
-    local aborted = {}
-    while done and done:size() > 0 do
-      local g = done:pop()
-      if self.partial_rollout then
-        for _, s in ipairs(g) do
-          if s.response_length > 0 and s.metadata.start_rollout_id == nil then s.metadata.start_rollout_id = rollout_id end
-        end
-      end
-      aborted[#aborted + 1] = g
-    end
-    return aborted
+-- SGLang's /v1/loads: the number of requests a server still holds.
+local function request_count(body)
+  if type(body) ~= "table" then return nil end
+  for _, k in ipairs { "num_reqs", "num_total_reqs", "total_reqs" } do
+    if tonumber(body[k]) then return tonumber(body[k]) end
   end
-
-  --- The eval pass (slime's eval_rollout): every prompt of each eval dataset ×
-  --- n_samples_per_eval_prompt. eval_datasets = {{name, data, n_samples_per_eval_prompt,
-  --- temperature, top_p, top_k, max_response_len, reward}, ...}. Returns
-  --- {name = {rewards, truncated, samples}} and the eval metrics (eval/<name>, pass@k).
-  function Rollout:eval(rollout_id, datasets)
-    datasets = datasets or self.eval_datasets
-    if type(datasets) ~= "table" then error("rl.rollout: eval needs eval_datasets", 2) end
-    self.aborted = false
-    local results = {}
-    for _, d in ipairs(datasets) do
-      local name = d.name or "eval"
-      local params = self:sampling_params {
-        temperature = d.temperature or self.rollout_temperature, top_p = d.top_p or self.rollout_top_p,
-        top_k = d.top_k or self.rollout_top_k, max_new_tokens = d.max_response_len or self.rollout_max_response_len,
-      }
-      local nps = d.n_samples_per_eval_prompt or 1
-      local tasks, samples = {}, {}
-      local prompts = d.data.prompts or d.data
-      local saved_reward = self.reward
-      if d.reward then self.reward = type(d.reward) == "string" and require("rl.rewards").get(d.reward) or d.reward end
-      local index = 0
-      for gi, base in ipairs(prompts) do
-        for j = 1, nps do
-          local s = base:clone()
-          s.group_index, s.index, s.rollout_id = gi - 1, index, rollout_id
-          index = index + 1
-          local p = params
-          if self.deterministic then p = M._copy(params); p.sampling_seed = self.rollout_seed + j - 1 end
-          samples[#samples + 1] = s
-          tasks[#tasks + 1] = task.spawn_named("eval", function() return self:generate_and_rm(s, p, true) end)
-        end
-      end
-      for i, t in ipairs(tasks) do
-        local ok, r = pcall(t.wait, t)
-        if ok and r then samples[i] = r end
-      end
-      self.reward = saved_reward
-      local rs, tr = {}, {}
-      for i, s in ipairs(samples) do
-        rs[i] = require("rl.rewards").value(s, self.reward_key or nil) or json.null
-        tr[i] = s.status == sample_mod.TRUNCATED
-      end
-      results[name] = { rewards = rs, truncated = tr, samples = samples, n_samples_per_prompt = nps }
+  if tonumber(body.num_running_reqs) or tonumber(body.num_waiting_reqs) then
+    return (tonumber(body.num_running_reqs) or 0) + (tonumber(body.num_waiting_reqs) or 0)
+  end
+  if type(body.loads) == "table" then
+    local total
+    for _, l in ipairs(body.loads) do
+      local c = request_count(l)
+      if c then total = (total or 0) + c end
     end
-    self:save_dump(rollout_id, results, true)
-    return results, require("rl.rollout.metrics").eval_metrics(results, rollout_id)
+    return total
   end
 end
+M.request_count = request_count
+
+-- SGLang's abort_request {abort_all}, until /v1/loads counts no request.
+local function abort_sglang(self, url)
+  local http = require "rl.http"
+  for _ = 1, 100 do
+    local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
+                                  body = json.encode { abort_all = true },
+                                  headers = require("rl.engine").control_headers() }
+    if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)); return end
+    local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
+    local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
+    if not count or count == 0 then return end
+    task.sleep(self.abort_retry_interval)
+  end
+end
+
+-- vLLM's /abort_requests (every request in flight), re-swept until one finds none (vime).
+local function abort_vllm(self, url)
+  local http = require "rl.http"
+  for _ = 1, 100 do
+    local r, err = http.request { method = "POST", url = url .. "/abort_requests", timeout = 10, body = "{}",
+                                  headers = { ["content-type"] = "application/json" } }
+    if not r or r.status ~= 200 then
+      log.warn(("rl.rollout: abort on %s: %s"):format(url, r and ("HTTP " .. r.status) or err)); return
+    end
+    local body = json.decode(r.body)
+    if type(body) ~= "table" or (tonumber(body.aborted) or 0) == 0 then return end
+    task.sleep(self.abort_retry_interval)
+  end
+end
+
+--- Aborts every request on every engine until each reports none (slime's
+--- abort_servers_until_idle), lets the pending groups finish, and returns them;
+--- with partial_rollout their samples remember start_rollout_id.
+function M.abort(self, rollout_id, done)
+  self.aborted = true
+  if self.engine then
+    self.engine:abort()
+  else
+    for _, url in ipairs(self:worker_urls()) do
+      if self.backend == "vllm" then abort_vllm(self, url) else abort_sglang(self, url) end
+    end
+  end
+  local left = {}
+  for t in pairs(self._pending or {}) do left[#left + 1] = t end
+  for _, t in ipairs(left) do pcall(t.wait, t) end
+  self._pending = {}
+  local aborted = {}
+  while done and done:size() > 0 do
+    local g = done:pop()
+    if self.partial_rollout then
+      for _, s in ipairs(g) do
+        if s.response_length > 0 and s.metadata.start_rollout_id == nil then s.metadata.start_rollout_id = rollout_id end
+      end
+    end
+    aborted[#aborted + 1] = g
+  end
+  return aborted
+end
+
+--- The eval pass (slime's eval_rollout): every prompt of each eval dataset ×
+--- n_samples_per_eval_prompt. eval_datasets = {{name, data, n_samples_per_eval_prompt,
+--- temperature, top_p, top_k, max_response_len, reward}, ...}. Returns
+--- {name = {rewards, truncated, samples}} and the eval metrics (eval/<name>, pass@k).
+function M.eval(self, rollout_id, datasets)
+  datasets = datasets or self.eval_datasets
+  if type(datasets) ~= "table" then error("rl.rollout: eval needs eval_datasets", 2) end
+  self.aborted = false
+  local results = {}
+  for _, d in ipairs(datasets) do
+    local name = d.name or "eval"
+    local params = self:sampling_params {
+      temperature = d.temperature or self.rollout_temperature, top_p = d.top_p or self.rollout_top_p,
+      top_k = d.top_k or self.rollout_top_k, max_new_tokens = d.max_response_len or self.rollout_max_response_len,
+    }
+    local nps = d.n_samples_per_eval_prompt or 1
+    local tasks, samples = {}, {}
+    local prompts = d.data.prompts or d.data
+    local saved_reward = self.reward
+    if d.reward then self.reward = type(d.reward) == "string" and require("rl.rewards").get(d.reward) or d.reward end
+    local index = 0
+    for gi, base in ipairs(prompts) do
+      for j = 1, nps do
+        local s = base:clone()
+        s.group_index, s.index, s.rollout_id = gi - 1, index, rollout_id
+        index = index + 1
+        local p = params
+        if self.deterministic then p = copy(params); p.sampling_seed = self.rollout_seed + j - 1 end
+        samples[#samples + 1] = s
+        tasks[#tasks + 1] = task.spawn_named("eval", function() return self:generate_and_rm(s, p, true) end)
+      end
+    end
+    for i, t in ipairs(tasks) do
+      local ok, r = pcall(t.wait, t)
+      if ok and r then samples[i] = r end
+    end
+    self.reward = saved_reward
+    local rs, tr = {}, {}
+    for i, s in ipairs(samples) do
+      rs[i] = require("rl.rewards").value(s, self.reward_key or nil) or json.null
+      tr[i] = s.status == sample_mod.TRUNCATED
+    end
+    results[name] = { rewards = rs, truncated = tr, samples = samples, n_samples_per_prompt = nps }
+  end
+  self:save_dump(rollout_id, results, true)
+  return results, require("rl.rollout.metrics").eval_metrics(results, rollout_id)
+end
+
+return M

@@ -1,4 +1,4 @@
-// Internal to runtime/model: what the checkpoint readers and writers share —
+// Internal to runtime/model: what the tensor-file readers and writers (tensor_files.hpp) share —
 // read-only file mappings, atomic file writes, overflow checks, and short
 // descriptions of JSON values for error messages.
 #pragma once

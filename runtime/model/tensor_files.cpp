@@ -1,6 +1,6 @@
 // What the safetensors and GGUF code shares: dtypes, tensor sets, file mappings,
 // atomic writes, and the check of a tensor set against a config.
-#include "model/checkpoint.hpp"
+#include "model/tensor_files.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "base/errors.hpp"
-#include "model/checkpoint_io.hpp"
+#include "model/tensor_files_io.hpp"
 
 namespace rl::model {
 

@@ -1,0 +1,79 @@
+// rl._core.process: child processes (rl.process, process-mode rl.engine and rl.router,
+// vLLM servers), each in its own process group, dying with us (base/child_process.hpp).
+//
+//   _core.process.spawn(argv, opts?) -> pid | nil, err   opts.log (stdout+stderr appended),
+//       opts.death_signal (default 9); argv[1] = "@self" runs this rlhost binary
+//   _core.process.kill(pid, sig) -> bool (its group)
+//   _core.process.reap(pid) -> nil | exit code (128 + signal when killed)
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "base/child_process.hpp"
+#include "bindings/core_module.hpp"
+#include "bindings/trampoline.hpp"
+
+namespace rl::lua {
+namespace {
+
+int l_spawn(lua_State* L) {
+  arg::table(L, 1, "argv");
+  std::vector<std::string> argv;
+  const int n = static_cast<int>(lua_objlen(L, 1));
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
+      throw ArgError(1, "argv", "strings expected, item " + std::to_string(i) + " is " + arg::type_name(L, -1));
+    argv.emplace_back(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  if (argv.empty()) throw ArgError(1, "argv", "non-empty list expected");
+  ChildOptions co;
+  if (lua_istable(L, 2)) {
+    if (auto v = arg::field_string(L, 2, "log", "opts")) co.log_path = std::string(*v);
+    if (auto v = arg::field_integer(L, 2, "death_signal", "opts")) {
+      if (*v < 0 || *v > 64) throw ArgError(2, "opts.death_signal", "a signal number (0 = none) expected");
+      co.death_signal = static_cast<int>(*v);
+    }
+  } else if (!lua_isnoneornil(L, 2)) {
+    throw ArgError(2, "opts", std::string("table or nil expected, got ") + arg::type_name(L, 2));
+  }
+  pid_t pid = 0;
+  try {
+    if (argv[0] == "@self") argv[0] = self_executable();
+    pid = spawn_child(argv, co);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    return fail(L, msg);
+  }
+  lua_pushinteger(L, pid);
+  return 1;
+}
+
+int l_kill(lua_State* L) {
+  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
+  const auto sig = arg::opt_integer(L, 2, "signal").value_or(SIGTERM);
+  lua_pushboolean(L, signal_child(pid, static_cast<int>(sig)));
+  return 1;
+}
+
+int l_reap(lua_State* L) {
+  const auto pid = static_cast<pid_t>(arg::integer(L, 1, "pid"));
+  auto rc = reap_child(pid);
+  if (!rc) return 0;
+  lua_pushinteger(L, *rc);
+  return 1;
+}
+
+}  // namespace
+
+void open_process(lua_State* L, int t) {
+  static const Reg regs[] = {
+      {"spawn", entry<l_spawn>},
+      {"kill", entry<l_kill>},
+      {"reap", entry<l_reap>},
+  };
+  register_functions(L, t, "rl.process.", regs);
+}
+
+}  // namespace rl::lua

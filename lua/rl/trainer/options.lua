@@ -1,0 +1,121 @@
+--- rl.trainer.options: every option of the trainer, declared once (slime's names). rl.trainer.new
+--- and rl.trainer.load check their tables against these lists (lua/rl/_options.lua: one
+--- validator, one message shape), rl.recipe.options takes its loss and optimiser flags from
+--- them, and the recipe hands the trainer exactly the declared options it has. The values
+--- the C++ trainer parses (runtime/trainer/trainer_options.cpp) have these defaults
+--- (tests/lua/trainer_spec.lua compares them); a default of nil is derived there
+--- (eps_clip_high: eps_clip; global_batch_size: the whole batch; lr_decay_iters: 0).
+local M = {}
+
+--- The loss (loss = {...}, or at the top level): docs/trainer.md, "Losses".
+M.LOSS = {
+  { name = "advantage_estimator", type = "string", default = "grpo",
+    choices = { "grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline" } },
+  { name = "eps_clip", type = "number", default = 0.2, help = "PPO clip: the ratio stays in [1 - eps_clip, 1 + eps_clip_high]" },
+  { name = "eps_clip_high", type = "number", help = "upper clip (default: eps_clip)" },
+  { name = "eps_clip_c", type = "number", help = "dual-clip bound (> 1; default: off)" },
+  { name = "entropy_coef", type = "number", default = 0.0 },
+  { name = "use_kl_loss", type = "bool", default = false, help = "add a KL loss against the reference model" },
+  { name = "kl_loss_coef", type = "number", default = 0.0 },
+  { name = "kl_loss_type", type = "string", default = "k1", choices = { "k1", "k2", "k3", "low_var_kl" } },
+  { name = "use_unbiased_kl", type = "bool", default = false },
+  { name = "use_tis", type = "bool", default = false, help = "truncated importance sampling against the rollout's log-probs" },
+  { name = "tis_mode", type = "string", default = "clamp", choices = { "clamp", "icepop" } },
+  { name = "tis_clip_low", type = "number", default = 0.0 },
+  { name = "tis_clip", type = "number", default = 2.0 },
+  { name = "calculate_per_token_loss", type = "bool", default = false,
+    help = "average the loss over all tokens of the batch (default: per sample, then over samples)" },
+  { name = "loss_type", type = "string", default = "policy_loss", choices = { "policy_loss", "sft_loss" } },
+}
+
+--- AdamW and the learning-rate schedule (optimizer = {...}, or at the top level).
+M.OPTIMIZER = {
+  { name = "lr", type = "number", default = 1e-6, help = "learning rate" },
+  { name = "min_lr", type = "number", default = 0.0 },
+  { name = "adam_beta1", type = "number", default = 0.9 },
+  { name = "adam_beta2", type = "number", default = 0.999 },
+  { name = "adam_eps", type = "number", default = 1e-8 },
+  { name = "weight_decay", type = "number", default = 0.0 },
+  { name = "lr_decay_style", type = "string", default = "constant", choices = { "constant", "linear", "cosine" } },
+  { name = "lr_warmup_iters", type = "int", default = 0, min = 0 },
+  { name = "lr_decay_iters", type = "int", min = 0 },
+  { name = "clip_grad", type = "number", default = 1.0, help = "clip by the global gradient norm (<= 0: off)" },
+}
+
+--- The batch and the rest (top level).
+M.BATCH = {
+  { name = "global_batch_size", type = "int", min = 1, help = "samples per optimiser step (default: the whole batch)" },
+  { name = "micro_batch_size", type = "int", default = 1, min = 1, help = "samples per micro-batch" },
+  { name = "max_tokens_per_gpu", type = "int", default = 0, min = 0, help = "dynamic micro-batches of at most this many tokens" },
+  { name = "rollout_temperature", type = "number", default = 1.0 },
+  { name = "use_rollout_logprobs", type = "bool", default = false },
+  { name = "kl_coef", type = "number", default = 0.0, help = "KL penalty in the reward" },
+  { name = "gamma", type = "number", default = 1.0 },
+  { name = "normalize_advantages", type = "bool", help = "(default: false; true for reinforce++)" },
+  { name = "bf16", type = "bool", default = false,
+    help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
+  { name = "fp16", type = "bool", help = "refused: float16 needs loss scaling" },
+}
+
+--- What rl.trainer.new takes besides: the models and where they live.
+M.TOP = {
+  { name = "model", help = "a model directory or an rl.model" },
+  { name = "ref", help = "a directory, an rl.model, or true: the model's checkpoint again, frozen" },
+  { name = "loss", type = "table" }, { name = "optimizer", type = "table" },
+  { name = "dtype", type = "string" }, { name = "device", type = "string" },
+}
+
+local O = require "rl._options"
+
+local ALL, TOP_ALL = {}, {}   -- every trainer option, flat; and what rl.trainer.new's table may hold
+for _, list in ipairs { M.LOSS, M.OPTIMIZER, M.BATCH } do
+  for _, o in ipairs(list) do ALL[#ALL + 1], TOP_ALL[#TOP_ALL + 1] = o, o end
+end
+for _, o in ipairs(M.TOP) do TOP_ALL[#TOP_ALL + 1] = o end
+M.ALL = ALL
+
+--- Checks rl.trainer.new's (or rl.trainer.load's) table: the top-level keys, then loss
+--- and optimizer (fname: the public function; errors point at its caller). → the flat
+--- table of trainer options (loss, optimizer and top level merged; models, dtype and
+--- device left out).
+function M.flatten(opts, fname)
+  O.check(fname, TOP_ALL, opts, { level = 4 })
+  if opts.loss ~= nil then O.check(fname, M.LOSS, opts.loss, { prefix = "opts.loss.", level = 4 }) end
+  if opts.optimizer ~= nil then O.check(fname, M.OPTIMIZER, opts.optimizer, { prefix = "opts.optimizer.", level = 4 }) end
+  local flat = {}
+  for _, sub in ipairs { opts.loss or {}, opts.optimizer or {} } do
+    for k, v in pairs(sub) do flat[k] = v end
+  end
+  local top = O.index(M.TOP)
+  for k, v in pairs(opts) do
+    if not top[k] then flat[k] = v end
+  end
+  return flat
+end
+
+--- rl.args entries for the named options (a recipe's flags), `over[name]` replacing fields
+--- (a recipe's own default or help; no_default = true: none, the recipe derives it).
+function M.flags(names, over)
+  local by, out = O.index(ALL), {}
+  for i, name in ipairs(names) do
+    local o = assert(by[name], "rl.trainer.options: no option " .. tostring(name))
+    local ov = {}
+    for k, v in pairs(over and over[name] or {}) do if k ~= "no_default" then ov[k] = v end end
+    local f = O.flag(o, ov)
+    if over and over[name] and over[name].no_default then f.default = nil end
+    if o.choices and f.type == "string" then f.type = nil end   -- rl.args: choices imply the type
+    out[i] = f
+  end
+  return out
+end
+
+--- The trainer's loss and optimizer tables from a recipe's parsed flags: every declared
+--- option the flags hold (nil ones left to the trainer's defaults).
+function M.from_flags(opt)
+  local loss, optim = {}, {}
+  for _, o in ipairs(M.LOSS) do loss[o.name] = opt[o.name] end
+  for _, o in ipairs(M.OPTIMIZER) do optim[o.name] = opt[o.name] end
+  return loss, optim
+end
+
+return M

@@ -1,0 +1,430 @@
+--- rl.weight_sync: new weights from a trainer (any weight source) into inference engines.
+--
+-- Engine side, a receiver per engine: what it can take and the version it serves.
+--
+--   local rx = eng:weight_receiver()                 -- rl.engine (either mode) or a vLLM engine
+--   local rx = rl.weight_sync.receiver("http://10.0.0.2:30000")   -- any engine server ({url, api_key} too)
+--   rx:methods()                  -- e.g. {"memory", "shm", "disk", "distributed"}
+--   assert(rx:receive_disk("/dev/shm/step_7", "7"))
+--   rx:version()                  -- "7": the weight version it serves
+--
+-- Sender side, one per weight source (rl.trainer's tr:weight_source()): it keeps what lasts
+-- between syncs (per engine, the shared-memory file it writes; per engine set, a c10d group).
+--
+--   local tx = rl.weight_sync.sender(tr:weight_source())
+--   local r = assert(tx:push({ eng1, eng2 }, { version = "7" }))   -- r.methods, r.versions, r.seconds
+--
+-- Methods (docs/trainer.md, "Weight sync"): "memory" — a thread-mode engine in this process
+-- takes the source's tensors between two of its steps; "shm" — an engine server on this
+-- machine shares two buffers in /dev/shm, the sender writes the one it is not reading and it
+-- switches; "disk" — a safetensors directory on tmpfs (update_weights_from_disk);
+-- "distributed" — a c10d broadcast to engine servers that joined a group (SGLang's
+-- endpoints). "auto" picks memory, else shm for process engines (files when one cannot
+-- share), else disk. Every receive swaps the weights between two engine steps and flushes
+-- the prefix cache; the engine then reports the new version.
+--
+-- A weight source is a table with these methods (each waits in the calling task):
+--   src:meta()                         -> {names, dtypes, shapes} (what /update_weights_from_distributed takes)
+--   src:copy_to_engine(native, version) -> {weight_version} | nil, err   (memory: a thread engine's handle)
+--   src:write_shm(layout_json, buffer) -> true | nil, err   (every tensor into that buffer, in the engine's layout)
+--   src:forget_shm(id)                 -- unmap an engine's shared file
+--   src:join_group(group)              -> true | nil, err   (rank 0 of a c10d group, rl.dist.new_group)
+--   src:broadcast(group)               -> true | nil, err
+--   src:save(dir)                      -> true | nil, err   (a Hugging Face directory)
+local json = require "rl.json"
+local task = require "rl.task"
+local log = require "rl.log"
+
+local M = {}
+
+local function now() return require("rl._core").loop.now() end
+local function control_headers(api_key) return require("rl._admin").headers(api_key) end
+
+-- ---- receivers (the engine side) ---------------------------------------------------
+
+local Receiver = {}
+Receiver.__index = Receiver
+M.Receiver = Receiver
+
+--- A receiver from an engine's own parts (what an engine backend's :weight_receiver()
+--- passes): url (its server, if any), api_key (what its control endpoints want; default
+--- the run's admin token), engine (an object with update_weights_from_disk and stats),
+--- native (a thread-mode rl.engine's handle: memory transfers), kind ("thread",
+--- "process", "vllm", "server"), disk_only (no shm / c10d endpoints: vLLM).
+function M.new_receiver(parts)
+  return setmetatable({ url = parts.url, kind = parts.kind or "server", engine = parts.engine,
+                        disk_only = parts.disk_only or false, _api_key = parts.api_key, _native = parts.native },
+    Receiver)
+end
+
+--- The receiver of `target`: a Receiver (itself), an engine with :weight_receiver()
+--- (rl.engine, vLLM engines), an engine server's URL or {url, api_key}, or any object
+--- with update_weights_from_disk(dir, version) (files only). nil, why otherwise.
+function M.receiver(target)
+  if getmetatable(target) == Receiver then return target end
+  if type(target) == "string" then return M.new_receiver { url = target } end
+  if type(target) ~= "table" then return nil, "neither an rl.engine nor has update_weights_from_disk" end
+  if type(target.weight_receiver) == "function" then return target:weight_receiver() end
+  if type(target.url) == "string" and not target.update_weights_from_disk then
+    return M.new_receiver { url = target.url, api_key = target.api_key }
+  end
+  if type(target.update_weights_from_disk) == "function" then
+    return M.new_receiver { url = target.url, engine = target, kind = "object", disk_only = true }
+  end
+  return nil, "neither an rl.engine nor has update_weights_from_disk"
+end
+
+--- The methods this engine can take, in the order "auto" prefers them.
+function Receiver:methods()
+  local out = {}
+  if self._native then out[#out + 1] = "memory" end
+  if self.url and not self.disk_only then out[#out + 1] = "shm" end
+  out[#out + 1] = "disk"
+  if self.url and not self.disk_only then out[#out + 1] = "distributed" end
+  return out
+end
+
+function Receiver:can(method)
+  for _, m in ipairs(self:methods()) do if m == method then return true end end
+  return false
+end
+
+function Receiver:__tostring() return ("rl.weight_sync.Receiver(%s, %s)"):format(self.kind, tostring(self.url)) end
+
+-- POST url..path with a JSON body to a control endpoint; → the decoded reply or nil, err
+-- (any non-200, or success = false).
+function Receiver:post(path, body, timeout)
+  local resp, err = require("rl.http").request { method = "POST", url = self.url .. path, body = json.encode(body),
+    headers = control_headers(self._api_key), timeout = timeout }
+  if not resp then return nil, tostring(err) end   -- rl.http's error names the method and URL
+  local r = json.decode(resp.body)
+  if resp.status ~= 200 or (type(r) == "table" and r.success == false) then
+    local msg = type(r) == "table" and (r.message or (r.error and r.error.message)) or resp.body
+    return nil, ("POST %s%s: HTTP %d: %s"):format(self.url, path, resp.status, tostring(msg))
+  end
+  return type(r) == "table" and r or { success = true }
+end
+
+--- Memory: the source's tensors copied into this thread-mode engine between two of its
+--- steps (its prefix cache flushed). → {weight_version, seconds} or nil, err.
+function Receiver:receive_memory(source, version)
+  if not self._native then return nil, "memory transfers need a thread-mode rl.engine in this process" end
+  return source:copy_to_engine(self._native, version)
+end
+
+--- Shared memory, step 1 (/init_weights_shm): the engine moves its weights into a new
+--- two-buffer file in /dev/shm. → its layout {id, path, buffer_bytes, buffers, active,
+--- next_buffer, tensors} or nil, err.
+function Receiver:open_shm(timeout)
+  return self:post("/init_weights_shm", {}, timeout)
+end
+
+--- Shared memory, step 2 (/update_weights_from_shm): `buffer` of file `id` holds the new
+--- weights; the engine switches to it. → {weight_version, next_buffer} or nil, err.
+function Receiver:receive_shm(id, buffer, version, timeout)
+  return self:post("/update_weights_from_shm", { id = id, buffer = buffer, weight_version = version }, timeout)
+end
+
+--- Files: the safetensors in `dir` loaded into the live weights. → {weight_version} or nil, err.
+function Receiver:receive_disk(dir, version, timeout)
+  if self.engine then return self.engine:update_weights_from_disk(dir, version) end
+  return self:post("/update_weights_from_disk", { model_path = dir, weight_version = version }, timeout or 3600)
+end
+
+--- c10d, step 1 (/init_weights_update_group): joins the group as rank `args.rank_offset`
+--- (master_address, master_port, world_size, group_name, backend, timeout).
+function Receiver:join_group(args, timeout)
+  return self:post("/init_weights_update_group", args, timeout)
+end
+
+--- c10d, step 2 (/update_weights_from_distributed): receives every tensor of `meta`
+--- ({names, dtypes, shapes}) by broadcast from rank 0 of group `group_name`, then swaps.
+function Receiver:receive_distributed(meta, group_name, version, timeout)
+  return self:post("/update_weights_from_distributed", { names = meta.names, dtypes = meta.dtypes,
+    shapes = meta.shapes, group_name = group_name, flush_cache = true, weight_version = version }, timeout)
+end
+
+--- Leaves a c10d group (/destroy_weights_update_group), best effort.
+function Receiver:leave_group(group_name, timeout)
+  return self:post("/destroy_weights_update_group", { group_name = group_name }, timeout or 5)
+end
+
+--- The weight version the engine serves now (nil, err when it cannot say).
+function Receiver:version()
+  if self.engine then
+    local s, err = self.engine:stats()
+    if type(s) ~= "table" then return nil, err end
+    return s.weight_version ~= nil and tostring(s.weight_version) or nil
+  end
+  local resp, err = require("rl.http").get(self.url .. "/get_model_info", { timeout = 30 })
+  if not resp then return nil, tostring(err) end
+  local info = json.decode(resp.body)
+  return type(info) == "table" and info.weight_version ~= nil and tostring(info.weight_version) or nil
+end
+
+--- Thread-mode engines: drops the transfers its scheduler has not taken yet (each fails
+--- at once); the number dropped. For a stuck scheduler (fault tolerance's sync guard).
+--- Still works after the engine object was stopped, while its scheduler lingers.
+function Receiver:cancel_pending()
+  if not self._native then return 0 end
+  local ok, n = pcall(self._native.cancel_commands, self._native)
+  return ok and n or 0
+end
+
+-- ---- the sender --------------------------------------------------------------------
+
+local Sender = {}
+Sender.__index = Sender
+M.Sender = Sender
+
+--- A sender of `source`'s weights (see the module comment for the source's methods).
+function M.sender(source)
+  if type(source) ~= "table" then
+    error("rl.weight_sync.sender: bad argument #1 'source' (a weight source table expected, got " .. type(source) .. ")", 2)
+  end
+  return setmetatable({ source = source, shm = {}, group = nil, warned = {} }, Sender)
+end
+
+local function tmp_dir()
+  local base = io.open("/dev/shm/.rlhost_probe", "w")
+  if base then
+    base:close()
+    os.remove("/dev/shm/.rlhost_probe")
+    return "/dev/shm"
+  end
+  return os.getenv("TMPDIR") or "/tmp"
+end
+
+local group_seq = 0
+
+-- Drops the c10d group (after a failure, or for another engine set).
+local function drop_group(self)
+  local g = self.group
+  if not g then return end
+  self.group = nil
+  for _, rx in ipairs(g.receivers) do rx:leave_group(g.name) end
+  g.handle:close()
+end
+
+-- The source's job and one request per receiver, concurrently; → true or nil, the first
+-- error (the engines' first: they say more than a timeout).
+local function overlap(job, receivers, request)
+  local tasks = {}
+  for i, rx in ipairs(receivers) do
+    tasks[i] = task.spawn(function() return { request(i, rx) } end)
+  end
+  local okk, jerr = job()
+  local first
+  for i, t in ipairs(tasks) do
+    local r = t:wait()
+    if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r[2])) end
+  end
+  if first then return nil, first end
+  if not okk then return nil, "trainer: " .. tostring(jerr) end
+  return true
+end
+
+-- c10d: one group of the source (rank 0) and the engines (ranks 1..n), made on the first
+-- push to this engine set; then every tensor is broadcast while the engines'
+-- /update_weights_from_distributed calls receive it.
+local function push_distributed(self, receivers, version, o)
+  local timeout = o.timeout or 120
+  local keys = {}
+  for i, rx in ipairs(receivers) do keys[i] = rx.url end
+  local key = table.concat(keys, " ")
+  if self.group and self.group.key ~= key then drop_group(self) end
+  if not self.group then
+    group_seq = group_seq + 1
+    local name = ("rlhost_weights_%d_%d"):format(math.floor(now() * 1000), group_seq)
+    local addr, backend = o.master_address or "127.0.0.1", o.backend or "gloo"
+    local g = require("rl.dist").new_group {
+      rank = 0, world_size = #receivers + 1, master_addr = addr, master_port = o.master_port or 0,
+      timeout = timeout, name = name, backend = backend,
+    }
+    self.group = { key = key, handle = g, name = name, receivers = receivers }
+    local okk, err = overlap(function() return self.source:join_group(g) end, receivers, function(i, rx)
+      return rx:join_group({ master_address = addr, master_port = g:port(), rank_offset = i,
+        world_size = #receivers + 1, group_name = name, backend = backend, timeout = timeout }, timeout + 10)
+    end)
+    if not okk then
+      drop_group(self)
+      return nil, "init_weights_update_group: " .. err
+    end
+  end
+  local g, meta = self.group, self.source:meta()
+  local okk, err = overlap(function() return self.source:broadcast(g.handle) end, receivers, function(_, rx)
+    return rx:receive_distributed(meta, g.name, version, timeout + 10)
+  end)
+  if not okk then
+    drop_group(self)
+    return nil, "update_weights_from_distributed: " .. err
+  end
+  return true
+end
+
+--- Forgets what the sender keeps for the engine at `url` (its shared-memory file): the
+--- engine is gone.
+function Sender:forget(url)
+  local st = self.shm[url]
+  if not st then return end
+  self.shm[url] = nil
+  self.source:forget_shm(st.id)
+end
+
+-- Shared memory: the layout the engine described is kept per URL, with the buffer to write
+-- next. → the engine's reply, or nil, err, stage ("init" when the engine cannot share).
+local function push_shm(self, rx, version, timeout)
+  for attempt = 1, 2 do
+    local st = self.shm[rx.url]
+    if not st then
+      local r, err = rx:open_shm(timeout)
+      if not r then return nil, "init_weights_shm: " .. err, "init" end
+      st = { layout = json.encode(r), id = r.id, next = r.next_buffer }
+      self.shm[rx.url] = st
+    end
+    local w, werr = self.source:write_shm(st.layout, st.next)
+    if not w then
+      self:forget(rx.url)
+      return nil, "writing shared weights: " .. tostring(werr)
+    end
+    local r, err = rx:receive_shm(st.id, st.next, version, timeout)
+    if r then
+      st.next = r.next_buffer
+      return r
+    end
+    self:forget(rx.url)
+    -- The engine released or re-shared its weights: share them anew, once.
+    if attempt == 2 or not err:find("no shared weights", 1, true) then return nil, "update_weights_from_shm: " .. err end
+  end
+end
+
+-- What a weight source needs for each method.
+local NEEDS = { memory = { "copy_to_engine" }, shm = { "write_shm", "forget_shm" }, disk = { "save" },
+                distributed = { "meta", "join_group", "broadcast" } }
+
+-- Whether the source has what `method` needs; false and the first missing method.
+local function source_can(source, method)
+  for _, f in ipairs(NEEDS[method]) do
+    if type(source[f]) ~= "function" then return false, f end
+  end
+  return true
+end
+
+-- One engine of a push that is not "distributed". → reply, err, how.
+local function push_one(self, rx, method, version, o, files)
+  if method == "auto" and rx:can("memory") and source_can(self.source, "memory") then
+    local r, err = rx:receive_memory(self.source, version)
+    return r, err, "memory"
+  end
+  if method == "shm" or (method == "auto" and rx.kind == "process" and source_can(self.source, "shm")) then
+    local r, err, stage = push_shm(self, rx, version, o.timeout or 120)
+    if r or method == "shm" or stage ~= "init" then return r, err, "shm" end
+    -- auto: this engine cannot share its weights now (on a GPU, /dev/shm full, weights
+    -- released): files this time, shared memory tried again next time.
+    if not self.warned[rx.url] then
+      self.warned[rx.url] = true
+      log.warn("rl.trainer: %s cannot share its weights (%s); syncing it through files", rx.url, err)
+    end
+  end
+  local d, err = files()
+  if not d then return nil, err, "disk" end
+  local r, uerr = rx:receive_disk(d, version)
+  return r, uerr, "disk"
+end
+
+local METHODS = { auto = true, shm = true, disk = true, distributed = true }
+
+-- The receivers of `targets` (one engine or a list), misuse raising in fname's name.
+local function receivers_of(targets, method, fname)
+  if type(targets) == "string" or getmetatable(targets) == Receiver
+      or (type(targets) == "table" and targets[1] == nil and (targets.url or targets.weight_receiver)) then
+    targets = { targets }
+  end
+  local out = {}
+  for i, t in ipairs(targets or {}) do
+    local rx, why = M.receiver(t)
+    if (method == "shm" or method == "distributed") and not (rx and rx.url) then
+      error(("%s: engines[%d] has no url (method '%s' talks to engine servers%s)"):format(fname, i, method,
+        method == "distributed" and "; start thread-mode engines with serve = true" or ""), 4)
+    end
+    if not rx then error(("%s: engines[%d] is %s"):format(fname, i, why), 4) end
+    if method ~= "auto" and method ~= "disk" and not rx:can(method) then
+      error(("%s: engines[%d] (%s) cannot take method '%s' (it takes %s)"):format(fname, i, tostring(rx.url), method,
+        table.concat(rx:methods(), ", ")), 4)
+    end
+    out[i] = rx
+  end
+  return out
+end
+
+--- Hands the source's weights to `targets` (one engine or a list: anything M.receiver
+--- takes). opts: version (string, required), method ("auto" | "shm" | "disk" |
+--- "distributed"), timeout (s, default 120), master_address, master_port, backend (c10d),
+--- tmp_dir (where "disk" writes its directory; default /dev/shm, else $TMPDIR),
+--- keep_going (a failed engine does not stop the others), guard (function(i, receiver)
+--- called as engine i's transfer starts; may return a function called when it ends).
+--- → {seconds, weight_version, methods, versions, errors} (per engine: how it got them,
+--- the version it reports or false, why it failed), or nil, err (the first failure;
+--- without keep_going). fname: the public function misuse errors name.
+function Sender:push(targets, opts, fname)
+  fname = fname or "rl.weight_sync.Sender:push"
+  task.need_task(fname)
+  local method = opts.method or "auto"
+  if not METHODS[method] then
+    error(fname .. ": bad argument 'opts.method' ('auto', 'shm', 'disk' or 'distributed' expected, got '"
+      .. tostring(method) .. "')", 3)
+  end
+  local version = tostring(opts.version)
+  local can, missing = source_can(self.source, method == "auto" and "disk" or method)
+  if not can then
+    error(("%s: the weight source cannot send by '%s' (it has no %s)"):format(fname,
+      method == "auto" and "disk" or method, missing), 3)
+  end
+  local receivers = receivers_of(targets, method, fname)
+  local t0 = now()
+  local methods, versions, errors = {}, {}, {}
+  if method == "distributed" then
+    local okk, err = push_distributed(self, receivers, version, opts)
+    if not okk then return nil, err end
+    for i = 1, #receivers do methods[i], versions[i] = "distributed", version end
+    return { seconds = now() - t0, weight_version = version, methods = methods, versions = versions, errors = errors }
+  end
+  local dir
+  local function files()   -- one safetensors directory on tmpfs for every "disk" engine of this push
+    if not dir then
+      dir = ("%s/rlhost-weights-%s-%s"):format(opts.tmp_dir or tmp_dir(), os.time() .. "-" .. math.random(1e6),
+        (version:gsub("[^%w%.%-_]", "_")))
+      local ok, serr = self.source:save(dir)
+      if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
+    end
+    return dir
+  end
+  local last
+  for i, rx in ipairs(receivers) do
+    local finish = opts.guard and opts.guard(i, rx)
+    local r, err, how = push_one(self, rx, method, version, opts, files)
+    if finish then finish() end
+    methods[i] = how
+    if r then
+      versions[i] = r.weight_version ~= nil and tostring(r.weight_version) or version
+      last = versions[i]
+    else
+      versions[i], errors[i] = false, tostring(err)
+      if not opts.keep_going then
+        if dir then require("rl._fs").remove_tree(dir) end
+        return nil, ("sync to engine %d failed: %s"):format(i, tostring(err))
+      end
+    end
+  end
+  if dir then require("rl._fs").remove_tree(dir) end
+  return { seconds = now() - t0, weight_version = last or version, methods = methods, versions = versions,
+           errors = errors }
+end
+
+--- Drops the c10d group (the engines leave it) and unmaps every shared file.
+function Sender:close()
+  drop_group(self)
+  for url in pairs(self.shm) do self:forget(url) end
+end
+
+return M
