@@ -195,3 +195,27 @@ local sync_check = {}
 ---@param tolerance number
 ---@return number
 function sync_check.run(job, tolerance) end
+
+--- rl.recipe.async: one-step-off (slime's train_async.py) — step k+1's rollout runs while
+--- step k trains; the sync waits for it (staleness 1). recipes/grpo_gsm8k_async.lua.
+---@class rl.recipe.Ahead
+local Ahead = {}
+--- Starts the rollout of step rollout_id in the background (the engines' current weights).
+---@param rollout_id integer
+function Ahead:start(rollout_id) end
+--- Waits for the rollout in flight (the job's timer rollout_wait); its error is raised here.
+function Ahead:settle() end
+--- Step rollout_id's groups (and samples), taken by the job as rollout_step's; the step's
+--- metrics get async/staleness_{min,mean,max}, async/tokens_version_<v>, async/engine_idle_time.
+---@param rollout_id integer
+---@return table[][] groups, rl.Sample[] samples
+function Ahead:take(rollout_id) end
+--- After job:sync(): the engines' new version.
+---@param version string|number|nil
+function Ahead:synced(version) end
+--- Cancels the rollout in flight (a stop between steps).
+function Ahead:cancel() end
+rl.recipe.async = {}
+---@param job rl.recipe.Job
+---@return rl.recipe.Ahead
+function rl.recipe.async.one_step_off(job) end

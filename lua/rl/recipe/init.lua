@@ -16,6 +16,7 @@ local log = require "rl.log"
 local M = {}
 
 M.options = require("rl.recipe.options").add
+M.async = require "rl.recipe.async"   -- one-step-off: the next rollout while this step trains
 
 local REAL_RUN = "rlhost recipes/grpo_gsm8k.lua --hf-checkpoint /models/Qwen2.5-0.5B-Instruct "
   .. "--prompt-data /data/gsm8k/train.jsonl --input-key question --label-key answer --lr 1e-6 "

@@ -64,6 +64,20 @@ function Job:rollout_step(rollout_id)
   return groups, samples
 end
 
+--- A rollout generated in the background (rl.recipe.async) becomes the step's, as
+--- rollout_step's would: r = {groups, extra, seconds (how long it ran, beside the
+--- training), waited (how long the step waited for it: perf/rollout_wait_time, part of
+--- perf/total_step_time)}.
+function Job:take_rollout(rollout_id, r)
+  local samples = {}
+  for _, g in ipairs(r.groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
+  self.times = { rollout_wait = r.waited or 0 }
+  self.last_groups, self.last_samples = r.groups, samples
+  self.step_metrics = rl.rollout.metrics.rollout_metrics(rollout_id, samples, r.seconds, r.extra)
+  self.step_metrics["perf/rollout_time"] = r.seconds
+  return r.groups, samples
+end
+
 --- Step 3: trains on the batch (with a micro-batch bar; data parallel: each rank on a
 --- length-balanced share). The trainer checks batch.advantage_estimator against its
 --- loss. Returns the train metrics (also in the step's metrics).
