@@ -129,9 +129,11 @@ local function tail(path, n)
 end
 M._log_tail = tail
 
--- SIGTERM to a child's process group, SIGKILL after `grace` s; reaps it.
+-- SIGTERM to a child's process group (and SIGCONT: a stopped engine handles it at
+-- once instead of waiting out the grace), SIGKILL after `grace` s; reaps it.
 function M._stop_child(pid, grace)
   proc.kill(pid, 15)
+  proc.kill(pid, 18)
   local deadline = now() + grace
   while not proc.reap(pid) do
     if now() > deadline then
