@@ -12,6 +12,7 @@
 //   abort_now()                      the stop's grace is over now (the hard exit keeps its time)
 //   jit_checks(on|nil) -> was        the profiler's line checks in compiled code (bench/interrupt.lua)
 //   stats() -> {installed, jit_checks, interrupts}
+//   service()                        the host handles pending signals now (after an interruption)
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -65,6 +66,7 @@ std::atomic<int64_t> g_hard_at{0};           // ... and when the process exits a
 std::atomic<int> g_stop_code{0};
 std::atomic<int> g_stop_signals{0};
 SigintHook g_sigint_hook = nullptr;
+std::function<void()> g_service;
 const char kErrorMt = 0;
 const char kCurrentError = 0;                // the error of the guard run being interrupted
 uint64_t g_error_gen = UINT64_MAX;           // ... for this generation (Lua thread only)
@@ -269,6 +271,7 @@ void uninstall() {
 }
 
 void set_sigint_hook(SigintHook fn) { g_sigint_hook = fn; }
+void set_service(std::function<void()> fn) { g_service = std::move(fn); }
 void arm_hook() { arm(); }
 void disarm_hook() {
   if (g_L && !firing()) lua_sethook(g_L, nullptr, 0, 0);
@@ -393,6 +396,11 @@ int l_jit_checks(lua_State* L) {
   return 1;
 }
 
+int l_service(lua_State*) {
+  if (g_service) g_service();
+  return 0;
+}
+
 int l_stats(lua_State* L) {
   lua_createtable(L, 0, 3);
   set_bool(L, "installed", g_L != nullptr);
@@ -413,6 +421,7 @@ void open_interrupt(lua_State* L, int t) {
       {"abort_now", entry<l_abort_now>},
       {"jit_checks", entry<l_jit_checks>},
       {"stats", entry<l_stats>},
+      {"service", entry<l_service>},
   };
   register_functions(L, t, "rl.interrupt.", regs);
 }

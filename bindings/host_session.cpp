@@ -101,6 +101,7 @@ HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
   sa.sa_handler = on_sigusr1;
   sigaction(SIGUSR1, &sa, nullptr);
   loop_.set_on_iteration([this] { on_iteration(); });
+  interrupt::set_service([this] { on_iteration(); });
 }
 
 HostSession::~HostSession() {
@@ -109,6 +110,7 @@ HostSession::~HostSession() {
   signal(SIGUSR1, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   loop_.set_on_iteration(nullptr);
+  interrupt::set_service(nullptr);
   interrupt::uninstall();
   lua_sethook(L_, nullptr, 0, 0);
   g_loop = nullptr;

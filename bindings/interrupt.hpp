@@ -24,6 +24,8 @@
 
 #include <lua.hpp>
 
+#include <functional>
+
 namespace rl::lua::interrupt {
 
 // Installs the machinery for the host's Lua state (once, on the Lua thread):
@@ -39,6 +41,11 @@ void set_sigint_hook(SigintHook fn);
 void arm_hook();
 // Disarms the hook unless a guard is being interrupted.
 void disarm_hook();
+
+// What the host does between loop iterations (signals, SIGUSR1's report), run by
+// _core.interrupt.service() right after the host interrupted busy guarded code, so a
+// signal that arrived while it held the loop is handled before the next task runs.
+void set_service(std::function<void()> fn);
 
 // A SIGINT/SIGTERM arrived (async-signal-safe): starts or shortens the stop clock
 // when a grace is set (rl._core.interrupt.set_stop_grace). `count`: 1 for the first.

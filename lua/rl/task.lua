@@ -103,7 +103,19 @@ local function drain_ready()
     local item = ready[ready_head]
     ready[ready_head] = nil
     ready_head = ready_head + 1
-    step(item[1], item[2])
+    local t = item[1]
+    local was = t.interrupted
+    step(t, item[2])
+    if t.interrupted and not was then
+      -- It held the loop until the host interrupted it: signals that came meanwhile
+      -- (SIGUSR1's report, SIGTERM) are handled now, and the loop turns (I/O, attach)
+      -- before the next ready task, which may be busy too.
+      interrupt.service()
+      if ready_head <= ready_tail then
+        loop.tick()
+        return
+      end
+    end
   end
   ready_head, ready_tail = 1, 0
 end

@@ -6,7 +6,8 @@ test writes; real processes and files, a real full filesystem.
 - a reward that never returns (waiting) fails the step at --reward-timeout: exit 1,
   one message naming the reward, its file:line and where it hung;
 - a reward in a busy loop (compiled by the JIT) is interrupted at its limit, and two of
-  them fail the step (--max-busy-timeouts);
+  them fail the step (--max-busy-timeouts); SIGUSR1's hang report comes at the latest
+  when the limit interrupts it;
 - a reward failing on every sample from step 1 on: exit 1 naming the reward and its
   last error with traceback; the failed step's samples dumped, a metrics record, the
   checkpoint of the last completed step written; a resume continues at step 1 with the
@@ -27,11 +28,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_ends_support import RecipeRun, descendants  # noqa: E402
-from support import read_jsonl  # noqa: E402
+from support import read_jsonl, wait_for  # noqa: E402
 
 STUCK = "rl.sleep(1e6)"                                  # a grader that never answers
 BUSY = "local i = 0\nwhile true do\n  i = i + 1\nend"      # a busy loop the JIT compiles
@@ -62,6 +64,24 @@ class FailureBudgets(RecipeRun):
         self.assertRegex(text, r"\d rewards ran Lua code for their whole time limit \(--max-busy-timeouts 2")
         self.assertIn("running Lua code the whole time: interrupted", text)
         self.assertRegex(text, r"reward\.lua:[345]: in function")   # the loop, where it was stopped
+
+    def test_busy_reward_leaves_room_for_sigusr1(self):
+        # Before, a compiled busy loop was never stopped: SIGUSR1 (and attach, and the
+        # hang watchdog, all served by the one event loop) never got a turn.
+        mark = os.path.join(self.dir, "spinning")
+        body = 'local f = io.open(os.getenv("MARK"), "w")\nf:close()\n' + BUSY
+        p = self.start("--num-rollout", "3", "--reward-timeout", "4", *self.reward(body),
+                       env=dict(self.env, MARK=mark))
+        wait_for(lambda: p.poll() is not None or os.path.exists(mark), timeout=180, what="the reward spinning")
+        self.assertIsNone(p.poll(), self.log_text()[-4000:])
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGUSR1)
+        wait_for(lambda: "hang report (SIGUSR1)" in self.log_text(), timeout=60, what="the SIGUSR1 report")
+        took = time.monotonic() - t0
+        sys.stderr.write("\nSIGUSR1 during a busy reward (4 s limit): report after %.1f s\n" % took)
+        self.assertLess(took, 4 + 4, "at the latest when the reward's limit interrupts it (before: after every busy reward)")
+        code, text, _ = self.finish(p, 120, "a busy reward")
+        self.assertEqual(code, 1, text)
 
     def test_reward_failing_every_sample_then_resume(self):
         d = self.dir
