@@ -315,6 +315,13 @@ function Job:on_interrupt()
     self.stopping, self.stop_signal = true, signal
     local st = core.interrupt.stop_state()   -- the clock started when the signal arrived
     local left = st and math.max(st.stop_in, 0) or grace
+    if st and st.stop_in <= 0 then
+      -- Busy code held the loop until the host stopped it at the end of the grace:
+      -- the signal reaches Lua only now, with nothing left of the grace.
+      log.warn(("%s arrived while busy code held the loop"):format(what))
+      self:abort_now(("the %g s stop grace is over"):format(grace))
+      return true
+    end
     log.warn(("%s: stopping after this step (checkpoint and dumps are written); a step still running in %.0f s "
       .. "(--stop-grace) is aborted and the last completed one saved; again to abort now"):format(what, left))
     self.stop_timer = task.after(left, function() self:abort_now(("the %g s stop grace is over"):format(grace)) end)
@@ -357,11 +364,10 @@ function Job:shutdown(phase, when)
     -- later, finds the run stopping already.
     local sst = require("rl._core").interrupt.stop_state()
     self.stopping, self.stop_signal = true, sst and sst.code == 130 and "SIGINT" or "SIGTERM"
-    if not self.aborting then
-      self.aborting = ("the %g s stop grace is over"):format(self.opt.stop_grace or 10)
-      log.warn(("%s: %s: aborting the %s in flight"):format(self.stop_signal == "SIGTERM" and "SIGTERM" or "Ctrl-C",
-        self.aborting, phase or "step"))
-    end
+  end
+  if not self.aborting then
+    self.aborting = ("the %g s stop grace is over"):format(self.opt.stop_grace or 10)
+    log.warn(("%s: aborting the %s in flight"):format(self.aborting, phase or "step"))
   end
   if self.rollout then self.rollout:cancel_pending("stopping") end
   local st = self.step_state
