@@ -11,6 +11,7 @@
 
 #include "bindings/core_control.hpp"
 #include "bindings/host_context.hpp"
+#include "bindings/interrupt.hpp"
 #include "bindings/trampoline.hpp"
 #include "host/control_server.hpp"
 #include "host/repl.hpp"
@@ -55,8 +56,9 @@ bool graceful_interrupt(lua_State* L) {
   return graceful;
 }
 
-void interrupt_hook(lua_State* L, lua_Debug*) {
-  lua_sethook(L, nullptr, 0, 0);
+// The signal part of the host's hook (bindings/interrupt.hpp owns the hook, which
+// also interrupts guarded code past its deadline).
+void sigint_hook(lua_State* L) {
   if (graceful_interrupt(L)) return;
   if (g_sigint.exchange(0) == 0) return;
   lua_newtable(L);
@@ -69,8 +71,10 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
 
 void on_sigint(int sig) {
   g_signo = sig;
-  if (g_sigint.fetch_add(1) >= 2) _exit(128 + sig);  // children die with us (PR_SET_PDEATHSIG)
-  if (g_L && !g_repl_idle.load()) lua_sethook(g_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  const int n = g_sigint.fetch_add(1);
+  if (n >= 2) _exit(128 + sig);  // children die with us (PR_SET_PDEATHSIG)
+  interrupt::on_stop_signal(sig, n + 1);  // with a stop grace (a recipe's): the clock starts now
+  if (g_L && !g_repl_idle.load()) interrupt::arm_hook();
   if (g_loop) g_loop->wakeup();
 }
 
@@ -87,6 +91,8 @@ HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
     : L_(L), loop_(loop), opts_(opts) {
   g_loop = &loop;
   g_L = L;
+  interrupt::set_sigint_hook(sigint_hook);
+  interrupt::install(L);
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
@@ -95,6 +101,7 @@ HostSession::HostSession(lua_State* L, EventLoop& loop, const HostOptions& opts)
   sa.sa_handler = on_sigusr1;
   sigaction(SIGUSR1, &sa, nullptr);
   loop_.set_on_iteration([this] { on_iteration(); });
+  interrupt::set_service([this] { on_iteration(); });
 }
 
 HostSession::~HostSession() {
@@ -103,6 +110,8 @@ HostSession::~HostSession() {
   signal(SIGUSR1, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   loop_.set_on_iteration(nullptr);
+  interrupt::set_service(nullptr);
+  interrupt::uninstall();
   lua_sethook(L_, nullptr, 0, 0);
   g_loop = nullptr;
   g_L = nullptr;
@@ -113,7 +122,7 @@ void HostSession::on_iteration() {
   if (repl_ && !repl_->busy()) g_repl_idle = true;
   if (g_sigusr1.exchange(false)) call_host("report", 0, 0);
   if (g_sigint.load() == 0) return;
-  lua_sethook(L_, nullptr, 0, 0);  // the loop handles it: disarm the hook
+  interrupt::disarm_hook();  // the loop handles it: disarm the hook
   g_sigint = 0;
   const bool term = g_signo.load() == SIGTERM;
   if (!term && repl_ && repl_->interrupt()) return;  // ^C idle at the prompt: just a fresh line

@@ -43,6 +43,10 @@ function M.outcome(t)
   local err = t.error
   if getmetatable(err) == rl._Exit then return err.code, nil, true end
   if type(err) == "table" and err.usage then return 2, tostring(err.message) end
+  -- an error that says how the run ends (rl.recipe's failed step: status 1 and one message)
+  if type(err) == "table" and type(err.exit_code) == "number" and err.message then
+    return err.exit_code, tostring(err.message)
+  end
   if task.is_cancelled(err) then
     local code = err.reason == "interrupted" and 130 or err.reason == "terminated" and 143 or 1
     return code, tostring(err.reason)
@@ -76,16 +80,18 @@ function M.report()
 end
 
 --- Ctrl-C or SIGTERM (`signal`: "SIGINT" or "SIGTERM"): calls the handler set by
---- rl.on_interrupt once with the signal's name (a graceful stop), else cancels
---- the foreground task. SIGTERM with nothing running (an idle REPL) ends the
---- process with 143. Returns false when there is nothing to do.
+--- rl.on_interrupt with the signal's name (a graceful stop) — once, unless it returns
+--- true to get the next signal too — else cancels the foreground task. SIGTERM with
+--- nothing running (an idle REPL) ends the process with 143. Returns false when there
+--- is nothing to do.
 function M.interrupt(signal)
   signal = signal or "SIGINT"
   if interrupt_handler then
     local fn = interrupt_handler
     M.set_interrupt_handler(nil)   -- a second Ctrl-C cancels
-    local ok, err = pcall(fn, signal)
-    if not ok then require("rl.log").error("rl.on_interrupt handler failed: " .. tostring(err)) end
+    local ok, keep = pcall(fn, signal)
+    if not ok then require("rl.log").error("rl.on_interrupt handler failed: " .. tostring(keep)) end
+    if ok and keep == true and interrupt_handler == nil then M.set_interrupt_handler(fn) end
     return true
   end
   if foreground and not foreground:done() then

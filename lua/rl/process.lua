@@ -19,7 +19,7 @@ local M = {}
 local Process = {}
 Process.__index = Process
 
-local SIGTERM, SIGKILL = 15, 9
+local SIGTERM, SIGKILL, SIGCONT = 15, 9, 18
 -- "$@" is the program and its arguments: no quoting involved.
 local WRAP = 'exec "$@"'
 
@@ -116,6 +116,7 @@ end
 --- seconds; waits until it is reaped (needs a task). → its exit code.
 function M.stop_pid(pid, grace)
   cr.kill(pid, SIGTERM)
+  cr.kill(pid, SIGCONT)   -- a stopped child handles the SIGTERM at once instead of waiting out the grace
   local code = M.wait_pid(pid, grace)
   if code then return code end
   cr.kill(pid, SIGKILL)

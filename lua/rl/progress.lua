@@ -74,8 +74,10 @@ function Bar:render()
   parts[#parts + 1] = rate_text(self.done / elapsed, self.unit)
   if self.finished then
     parts[#parts + 1] = "in " .. duration(elapsed)
-  elseif self.total and self.done > 0 then
+  elseif self.total and self.done > 0 and self.done < self.total then
     parts[#parts + 1] = "ETA " .. duration((self.total - self.done) * elapsed / self.done)
+  elseif self.total and self.total > 0 and self.done >= self.total then
+    parts[#parts + 1] = "ETA ?"   -- past the total (over-sampling): no estimate, never a negative one
   end
   return table.concat(parts, "  ")
 end

@@ -76,14 +76,16 @@ end
 --- A function that calls the current version's `field` (so a reload takes effect
 --- without re-wiring the recipe).
 function Watch:fn(field)
-  return function(...)
-    local f = type(self.module) == "table" and self.module[field]
+  local task = require "rl.task"
+  local function current() return type(self.module) == "table" and self.module[field] end
+  return task.describe_as(function(...)
+    local f = current()
     if type(f) ~= "function" then
       error(("rl.reload: module '%s' (version %d, %s) has no function '%s'"):format(self.name, self.version, self.hash,
         field), 2)
     end
     return f(...)
-  end
+  end, function() local f = current(); return type(f) == "function" and task.where(f) or nil end)
 end
 
 -- ---- a recipe's own parts (rl.reload.inline) ----------------------------------------------

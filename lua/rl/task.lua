@@ -6,6 +6,7 @@
 -- that op is resumed with the event's values. Lua never runs on another thread.
 local core = require "rl._core"
 local loop = core.loop
+local interrupt = core.interrupt
 
 local M = {}
 
@@ -18,6 +19,9 @@ local Cancelled = {}
 Cancelled.__index = Cancelled
 Cancelled.__tostring = function(c) return c.reason end
 M.Cancelled = Cancelled
+-- Guarded code interrupted by the host (a deadline, the run's stop) unwinds with a
+-- Cancelled error too: {reason = "time limit" | "stopping", traceback, interrupted = true}.
+interrupt.set_error_metatable(Cancelled)
 
 --- True when `err` is the error a cancelled task unwinds with.
 function M.is_cancelled(err) return getmetatable(err) == Cancelled end
@@ -75,7 +79,21 @@ local function step(t, vals)
   t.started = true
   local prev = current
   current = t
+  -- A guarded task (run_limited, limit): the host interrupts it past its deadline
+  -- while it runs, whatever it runs (bindings/interrupt.hpp).
+  local d = t.deadline
+  if d then interrupt.enter(d ~= math.huge and d or nil, t.label or t.name, t.guard_co or t.co, t.guard_depth) end
   local res = pack(co_resume(t.co, unpack(vals, 1, vals.n)))
+  if d or t.deadline then   -- (t.deadline: a limit() it entered and waits in)
+    local why = interrupt.leave()
+    if why then
+      t.interrupted = why
+      if t.on_interrupted then pcall(t.on_interrupted, why, not res[1] and res[2] or nil) end   -- before anything else runs
+    end
+    local pd = prev and prev.deadline
+    if pd then interrupt.enter(pd ~= math.huge and pd or nil, prev.label or prev.name, prev.guard_co or prev.co,
+                               prev.guard_depth) end
+  end
   current = prev
   if co_status(t.co) == "dead" then finish(t, res[1], res) end
 end
@@ -85,7 +103,19 @@ local function drain_ready()
     local item = ready[ready_head]
     ready[ready_head] = nil
     ready_head = ready_head + 1
-    step(item[1], item[2])
+    local t = item[1]
+    local was = t.interrupted
+    step(t, item[2])
+    if t.interrupted and not was then
+      -- It held the loop until the host interrupted it: signals that came meanwhile
+      -- (SIGUSR1's report, SIGTERM) are handled now, and the loop turns (I/O, attach)
+      -- before the next ready task, which may be busy too.
+      interrupt.service()
+      if ready_head <= ready_tail then
+        loop.tick()
+        return
+      end
+    end
   end
   ready_head, ready_tail = 1, 0
 end
@@ -305,6 +335,138 @@ function M.every(s, fn)
       if fn() == false then return end
     end
   end)
+end
+
+-- Time limits that hold whatever the code runs ---------------------------------
+
+local plain_deadline   -- limit()'s deadline outside tasks (plain scripts, tests)
+
+local describers = setmetatable({}, { __mode = "k" })
+
+--- Makes where(fn) ask `describer()` first (a wrapper that calls another function
+--- names that one: rl.reload's). Returns fn.
+function M.describe_as(fn, describer)
+  describers[fn] = describer
+  return fn
+end
+
+--- Where a function was defined ("recipes/rewards/x.lua:12"), for messages.
+function M.where(fn)
+  local d = describers[fn]
+  if d then
+    local ok, s = pcall(d)
+    if ok and s then return s end
+  end
+  local ok, info = pcall(debug.getinfo, fn, "S")
+  if not ok or type(info) ~= "table" then return "?" end
+  if info.what == "C" then return "a C function" end
+  return ("%s:%d"):format(info.short_src, info.linedefined or 0)
+end
+
+--- Runs fn(...) in the current task (or outside tasks) with a limit on busy code:
+--- past `seconds` (nil: no limit of its own) the host interrupts it at its next
+--- instruction, interpreted or JIT-compiled, with a Cancelled error {reason =
+--- "time limit", traceback}; when the run stops (the stop grace is over) with
+--- reason "stopping". Waiting is not cut short here (run_limited does that).
+--- Nested limits keep the earlier deadline. Returns fn's results; raises its errors.
+local plain_co, plain_depth
+
+function M.limit(seconds, fn, ...)
+  local t = current
+  local outer, ocov, odepth
+  if t then outer, ocov, odepth = t.deadline, t.guard_co, t.guard_depth
+  else outer, ocov, odepth = plain_deadline, plain_co, plain_depth end
+  local d = seconds and (loop.now() + seconds) or math.huge
+  if outer and outer < d then d = outer end
+  local co, depth = interrupt.enter(d ~= math.huge and d or nil, M.where(fn))
+  -- the task's scheduler enters the same guard when it resumes the task
+  if t then t.deadline, t.guard_co, t.guard_depth = d, co, depth
+  else plain_deadline, plain_co, plain_depth = d, co, depth end
+  local res = pack(pcall(fn, ...))
+  interrupt.leave()
+  if t then t.deadline, t.guard_co, t.guard_depth = outer, ocov, odepth
+  else plain_deadline, plain_co, plain_depth = outer, ocov, odepth end
+  if outer then interrupt.enter(outer ~= math.huge and outer or nil, nil, ocov or (t and t.co), odepth) end
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+
+--- A user hook (a dynamic filter, a normalisation, a sample hook) under limit():
+--- `what` names it in the error when it runs past `seconds` ("<what> (<file:line>)
+--- ran for N s, its time limit, and was interrupted", with the traceback where).
+function M.call_hook(what, seconds, fn, ...)
+  local res = pack(pcall(M.limit, seconds, fn, ...))
+  if res[1] then return unpack(res, 2, res.n) end
+  local e = res[2]
+  if M.is_cancelled(e) and e.reason == "time limit" and e.interrupted then
+    error(("%s (%s) ran for %g s, its time limit, and was interrupted\n%s"):format(what, M.where(fn), seconds,
+      e.traceback or ""), 0)
+  end
+  error(e, 0)
+end
+
+-- The message handler of guarded calls: Cancelled errors keep their identity (with
+-- the traceback where they hit); others become message + traceback.
+local function guarded_error(e)
+  if M.is_cancelled(e) then
+    if not e.traceback then e.traceback = debug.traceback("", 2):gsub("^\n", "") end
+    return e
+  end
+  -- the traceback down to the guarded function; the scheduler's frames below it are noise
+  local tb = debug.traceback(tostring(e), 2):gsub("\n%s*%[C%]: in function 'xpcall'.*$", "")
+  return { message = tb, raw = e }
+end
+M._guarded_error = guarded_error
+
+--- Runs fn(...) in a task of its own, stopped after `seconds` whatever it runs:
+--- waiting (cancelled at its wait) or busy in Lua (interrupted by the host). Returns
+--- true, results... or false, err, outcome, raw: "error" (err: message and traceback,
+--- raw: the error value) or "timeout" (err: a Cancelled with the traceback where it
+--- stopped; err.interrupted when it was busy, not waiting). When the run stops
+--- meanwhile (its stop grace is over), the Cancelled error is raised instead.
+--- Outside tasks only busy code is bounded (nothing can wait there). `name` may be a
+--- table {name, on_interrupted = fn(reason, err)}: fn is called the moment the host
+--- interrupts the busy code (err: the interruption, with its traceback), before any
+--- other task runs.
+function M.run_limited(name, seconds, fn, ...)
+  local on_interrupted
+  if type(name) == "table" then name, on_interrupted = name.name, name.on_interrupted end
+  local args = pack(...)
+  local res, timer
+  local function call() res = pack(xpcall(function() return fn(unpack(args, 1, args.n)) end, guarded_error)) end
+  if not current then
+    local ok, err = pcall(M.limit, seconds, call)
+    if not ok then res = { n = 2, false, err } end
+  else
+    -- The limit counts from when the task first runs, not from now: a reward queued
+    -- behind busy ones has not used its time.
+    local t = M.spawn_named(name, function()
+      local me = current
+      me.deadline = loop.now() + seconds
+      interrupt.enter(me.deadline, me.label, me.co)
+      timer = M.after(seconds, function() me:cancel("time limit") end)
+      call()
+      timer:cancel()
+    end)
+    t.deadline, t.label = math.huge, name .. " (" .. M.where(fn) .. ")"   -- guarded from the start
+    t.on_interrupted = on_interrupted
+    local ok, err = pcall(t.wait, t)
+    if timer then timer:cancel() end
+    if not ok and t:done() and M.is_cancelled(err) and err.reason == "time limit" then
+      res = { n = 2, false, err }   -- ended by its limit (interrupted again past its own pcall)
+    elseif not ok then
+      t:cancel(M.is_cancelled(err) and err.reason or "cancelled")   -- we were cancelled: so is it
+      error(err, 0)
+    end
+  end
+  if res[1] then return true, unpack(res, 2, res.n) end
+  local err = res[2]
+  if M.is_cancelled(err) then
+    if err.reason == "time limit" then return false, err, "timeout" end
+    error(err, 0)   -- the run stops, or the caller's task was cancelled
+  end
+  if type(err) == "table" and err.message then return false, err.message, "error", err.raw end
+  return false, tostring(err), "error", err   -- "error in error handling" and the like
 end
 
 -- Queues and semaphores ------------------------------------------------------

@@ -143,7 +143,10 @@ int stop_children(double grace_s) {
   std::vector<pid_t> pids;
   for (pid_t p : live_children())
     if (!reap_child(p)) pids.push_back(p);  // not exited (nor reaped elsewhere) yet
-  for (pid_t p : pids) signal_child(p, SIGTERM);
+  for (pid_t p : pids) {
+    signal_child(p, SIGTERM);
+    signal_child(p, SIGCONT);  // a stopped child (SIGSTOP) handles it now, not after the grace
+  }
   using clock = std::chrono::steady_clock;
   auto wait_all = [&](double seconds) {
     const auto deadline = clock::now() + std::chrono::duration<double>(seconds);

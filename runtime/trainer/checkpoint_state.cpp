@@ -42,28 +42,49 @@ std::string key(const char* what, size_t i) { return std::string(what) + "/" + s
 
 // Writes through a file descriptor so the bytes can be fsync'd: the directory
 // rename that publishes a checkpoint must never expose data still in the page cache.
+//
+// The writer callback never throws. LibTorch's archive writer calls it again from
+// its destructor (to finish the zip) when an exception unwinds through save_to, and
+// a second throw there is std::terminate — the process aborted (exit 134) on a full
+// disk. So the first failed write is remembered, the rest of the archive is
+// discarded (reported as written, so LibTorch finishes normally), and the error is
+// thrown here once save_to has returned; the caller removes the partial file.
 void save_archive_synced(torch::serialize::OutputArchive& ar, const fs::path& file) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_errno(file.string() + ": cannot create");
+  int write_errno = 0;
   try {
     ar.save_to([&](const void* data, size_t n) -> size_t {
       const char* p = static_cast<const char*>(data);
       size_t left = n;
-      while (left > 0) {
+      while (left > 0 && write_errno == 0) {
         const ssize_t w = ::write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
-          if (errno == EINTR) continue;
-          throw_errno(file.string() + ": write failed");
+          write_errno = errno;
+        } else if (w == 0) {
+          write_errno = ENOSPC;
+        } else {
+          p += w;
+          left -= size_t(w);
         }
-        p += w;
-        left -= size_t(w);
       }
       return n;
     });
-    if (::fsync(fd) != 0) throw_errno(file.string() + ": fsync failed");
   } catch (...) {
     ::close(fd);
     throw;
+  }
+  if (write_errno != 0) {
+    ::close(fd);
+    errno = write_errno;
+    throw_errno(file.string() + ": write failed");
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    throw_errno(file.string() + ": fsync failed");
   }
   if (::close(fd) != 0) throw_errno(file.string() + ": close failed");
 }

@@ -34,6 +34,15 @@ for i, s in ipairs(d.samples) do out[i] = s.weight_version_spans or rl.json.arra
 print(rl.json.encode(out))
 """
 
+DUMP_PROMPTS = r"""
+local d = assert(rl.dump.load(arg[1]))
+local out = {}
+for i, s in ipairs(d.samples) do
+  out[i] = { prompt = type(s.prompt) == "string" and s.prompt or rl.json.encode(s.prompt) }
+end
+print(rl.json.encode(out))
+"""
+
 
 class AsyncRecipe(RlhostTestCase):
     tmp_prefix = "rlhost-async-"
@@ -57,11 +66,27 @@ class AsyncRecipe(RlhostTestCase):
                             "--rollout-batch-size", "2", "--n-samples-per-prompt", "4",
                             "--rollout-max-response-len", "12", "--dynamic-sampling-filter", "none", "--threads", "1",
                             "--lr", "1e-3", "--no-progress", "--metrics-dir", self.dir + "/m",
-                            "--save-debug-rollout-data", self.dir + "/dump/rollout_{rollout_id}.pt", *extra],
+                            *(() if "--save-debug-rollout-data" in extra
+                              else ("--save-debug-rollout-data", self.dir + "/dump/rollout_{rollout_id}.pt")), *extra],
                            capture_output=True, text=True, timeout=timeout, env=self.env, cwd=self.dir)
         if r.returncode != 0:
             self.fail("recipe exited %d\n%s\n%s" % (r.returncode, r.stdout, r.stderr[-6000:]))
         return [m for m in read_jsonl(self.dir + "/m/metrics.jsonl") if "rollout/step" in m]
+
+    def start_recipe(self, *extra):
+        m = self.model
+        log = open(os.path.join(self.dir, "recipe.log"), "w")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([BIN, "--no-control", RECIPE, "--hf-checkpoint", m, "--prompt-data", m + "/data/train.jsonl",
+                              "--rollout-batch-size", "2", "--n-samples-per-prompt", "4",
+                              "--rollout-max-response-len", "12", "--dynamic-sampling-filter", "none", "--threads", "1",
+                              "--lr", "1e-3", "--no-progress", *extra],
+                             stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
+        self.procs.append(p)
+        return p
+
+    def prompts(self, path):
+        return [s["prompt"] for s in lua_json(self, self.write("prompts.lua", DUMP_PROMPTS), path)]
 
     def spans(self, step):
         return lua_json(self, self.write("spans.lua", DUMP_SPANS), self.dir + "/dump/rollout_%d.pt" % step)
@@ -92,6 +117,28 @@ class AsyncRecipe(RlhostTestCase):
         self.assertEqual(list(k for k in rows[1] if k.startswith("async/tokens_version_")),
                          ["async/tokens_version_" + versions[1]])
         self.assertGreater(tokens, 0)
+
+    def test_resume_after_kill_9_trains_every_prompt_once(self):
+        # An uninterrupted run's prompts, step by step.
+        self.run_recipe("--num-rollout", "5", "--save-debug-rollout-data", self.dir + "/a/rollout_{rollout_id}.pt")
+        want = [self.prompts(self.dir + "/a/rollout_%d.pt" % k) for k in range(5)]
+        # The same run killed with SIGKILL once two steps are checkpointed (the rollout of the
+        # next step is in flight or done, its prompts drawn), then resumed.
+        ckpt = self.dir + "/ckpt"
+        p = self.start_recipe("--num-rollout", "1000", "--save", ckpt, "--save-interval", "1",
+                              "--save-debug-rollout-data", self.dir + "/b/rollout_{rollout_id}.pt")
+        latest = ckpt + "/latest_checkpointed_iteration.txt"
+        support.wait_for(lambda: os.path.exists(latest) and int(open(latest).read() or 0) >= 2, timeout=180,
+                         what="two checkpointed steps")
+        p.kill()
+        p.wait(timeout=30)
+        with open(latest) as f:
+            done = int(f.read())
+        self.run_recipe("--num-rollout", "5", "--load", ckpt, "--save", ckpt,
+                        "--save-debug-rollout-data", self.dir + "/c/rollout_{rollout_id}.pt")
+        got = [self.prompts(self.dir + "/b/rollout_%d.pt" % k) for k in range(done)] + \
+              [self.prompts(self.dir + "/c/rollout_%d.pt" % k) for k in range(done, 5)]
+        self.assertEqual(got, want, "resumed at step %d: every prompt trained once, in the uninterrupted order" % done)
 
     def test_off_is_lock_step(self):
         rows = self.run_recipe("--num-rollout", "3", "--async-mode", "off")

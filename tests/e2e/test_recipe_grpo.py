@@ -106,8 +106,8 @@ def live_in_groups(groups):
     return [q for q in _pids() if running(q) and (_stat(q) or ("X", 0, 0))[2] in groups]
 
 
-class GrpoRecipe(RlhostTestCase):
-    tmp_prefix = "rlhost-grpo-"
+class TinyModel:
+    """A test class mixin: the tiny math model, built once per class into cls.model."""
     model = None
 
     @classmethod
@@ -123,6 +123,10 @@ class GrpoRecipe(RlhostTestCase):
     @classmethod
     def tearDownClass(cls):
         cls._models.cleanup()
+
+
+class GrpoRecipe(TinyModel, RlhostTestCase):
+    tmp_prefix = "rlhost-grpo-"
 
     def flags(self, *extra):
         m = self.model

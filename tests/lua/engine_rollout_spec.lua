@@ -188,12 +188,22 @@ describe("rl.rollout over the router and a real engine", function()
     eq(b.size, 2)
     eq(bm["rollout/skipped_samples"], 1)
 
+    -- with the failure budget off (max_failed_share = 1) failed generations stay per sample
     local dead = rl.rollout.new { url = "http://127.0.0.1:9", tokenizer = p.tok, data = ds, rollout_batch_size = 1,
-      n_samples_per_prompt = 2, retries = 1, retry_interval = 0.01, reward = parity }
+      n_samples_per_prompt = 2, retries = 1, retry_interval = 0.01, reward = parity, max_failed_share = 1 }
     local g, dm = dead:generate_rollout(1)
     eq(dm["rollout/generate_failed"], 2)
     eq(g[1][1].status, "failed")
     ok(g[1][1].generate_error:find("127.0.0.1:9", 1, true), g[1][1].generate_error)
+    -- with the default budget a step whose every generation failed fails, naming them
+    local dead2 = rl.rollout.new { url = "http://127.0.0.1:9", tokenizer = p.tok, data = ds, rollout_batch_size = 1,
+      n_samples_per_prompt = 2, retries = 1, retry_interval = 0.01, reward = parity }
+    local okk, err = pcall(dead2.generate_rollout, dead2, 2)
+    eq(okk, false)
+    ok(require("rl.rollout.budget").is_failure(err), tostring(err))
+    eq(err.component, "generation")
+    ok(err.message:find("failing: generation: 2 failed", 1, true) and err.message:find("127.0.0.1:9", 1, true),
+      err.message)
   end, { timeout = 120 })
 
   it("a failing worker: the router retries on the engine, the sample's trace counts the attempt", function()

@@ -31,7 +31,10 @@ function rl.recipe.options(spec) end
 ---@field last_batch table|nil the last train batch
 ---@field last_samples table[]|nil the last rollout's samples
 ---@field last_groups table[]|nil
----@field stopping boolean|nil set by Ctrl-C: the loop ends after this step
+---@field stopping boolean|nil set by Ctrl-C / SIGTERM: the loop ends after this step (within --stop-grace)
+---@field aborting string|nil why the work in flight was aborted (the grace is over, a second signal)
+---@field last_completed integer|nil the last rollout step that trained (what a stop saves)
+---@field last_checkpoint string|nil the last checkpoint written
 ---@field paused boolean|nil
 ---@field rank integer data-parallel rank (0 when not distributed)
 ---@field world_size integer data-parallel ranks (1 when not distributed)
@@ -128,6 +131,15 @@ function rl.recipe.setup(opt, setup_opts) end
 ---@return table[] groups
 ---@return table[] samples
 function Job:rollout_step(rollout_id) end
+--- A rollout generated in the background (rl.recipe.async) becomes the step's, as rollout_step's would.
+---@param rollout_id integer
+---@param r {groups: table[][], extra: table, seconds: number, waited: number, data_state: table|nil}
+---@return table[][] groups, rl.Sample[] samples
+function Job:take_rollout(rollout_id, r) end
+--- A rollout started ahead of its step drew from the data in `data_state`: checkpoints written
+--- before that step trains resume from there.
+---@param data_state table|nil
+function Job:rollout_ahead(data_state) end
 
 --- A data-parallel rank > 0 (`rlhost --nproc N`): trains on the share rank 0
 --- scatters each step until rank 0 finishes. The recipe's whole loop on that rank.
@@ -153,16 +165,35 @@ function Job:log_step() end
 ---@return table|nil metrics
 function Job:maybe_eval(rollout_id, final) end
 
---- Checkpoint when due (every --save-interval steps; force = true: now).
+--- Checkpoint when due (every --save-interval steps; force = true: now). A save that
+--- fails leaves the last good checkpoint; --on-save-failure stop (default) ends the run
+--- with status 1, continue trains on.
 ---@param rollout_id integer
 ---@param force? boolean
 function Job:maybe_save(rollout_id, force) end
 
---- Runs fn(...) under a step timer (rollout, train, sync, eval, save).
+--- Runs fn(...) under a step timer (rollout, train, sync, eval, save). A stop that
+--- aborts the phase ends the run here (Job:shutdown); a rollout that fails (a failure
+--- budget) ends it with status 1 (Job:fail).
 ---@param name string
 ---@param fn function
 ---@return any ...
 function Job:timed(name, fn, ...) end
+
+--- Aborts the work in flight now (the stop grace is over, or a second signal).
+---@param why string
+function Job:abort_now(why) end
+
+--- The end of a stopped run: the last completed step saved, the summary, children
+--- stopped, exit 143 (SIGTERM) or 130 (Ctrl-C). Never returns.
+---@param phase string|nil
+---@param when "in"|"before"|"after"|nil
+function Job:shutdown(phase, when) end
+
+--- A failed step: its samples dumped, a metrics record, the last completed step saved,
+--- engines stopped, then the run ends with status 1 and `err`'s message. Never returns.
+---@param err any an rl.rollout.budget failure, or any error of the rollout
+function Job:fail(err) end
 
 --- A fault drill: SIGKILL ("kill") or SIGSTOP ("stop") to engine i of a group, default the
 --- policy's (needs --use-fault-tolerance).

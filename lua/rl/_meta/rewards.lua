@@ -32,13 +32,15 @@ function rl.rewards.get(name, opts) end
 ---@return rl.rewards.Fn
 function rl.rewards.by_rm_type(default, opts) end
 
---- Calls fn(sample) protected and time-limited.
+--- Calls fn(sample) protected and time-limited (waiting or busy, JIT-compiled loops
+--- too: rl.task.run_limited).
 ---@param fn rl.rewards.Fn
 ---@param sample rl.rewards.Sample
 ---@param opts? {timeout?: number}
 ---@return number|table|nil reward
 ---@return "ok"|"skip"|"error"|"timeout" outcome
----@return string|nil err message with the Lua traceback, or the timeout
+---@return string|nil err message with the Lua traceback, or the timeout's (file:line of fn, where it stopped)
+---@return {busy: boolean}|nil info on a timeout: busy when it ran Lua code for the whole limit
 function rl.rewards.evaluate(fn, sample, opts) end
 
 --- Group-normalised rewards by group_index (nil for skipped samples), and the raw values.

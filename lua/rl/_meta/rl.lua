@@ -70,8 +70,9 @@ function rl.exit(code) end
 
 --- Ctrl-C or SIGTERM calls fn(signal) once ("SIGINT" or "SIGTERM") instead of
 --- cancelling the main task (a graceful stop at the recipe's next step boundary); a
---- second signal cancels as usual. nil removes it.
----@param fn fun(signal: "SIGINT"|"SIGTERM")|nil
+--- second signal cancels as usual, unless fn returned true (it then gets the next
+--- signal too). nil removes it.
+---@param fn fun(signal: "SIGINT"|"SIGTERM"): boolean|nil|nil
 ---@return fun(signal: string)|nil previous
 function rl.on_interrupt(fn) end
 
@@ -109,6 +110,42 @@ function Task:done() end
 
 ---@class rl.task
 rl.task = {}
+
+-- ---- rl.task time limits that hold whatever the code runs (docs/operations.md) ----
+
+--- Runs fn(...) in a task of its own, stopped after `seconds` whatever it runs: waiting
+--- (cancelled at its wait) or busy in Lua, interpreted or JIT-compiled (interrupted by
+--- the host at its next instruction or line). true, results... or false, err, outcome,
+--- raw: "error" (err: message and traceback; raw: the error value) or "timeout" (err: a
+--- cancellation {reason = "time limit", traceback, interrupted = true when it was busy}).
+--- When the run stops meanwhile (its stop grace is over) the cancellation is raised.
+---@param name string the task's name
+---@param seconds number
+---@param fn function
+---@return boolean ok
+---@return any ...
+function rl.task.run_limited(name, seconds, fn, ...) end
+
+--- Runs fn(...) in the current task with a limit on busy code: past `seconds` (nil: no
+--- limit of its own; only a stopping run interrupts it) the host raises a cancellation
+--- {reason = "time limit"} in it. Waits are not cut short. Returns fn's results.
+---@param seconds number|nil
+---@param fn function
+---@return any ...
+function rl.task.limit(seconds, fn, ...) end
+
+--- limit() for a user hook: an interruption becomes "<what> (<file:line>) ran for N s,
+--- its time limit, and was interrupted" with the traceback where it stopped.
+---@param what string e.g. "the dynamic filter"
+---@param seconds number
+---@param fn function
+---@return any ...
+function rl.task.call_hook(what, seconds, fn, ...) end
+
+--- Where a function was defined: "recipes/rewards/x.lua:12".
+---@param fn function
+---@return string
+function rl.task.where(fn) end
 
 ---@class rl.Queue
 local Queue = {}

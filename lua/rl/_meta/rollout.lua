@@ -10,7 +10,12 @@
 ---@field data? table an rl.data source (generate_rollout)
 ---@field reward? string|fun(sample: table): any a reward function or an rl.rewards name
 ---@field reward_key? string
----@field reward_timeout? number seconds (30)
+---@field reward_timeout? number seconds a reward may run, waiting or busy (30)
+---@field hook_timeout? number seconds a dynamic filter or sample hook may run before it is interrupted (30)
+---@field max_failed_share? number a step fails once more than this share of its samples failed (0.5; 1: off)
+---@field max_failed_samples? integer a step fails at this many failed samples (0: off)
+---@field max_busy_timeouts? integer a step fails once this many rewards ran busy for their whole limit (2; 0: off)
+---@field over_sampling_limit? number a step draws at most this × rollout_batch_size prompts (10)
 ---@field group_rm? boolean|fun(group: table[]): table rewards per group after generation
 ---@field dynamic_filter? string|fun(ro: rl.rollout.Rollout, group: table[]): boolean|rl.rollout.FilterOutput
 ---@field rollout_batch_size? integer groups kept per step (32)

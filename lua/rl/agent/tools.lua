@@ -10,10 +10,9 @@
 --   tok:apply_chat_template(messages, { tools = reg:schemas(), add_generation_prompt = true })
 --
 -- Outcomes: ok, error (the function raised, or returned nil, err), timeout,
--- unknown_tool, bad_arguments. The time limit holds for tools that wait (cancelled)
--- and for busy code in the tool's own function (run interpreted, a count hook checks
--- the clock); code the tool calls that is defined elsewhere may be JIT-compiled, and a
--- compiled loop escapes the hook. Every outcome but ok comes with an error text meant
+-- unknown_tool, bad_arguments. The time limit holds whatever the tool runs: a tool
+-- that waits is cancelled, busy Lua code (JIT-compiled too) is interrupted by the host
+-- (rl.task.run_limited). Every outcome but ok comes with an error text meant
 -- for the model (an observation); reg:call never raises for what the model wrote.
 local json = require "rl.json"
 local task = require "rl.task"
@@ -60,9 +59,6 @@ end
 --- | nil, err, timeout (seconds, default 5)}. A result that is not a string is JSON-encoded.
 function Registry:add(spec)
   check_spec(spec, "rl.agent.tools.Registry:add")
-  -- count hooks do not fire inside JIT-compiled loops: the tool's own code (and the
-  -- functions defined inside it) runs interpreted so its time limit holds
-  jit.off(spec.fn, true)
   if not self.tools[spec.name] then self.order[#self.order + 1] = spec.name end
   self.tools[spec.name] = spec
   return self
@@ -107,41 +103,15 @@ local function check_args(schema, args)
   end
 end
 
-local TimedOut = setmetatable({}, { __tostring = function() return "tool timed out" end })
-
---- Calls fn(...) with a time limit: a function that computes is stopped by an
---- instruction-count hook that checks the clock, one that waits (rl.sleep, HTTP) is
---- cancelled. Returns ok, value-or-error, outcome ("ok", "error", "timeout").
+--- Calls fn(...) with a time limit that holds whatever it runs: waiting code is
+--- cancelled, busy Lua code (interpreted or JIT-compiled) is interrupted by the host
+--- (rl.task.run_limited). Returns ok, value-or-error, outcome ("ok", "error",
+--- "timeout"); errors are the bare message (it goes back to the model).
 function M.bounded(limit, fn, ...)
-  local now = require("rl._core").loop.now
-  local deadline = now() + limit
-  local args, n = { ... }, select("#", ...)
-  local ok, r1, r2
-  local function body()
-    local co = coroutine.running()
-    debug.sethook(co, function() if now() > deadline then error(TimedOut, 0) end end, "", 1000)
-    ok, r1, r2 = xpcall(function() return fn(unpack(args, 1, n)) end, function(e)
-      if e == TimedOut or task.is_cancelled(e) then return e end
-      return tostring(e)
-    end)
-    debug.sethook(co)
-  end
-  if task.current() then
-    local t = task.spawn_named("tool", body)
-    local watchdog = task.after(limit, function() t:cancel("tool timeout") end)
-    local wok, werr = pcall(t.wait, t)
-    watchdog:cancel()
-    if not wok then return false, ("timed out after %g s"):format(limit), task.is_cancelled(werr) and "timeout" or "error" end
-  else
-    local co = coroutine.create(body)
-    local cok, cerr = coroutine.resume(co)
-    if not cok then return false, tostring(cerr), "error" end
-  end
-  if not ok then
-    if r1 == TimedOut or task.is_cancelled(r1) then return false, ("timed out after %g s"):format(limit), "timeout" end
-    return false, r1, "error"
-  end
-  return true, r1, "ok", r2
+  local ok, r1, r2, raw = task.run_limited("tool", limit, fn, ...)
+  if ok then return true, r1, "ok", r2 end
+  if r2 == "timeout" then return false, ("timed out after %g s"):format(limit), "timeout" end
+  return false, tostring(raw), "error"
 end
 
 --- Runs one parsed call ({name, arguments}). Returns content (a string for the model)

@@ -34,12 +34,14 @@ function Ahead:start(rollout_id)
   if self.pending then error("rl.recipe.async: the rollout of step " .. self.pending.id .. " is still pending", 2) end
   local ro, now = self.job.rollout, rl.now()
   if self.idle_since then self.engine_idle = self.engine_idle + (now - self.idle_since) end
-  local p = { id = rollout_id, started = now }
+  local p = { id = rollout_id, started = now, data_state = self.job.data and self.job.data:state() }
+  self.job:rollout_ahead(p.data_state)
   p.task = task.spawn_named("rollout " .. rollout_id, function()
     local groups, extra = ro:generate_rollout(rollout_id)
     p.finished = rl.now()
     self.idle_since = p.finished
-    return { groups = groups, extra = extra, seconds = ro.last_rollout_time or (p.finished - p.started) }
+    return { groups = groups, extra = extra, seconds = ro.last_rollout_time or (p.finished - p.started),
+             data_state = p.data_state }
   end)
   p.task.quiet = true
   self.pending = p

@@ -62,6 +62,27 @@ local function fill_defaults(opt, default_model, world_size)
                        "num_engines", "micro_batch_size", "threads" } do
     if opt[k] < 1 then rl.args.usage_error(("--%s must be >= 1 (got %d)"):format(k:gsub("_", "-"), opt[k])) end
   end
+  M.check_limits(opt)
+end
+
+local function flag(k) return "--" .. k:gsub("_", "-") end
+
+--- The failure budgets and time limits, checked (a usage error naming the flag).
+function M.check_limits(opt)
+  for _, k in ipairs { "reward_timeout", "hook_timeout", "stop_grace", "over_sampling_limit" } do
+    local v = opt[k]
+    if v ~= nil and not (v > 0 and v < math.huge) then
+      rl.args.usage_error(("%s must be a positive number of %s (got %s)"):format(flag(k),
+        k == "over_sampling_limit" and "batches" or "seconds", tostring(v)))
+    end
+  end
+  local share = opt.max_failed_share
+  if share ~= nil and not (share > 0 and share <= 1) then
+    rl.args.usage_error(("--max-failed-share must be in (0, 1] (got %s; 1 turns the share limit off)"):format(tostring(share)))
+  end
+  for _, k in ipairs { "max_failed_samples", "max_busy_timeouts" } do
+    if opt[k] ~= nil and opt[k] < 0 then rl.args.usage_error(("%s must be >= 0 (got %d; 0: off)"):format(flag(k), opt[k])) end
+  end
 end
 
 -- Prompts of `path`; `what` names the flag in errors. shuffle: each epoch's order is
@@ -249,6 +270,9 @@ local function make_rollout(opt, job, reward, setup_opts)
     weight_version = policy_backend == "vllm" and job.engines and job.engines[1] and job.engines[1].weight_version or nil,
     save_debug_rollout_data = opt.save_debug_rollout_data, load_debug_rollout_data = opt.load_debug_rollout_data,
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
+    reward_timeout = opt.reward_timeout, hook_timeout = opt.hook_timeout, max_failed_share = opt.max_failed_share,
+    max_failed_samples = opt.max_failed_samples, max_busy_timeouts = opt.max_busy_timeouts,
+    over_sampling_limit = opt.over_sampling_limit,
   }
   for k, v in pairs(setup_opts) do
     if not SETUP_ONLY[k] then ro_opts[k] = v end

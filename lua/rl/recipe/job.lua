@@ -4,7 +4,9 @@
 local rl = require "rl"
 local log = require "rl.log"
 local trace = require "rl.trace"
+local task = require "rl.task"
 local engines = require "rl.recipe.engines"
+local budget = require "rl.rollout.budget"
 
 local M = {}
 local Job = {}
@@ -19,14 +21,30 @@ local TIMES = { rollout = "perf/rollout_time", train = "perf/actor_train_time", 
 --- its results. The step's metrics get perf/<slime name>.
 local function pack(...) return { n = select("#", ...), ... } end
 
+-- Phases the stop never cuts short: the trainer's state (train), the checkpoint being
+-- written (save) and the ranks' collectives (scatter) finish first.
+local UNINTERRUPTIBLE = { train = true, save = true, scatter = true }
+
+local function is_stop(err) return task.is_cancelled(err) and err.reason == "stopping" end
+
 function Job:timed(name, fn, ...)
+  if self.aborting then self:shutdown(name, "before") end
   self.times = self.times or {}
   local t0 = rl.now()
   self.phase, self.phase_since = name, t0   -- for rl.watchdog's report
-  local r = pack(fn(...))
+  local r = pack(pcall(fn, ...))
   self.phase = nil
-  self.times[name] = (self.times[name] or 0) + (rl.now() - t0)
-  return unpack(r, 1, r.n)
+  if name ~= "paused" then self.times[name] = (self.times[name] or 0) + (rl.now() - t0) end
+  if not r[1] then
+    local err = r[2]
+    if is_stop(err) or (self.aborting and task.is_cancelled(err)) then self:shutdown(name, "in") end
+    if (name == "rollout" or name == "rollout_wait") and not task.is_cancelled(err) and getmetatable(err) ~= rl._Exit then
+      self:fail(err)   -- the step failed (a budget, a hook): write what we have, exit 1
+    end
+    error(err, 0)
+  end
+  if self.aborting then self:shutdown(name, "after") end
+  return unpack(r, 2, r.n)
 end
 
 -- Sample hooks: each finished sample ticks the rollout bar, and its trace names the
@@ -49,6 +67,8 @@ end
 function Job:rollout_step(rollout_id)
   local opt, ro = self.opt, self.rollout
   self.times = {}
+  -- the step in flight: a stop before it has trained puts the data back where it began
+  self.step_state = { id = rollout_id, data_state = self.data and self.data:state() }
   if self.health then self.health:step_start(rollout_id) end
   if self.faults then self.faults:step_start(rollout_id) end
   if opt.progress then
@@ -67,8 +87,10 @@ end
 --- A rollout generated in the background (rl.recipe.async) becomes the step's, as
 --- rollout_step's would: r = {groups, extra, seconds (how long it ran, beside the
 --- training), waited (how long the step waited for it: perf/rollout_wait_time, part of
---- perf/total_step_time)}.
+--- perf/total_step_time), data_state (the data before it drew its prompts)}.
 function Job:take_rollout(rollout_id, r)
+  self.step_state = { id = rollout_id, data_state = r.data_state }
+  self.ahead_data_state = nil
   local samples = {}
   for _, g in ipairs(r.groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
   self.times = { rollout_wait = r.waited or 0 }
@@ -78,12 +100,18 @@ function Job:take_rollout(rollout_id, r)
   return r.groups, samples
 end
 
+--- A rollout started ahead of its step (rl.recipe.async) drew its prompts from the data
+--- in `data_state`: a checkpoint written before that step trains resumes from there, so
+--- its prompts are drawn again, none lost and none trained twice.
+function Job:rollout_ahead(data_state) self.ahead_data_state = data_state end
+
 --- Step 3: trains on the batch (with a micro-batch bar; data parallel: each rank on a
 --- length-balanced share). The trainer checks batch.advantage_estimator against its
 --- loss. Returns the train metrics (also in the step's metrics).
 function Job:train(batch)
   local tr = self.trainer
   self.last_batch = batch
+  if (batch.size or 0) == 0 and self.is_main then self:fail(self:empty_batch_failure()) end
   -- --offload-rollout: the engines release their memory while the trainer trains
   if self.groups and self.is_main then self:timed("offload", engines.offload, self) end
   local mine, theirs = batch, {}
@@ -98,6 +126,10 @@ function Job:train(batch)
   end
   local m, err = self:timed("train", tr.train, tr, mine, { progress = self.opt.progress and "train" })
   if not m then error("train step failed: " .. tostring(err), 0) end
+  if self.step_state then
+    self.step_state.trained = true   -- from here the step counts as done (a stop saves it)
+    self.last_completed = self.step_state.id
+  end
   if self.world_size > 1 then   -- the other ranks' per-sample stats into their samples' traces
     local stats = rl.dist.gather_object(nil)
     for r = 2, self.world_size do
@@ -173,6 +205,7 @@ function Job:log_step()
     if name ~= "eval" and name ~= "save" then total = total + s end
   end
   m["perf/total_step_time"] = total
+  if self.step_state then self.step_state.logged = true end
   if m["rollout/acc"] == nil then m["rollout/acc"] = m["rollout/raw_reward"] end
   for k, v in pairs(require("rl.reload").metrics()) do m[k] = v end
   local note = ""
@@ -198,9 +231,11 @@ function Job:maybe_eval(rollout_id, final)
   end
   if not final and rollout_id % every ~= 0 then return end
   if final and self.last_eval == rollout_id then return end
-  if final and self.stopping then return end   -- stopped by a signal: save and exit promptly
+  -- stopped by SIGTERM: save and exit promptly; by Ctrl-C: evaluate while the stop
+  -- grace lasts (the stop cuts it short at the end of the grace, then saves)
+  if final and self.stopping and self.stop_signal == "SIGTERM" then return end
   local t0 = rl.now()
-  local results, m = self.rollout:eval(rollout_id, self.eval_datasets)
+  local results, m = self:timed("eval", self.rollout.eval, self.rollout, rollout_id, self.eval_datasets)
   self.last_eval_results = results   -- {name = {rewards, samples, ...}}
   m["perf/eval_time"] = rl.now() - t0
   self.metrics:log(m, "eval/step")
@@ -210,17 +245,42 @@ function Job:maybe_eval(rollout_id, final)
   return m
 end
 
+-- Writes the checkpoint of step `rollout_id` (the trainer and the data as they are
+-- now); true, or nil and a message naming what failed and the checkpoint that stays.
+function Job:save_checkpoint(rollout_id)
+  local opt = self.opt
+  local r, err = self.trainer:save(opt.save, { extra = { next_rollout = rollout_id + 1,
+    data = self.ahead_data_state or self.data:state() } })
+  if not r then
+    self.save_failures = (self.save_failures or 0) + 1
+    return nil, ("the checkpoint of step %d was not written: %s (%s)"):format(rollout_id,
+      tostring(err):gsub("^rl%.trainer%.Trainer:save: ", ""), self.last_checkpoint
+        and ("the last good one, " .. self.last_checkpoint .. ", is intact")
+        or ("what " .. opt.save .. " held before is intact"))
+  end
+  log.info(("checkpoint %s (%.1f s)"):format(r.path, r.seconds))
+  self.last_saved, self.last_checkpoint = rollout_id, r.path
+  return true
+end
+
 --- Saves a checkpoint when due (every --save-interval steps, at the end, on Ctrl-C).
+--- A save that fails (a full disk) leaves the last good checkpoint as it was; with
+--- --on-save-failure stop (the default) the run then stops cleanly with status 1,
+--- with continue it trains on and tries again at the next save.
 function Job:maybe_save(rollout_id, force)
   local opt = self.opt
   if not opt.save then return end
   if not force and not (opt.save_interval and (rollout_id + 1) % opt.save_interval == 0) then return end
   if self.last_saved == rollout_id then return end
-  local r, err = self:timed("save", self.trainer.save, self.trainer, opt.save,
-    { extra = { next_rollout = rollout_id + 1, data = self.data:state() } })
-  if not r then error("checkpoint failed: " .. tostring(err), 0) end
-  log.info(("checkpoint %s (%.1f s)"):format(r.path, r.seconds))
-  self.last_saved, self.last_checkpoint = rollout_id, r.path
+  local ok, err = self:timed("save", self.save_checkpoint, self, rollout_id)
+  if ok then return end
+  if opt.on_save_failure == "continue" and not force then
+    log.error(err .. "; training goes on (--on-save-failure continue), the next save tries again")
+    return
+  end
+  log.error(err)
+  self:finish(false)
+  error({ exit_code = 1, message = err .. (force and "" or " (--on-save-failure stop)") }, 0)
 end
 
 --- Pauses the loop at its next step boundary (from `rlhost attach`:
@@ -240,10 +300,12 @@ end
 function Job:wait_while_paused()
   if not self.paused then return end
   log.info("paused between steps: rl.recipe.current:resume() to go on")
-  while self.paused and not self.stopping do
-    rl.watchdog.progress("paused")   -- waiting by request is no hang
-    rl.sleep(0.2)
-  end
+  self:timed("paused", function()
+    while self.paused and not self.stopping do
+      rl.watchdog.progress("paused")   -- waiting by request is no hang
+      rl.sleep(0.2)
+    end
+  end)
   log.info("resumed")
 end
 
@@ -255,17 +317,101 @@ function Job:inject_fault(action, i, group)
   return self.faults:inject(action, i, group)
 end
 
---- Ctrl-C or SIGTERM stops at the next step boundary, after saving; a second one cancels.
+--- Ctrl-C or SIGTERM: the step in flight has --stop-grace seconds to finish (then the
+--- checkpoint, the dumps, exit 130 / 143); past the grace, or at a second signal, the
+--- work in flight is aborted and the last completed step saved (docs/operations.md,
+--- "Stopping").
 function Job:on_interrupt()
+  local core = require "rl._core"
+  local grace = self.opt.stop_grace or 10
+  if self.is_main then core.interrupt.set_stop_grace(grace) end
+  self.main_task = task.current()
   rl.on_interrupt(function(signal)
     local what = signal == "SIGTERM" and "SIGTERM" or "Ctrl-C"
     if not self.is_main then   -- a training rank: rank 0 decides when to stop
       log.info(("rank %d: %s: rank 0 finishes its step and stops every rank"):format(self.rank, what))
-      return
+      return true
+    end
+    if self.stopping then
+      self:abort_now(what .. " again")
+      return true
     end
     self.stopping, self.stop_signal = true, signal
-    log.warn(what .. ": stopping after this step (checkpoint and dumps are written); again to abort now")
+    local st = core.interrupt.stop_state()   -- the clock started when the signal arrived
+    local left = st and math.max(st.stop_in, 0) or grace
+    if st and st.stop_in <= 0 then
+      -- Busy code held the loop until the host stopped it at the end of the grace:
+      -- the signal reaches Lua only now, with nothing left of the grace.
+      log.warn(("%s arrived while busy code held the loop"):format(what))
+      self:abort_now(("the %g s stop grace is over"):format(grace))
+      return true
+    end
+    log.warn(("%s: stopping after this step (checkpoint and dumps are written); a step still running in %.0f s "
+      .. "(--stop-grace) is aborted and the last completed one saved; again to abort now"):format(what, left))
+    self.stop_timer = task.after(left, function() self:abort_now(("the %g s stop grace is over"):format(grace)) end)
+    self.stop_timer.quiet = true
+    return true
   end)
+end
+
+--- Aborts the work in flight now (the stop grace is over, or a second signal): busy
+--- guarded code is interrupted by the host, the main task is cancelled at its wait —
+--- unless it trains, saves or waits on other ranks, which finish first — and
+--- Job:shutdown saves the last completed step and exits.
+function Job:abort_now(why)
+  if self.aborting or self.shutting_down then return end
+  self.aborting = why
+  require("rl._core").interrupt.abort_now()
+  if self.stop_timer and self.stop_timer ~= task.current() then self.stop_timer:cancel() end
+  log.warn(("%s: aborting the %s in flight"):format(why, self.phase or "step"))
+  -- Between phases (the recipe's own code) the next phase begins with the shutdown.
+  local main = self.main_task
+  if self.phase and not UNINTERRUPTIBLE[self.phase] and main and not main:done() and main ~= task.current() then
+    main:cancel("stopping")
+  end
+end
+
+--- The end of a stopped run (in the main task; never returns): the step in flight is
+--- done when it trained (its metrics are logged and it is saved), else its samples are
+--- dropped and the data go back to where it began; the checkpoint of the last
+--- completed step, the summary, every child stopped; exit 130 (Ctrl-C) or 143.
+--- `phase`, `when`: where the stop caught the main task ("in" the rollout, "after" the
+--- train, "before" the sync).
+function Job:shutdown(phase, when)
+  if self.shutting_down then return end
+  self.shutting_down = true
+  if self.stop_timer and self.stop_timer ~= task.current() then self.stop_timer:cancel() end
+  if self.bar then self.bar:finish(); self.bar = nil end
+  if not self.stopping then
+    -- The host stopped busy guarded code at the end of the grace before the signal
+    -- reached Lua (the loop was held by it): say so now; the handler, when it runs
+    -- later, finds the run stopping already.
+    local sst = require("rl._core").interrupt.stop_state()
+    self.stopping, self.stop_signal = true, sst and sst.code == 130 and "SIGINT" or "SIGTERM"
+  end
+  if not self.aborting then
+    self.aborting = ("the %g s stop grace is over"):format(self.opt.stop_grace or 10)
+    log.warn(("%s: aborting the %s in flight"):format(self.aborting, phase or "step"))
+  end
+  if self.rollout then self.rollout:cancel_pending("stopping") end
+  local st = self.step_state
+  if st and st.trained and not st.logged then
+    self:log_step()
+  elseif st and not st.trained and st.data_state then
+    self.data:load_state(st.data_state)   -- its prompts are drawn again after a resume
+    self.ahead_data_state = nil           -- and those of a rollout started ahead of it
+    log.info(("step %d did not train (stopped %s %s): its samples are dropped, the data are back where it began")
+      :format(st.id, when or "in", phase or "the step"))
+  end
+  if self.opt.save and self.last_completed and self.last_saved ~= self.last_completed then
+    local ok, err = self:save_checkpoint(self.last_completed)
+    if not ok then log.error(err) end
+  elseif self.opt.save and not self.last_completed then
+    log.info("no step completed in this run: the checkpoint directory is unchanged")
+  end
+  local code = self.stop_signal == "SIGTERM" and 143 or 130
+  self:finish(self.last_completed or false)
+  rl.exit(code)
 end
 
 --- --rollout-function sleep: engines and router stay up and idle (profiling, load
@@ -283,6 +429,7 @@ end
 function Job:finish(last_rollout)
   if self.finished then return end
   self.finished = true
+  if self.stop_timer and self.stop_timer ~= task.current() then self.stop_timer:cancel() end
   rl.on_interrupt(nil)
   if self.world_size > 1 and self.is_main then   -- the training ranks stop too
     local stop = {}
@@ -294,6 +441,10 @@ function Job:finish(last_rollout)
   local m, e = self.last or {}, self.last_eval_metrics or {}
   add("steps", ("%d rollout steps in %.0f s%s"):format(self.steps_done or 0, rl.now() - self.started,
     self.stopping and (" (stopped by " .. (self.stop_signal == "SIGTERM" and "SIGTERM" or "Ctrl-C") .. ")") or ""))
+  if self.aborting then add("aborted", self.aborting .. (self.last_completed and (": step " .. self.last_completed
+    .. " was the last completed") or ": no step completed")) end
+  if self.failure then add("failed", self.failure) end
+  if self.save_failures then add("save failures", tostring(self.save_failures)) end
   if m["rollout/raw_reward"] then add("last reward", ("%.3f"):format(m["rollout/raw_reward"])) end
   for k, v in pairs(e) do
     if k:match("^eval/[^/%-]+$") and k ~= "eval/step" then add(k, ("%.3f (after step %d)"):format(v, self.last_eval)) end
@@ -305,6 +456,7 @@ function Job:finish(last_rollout)
   add("tensorboard", self.metrics.tensorboard_dir)
   add("prometheus", self.metrics_server and (self.metrics_server:url() .. "/metrics"))
   log.info("done:\n" .. table.concat(lines, "\n"))
+  if not self.stopping then require("rl._core").interrupt.set_stop_grace(0) end   -- a later -i REPL's Ctrl-C
   self.metrics:close()
   if self.metrics_server then self.metrics_server:stop() end
   rl.watchdog.stop()
@@ -314,6 +466,58 @@ function Job:finish(last_rollout)
     for _, eng in ipairs(self.engines or {}) do eng:stop() end
   end
   if self.stopping and last_rollout ~= false then rl.exit(self.stop_signal == "SIGTERM" and 143 or 130) end
+end
+
+--- The failure of a step with nothing to train on (every sample failed or was left out).
+function Job:empty_batch_failure()
+  local ro = self.rollout
+  local b = ro and ro.last_budget or budget.new { rollout_batch_size = 1, n_samples_per_prompt = 1 }
+  local id = self.step_state and self.step_state.id or "?"
+  return b:failure(id, ("no sample to train on: %d of the %d finished samples failed, the rest had no reward"):format(
+    b.failed, b.finished), "check the reward function (its last error is above)")
+end
+
+--- A step failed (a failure budget, a recipe hook, nothing to train on): writes what
+--- there is — the step's samples as a dump (`<dump>.failed.pt`), a metrics record, the
+--- checkpoint of the last completed step — stops the engines and ends the run with
+--- status 1 and one message naming the failing component and its last error.
+function Job:fail(err)
+  if self.shutting_down then error(err, 0) end
+  self.shutting_down = true
+  local f = err
+  if not budget.is_failure(f) then
+    local id = self.step_state and self.step_state.id or "?"
+    f = { message = ("rollout step %s failed: %s"):format(tostring(id), tostring(err)) }
+  end
+  if self.bar then self.bar:finish(); self.bar = nil end
+  local ro, written = self.rollout, {}
+  if ro then ro:cancel_pending("rollout failed") end
+  local st = self.step_state
+  if st and ro and ro.save_debug_rollout_data and f.groups then
+    local flat = {}
+    for _, g in ipairs(f.groups) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
+    local path = rl.dump.path(ro.save_debug_rollout_data, st.id):gsub("%.pt$", "") .. ".failed.pt"
+    local ok, dpath, derr = pcall(rl.dump.save, path, st.id, flat)
+    if ok and dpath then written[#written + 1] = "dump " .. dpath
+    else log.error("the failed step's dump: " .. tostring(ok and derr or dpath)) end
+  end
+  if st and self.metrics then
+    local m = { ["rollout/failed_step"] = st.id, ["rollout/failed_samples"] = f.failed, ["rollout/finished_samples"] = f.finished }
+    for outcome, c in pairs(ro and ro.counters.reward or {}) do m["rollout/reward/" .. outcome] = c end
+    pcall(function() self.metrics:log(m, "rollout/failed_step") end)
+    if self.metrics.jsonl_path then written[#written + 1] = "metrics " .. self.metrics.jsonl_path end
+  end
+  if st and not st.trained and st.data_state then self.data:load_state(st.data_state) end
+  if self.opt.save and self.last_completed and self.last_saved ~= self.last_completed then
+    local ok, serr = self:save_checkpoint(self.last_completed)
+    if ok then written[#written + 1] = "checkpoint " .. self.last_checkpoint .. " (the last completed step)"
+    else log.error(serr) end
+  end
+  local msg = f.message
+  if #written > 0 then msg = msg .. "\n  written: " .. table.concat(written, ", ") end
+  self.failure = msg:match("^[^\n]*")
+  self:finish(false)
+  error({ exit_code = 1, message = msg }, 0)
 end
 
 return M

@@ -105,6 +105,28 @@ local FLAGS = {
   { name = "fault_injection", type = "string",
     help = "drills: ACTION:[GROUP:]ENGINE:STEP[:DELAY_S | :sync],... (kill or stop engine ENGINE of GROUP, default "
       .. "the policy's, DELAY_S s into rollout STEP; e.g. kill:2:2, kill:ref:1:2)" },
+  -- failure budgets and the bounded stop (docs/operations.md)
+  { name = "reward_timeout", type = "number", default = 30,
+    help = "seconds a reward may run, waiting or computing (a busy loop too); past it the sample fails (timeout)" },
+  { name = "hook_timeout", type = "number", default = 30,
+    help = "seconds a recipe hook (dynamic filter, normalisation, sample hook) may run before it is interrupted" },
+  { name = "max_failed_share", type = "number", default = 0.5,
+    help = "a step fails once more than this share of its samples failed (reward, generation, environment): of the "
+      .. "batch's samples while fewer have finished, of those finished after; 1: off" },
+  { name = "max_failed_samples", type = "int", default = 0,
+    help = "a step fails at this many failed samples (0: no count limit)" },
+  { name = "max_busy_timeouts", type = "int", default = 2,
+    help = "a step fails once this many rewards ran Lua code for their whole --reward-timeout (each one holds every "
+      .. "other sample and request meanwhile; 0: off)" },
+  { name = "over_sampling_limit", type = "number", default = 10,
+    help = "a step draws at most this many × --rollout-batch-size prompts; a batch still not full then fails the step, "
+      .. "naming the dynamic filter's drops" },
+  { name = "stop_grace", type = "number", default = 10,
+    help = "seconds the step in flight has after the first SIGTERM or Ctrl-C; then its work is aborted, the last "
+      .. "completed step saved and every child stopped; the process exits at the latest 2 × this after the signal" },
+  { name = "on_save_failure", choices = { "stop", "continue" }, default = "stop",
+    help = "a checkpoint that cannot be written (a full disk) leaves the last good one intact; stop: end the run with "
+      .. "status 1; continue: train on and try again at the next save" },
   { name = "hang_timeout", type = "number", default = 1800,
     help = "no sample, request or training step for this many seconds: log a hang report (rl.watchdog; 0: off)" },
   { name = "metrics_port", type = "int",

@@ -84,55 +84,33 @@ end
 
 -- ---- protected evaluation ---------------------------------------------------------------
 
-local function timed_out_error(limit)
-  return setmetatable({ limit = limit }, { __tostring = function(e) return ("reward timed out after %g s"):format(e.limit) end })
+--- Calls fn(sample) protected, with a time limit (opts.timeout seconds, default 30;
+--- opts.on_busy(message): called the moment the host interrupts it busy).
+--- Returns reward, outcome, err, info: outcome is "ok", "skip" (nil reward), "error"
+--- (err holds the message and the Lua traceback) or "timeout" (err names the limit, the
+--- function's file:line and where it was stopped; info.busy when it was running Lua
+--- code the whole time — holding the one event loop — rather than waiting).
+---
+--- The limit holds whatever the reward runs: a reward that waits (HTTP, rl.sleep) is
+--- cancelled at its wait, a busy one is interrupted by the host at its next
+--- instruction, interpreted or JIT-compiled (rl.task.run_limited). Only a single C
+--- call that never returns (a runaway pattern match, os.execute) cannot be stopped.
+local function timeout_message(fn, limit, err)
+  local msg = ("reward %s timed out after %g s (%s)"):format(require("rl.task").where(fn), limit,
+    err.interrupted and "running Lua code the whole time: interrupted" or "waiting: cancelled")
+  return err.traceback and (msg .. "\n" .. err.traceback) or msg
 end
 
---- Calls fn(sample) protected, with a time limit (seconds, default 30).
---- Returns reward, outcome, err: outcome is "ok", "skip" (nil reward), "error"
---- (err holds the message and the Lua traceback) or "timeout".
----
---- The limit holds for rewards that wait (HTTP, rl.sleep: their task is
---- cancelled) and for Lua loops running in the interpreter (a count hook);
---- LuaJIT-compiled loops run no hooks, so a CPU-bound reward that may not finish
---- belongs behind the remote reward.
 function M.evaluate(fn, sample, opts)
   local limit = opts and opts.timeout or 30
   local task = require "rl.task"
-  local deadline = require("rl._core").loop.now() + limit
-  local now = require("rl._core").loop.now
-  local result, trace_err
-  local function body()
-    local co = coroutine.running()
-    debug.sethook(co, function()
-      if now() > deadline then error(timed_out_error(limit), 0) end
-    end, "", 1000)
-    local ok, r = xpcall(fn, function(e)
-      if type(e) == "table" and getmetatable(e) and tostring(e):find("timed out", 1, true) then return e end
-      if task.is_cancelled(e) then return e end
-      return debug.traceback(tostring(e), 2)
-    end, sample)
-    debug.sethook(co)
-    if not ok then error(r, 0) end
-    result = r
-  end
-  if not task.current() then
-    -- Outside a task (plain scripts, tests): no waiting is possible, only the hook.
-    local co = coroutine.create(body)
-    local ok, e = coroutine.resume(co)
-    if not ok then trace_err = e end
-  else
-    local t = task.spawn_named("reward", body)
-    local watchdog = task.after(limit, function() t:cancel("reward timeout") end)
-    local ok, e = pcall(t.wait, t)
-    watchdog:cancel()
-    if not ok then trace_err = e end
-  end
-  if trace_err ~= nil then
-    if task.is_cancelled(trace_err) or (type(trace_err) == "table" and tostring(trace_err):find("timed out", 1, true)) then
-      return nil, "timeout", ("reward timed out after %g s"):format(limit)
-    end
-    return nil, "error", tostring(trace_err)
+  local on_busy = opts and opts.on_busy
+  local ok, result, outcome = task.run_limited({ name = "reward", on_interrupted = on_busy and function(why, err)
+    if why == "time limit" then on_busy(type(err) == "table" and timeout_message(fn, limit, err) or nil) end
+  end }, limit, fn, sample)
+  if not ok then
+    if outcome == "timeout" then return nil, "timeout", timeout_message(fn, limit, result), { busy = result.interrupted == true } end
+    return nil, "error", result
   end
   if result == nil then return nil, "skip" end
   local kind = type(result)
@@ -205,7 +183,8 @@ end
 ---   estimator: a name of normalize_group's, or a function(samples, raw) -> normalized
 ---   normalize_group: function(rewards, estimator) -> values, one group's (default
 ---     M.normalize_group with std and eps), e.g. a recipe's own normalisation
----   std (default true), eps (1e-6), reward_key.
+---   std (default true), eps (1e-6), reward_key, hook_timeout (seconds normalize_group
+---     may run before it is interrupted, default 30).
 function M.normalize(samples, opts)
   opts = opts or {}
   local est = opts.estimator or "grpo"
@@ -233,7 +212,11 @@ function M.normalize(samples, opts)
     local idx, rs = groups[g], {}
     for k, i in ipairs(idx) do rs[k] = raw[i] end
     local vals
-    if per_group then vals = per_group(rs, est) else vals = M.normalize_group(rs, est, opts) end
+    if per_group then
+      vals = require("rl.task").call_hook("the normalisation", opts.hook_timeout or 30, per_group, rs, est)
+    else
+      vals = M.normalize_group(rs, est, opts)
+    end
     if type(vals) ~= "table" then
       error(("rl.rewards.normalize: normalize_group returned %s for group %s (expected a list of %d numbers)")
         :format(type(vals), tostring(g), #rs), 2)

@@ -71,7 +71,8 @@ end
 --- Runs filter (nil: keep everything) on a group; normalises its answer.
 function M.call(filter, rollout, group)
   if not filter then return { keep = true } end
-  local out = filter(rollout, group)
+  local out = require("rl.task").call_hook("the dynamic filter", rollout and rollout.hook_timeout or 30, filter,
+    rollout, group)
   if type(out) == "boolean" then return { keep = out } end
   if type(out) ~= "table" or type(out.keep) ~= "boolean" then
     error("rl.rollout: dynamic filter returned " .. type(out) ..

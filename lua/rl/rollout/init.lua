@@ -30,7 +30,10 @@ local DEFAULTS = {
   rollout_stop = false, rollout_stop_token_ids = false, rollout_skip_special_tokens = false,
   rollout_seed = 42, deterministic = false, extra_sampling_params = false,
   concurrency = 512, num_engines = 1,
-  reward = false, reward_key = false, reward_timeout = 30, group_rm = false,
+  reward = false, reward_key = false, reward_timeout = 30, group_rm = false, hook_timeout = 30,
+  -- failure budgets of a step (rl.rollout.budget): share / count of failed samples, rewards
+  -- busy for their whole time limit, prompts drawn per step (× rollout_batch_size)
+  max_failed_share = 0.5, max_failed_samples = 0, max_busy_timeouts = 2, over_sampling_limit = 10,
   dynamic_filter = false, partial_rollout = false, mask_offpolicy_in_partial_rollout = false,
   retries = 60, retry_interval = 1.0, request_timeout = 3600, abort_retry_interval = 3.0,
   sample_hooks = false, sample_filter = false, all_samples_process = false, custom_generate = false,
@@ -80,7 +83,7 @@ function M.new(opts)
 end
 
 function Rollout:reset_counters()
-  self.counters = { reward = { ok = 0, error = 0, timeout = 0, skip = 0 }, drops = {}, failed = 0 }
+  self.counters = { reward = { ok = 0, error = 0, timeout = 0, skip = 0 }, drops = {}, failed = 0, busy_timeouts = 0 }
 end
 
 --- slime's base sampling params (GenerateState), from the rollout options.
@@ -102,7 +105,6 @@ local function copy(t)
   for k, v in pairs(t) do o[k] = v end
   return o
 end
-M._copy = copy
 
 -- ---- one engine call ---------------------------------------------------------------------
 
@@ -252,8 +254,25 @@ end
 function Rollout:_reward_one(sample, evaluation)
   local fn = sample.reward_function or self.reward
   if not fn then return end
+  local busy_budget = not evaluation and self.max_busy_timeouts and self.max_busy_timeouts > 0 and self.max_busy_timeouts
+  if busy_budget then
+    -- Rewards already queued when the step's busy budget ran out do not run (each would
+    -- hold the loop for its whole limit before the step can fail).
+    local f = fn
+    fn = task.describe_as(function(s)
+      if self.counters.busy_timeouts >= busy_budget then return nil end
+      return f(s)
+    end, function() return task.where(f) end)
+  end
+  -- a reward that held the event loop for its whole limit: counted at once, and the
+  -- step's budget looks now
+  local function on_busy(message)
+    self.counters.busy_timeouts = self.counters.busy_timeouts + 1
+    self.counters.last_busy = { sample = sample.index, error = message }
+    if self._done and not evaluation then self._done:push({ wake = true }) end
+  end
   trace.span(sample, "reward_model", nil, function(span)
-    local r, outcome, err = rewards.evaluate(fn, sample, { timeout = self.reward_timeout })
+    local r, outcome, err = rewards.evaluate(fn, sample, { timeout = self.reward_timeout, on_busy = on_busy })
     self.counters.reward[outcome] = (self.counters.reward[outcome] or 0) + 1
     span:set("outcome", outcome)
     if outcome == "ok" then
@@ -261,6 +280,7 @@ function Rollout:_reward_one(sample, evaluation)
       if type(r) == "number" then span:set("reward", r) end
     elseif outcome == "error" or outcome == "timeout" then
       sample.reward, sample.reward_error, sample.status = nil, err, sample_mod.FAILED
+      sample.reward_outcome = outcome
       span:set("error_message", err)
       log.warn(("rl.rollout: reward of sample %s: %s: %s"):format(tostring(sample.index), outcome,
         tostring(err):match("^[^\n]*")))
@@ -273,7 +293,7 @@ local function run_hooks(self, sample, evaluation)
   if not hooks then return sample end
   if type(hooks) == "function" then hooks = { hooks } end
   for _, h in ipairs(hooks) do
-    local r = h(self, sample, evaluation)
+    local r = task.call_hook("a sample hook", self.hook_timeout, h, self, sample, evaluation)
     if r ~= nil then sample = r end
   end
   return sample
@@ -344,7 +364,11 @@ function Rollout:generate_and_rm_group(group, params, evaluation)
     for i, t in ipairs(tasks) do
       local ok, r = pcall(t.wait, t)
       if ok and r ~= nil then group[i] = r end
-      if not ok then error(r, 0) end
+      if not ok then
+        -- the group is cancelled (a failed step, a stopping run): so are its samples
+        if task.is_cancelled(r) then for _, o in ipairs(tasks) do o:cancel(r.reason) end end
+        error(r, 0)
+      end
     end
     if not self.aborted and self.group_rm and not evaluation then
       trace.span(group, "group_reward_model", nil, function() self:group_reward(group) end)
@@ -357,7 +381,7 @@ end
 --- rewards, else the per-sample reward runs on each sample.
 function Rollout:group_reward(group)
   if type(self.group_rm) == "function" then
-    local rs = self.group_rm(group)
+    local rs = task.call_hook("the group reward", self.reward_timeout, self.group_rm, group)
     for i, s in ipairs(group) do
       if s.reward == nil then s.reward = rs and rs[i] end
     end

@@ -16,6 +16,7 @@ local function copy(t)
 end
 
 local filters = function() return require "rl.rollout.filters" end
+local budget_mod = function() return require "rl.rollout.budget" end
 
 local function first_index(group)
   local s = group[1]
@@ -73,6 +74,7 @@ function M.generate_rollout(self, rollout_id, opts)
   local params = self:sampling_params()
   local target, n = self.rollout_batch_size, self.n_samples_per_prompt
   local done = task.queue()
+  self._done = done
   self._pending = {}
   local remaining = 0
   local data, all_data = {}, {}
@@ -84,33 +86,65 @@ function M.generate_rollout(self, rollout_id, opts)
       t = task.spawn_named("group", function()
         local ok, r = pcall(self.generate_and_rm_group, self, g, params, false)
         self._pending[t] = nil
-        done:push(ok and r or g)
+        -- the run stops (its grace is over: the host interrupted a reward): so does the step
+        if not ok and task.is_cancelled(r) and r.reason == "stopping" then done:push({ stopping = r })
+        else done:push(ok and r or g) end
         if not ok then error(r, 0) end
       end)
       t.quiet = true
       self._pending[t] = true
     end
   end
-  local dropped = 0
+  -- Failure budgets (rl.rollout.budget): slime would loop on for ever.
+  local budget = budget_mod().new(self)
+  local max_draw = self.over_sampling_limit and self.over_sampling_limit > 0
+    and math.max(self.over_sampling_limit * target, target) or math.huge
+  local drawn = 0
+  self.drawn_groups = 0
+  local function fail(why, hint)
+    self:cancel_pending()
+    local f = budget:failure(rollout_id, why, hint)
+    f.groups = all_data
+    error(f, 0)
+  end
   while #data < target do
-    while remaining < target do submit(ds:get_samples(self.over_sampling_batch_size, n)) end
+    while remaining < target and drawn < max_draw do
+      local k = math.min(self.over_sampling_batch_size, max_draw - drawn)
+      submit(ds:get_samples(k, n))
+      drawn = drawn + k
+      self.drawn_groups = drawn
+    end
+    if remaining - #data <= 0 then   -- nothing in flight and the batch is not full
+      local drops = {}
+      for reason, c in pairs(self.counters.drops) do drops[#drops + 1] = ("%s %d"):format(reason, c) end
+      table.sort(drops)
+      fail(("%d prompts drawn (--over-sampling-limit %g × --rollout-batch-size %d) and only %d of %d groups kept "
+        .. "(dynamic filter drops: %s)"):format(drawn, self.over_sampling_limit, target, #data, target,
+        #drops > 0 and table.concat(drops, ", ") or "none"),
+        "do all rewards of a group come out equal? check the reward function, or turn the filter off "
+        .. "(--dynamic-sampling-filter none)")
+    end
     local group = done:pop()
-    all_data[#all_data + 1] = group
-    local out = filters().call(self.dynamic_filter, self, group)
-    if filters().should_drop(out, remaining, target) then
-      local reason = out.reason or "filtered"
-      self.counters.drops[reason] = (self.counters.drops[reason] or 0) + 1
-      remaining = remaining - 1
-      dropped = dropped + 1
-      if dropped == 10 * target then   -- slime would loop on silently
-        log.warn(("rl.rollout: the dynamic filter dropped %d groups for %d accepted of %d wanted in step %s; "
-          .. "do all rewards come out equal? (check the reward function, or turn the filter off)"):format(
-          dropped, #data, target, tostring(rollout_id)))
+    if group.stopping then error(group.stopping, 0) end
+    if not group.wake then   -- a wake-up: a reward spun for its whole limit (the budget counts those now)
+      all_data[#all_data + 1] = group
+      budget:add_group(group)
+    end
+    local why = budget:exceeded(self.counters.busy_timeouts, self.counters.last_busy)
+    if why then fail(why) end
+    if not group.wake then
+      local out = filters().call(self.dynamic_filter, self, group)
+      if filters().should_drop(out, remaining, target) then
+        local reason = out.reason or "filtered"
+        self.counters.drops[reason] = (self.counters.drops[reason] or 0) + 1
+        remaining = remaining - 1
+      elseif #data < target then
+        data[#data + 1] = group
       end
-    elseif #data < target then
-      data[#data + 1] = group
     end
   end
+  self._done = nil
+  self.last_budget = budget
   local aborted = self:abort(rollout_id, done)
   table.sort(data, by_first_index)
   table.sort(all_data, by_first_index)
@@ -122,6 +156,9 @@ function M.generate_rollout(self, rollout_id, opts)
   for outcome, c in pairs(self.counters.reward) do metrics["rollout/reward/" .. outcome] = c end
   metrics["rollout/generate_failed"] = self.counters.failed
   metrics["rollout/aborted_groups"] = #aborted
+  metrics["rollout/failed_samples"] = budget.failed
+  metrics["rollout/drawn_groups"] = drawn
+  if self.counters.busy_timeouts > 0 then metrics["rollout/reward/busy_timeout"] = self.counters.busy_timeouts end
   self.last_rollout_time = require("rl._core").loop.now() - t0
   if self.save_debug_rollout_data then
     local flat = {}
@@ -196,6 +233,17 @@ local function abort_vllm(self, url)
   end
 end
 
+--- Cancels the step's groups still in flight (their requests and rewards) without
+--- asking the engines for anything: for a step that fails or a run that stops.
+function M.cancel_pending(self, reason)
+  self.aborted = true
+  local left = {}
+  for t in pairs(self._pending or {}) do left[#left + 1] = t end
+  for _, t in ipairs(left) do t:cancel(reason or "rollout stopped") end
+  self._pending = {}
+  return #left
+end
+
 --- Aborts every request on every engine until each reports none (slime's
 --- abort_servers_until_idle), lets the pending groups finish, and returns them;
 --- with partial_rollout their samples remember start_rollout_id.
@@ -203,7 +251,7 @@ function M.abort(self, rollout_id, done)
   self.aborted = true
   if self.engine then
     self.engine:abort()
-  else
+  elseif self.url then   -- (a rollout with its own generate step may have no engine at all)
     for _, url in ipairs(self:worker_urls()) do
       if self.backend == "vllm" then abort_vllm(self, url) else abort_sglang(self, url) end
     end
@@ -215,12 +263,14 @@ function M.abort(self, rollout_id, done)
   local aborted = {}
   while done and done:size() > 0 do
     local g = done:pop()
-    if self.partial_rollout then
-      for _, s in ipairs(g) do
-        if s.response_length > 0 and s.metadata.start_rollout_id == nil then s.metadata.start_rollout_id = rollout_id end
+    if not g.stopping and not g.wake then
+      if self.partial_rollout then
+        for _, s in ipairs(g) do
+          if s.response_length > 0 and s.metadata.start_rollout_id == nil then s.metadata.start_rollout_id = rollout_id end
+        end
       end
+      aborted[#aborted + 1] = g
     end
-    aborted[#aborted + 1] = g
   end
   return aborted
 end

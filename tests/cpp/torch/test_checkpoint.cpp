@@ -1,12 +1,17 @@
 // runtime/trainer checkpoints below the Lua API: base64, the AdamW archive and
 // generator states round-trip exactly, a checkpoint of another model is refused
 // before anything changes, and leftovers of killed saves are cleaned up (the
-// kill itself is tested end to end in tests/lua/trainer_checkpoint_spec.lua).
+// kill itself is tested end to end in tests/lua/trainer_checkpoint_spec.lua), and a
+// save the kernel refuses part-way (RLIMIT_FSIZE: EFBIG while optimizer.pt is written)
+// throws an error naming the file instead of aborting the process, leaving the last
+// good checkpoint as it was (a full filesystem: tests/e2e/test_run_ends.py).
 #include <torch/torch.h>
 
 #define CATCH_CONFIG_PREFIX_ALL
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -154,4 +159,49 @@ CATCH_TEST_CASE("leftovers of killed saves are cleaned up; an aside copy comes b
   CATCH_CHECK(fs::exists(root.path / "iter_0000005.tmp-1"));  // a live process's: left alone
   CATCH_CHECK(fs::exists(root.path / "notes.tmp-5"));         // not a checkpoint name: left alone
   CATCH_CHECK(resolve_checkpoint(root.path) == dir);
+}
+
+// While it lives, files this process writes may not grow past `bytes` (the kernel says
+// EFBIG; SIGXFSZ, which would kill us, is ignored meanwhile).
+struct FileSizeLimit {
+  rlimit old{};
+  void (*old_handler)(int) = nullptr;
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old);
+    old_handler = signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = old;
+    lim.rlim_cur = bytes;
+    CATCH_REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+  }
+};
+
+CATCH_TEST_CASE("a save the kernel refuses part-way throws, and the last good checkpoint stays", "[checkpoint]") {
+  TempRoot root;
+  auto t = tiny_trainer("llama", 1);
+  t->train(batch());
+  const auto good = save_checkpoint(*t, root.path, {}).dir;  // iter_0000001
+  const auto weights = fs::file_size(good / "model.safetensors");
+  const auto optim = fs::file_size(good / kOptimizerFile);
+  CATCH_REQUIRE(optim > weights + 4096);  // AdamW keeps two moments per weight
+  t->train(batch());
+  std::string err;
+  {
+    FileSizeLimit limit(weights + 2048);  // the weights fit, optimizer.pt does not
+    err = error_of([&] { save_checkpoint(*t, root.path, {}); });
+  }
+  CATCH_CHECK(contains(err, "optimizer.pt: write failed: File too large"));
+  // nothing of the failed save is left; the pointer still names the good one, which loads
+  CATCH_CHECK(resolve_checkpoint(root.path) == good);
+  CATCH_CHECK(!fs::exists(root.path / "iter_0000002"));
+  for (const auto& e : fs::directory_iterator(root.path))
+    CATCH_CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  auto back = tiny_trainer("llama", 2);
+  load_checkpoint(*back, good);
+  CATCH_CHECK(back->step() == 1);
+  // and the next save, with room again, works
+  CATCH_CHECK(save_checkpoint(*t, root.path, {}).dir == root.path / "iter_0000002");
 }
