@@ -128,8 +128,12 @@ class AsyncRecipe(RlhostTestCase):
         p = self.start_recipe("--num-rollout", "1000", "--save", ckpt, "--save-interval", "1",
                               "--save-debug-rollout-data", self.dir + "/b/rollout_{rollout_id}.pt")
         latest = ckpt + "/latest_checkpointed_iteration.txt"
-        support.wait_for(lambda: os.path.exists(latest) and int(open(latest).read() or 0) >= 2, timeout=180,
-                         what="two checkpointed steps")
+        def steps_saved():
+            if not os.path.exists(latest):
+                return 0
+            with open(latest) as f:
+                return int(f.read() or 0)
+        support.wait_for(lambda: steps_saved() >= 2, timeout=180, what="two checkpointed steps")
         p.kill()
         p.wait(timeout=30)
         with open(latest) as f:
