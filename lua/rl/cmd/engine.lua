@@ -32,6 +32,11 @@ local opt = rl.args {
     help = "sequences waiting beyond --max-running-requests (beyond: 429 + Retry-After); 0 = no cap" },
   { name = "max_tokens_in_flight", type = "int", default = 0,
     help = "prompt + max_new_tokens of unfinished sequences (beyond: 429 + Retry-After); 0 = no cap" },
+  { name = "max_top_logprobs", type = "int", default = 20,
+    help = "top log-probs per position a request may ask for (top_logprobs_num, logprobs; beyond: 400)" },
+  { name = "max_response_entries", type = "int", default = 4194304,
+    help = "values one response may hold: output tokens x (id + log-prob + top log-probs), counted for the longest "
+      .. "output each request may produce (beyond: 400); 0 = no cap" },
   { name = "shutdown_timeout", type = "number", default = 5,
     help = "on SIGTERM/Ctrl-C: seconds to let running requests finish before aborting them" },
   { name = "disable_prefix_cache", type = "bool", default = false, help = "no prefix reuse across requests" },
@@ -45,10 +50,12 @@ local opt = rl.args {
   { name = "ready_file", type = "string", help = "write the server URL to this file once serving" },
 }
 
+rl.script = "engine"  -- usage errors say `rlhost engine`, not the path of this file
 if opt.port < 0 or opt.port > 65535 then rl.args.usage_error("--port must be 0-65535") end
 if opt.max_running_requests < 1 then rl.args.usage_error("--max-running-requests must be at least 1") end
 if opt.cuda_graph_max_bs < 0 then rl.args.usage_error("--cuda-graph-max-bs must be 0 or more") end
-for _, k in ipairs { "max_connections", "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight" } do
+for _, k in ipairs { "max_connections", "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight",
+                     "max_top_logprobs", "max_response_entries" } do
   if opt[k] < 0 then rl.args.usage_error("--" .. k:gsub("_", "-") .. " must be 0 or more") end
 end
 if opt.max_connections < 1 then rl.args.usage_error("--max-connections must be at least 1") end
@@ -61,19 +68,21 @@ local server_args = {}
 for k, v in pairs(opt) do server_args[k] = v end
 server_args.api_key, server_args.ready_file = nil, nil
 
-local eng, err = rl.engine.start {
+local started, eng, err = pcall(rl.engine.start, {
   model = opt.model, tokenizer = opt.tokenizer, served_model_name = opt.served_model_name,
   host = opt.host, port = opt.port, api_key = opt.api_key, dtype = opt.dtype, device = opt.device,
   max_running_requests = opt.max_running_requests, kv_cache_tokens = opt.kv_cache_tokens,
   kv_cache_bytes = opt.kv_cache_bytes, block_size = opt.block_size, max_prefill_tokens = opt.max_prefill_tokens,
   context_length = opt.context_length, threads = opt.threads, max_connections = opt.max_connections,
   max_sequences_per_request = opt.max_sequences_per_request, max_queued_requests = opt.max_queued_requests,
-  max_tokens_in_flight = opt.max_tokens_in_flight,
+  max_tokens_in_flight = opt.max_tokens_in_flight, max_top_logprobs = opt.max_top_logprobs,
+  max_response_entries = opt.max_response_entries,
   enable_prefix_cache = not opt.disable_prefix_cache, weight_version = opt.weight_version,
   cuda_graph_max_bs = opt.cuda_graph_max_bs, disable_cuda_graph = opt.disable_cuda_graph,
   overlap_schedule = opt.disable_overlap_schedule and "off" or opt.overlap_schedule,
   server_args = rl.json.encode(server_args),
-}
+})
+if not started then rl.args.option_error(eng, "rl.engine.start") end   -- a flag out of range: name it
 if not eng then
   io.stderr:write("rlhost engine: ", err, "\n")
   rl.exit(1)

@@ -32,7 +32,8 @@ local OPTION_TYPES = {
   host = "string", port = "number", max_running_requests = "number", kv_cache_tokens = "number",
   kv_cache_bytes = "number", block_size = "number", max_prefill_tokens = "number", context_length = "number",
   threads = "number", max_connections = "number", max_sequences_per_request = "number",
-  max_queued_requests = "number", max_tokens_in_flight = "number", enable_prefix_cache = "boolean", weight_version = "string",
+  max_queued_requests = "number", max_tokens_in_flight = "number", max_top_logprobs = "number",
+  max_response_entries = "number", enable_prefix_cache = "boolean", weight_version = "string",
   cuda_graph_max_bs = "number", disable_cuda_graph = "boolean", overlap_schedule = "string",
   api_key = "string", mode = "string", serve = "boolean", ready_timeout = "number", log_file = "string",
   server_args = "string",  -- JSON object text echoed by /get_server_info
@@ -117,7 +118,8 @@ end
 local FLAGS = {
   "tokenizer", "served_model_name", "dtype", "device", "host", "port", "max_running_requests", "kv_cache_tokens",
   "kv_cache_bytes", "block_size", "max_prefill_tokens", "context_length", "threads", "max_connections",
-  "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "weight_version", "api_key",
+  "max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "max_top_logprobs",
+  "max_response_entries", "weight_version", "api_key",
   "cuda_graph_max_bs", "overlap_schedule",
 }
 
