@@ -152,7 +152,7 @@ function M.start(opts)
   M.timeout, M.dir, M.job = opts.timeout, opts.dir, opts.job
   M.progress("start")
   if not M.timeout or M.timeout <= 0 then return end
-  local every = math.min(5, M.timeout / 4)
+  local every = math.max(0.05, math.min(5, M.timeout / 4))   -- a tiny timeout must not spin the loop
   local micro = M.job and M.job.trainer and M.job.trainer._h and M.job.trainer._h:progress()
   M.task = task.spawn_named("watchdog", function()
     while true do
