@@ -56,8 +56,9 @@ local function read_config(path)
   if not text then return nil, "cannot read it (a directory?)" end
   if path:match("%.lua$") then return run_lua_config(text, path) end
   if path:match("%.json$") or text:match("^%s*{") then
-    local v, derr = require("rl.json").decode(text, { unique_keys = true })
-    if v == nil then
+    local json = require "rl.json"
+    local v, derr = json.decode(text, { unique_keys = true })
+    if v == nil or v == json.null then
       return nil, "bad JSON: " .. tostring(derr or "the file holds null"):gsub("^rl%.json%.decode: ", "")
     end
     return v
