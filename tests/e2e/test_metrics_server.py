@@ -43,7 +43,10 @@ class MetricsServer(RlhostTestCase):
         def url():
             if self.proc.poll() is not None:
                 raise AssertionError("rlhost exited: %s" % self.proc.communicate()[1])
-            return os.path.exists(ready) and open(ready).read()
+            if not os.path.exists(ready):
+                return None
+            with open(ready) as f:
+                return f.read()
         self.url = wait_for(url, timeout=60, what="the metrics server")
         host, port = self.url[len("http://"):].split(":")
         self.addr = (host, int(port))
