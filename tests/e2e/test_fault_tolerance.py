@@ -162,8 +162,10 @@ class FaultTolerance(RlhostTestCase):
                               r"weight sync within 4 s)")
 
     def test_the_only_engine_killed_mid_rollout(self):
-        # The default: one engine. Its requests find no worker; rather than spend their
-        # retries (then fail the step with an empty batch), they wait while fault tolerance
+        # The default: one engine, killed as step 1's requests go out (delay 0: a step of this
+        # model can finish within 0.2 s, and a kill after it tests nothing). Its requests find
+        # no worker; rather than spend their retries (then fail the step with an empty batch),
+        # they wait while fault tolerance
         # restarts it at once and refits it with the trainer's weights. The probe interval
         # stays at its default (30 s): the failed requests are what find the death.
         d = self.dir
@@ -172,7 +174,7 @@ class FaultTolerance(RlhostTestCase):
              "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N), "--rollout-max-response-len", "96",
              "--dynamic-sampling-filter", "none", "--threads", "1", "--no-progress", "--eval-interval", "1000",
              "--metrics-dir", d + "/m", "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt",
-             "--use-fault-tolerance", "--fault-injection", "kill:1:1:0.2"],
+             "--use-fault-tolerance", "--fault-injection", "kill:1:1:0"],
             capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
         log = r.stdout + r.stderr
         try:
