@@ -165,9 +165,9 @@ class FaultTolerance(RlhostTestCase):
         # The default: one engine, killed as step 1's requests go out (delay 0: a step of this
         # model can finish within 0.2 s, and a kill after it tests nothing). Its requests find
         # no worker; rather than spend their retries (then fail the step with an empty batch),
-        # they wait while fault tolerance
-        # restarts it at once and refits it with the trainer's weights. The probe interval
-        # stays at its default (30 s): the failed requests are what find the death.
+        # they wait while fault tolerance restarts it at once and refits it with the trainer's
+        # weights. The probe interval stays at its default (30 s): the failed requests are
+        # what find the death.
         d = self.dir
         r = subprocess.run(
             [BIN, "--no-control", RECIPE, "--num-rollout", "3", "--engine-mode", "process", "--num-engines", "1",
