@@ -223,6 +223,8 @@ int l_request(lua_State* L) {
   req.connect_timeout_s = opt_seconds(L, 1, "connect_timeout").value_or(0);
   req.max_per_host = static_cast<int>(opt_int(L, 1, "max_per_host", 1, 1000000).value_or(0));
   if (auto v = arg::field_boolean(L, 1, "follow_redirects", "opts")) req.follow_redirects = *v;
+  if (auto v = arg::field_boolean(L, 1, "fresh_connection", "opts")) req.fresh_connection = *v;
+  req.max_body_bytes = static_cast<size_t>(opt_int(L, 1, "max_body", 1, int64_t{1} << 50).value_or(0));
   bool stream = false;
   for (const char* cb : {"on_chunk", "on_event"}) {
     lua_getfield(L, 1, cb);

@@ -36,7 +36,7 @@ void push_array_mt(lua_State* L) {
 // ---- decode ------------------------------------------------------------------------
 class LuaSax {
  public:
-  explicit LuaSax(lua_State* L) : L_(L), guard_("text", decode_limits()) {}
+  LuaSax(lua_State* L, bool unique_keys) : L_(L), guard_("text", decode_limits()), unique_keys_(unique_keys) {}
   std::string error;
 
   bool null() { return guard_.scalar() && (lua_pushlightuserdata(L_, nullptr), add()); }
@@ -47,7 +47,18 @@ class LuaSax {
   bool string(std::string& s) { return guard_.string(s.size()) && (lua_pushlstring(L_, s.data(), s.size()), add()); }
   bool binary(nlohmann::json::binary_t&) { error = "binary values are not supported"; return false; }
   bool start_object(size_t) { return guard_.open(false) && open(false); }
-  bool key(std::string& k) { return guard_.key(k) && (lua_pushlstring(L_, k.data(), k.size()), true); }
+  bool key(std::string& k) {
+    if (!guard_.key(k)) return false;
+    lua_pushlstring(L_, k.data(), k.size());
+    if (unique_keys_) {  // the object is below the key: a key already there is refused
+      lua_pushvalue(L_, -1);
+      lua_rawget(L_, -3);
+      const bool seen = !lua_isnil(L_, -1);
+      lua_pop(L_, 1);
+      if (seen) return guard_.duplicate_key();
+    }
+    return true;
+  }
   bool end_object() { guard_.close(); frames_.pop_back(); return add(); }
   bool start_array(size_t) { return guard_.open(true) && open(true); }
   bool end_array() { guard_.close(); frames_.pop_back(); return add(); }
@@ -77,16 +88,22 @@ class LuaSax {
   }
   lua_State* L_;
   json_input::Guard guard_;
+  bool unique_keys_ = false;
   std::vector<Frame> frames_;
 };
 
-// decode(text) -> value | nil, err
+// decode(text [, {unique_keys = true}]) -> value | nil, err (unique_keys: a key twice in an object is an error)
 int l_decode(lua_State* L) {
   const auto text = arg::string(L, 1, "text");
+  bool unique_keys = false;
+  if (!lua_isnoneornil(L, 2)) {
+    arg::table(L, 2, "opts");
+    unique_keys = arg::field_boolean(L, 2, "unique_keys", "opts").value_or(false);
+  }
   const int top = lua_gettop(L);
   std::string err;
   {
-    LuaSax sax(L);
+    LuaSax sax(L, unique_keys);
     const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
     if (ok) return 1;
     err = sax.reason().empty() ? "invalid JSON" : sax.reason();

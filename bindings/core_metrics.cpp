@@ -6,6 +6,8 @@
 //   jsonl_open(path) -> j | nil, err
 //   j:write(json_text) -> true | nil, err   (one line, appended whole)
 //   j:close()                               j:path() -> string
+//   text_serve{host, port, allow_remote, not_found_hint} -> s | nil, err   (net::TextServer)
+//   s:set(path, content_type, body)   s:url()   s:port()   s:stop()
 //
 // Thin on purpose: what to log, how to name it and what to skip is the Lua
 // module's business. Files that cannot be created or written are runtime
@@ -21,6 +23,7 @@
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "metrics/jsonl_writer.hpp"
+#include "net/text_server.hpp"
 #include "metrics/tensorboard_writer.hpp"
 
 namespace rl::lua {
@@ -32,12 +35,16 @@ using metrics::TensorBoardWriter;
 
 const char kTensorBoardMt = 0;  // registry: metatable of TensorBoard writers
 const char kJsonlMt = 0;        // registry: metatable of JSONL writers
+const char kTextServerMt = 0;   // registry: metatable of text servers
 
 struct TensorBoardBox : LiveObject {
   std::unique_ptr<TensorBoardWriter> w;
 };
 struct JsonlBox : LiveObject {
   std::unique_ptr<JsonlWriter> w;
+};
+struct TextServerBox : LiveObject {
+  std::unique_ptr<net::TextServer> s;
 };
 
 TensorBoardWriter& check_tensorboard(lua_State* L) {
@@ -180,6 +187,65 @@ int l_jsonl_path(lua_State* L) {
   return 1;
 }
 
+// ---- text server (rl.metrics.serve) -------------------------------------------------
+int l_text_serve(lua_State* L) {
+  arg::table(L, 1, "opts");
+  net::TextServer::Options o;
+  o.name = "metrics server";
+  if (auto v = arg::field_string(L, 1, "host", "opts")) o.host = std::string(*v);
+  if (auto v = arg::field_integer(L, 1, "port", "opts")) {
+    if (*v < 0 || *v > 65535) throw ArgError(0, "opts.port", "integer 0-65535 expected");
+    o.port = static_cast<int>(*v);
+  }
+  o.allow_remote = arg::field_boolean(L, 1, "allow_remote", "opts").value_or(false);
+  if (auto v = arg::field_string(L, 1, "not_found_hint", "opts")) o.not_found_hint = std::string(*v);
+  std::unique_ptr<net::TextServer> s;
+  std::string err;
+  try {
+    s = std::make_unique<net::TextServer>(o);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  if (!s) return fail(L, err);
+  void* mem = lua_newuserdata(L, sizeof(TextServerBox));
+  auto* box = new (mem) TextServerBox{};
+  registry_get(L, &kTextServerMt);
+  lua_setmetatable(L, -2);
+  box->s = std::move(s);
+  return 1;
+}
+
+net::TextServer& check_text_server(lua_State* L) {
+  auto* box = static_cast<TextServerBox*>(check_udata(L, 1, &kTextServerMt, "s", "text server"));
+  if (!box->s) throw ArgError(1, "s", "text server already collected");
+  return *box->s;
+}
+
+int l_ts_set(lua_State* L) {
+  net::TextServer& s = check_text_server(L);
+  const auto path = method_arg([&] { return arg::string(L, 2, "path"); });
+  const auto type = method_arg([&] { return arg::string(L, 3, "content_type"); });
+  const auto body = method_arg([&] { return arg::string(L, 4, "body"); });
+  s.set(std::string(path), std::string(type), std::string(body));
+  return 0;
+}
+
+int l_ts_url(lua_State* L) {
+  const std::string u = check_text_server(L).url();
+  lua_pushlstring(L, u.data(), u.size());
+  return 1;
+}
+
+int l_ts_port(lua_State* L) {
+  lua_pushnumber(L, check_text_server(L).port());
+  return 1;
+}
+
+int l_ts_stop(lua_State* L) {
+  check_text_server(L).stop();
+  return 0;
+}
+
 }  // namespace
 
 void open_metrics(lua_State* L, int t) {
@@ -197,9 +263,18 @@ void open_metrics(lua_State* L, int t) {
       {"path", entry<l_jsonl_path>},
   };
   make_metatable(L, &kJsonlMt, "rl.metrics.JsonlWriter:", jsonl_methods, std::size(jsonl_methods), entry<destroy_udata<JsonlBox>>);
+  static const Reg ts_methods[] = {
+      {"set", entry<l_ts_set>},
+      {"url", entry<l_ts_url>},
+      {"port", entry<l_ts_port>},
+      {"stop", entry<l_ts_stop>},
+  };
+  make_metatable(L, &kTextServerMt, "rl.metrics.Server:", ts_methods, std::size(ts_methods),
+                 entry<destroy_udata<TextServerBox>>);
   static const Reg regs[] = {
       {"tensorboard_open", entry<l_tensorboard_open>},
       {"jsonl_open", entry<l_jsonl_open>},
+      {"text_serve", entry<l_text_serve>},
   };
   register_functions(L, t, "rl.metrics.", regs);
 }

@@ -39,6 +39,8 @@
 #include "engine/engine.hpp"
 #include "engine/generate_api.hpp"
 #include "engine/server.hpp"
+#include "model/config.hpp"
+#include "model/tokenizer.hpp"
 
 namespace rl::lua {
 namespace {
@@ -50,6 +52,7 @@ const char kEngineMt = 0;
 struct EngineBox : LiveObject {
   std::shared_ptr<engine::Engine> engine;
   std::unique_ptr<engine::EngineServer> server;
+  engine::CallLimits limits;  // what one :generate call may ask for (the server's own)
   std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   struct Helper {
     std::thread thread;
@@ -149,6 +152,8 @@ int l_start(lua_State* L) {
   so.max_sequences_per_request = opt_int(L, 1, "max_sequences_per_request", so.max_sequences_per_request, 0);
   so.max_queued_requests = opt_int(L, 1, "max_queued_requests", so.max_queued_requests, 0);
   so.max_tokens_in_flight = opt_int(L, 1, "max_tokens_in_flight", so.max_tokens_in_flight, 0);
+  so.max_top_logprobs = opt_int(L, 1, "max_top_logprobs", so.max_top_logprobs, 0);
+  so.max_response_entries = opt_int(L, 1, "max_response_entries", so.max_response_entries, 0);
   if (auto v = opt_str(L, 1, "api_key")) so.api_key = *v;
   if (auto v = opt_str(L, 1, "server_args")) {
     try {
@@ -163,6 +168,13 @@ int l_start(lua_State* L) {
   std::unique_ptr<engine::EngineServer> srv;
   try {
     eng = std::shared_ptr<engine::Engine>(engine::Engine::create(eo));
+    // Ids the tokenizer makes that the model has no embedding row for would fail later,
+    // in a step: a tokenizer with more tokens than the model is refused at the start.
+    if (const auto* tok = eng->tokenizer(); tok && tok->vocab_size() > eng->config().vocab_size)
+      throw rl::Error("engine: the tokenizer " + tok->source() + " has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than the model's vocab_size " + std::to_string(eng->config().vocab_size) +
+                      " (config.json)",
+                  "the tokenizer of another model? pass the model's own (--tokenizer / opts.tokenizer)");
     if (serve) srv = std::make_unique<engine::EngineServer>(eng, so);
   } catch (const std::exception& e) {
     error = e.what();
@@ -175,6 +187,10 @@ int l_start(lua_State* L) {
   }
   void* mem = lua_newuserdata(L, sizeof(EngineBox));
   auto* box = new (mem) EngineBox();
+  box->limits.max_sequences = so.max_sequences_per_request;
+  box->limits.max_top_logprobs = so.max_top_logprobs;
+  box->limits.max_response_entries = so.max_response_entries;
+  box->limits.max_text_bytes = engine::text_bytes_bound(*eng);
   box->engine = std::move(eng);
   box->server = std::move(srv);
   registry_get(L, &kEngineMt);
@@ -196,7 +212,7 @@ int l_generate(lua_State* L) {
   std::string error;
   engine::GenerateCall call;
   try {
-    call = engine::parse_generate(json::parse(text), *box.engine);
+    call = engine::parse_generate(json::parse(text), *box.engine, box.limits);
   } catch (const json::parse_error& e) {
     error = std::string("request: malformed JSON (") + e.what() + ")";
   } catch (const std::exception& e) {
@@ -407,7 +423,9 @@ int l_defaults(lua_State* L) {
                   {"max_connections", so.max_connections},
                   {"max_sequences_per_request", so.max_sequences_per_request},
                   {"max_queued_requests", so.max_queued_requests},
-                  {"max_tokens_in_flight", so.max_tokens_in_flight}};
+                  {"max_tokens_in_flight", so.max_tokens_in_flight},
+                  {"max_top_logprobs", so.max_top_logprobs},
+                  {"max_response_entries", so.max_response_entries}};
   const std::string s = j.dump();
   lua_pushlstring(L, s.data(), s.size());
   return 1;

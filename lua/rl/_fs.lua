@@ -27,4 +27,22 @@ function M.remove_tree(path)
   return nil, "rm -rf " .. q .. " failed"
 end
 
+--- Compiles Lua source `text` (named `path` in messages) with environment `env` (nil:
+--- the globals); LuaJIT bytecode is refused with a message saying so, since LuaJIT
+--- does not verify it and a damaged chunk crashes the process. Returns the function,
+--- or nil, err.
+function M.load_source(text, path, env)
+  if text:sub(1, 1) == "\27" then
+    return nil, path .. ": is LuaJIT bytecode; give the Lua source text"
+  end
+  return load(text, "@" .. path, "t", env)
+end
+
+--- The same for a file.
+function M.load_source_file(path, env)
+  local text, err = M.read_file(path)
+  if not text then return nil, err end
+  return M.load_source(text, path, env)
+end
+
 return M

@@ -12,7 +12,17 @@ local owners = {}   -- name -> the metrics key that claimed it first
 local warned = {}
 local name_cache = {}  -- metrics key -> Prometheus name (keys repeat every step)
 local last_log_time
+local listeners = setmetatable({}, { __mode = "k" })   -- fn -> true: called after each change
 M.prefix = "rlhost_"
+
+-- The gauge this module writes itself: a logged key mapping to its name is not exported
+-- (two families of one name break the whole scrape).
+local function builtin_name() return M.prefix .. "metrics_last_log_timestamp_seconds" end
+
+--- Calls fn() after every update (rl.metrics.serve pushes the text to its server).
+function M.on_change(fn) listeners[fn] = true end
+function M.off_change(fn) listeners[fn] = nil end
+local function changed() for fn in pairs(listeners) do fn() end end
 
 --- The Prometheus name for a metrics key: [a-zA-Z0-9_] only, no leading digit.
 function M.name(key, prefix)
@@ -33,7 +43,8 @@ function M.update(metrics, now)
         if not name then name = M.name(k); name_cache[k] = name end
         local owner = owners[name]
         if owner == nil then
-          owners[name], owner = k, k
+          owner = name == builtin_name() and "(rlhost's own gauge)" or k
+          owners[name] = owner
         end
         if owner == k then
           gauges[name] = { key = k, value = v, time = now }
@@ -46,11 +57,13 @@ function M.update(metrics, now)
       end
     end
   end
+  changed()
 end
 
 --- Forgets every gauge (tests).
 function M.reset()
   gauges, owners, warned, last_log_time = {}, {}, {}, nil
+  changed()
 end
 
 local function fmt(v)
@@ -77,7 +90,7 @@ function M.text()
     out[#out + 1] = ("# TYPE %s gauge"):format(name)
     out[#out + 1] = name .. " " .. fmt(g.value)
   end
-  local up = M.prefix .. "metrics_last_log_timestamp_seconds"
+  local up = builtin_name()
   out[#out + 1] = "# HELP " .. up .. " wall-clock time of the last rl.metrics log call (0: none yet)"
   out[#out + 1] = "# TYPE " .. up .. " gauge"
   out[#out + 1] = up .. " " .. fmt(last_log_time or 0)

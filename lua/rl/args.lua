@@ -718,6 +718,17 @@ end
 --- True when `err` is a usage error raised by rl.args.
 function M.is_usage_error(err) return getmetatable(err) == Usage end
 
+--- For commands whose flags are a library call's options (`rlhost engine` → rl.engine.start):
+--- the misuse `err` the call raised ("<fname>: bad argument 'opts.block_size' (...)") as a
+--- usage error naming the flag ("--block-size (...)"), never a traceback.
+function M.option_error(err, fname)
+  local msg = tostring(err):gsub("^[^\n]-:%d+: ", ""):gsub("^" .. fname:gsub("%p", "%%%0") .. ": ", "")
+  msg = msg:gsub("^[%w_%.]+: bad argument", "bad argument")   -- the binding's own name
+  msg = msg:gsub("^bad argument 'opts' %((.*)%)$", "%1"):gsub("^%w+: ", "")
+  msg = msg:gsub("^bad argument 'opts%.([%w_]+)' ", function(k) return "--" .. k:gsub("_", "-") .. " " end)
+  M.usage_error(msg)
+end
+
 --- Parses `argv` (default rl.argv) without raising on a bad command line.
 --- Returns the options table, or nil, message, kind where kind is "usage" (a bad
 --- command line) or "help" (--help was given; message is the help text).

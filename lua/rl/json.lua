@@ -2,6 +2,7 @@
 --
 --   local s = rl.json.encode({a = 1, b = rl.json.array{}}, {indent = 2, sort_keys = true})
 --   local v, err = rl.json.decode(s)      -- nil, "rl.json.decode: ... at line 1, column 5" on bad input
+--   rl.json.decode(s, {unique_keys = true})  -- a key twice in one object is an error (config files)
 --
 -- JSON null is `rl.json.null`; decoded arrays carry a metatable so `[]` stays an
 -- array when encoded again (mark your own with rl.json.array(t)). Both ways refuse

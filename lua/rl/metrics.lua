@@ -437,10 +437,12 @@ end
 --- key (any logger), as rl.metrics.serve answers GET /metrics.
 function M.prometheus_text() return prom.text() end
 
---- Serves GET /metrics (Prometheus text, version 0.0.4) on rl.http.serve:
---- opts.host ("127.0.0.1"), opts.port (0: a free port), opts.allow_remote.
---- Every later rl.metrics log call updates the gauges. Returns the server
---- (`:url()`, `:port()`, `:stop()`) or nil, err (port busy).
+--- Serves GET /metrics (Prometheus text, version 0.0.4) and GET /health from a
+--- server of its own (rlhost's event-driven HTTP server on its own thread: slow or
+--- hostile clients cost a socket, never the job's loop; request bodies over 64 KiB are
+--- refused unread, connections capped): opts.host ("127.0.0.1"), opts.port (0: a free
+--- port), opts.allow_remote. Every later rl.metrics log call updates the text it
+--- serves. Returns the server (`:url()`, `:port()`, `:stop()`) or nil, err (port busy).
 function M.serve(opts)
   opts = opts or {}
   if type(opts) ~= "table" then argerror("serve", 1, "opts", "table", type(opts)) end
@@ -449,18 +451,21 @@ function M.serve(opts)
       error(("rl.metrics.serve: unknown option '%s' (expected host, port, allow_remote)"):format(tostring(k)), 2)
     end
   end
-  local http = require "rl.http"
-  return http.serve {
-    host = opts.host or "127.0.0.1", port = opts.port or 0, allow_remote = opts.allow_remote, threads = 8,
-    handler = function(req)
-      if req.path == "/metrics" and (req.method == "GET" or req.method == "HEAD") then
-        return { status = 200, headers = { ["content-type"] = "text/plain; version=0.0.4; charset=utf-8" },
-                 body = prom.text() }
-      end
-      if req.path == "/health" then return "ok" end
-      return { status = 404, headers = { ["content-type"] = "text/plain" }, body = "not found; try GET /metrics\n" }
-    end,
-  }
+  local s, err = require("rl._core").metrics.text_serve { host = opts.host or "127.0.0.1", port = opts.port or 0,
+    allow_remote = opts.allow_remote, not_found_hint = "try GET /metrics" }
+  if not s then return nil, "rl.metrics.serve: " .. tostring(err) end
+  local function push() s:set("/metrics", "text/plain; version=0.0.4; charset=utf-8", prom.text()) end
+  push()
+  s:set("/health", "text/plain; charset=utf-8", "ok")
+  prom.on_change(push)
+  local srv = { _s = s, _push = push }
+  function srv:url() return self._s:url() end
+  function srv:port() return self._s:port() end
+  function srv:stop()
+    prom.off_change(self._push)
+    self._s:stop()
+  end
+  return srv
 end
 
 -- ---- options --------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ function M.start(opts)
   M.timeout, M.dir, M.job = opts.timeout, opts.dir, opts.job
   M.progress("start")
   if not M.timeout or M.timeout <= 0 then return end
-  local every = math.min(5, M.timeout / 4)
+  local every = math.max(0.05, math.min(5, M.timeout / 4))   -- a tiny timeout must not spin the loop
   local function micro_batches()   -- the trainer's micro-batches done so far (Trainer:progress)
     local tr = M.job and M.job.trainer
     return tr and tr.progress and (tr:progress()) or nil

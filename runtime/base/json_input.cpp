@@ -207,6 +207,12 @@ bool Guard::key(std::string_view k) {
   return true;
 }
 
+bool Guard::duplicate_key() {
+  const std::string k = frames_.empty() ? std::string() : frames_.back().key;
+  if (!frames_.empty()) frames_.back().key.clear();  // the path names the object, not the key twice
+  return refuse("key '" + excerpt(k, kKeyBytes) + "' appears twice", "keep one of them");
+}
+
 bool Guard::open(bool array) {
   if (!count()) return false;
   if (frames_.size() >= lim_.max_depth)

@@ -67,6 +67,8 @@ class Guard {
   bool scalar();
   bool string(size_t bytes);
   bool key(std::string_view k);
+  // The key just seen (key()) was already in its object: refused, naming it and where.
+  bool duplicate_key();
   bool open(bool array);
   void close();
   // nlohmann's parse_error: keeps its reason (line, column, what was expected),

@@ -2,7 +2,9 @@
 // run that fans a call out to the engine and gathers the outputs.
 #include "engine/generate_api.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "base/json_input.hpp"
@@ -85,12 +87,26 @@ json logprob_entry(float lp, int32_t id, const model::Tokenizer* tok, bool text)
 
 }  // namespace
 
+int64_t text_bytes_bound(const Engine& engine) {
+  const model::Tokenizer* tok = engine.tokenizer();
+  if (!tok) return 0;
+  size_t longest = 1;
+  for (int32_t id = 0; id < tok->vocab_size(); ++id)
+    if (auto t = tok->id_to_token(id)) longest = std::max(longest, t->size());
+  return engine.context_length() * static_cast<int64_t>(longest) * 4;
+}
+
 std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, const std::string& where,
-                              bool add_special_tokens) {
+                              bool add_special_tokens, int64_t max_text_bytes) {
   const model::Tokenizer* tok = engine.tokenizer();
   if (!tok)
     bad(where, "text was given but the model has no tokenizer", "send input_ids, or start the engine with a tokenizer.json");
   if (text.empty()) bad(where, "empty prompt", "give a non-empty text");
+  if (max_text_bytes > 0 && static_cast<int64_t>(text.size()) > max_text_bytes)
+    bad(where,
+        "a text of " + std::to_string(text.size()) + " bytes cannot fit the model's context of " +
+            std::to_string(engine.context_length()) + " tokens (refused without tokenizing it)",
+        "shorten the prompt");
   model::EncodeOptions eo;
   eo.add_special_tokens = add_special_tokens;
   auto ids = tok->encode(text, eo);
@@ -106,7 +122,43 @@ void check_sequence_cap(size_t count, int64_t max_sequences) {
                     " (hint: split the request, or raise --max-sequences-per-request)");
 }
 
-GenerateCall parse_generate(const json& body, const Engine& engine, int64_t max_sequences) {
+int64_t top_logprobs_of(const json& v, const std::string& where, const CallLimits& limits) {
+  const int64_t max = limits.max_top_logprobs > 0 ? limits.max_top_logprobs : 1024;
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max)
+    bad(where, "expected an integer in [0, " + std::to_string(max) + "], got " + json_input::brief(v),
+        "the cap is max_top_logprobs = " + std::to_string(max) + " (--max-top-logprobs)");
+  return v.get<int64_t>();
+}
+
+void check_response_size(const GenerateCall& call, const Engine& engine, const CallLimits& limits) {
+  if (limits.max_response_entries <= 0) return;
+  const int64_t ctx = engine.context_length();
+  double total = 0;  // (no overflow whatever the request asks)
+  int64_t most_tokens = 0, most_top = 0;
+  bool logprobs = false;
+  for (const auto& r : call.requests) {
+    const int64_t room = std::max<int64_t>(0, ctx - static_cast<int64_t>(r.input_ids.size()));
+    const int64_t tokens = std::min<int64_t>(std::max<int64_t>(0, r.params.max_new_tokens), room);
+    const int64_t per_token = 1 + (r.return_logprob ? 1 + r.top_logprobs_num : 0);
+    total += static_cast<double>(tokens) * static_cast<double>(per_token);
+    most_tokens = std::max(most_tokens, tokens);
+    most_top = std::max(most_top, r.top_logprobs_num);
+    logprobs = logprobs || r.return_logprob;
+  }
+  if (total <= static_cast<double>(limits.max_response_entries)) return;
+  char n[32];
+  std::snprintf(n, sizeof n, "%.0f", total);
+  throw Refused(400, "max_response_entries",
+                "the response could hold " + std::string(n) + " values (" + std::to_string(call.requests.size()) +
+                    " sequence(s) x up to " + std::to_string(most_tokens) + " tokens (max_new_tokens, else the context) x " +
+                    (logprobs ? "(id + log-prob + " + std::to_string(most_top) + " top log-probs)" : std::string("1 id")) +
+                    "), more than the cap max_response_entries = " + std::to_string(limits.max_response_entries) +
+                    " (hint: ask for fewer sequences (n), a smaller max_new_tokens or top_logprobs_num, or raise "
+                    "--max-response-entries)");
+}
+
+GenerateCall parse_generate(const json& body, const Engine& engine, const CallLimits& limits) {
+  const int64_t max_sequences = limits.max_sequences;
   if (!body.is_object()) bad("request body", "expected a JSON object, got " + type_of(body));
   for (auto& [k, v] : body.items()) {
     if (kKnown.count(k) || kHarmless.count(k)) continue;
@@ -128,14 +180,14 @@ GenerateCall parse_generate(const json& body, const Engine& engine, int64_t max_
   if (has_text) {
     const json& t = body["text"];
     if (t.is_string()) {
-      prompts.push_back(tokenize(engine, t.get<std::string>(), "text"));
+      prompts.push_back(tokenize(engine, t.get<std::string>(), "text", true, limits.max_text_bytes));
     } else if (t.is_array()) {
       batched = true;
       if (t.empty()) bad("text", "empty list", "give at least one prompt");
       for (size_t i = 0; i < t.size(); ++i) {
         const std::string where = "text[" + std::to_string(i) + "]";
         if (!t[i].is_string()) bad(where, "expected a string, got " + type_of(t[i]));
-        prompts.push_back(tokenize(engine, t[i].get<std::string>(), where));
+        prompts.push_back(tokenize(engine, t[i].get<std::string>(), where, true, limits.max_text_bytes));
       }
     } else {
       bad("text", "expected a string or a list of strings, got " + type_of(t));
@@ -191,11 +243,8 @@ GenerateCall parse_generate(const json& body, const Engine& engine, int64_t max_
       logprob = v->get<bool>();
     }
     int64_t top = 0;
-    if (const json* v = per_prompt(body, "top_logprobs_num", i, batch, batched, false, where)) {
-      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > 1024)
-        bad(where, "expected an integer in [0, 1024], got " + json_input::brief(*v));
-      top = v->get<int64_t>();
-    }
+    if (const json* v = per_prompt(body, "top_logprobs_num", i, batch, batched, false, where))
+      top = top_logprobs_of(*v, where, limits);
     std::string rid;
     if (const json* v = per_prompt(body, "rid", i, batch, batched, false, where)) {
       if (!v->is_string()) bad(where, "expected a string, got " + type_of(*v));
@@ -220,6 +269,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, int64_t max_
   }
   // One prompt with n > 1 answers with a list, as SGLang does.
   if (call.requests.size() > 1) call.batched = true;
+  check_response_size(call, engine, limits);
   return call;
 }
 

@@ -50,18 +50,43 @@ struct GenerateCall {
   bool return_text_in_logprobs = false;   // [logprob, id, "text"] instead of [.., null]
 };
 
+// What one call may ask for, checked before anything is queued (0: no cap).
+// The server's come from ServerOptions; the in-process Lua path uses the same.
+struct CallLimits {
+  int64_t max_sequences = 4096;  // prompts x n: Refused(400) beyond
+  int64_t max_top_logprobs = 20; // top_logprobs_num (OpenAI: logprobs / top_logprobs) per position
+  // Values the response may hold at most, counted for the longest output each
+  // request may produce (max_new_tokens, else what the context leaves):
+  // per output token its id, plus its log-prob and each top log-prob when asked.
+  // Bounds the response body (and the memory building it) by what was asked.
+  int64_t max_response_entries = int64_t{4} << 20;
+  // Prompt text longer than this cannot fit the context whatever it encodes to:
+  // refused before tokenizing (text_bytes_bound()).
+  int64_t max_text_bytes = 0;
+};
+
+// Bytes of text that can fit in `engine`'s context: context length x the longest
+// token's bytes x 4 (room for normalizers that shrink text). 0: no tokenizer.
+int64_t text_bytes_bound(const Engine& engine);
+
 // Validates a /generate body. Text is tokenized with the engine's tokenizer
 // (without one, `text` is a BadRequest). Engine-side checks (vocabulary,
-// context length) happen at submit. More than `max_sequences` (prompts x n;
-// 0: no cap) is Refused before any request is built.
-GenerateCall parse_generate(const nlohmann::json& body, const Engine& engine, int64_t max_sequences = 0);
+// context length) happen at submit. A call over a limit is Refused (400)
+// before any request is built.
+GenerateCall parse_generate(const nlohmann::json& body, const Engine& engine, const CallLimits& limits = {});
 
 // Refused(400) when `count` sequences exceed `max_sequences` (0: no cap).
 void check_sequence_cap(size_t count, int64_t max_sequences);
+// Refused(400) when the call's response could hold more than
+// limits.max_response_entries values (see CallLimits).
+void check_response_size(const GenerateCall& call, const Engine& engine, const CallLimits& limits);
+// BadRequest naming `where` unless 0 <= v <= limits.max_top_logprobs (`hint` names the knob).
+int64_t top_logprobs_of(const nlohmann::json& v, const std::string& where, const CallLimits& limits);
 
-// The prompt's ids, or BadRequest naming `where` (no tokenizer, empty text).
+// The prompt's ids, or BadRequest naming `where` (no tokenizer, empty text, text
+// longer than max_text_bytes: refused before it is tokenized).
 std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, const std::string& where,
-                              bool add_special_tokens = true);
+                              bool add_special_tokens = true, int64_t max_text_bytes = 0);
 
 // {"type":"stop","matched":..} | {"type":"length","length":N} | {"type":"abort","message":..} | null
 nlohmann::json finish_reason_json(const FinishReason& f, bool finished);

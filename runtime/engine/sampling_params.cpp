@@ -48,6 +48,16 @@ bool neutral_unsupported(const std::string& key, const json& v) {
   return false;
 }
 
+// Stop conditions a request may carry: the engine checks every stop string at each
+// step of each sequence (and, while streaming, holds back any text that may still
+// become one), so their number and length bound that work.
+constexpr size_t kMaxStopStrings = 64;
+constexpr size_t kMaxStopBytes = 256;
+constexpr size_t kMaxStopTokenIds = 1024;
+// Below this a temperature divides logits into infinities (NaN log-probs): such a
+// request samples greedily, as vLLM and SGLang treat it.
+constexpr double kMinTemperature = 1e-5;
+
 const char* kUnsupported[] = {"frequency_penalty", "presence_penalty", "repetition_penalty", "stream_interval",
                               "logit_bias", "custom_params", "regex", "json_schema", "ebnf", "structural_tag",
                               "stop_regex"};
@@ -62,6 +72,7 @@ SamplingParams SamplingParams::from_json(const json& j, const std::string& where
     if (key == "temperature") {
       p.temperature = v.is_null() ? 1.0 : get_number(v, where, key);
       if (p.temperature < 0) bad(where, key, "must be >= 0 (0 = greedy), got " + json_input::brief(v));
+      if (p.temperature < kMinTemperature) p.temperature = 0;
     } else if (key == "top_p") {
       p.top_p = v.is_null() ? 1.0 : get_number(v, where, key);
       if (!(p.top_p > 0 && p.top_p <= 1)) bad(where, key, "must be in (0, 1], got " + json_input::brief(v));
@@ -89,6 +100,9 @@ SamplingParams SamplingParams::from_json(const json& j, const std::string& where
       if (v.is_string()) {
         p.stop.push_back(v.get<std::string>());
       } else if (v.is_array()) {
+        if (v.size() > kMaxStopStrings)
+          bad(where, key, std::to_string(v.size()) + " stop strings, more than the " + std::to_string(kMaxStopStrings) +
+                              " a request may give");
         for (const auto& s : v) {
           if (!s.is_string()) bad(where, key, "expected a string or a list of strings, got " + json_input::brief(v));
           p.stop.push_back(s.get<std::string>());
@@ -96,12 +110,19 @@ SamplingParams SamplingParams::from_json(const json& j, const std::string& where
       } else {
         bad(where, key, "expected a string or a list of strings, got " + json_input::brief(v));
       }
-      for (const auto& s : p.stop)
+      for (const auto& s : p.stop) {
         if (s.empty()) bad(where, key, "stop strings must not be empty");
+        if (s.size() > kMaxStopBytes)
+          bad(where, key, "a stop string of " + std::to_string(s.size()) + " bytes, longer than the " +
+                              std::to_string(kMaxStopBytes) + " allowed: " + json_input::excerpt(s, 40));
+      }
     } else if (key == "stop_token_ids") {
       p.stop_token_ids.clear();
       if (v.is_null()) continue;
       if (!v.is_array()) bad(where, key, "expected a list of token ids, got " + json_input::brief(v));
+      if (v.size() > kMaxStopTokenIds)
+        bad(where, key, std::to_string(v.size()) + " stop token ids, more than the " + std::to_string(kMaxStopTokenIds) +
+                            " a request may give");
       for (const auto& t : v) {
         int64_t id = get_int(t, where, key);
         if (id < 0 || id > std::numeric_limits<int32_t>::max()) bad(where, key, "token id out of range: " + json_input::brief(t));

@@ -83,12 +83,15 @@ struct EngineServer::Route {
   bool control;  // needs the api key when one is set
   bool worker;   // may block (engine control, weights, profile): runs on a worker thread
   Handler fn;
+  bool generation = false;  // parses a prompt: on a worker thread when the body is large
 };
 
 namespace {
 
 // Long operations (weight loads, profiles, collectives) at once; beyond: 503.
 constexpr size_t kMaxWorkers = 16;
+// A generation body above this is parsed and tokenized on a worker thread.
+constexpr size_t kParseOnLoopBytes = 64 * 1024;
 
 }  // namespace
 
@@ -103,6 +106,10 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
                 "control endpoints (weights, memory, profile, abort) would be open to the network; pass --api-key "
                 "TOKEN (clients send 'Authorization: Bearer TOKEN') or bind 127.0.0.1");
   if (opts_.model_path.empty()) opts_.model_path = engine_->options().model.string();
+  limits_.max_sequences = opts_.max_sequences_per_request;
+  limits_.max_top_logprobs = opts_.max_top_logprobs;
+  limits_.max_response_entries = opts_.max_response_entries;
+  limits_.max_text_bytes = text_bytes_bound(*engine_);
   if (opts_.admin_token.empty()) opts_.admin_token = admin_token();
   net::EventServer::Options so;
   so.host = opts_.host;
@@ -122,7 +129,10 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
     throw Error(e.what());
   }
   link_->loop = loop_.get();
-  loop_thread_ = std::thread([this] { loop_->run(); });
+  loop_thread_ = std::thread([this] {
+    loop_id_ = std::this_thread::get_id();  // before any request: workers start from the loop
+    loop_->run();
+  });
   log::info("engine server: serving " + opts_.model_path + " on " + http_->url());
 }
 
@@ -210,7 +220,7 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
       {"GET", "/get_server_info", false, false, &EngineServer::on_server_info},
       {"GET", "/v1/loads", false, false, &EngineServer::on_loads},
       {"GET", "/metrics", false, false, &EngineServer::on_metrics},
-      {"POST", "/generate", false, false, &EngineServer::on_generate},
+      {"POST", "/generate", false, false, &EngineServer::on_generate, true},
       {"POST", "/flush_cache", true, true, &EngineServer::on_flush_cache},
       {"GET", "/flush_cache", true, true, &EngineServer::on_flush_cache},
       {"POST", "/abort_request", true, false, &EngineServer::on_abort_request},
@@ -226,8 +236,8 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
       {"GET", "/start_profile", true, true, &EngineServer::on_start_profile},
       {"POST", "/stop_profile", true, true, &EngineServer::on_stop_profile},
       {"GET", "/stop_profile", true, true, &EngineServer::on_stop_profile},
-      {"POST", "/v1/completions", false, false, &EngineServer::on_completions},
-      {"POST", "/v1/chat/completions", false, false, &EngineServer::on_chat_completions},
+      {"POST", "/v1/completions", false, false, &EngineServer::on_completions, true},
+      {"POST", "/v1/chat/completions", false, false, &EngineServer::on_chat_completions, true},
       {"GET", "/v1/models", false, false, &EngineServer::on_models},
   };
   // HEAD is served by GET routes (the event server drops the body).
@@ -259,7 +269,10 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
     send(*res, reply);
     return;
   }
-  if (route->worker) {
+  // Long operations, and generation requests whose body is large enough that parsing
+  // and tokenizing it would hold the loop (every other connection) for a while, run on
+  // a worker thread; a generation then hands its run back to the loop.
+  if (route->worker || (route->generation && req.body.size() > kParseOnLoopBytes)) {
     run_on_worker(std::move(req), std::move(res), route->fn);
     return;
   }
@@ -269,12 +282,21 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
 }
 
 void EngineServer::run_handler(const Req& req, Res& res, Handler fn) {
+  try {
+    (this->*fn)(req, res);
+  } catch (...) {
+    error_reply(req.method + " " + req.path, res);
+  }
+  if (res.deferred && res.status >= 400) res.deferred = false;  // failed before handing off: answer now
+}
+
+void EngineServer::error_reply(const std::string& what, Res& res) {
   auto fail = [&](int code, const std::string& msg) {
     res.headers.clear();
     reply_json(res, code, error_json(code, msg));
   };
   try {
-    (this->*fn)(req, res);
+    throw;
   } catch (const Refused& e) {
     metrics_.count_rejected(e.cap);
     fail(e.status, e.what());
@@ -285,10 +307,33 @@ void EngineServer::run_handler(const Req& req, Res& res, Handler fn) {
     // Type errors from reading the client's JSON (a string where a number goes).
     fail(400, std::string("bad request body: ") + e.what());
   } catch (const std::exception& e) {
-    log::text(log::Level::error, "engine server: " + req.method + " " + req.path + " failed: " + e.what());
+    log::text(log::Level::error, "engine server: " + what + " failed: " + e.what());
     fail(500, e.what());
+  } catch (...) {
+    log::text(log::Level::error, "engine server: " + what + " failed");
+    fail(500, "internal error");
   }
-  if (res.deferred && res.status >= 400) res.deferred = false;  // failed before handing off: answer now
+}
+
+bool EngineServer::on_loop_thread() const { return std::this_thread::get_id() == loop_id_; }
+
+bool EngineServer::hand_to_loop(Res& res, std::function<void(Res&)> fn) {
+  if (on_loop_thread()) return false;
+  res.deferred = true;
+  std::shared_ptr<net::Responder> responder = res.responder;
+  post([this, responder, fn = std::move(fn)] {
+    if (!responder->alive()) return;  // the client left while its request was parsed
+    Reply r;
+    r.responder = responder;
+    try {
+      fn(r);
+    } catch (...) {
+      error_reply("handing a request to the loop", r);
+      r.deferred = false;
+    }
+    if (!r.deferred) send(*responder, r);
+  });
+  return true;
 }
 
 void EngineServer::send(net::Responder& res, const Reply& r) {
@@ -312,8 +357,9 @@ void EngineServer::run_on_worker(net::ServerRequest req, std::shared_ptr<net::Re
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread t([this, req = std::move(req), res = std::move(res), fn, done]() mutable {
     auto reply = std::make_shared<Reply>();
+    reply->responder = res;  // a generation hands its run back to the loop with it (hand_to_loop)
     run_handler(req, *reply, fn);
-    post([this, res = std::move(res), reply] { send(*res, *reply); });
+    if (!reply->deferred) post([this, res = std::move(res), reply] { send(*res, *reply); });
     done->store(true);
   });
   workers_.push_back({std::move(t), std::move(done)});

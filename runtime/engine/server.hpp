@@ -76,6 +76,8 @@ struct ServerOptions {
   int64_t max_sequences_per_request = 4096;  // prompts x n in one call: 400 beyond
   int64_t max_queued_requests = 16384;       // sequences admitted beyond max_running_requests: 429 beyond
   int64_t max_tokens_in_flight = 0;          // prompt + max_new_tokens of unfinished sequences: 429 beyond
+  int64_t max_top_logprobs = 20;             // top log-probs per position a call may ask for: 400 beyond
+  int64_t max_response_entries = int64_t{4} << 20;  // values a response may hold (CallLimits): 400 beyond
   double retry_after_s = 1;                  // Retry-After sent with 429/503
 };
 
@@ -133,6 +135,13 @@ class EngineServer {
   // Runs `fn` under the error wrapper: JSON errors (400 for BadRequest / bad
   // JSON, the refusal's status, 500 otherwise). Any thread.
   void run_handler(const Req& req, Res& res, Handler fn);
+  // Inside a catch: res becomes the current exception's JSON error (what: for the log).
+  void error_reply(const std::string& what, Res& res);
+  bool on_loop_thread() const;
+  // Called by a handler running on a worker thread (a large generation body): runs
+  // fn(reply) on the loop instead, answering with what it leaves in the reply (or
+  // what it defers); returns false on the loop thread, where the caller goes on.
+  bool hand_to_loop(Res& res, std::function<void(Res&)> fn);
   // Loop thread: sends a finished Reply (and counts it in the metrics).
   void send(net::Responder& res, const Reply& r);
   // Runs a long handler on a worker thread; its reply is posted back to the loop.
@@ -200,6 +209,7 @@ class EngineServer {
   Admitted admit(const GenerateCall& call);
   void finish(const Admitted& a);  // scheduler thread, once per admitted call
   void trim_heap_when_idle();      // loop thread
+  void note_response_bytes(size_t bytes);  // loop thread: a large answer went out (trim soon)
 
   // Shared with closures that outlive a call (engine listeners on the
   // scheduler thread): cleared by stop() so they stop posting to the loop.
@@ -210,10 +220,12 @@ class EngineServer {
 
   std::shared_ptr<Engine> engine_;
   ServerOptions opts_;
+  CallLimits limits_;  // from opts_, plus the prompt-text bound of the engine's context
   ServerMetrics metrics_;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<net::EventServer> http_;
   std::thread loop_thread_;
+  std::thread::id loop_id_;  // set by the loop thread as it starts
   std::shared_ptr<Link> link_ = std::make_shared<Link>();
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
@@ -239,6 +251,7 @@ class EngineServer {
   std::atomic<int64_t> seqs_in_flight_{0};
   std::atomic<int64_t> tokens_in_flight_{0};
   std::atomic<int64_t> seqs_since_trim_{0};
+  std::atomic<int64_t> bytes_since_trim_{0};
 
   mutable std::mutex runs_mu_;
   uint64_t next_run_ = 1;

@@ -26,6 +26,9 @@ constexpr int64_t kTrimAfterSequences = 256;
 // Idle this long (no sequence in flight) before trimming: the scheduler thread
 // frees a finished request's state just after its last update.
 constexpr double kTrimDelayS = 0.5;
+// Response bytes since the last trim that make one worth it: building a large body
+// (its JSON tree, then the text) leaves freed pages glibc keeps otherwise.
+constexpr int64_t kTrimAfterResponseBytes = int64_t{16} << 20;
 
 }  // namespace
 
@@ -70,9 +73,16 @@ void EngineServer::finish(const Admitted& a) {
     loop_->post([this] { loop_->call_later(kTrimDelayS, [this] { trim_heap_when_idle(); }); });
 }
 
+void EngineServer::note_response_bytes(size_t bytes) {
+  if (bytes_since_trim_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes) >= kTrimAfterResponseBytes)
+    loop_->call_later(kTrimDelayS, [this] { trim_heap_when_idle(); });
+}
+
 void EngineServer::trim_heap_when_idle() {
-  if (seqs_in_flight_.load() != 0 || seqs_since_trim_.load() < kTrimAfterSequences) return;
+  if (seqs_in_flight_.load() != 0) return;
+  if (seqs_since_trim_.load() < kTrimAfterSequences && bytes_since_trim_.load() < kTrimAfterResponseBytes) return;
   seqs_since_trim_ = 0;
+  bytes_since_trim_ = 0;
   malloc_trim(0);
 }
 

@@ -8,6 +8,7 @@
 // the run so the engine stops spending steps on it.
 #include <deque>
 #include <mutex>
+#include <unordered_map>
 
 #include "base/event_loop.hpp"
 #include "base/log_text.hpp"
@@ -24,6 +25,12 @@ struct EngineServer::Deferred {
   BodyFormatter body;
   uint64_t timer = 0;
 };
+
+// A client that reads slower than the engine generates: while more than this is queued
+// for its socket, nothing new is formatted, and since updates are cumulative (each holds
+// its request's whole output so far) only the latest of each request is kept meanwhile.
+// Such a client costs one update per request, not one per engine step.
+constexpr size_t kStreamBacklogBytes = size_t(4) << 20;
 
 struct EngineServer::Stream {
   std::shared_ptr<GenerateRun> run;
@@ -57,7 +64,7 @@ nlohmann::ordered_json parse_json_body_ordered(const net::ServerRequest& req) {
 
 void EngineServer::on_generate(const Req& req, Res& res) {
   const json body = parse_json_body(req);
-  GenerateCall call = parse_generate(body, *engine_, opts_.max_sequences_per_request);
+  GenerateCall call = parse_generate(body, *engine_, limits_);
   const model::Tokenizer* tok = engine_->tokenizer();
   if (call.stream) {
     const bool with_index = call.batched;
@@ -76,6 +83,8 @@ void EngineServer::on_generate(const Req& req, Res& res) {
 }
 
 void EngineServer::respond_when_done(GenerateCall call, Res& res, BodyFormatter body) {
+  if (hand_to_loop(res, [this, call, body](Res& r) mutable { respond_when_done(std::move(call), r, std::move(body)); }))
+    return;
   const uint64_t id = next_deferred_++;
   EventLoop* loop = loop_.get();
   auto run = start_run(std::move(call), [this, loop, id](size_t, const RequestOutput&, bool last) {
@@ -93,6 +102,7 @@ void EngineServer::respond_when_done(GenerateCall call, Res& res, BodyFormatter 
         reply_json(r, 500, error_json(500, e.what()));
       }
       send(*d->res, r);
+      note_response_bytes(r.body.size());
     });
   });
   auto d = std::make_shared<Deferred>();
@@ -119,6 +129,10 @@ void EngineServer::respond_when_done(GenerateCall call, Res& res, BodyFormatter 
 
 void EngineServer::respond_stream(GenerateCall call, Res& res, ChunkFormatter format,
                                   std::function<std::vector<std::string>(const std::vector<RequestOutput>&)> trailer) {
+  if (hand_to_loop(res, [this, call, format, trailer](Res& r) mutable {
+        respond_stream(std::move(call), r, std::move(format), std::move(trailer));
+      }))
+    return;
   const uint64_t id = next_deferred_++;
   auto st = std::make_shared<Stream>();
   EventLoop* loop = loop_.get();
@@ -138,9 +152,11 @@ void EngineServer::respond_stream(GenerateCall call, Res& res, ChunkFormatter fo
   st->format = std::move(format);
   st->trailer = std::move(trailer);
   std::weak_ptr<GenerateRun> weak = st->run;
-  st->res->on_close([weak] {
+  st->res->on_close([this, weak, id] {
     if (auto r = weak.lock()) r->abort();
+    loop_->post([this, id] { streams_.erase(id); });  // (not inside the responder's own callback)
   });
+  st->res->on_drain([this, id] { drain_stream(id); });  // a slow client caught up
   metrics_.count_http(200);
   st->res->start(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
   streams_.emplace(id, std::move(st));
@@ -151,15 +167,24 @@ void EngineServer::drain_stream(uint64_t id) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return;
   std::shared_ptr<Stream> st = it->second;
+  auto& res = *st->res;
   std::deque<std::pair<size_t, RequestOutput>> batch;
   bool done = false;
   {
     std::lock_guard lk(st->mu);
+    st->posted = false;
+    if (res.alive() && res.buffered() > kStreamBacklogBytes) {  // on_drain comes back here
+      std::unordered_map<size_t, size_t> last;  // keep the latest update of each request
+      for (size_t k = 0; k < st->items.size(); ++k) last[st->items[k].first] = k;
+      std::deque<std::pair<size_t, RequestOutput>> kept;
+      for (size_t k = 0; k < st->items.size(); ++k)
+        if (last[st->items[k].first] == k) kept.push_back(std::move(st->items[k]));
+      st->items.swap(kept);
+      return;
+    }
     batch.swap(st->items);
     done = st->done;
-    st->posted = false;
   }
-  auto& res = *st->res;
   auto write = [&](const std::string& payload) {
     std::string ev;
     ev.reserve(payload.size() + 8);

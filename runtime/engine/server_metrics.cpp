@@ -105,7 +105,8 @@ std::string ServerMetrics::render(const EngineStats& s) const {
     sample(o, "sglang:num_finished_requests_total", L + ",reason=\"" + reasons[k] + "\"",
            static_cast<double>(finished_by_reason_[k]));
   header(o, "sglang:num_rejected_requests_total", "counter", "Requests refused by admission control, by the cap they hit.");
-  for (const char* cap : {"max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight", "stopping"}) {
+  for (const char* cap : {"max_sequences_per_request", "max_queued_requests", "max_tokens_in_flight",
+                          "max_response_entries", "stopping"}) {
     auto it = rejected_.find(cap);
     sample(o, "sglang:num_rejected_requests_total", L + ",cap=\"" + cap + "\"",
            static_cast<double>(it == rejected_.end() ? 0 : it->second));

@@ -36,7 +36,8 @@ const std::set<std::string> kIgnored = {"model", "user", "stream_options", "rid"
 
 // Builds the engine requests of one OpenAI call: prompts x n, like /generate.
 GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> prompts, const std::set<std::string>& extra_known,
-                         bool logprobs, int64_t top_logprobs, int64_t max_sequences) {
+                         bool logprobs, int64_t top_logprobs, const Engine& engine, const CallLimits& limits,
+                         bool completions) {
   json sp = json::object();
   for (auto& [k, v] : body.items()) {
     if (auto m = kSamplingFields.find(k); m != kSamplingFields.end()) {
@@ -63,9 +64,11 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
   } catch (const rl::Error& e) {
     throw BadRequest(e.what());
   }
+  // OpenAI's default for completions; chat's is what the context leaves.
+  if (completions && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) params.max_new_tokens = 16;
   GenerateCall call;
   const int64_t n = std::max<int64_t>(1, params.n);
-  check_sequence_cap(prompts.size() * static_cast<size_t>(n), max_sequences);  // before building them
+  check_sequence_cap(prompts.size() * static_cast<size_t>(n), limits.max_sequences);  // before building them
   for (auto& ids : prompts)
     for (int64_t j = 0; j < n; ++j) {
       GenerateRequest r;
@@ -78,6 +81,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
       call.requests.push_back(std::move(r));
     }
   call.batched = call.requests.size() > 1;
+  check_response_size(call, engine, limits);
   return call;
 }
 
@@ -177,12 +181,38 @@ bool include_usage(const json& body) {
   return it != body.end() && it->is_object() && it->value("include_usage", false);
 }
 
-int64_t opt_top_logprobs(const json& body, const char* key, int64_t max) {
+// One chat message as the templates expect it: an object with a string role and a
+// content that is a string or null (a tool-calling assistant turn); OpenAI's list of
+// content parts becomes the string of its text parts (a text-only model). Anything
+// else is a BadRequest naming the message.
+void normalize_message(ojson& msg, const std::string& where) {
+  if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+    throw BadRequest(where + ": expected an object with a string 'role'");
+  auto c = msg.find("content");
+  if (c == msg.end() || c->is_null() || c->is_string()) return;
+  if (!c->is_array())
+    throw BadRequest(where + ".content: expected a string, a list of text parts or null, got " + json_input::brief(*c),
+                     "send the message text as a string");
+  std::string text;
+  for (size_t k = 0; k < c->size(); ++k) {
+    const auto& part = (*c)[k];
+    const std::string pw = where + ".content[" + std::to_string(k) + "]";
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      throw BadRequest(pw + ": expected a content part {\"type\": \"text\", \"text\": ...}, got " + json_input::brief(part));
+    if (part["type"].get<std::string>() != "text")
+      throw BadRequest(pw + ".type: '" + json_input::excerpt(part["type"].get<std::string>(), 40) +
+                       "' parts are not supported (the model reads text only)");
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) throw BadRequest(pw + ".text: expected a string");
+    text += t->get<std::string>();
+  }
+  *c = text;
+}
+
+int64_t opt_top_logprobs(const json& body, const char* key, const CallLimits& limits) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return 0;
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max)
-    throw BadRequest(std::string(key) + ": expected an integer in [0, " + std::to_string(max) + "], got " + json_input::brief(*it));
-  return it->get<int64_t>();
+  return top_logprobs_of(*it, key, limits);
 }
 
 }  // namespace
@@ -203,14 +233,14 @@ void EngineServer::on_completions(const Req& req, Res& res) {
     return ids;
   };
   if (p->is_string()) {
-    prompts.push_back(tokenize(*engine_, p->get<std::string>(), "prompt"));
+    prompts.push_back(tokenize(*engine_, p->get<std::string>(), "prompt", true, limits_.max_text_bytes));
   } else if (p->is_array() && !p->empty() && p->at(0).is_number_integer()) {
     prompts.push_back(ids_of(*p, "prompt"));
   } else if (p->is_array() && !p->empty()) {
     for (size_t i = 0; i < p->size(); ++i) {
       const auto& e = (*p)[i];
       const std::string where = "prompt[" + std::to_string(i) + "]";
-      if (e.is_string()) prompts.push_back(tokenize(*engine_, e.get<std::string>(), where));
+      if (e.is_string()) prompts.push_back(tokenize(*engine_, e.get<std::string>(), where, true, limits_.max_text_bytes));
       else if (e.is_array()) prompts.push_back(ids_of(e, where));
       else throw BadRequest(where + ": expected a string or a list of token ids");
     }
@@ -222,13 +252,11 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   if (auto s = body.find("suffix"); s != body.end() && !s->is_null()) throw BadRequest("suffix: not supported by rlhost");
   if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && *b != body.value("n", json(1)))
     throw BadRequest("best_of: only best_of == n is supported");
-  const int64_t top = opt_top_logprobs(body, "logprobs", 20);
+  const int64_t top = opt_top_logprobs(body, "logprobs", limits_);
   const bool logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
   GenerateCall call = openai_call(body, std::move(prompts), {"prompt", "max_tokens", "max_completion_tokens", "stream",
                                                               "logprobs", "echo", "suffix", "best_of"},
-                                  logprobs, top, opts_.max_sequences_per_request);
-  if (!body.contains("max_tokens") && !body.contains("max_completion_tokens"))
-    for (auto& r : call.requests) r.params.max_new_tokens = 16;  // OpenAI's default for completions
+                                  logprobs, top, *engine_, limits_, true);
   const bool stream = body.value("stream", false);
   const size_t per_prompt = static_cast<size_t>(std::max<int64_t>(1, body.value("n", int64_t{1})));
   const std::string id = "cmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
@@ -282,14 +310,10 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
     throw BadRequest("messages: the model's tokenizer_config.json has no chat_template",
                      "use /v1/completions or /generate, or add a chat_template to tokenizer_config.json");
   // Keep the client's key order: templates render tool schemas with tojson.
-  const ojson obody = parse_json_body_ordered(req);
+  ojson obody = parse_json_body_ordered(req);
   auto m = obody.find("messages");
   if (m == obody.end() || !m->is_array() || m->empty()) throw BadRequest("messages: expected a non-empty list of messages");
-  for (size_t i = 0; i < m->size(); ++i) {
-    const auto& msg = (*m)[i];
-    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
-      throw BadRequest("messages[" + std::to_string(i) + "]: expected an object with a string 'role'");
-  }
+  for (size_t i = 0; i < m->size(); ++i) normalize_message((*m)[i], "messages[" + std::to_string(i) + "]");
   ojson kwargs = ojson::object();
   if (auto k = obody.find("chat_template_kwargs"); k != obody.end() && k->is_object())
     for (auto& [key, v] : k->items()) kwargs[key] = v;
@@ -298,19 +322,19 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
   std::string text;
   try {
     text = tok->apply_chat_template(*m, kwargs);
-  } catch (const rl::Error& e) {
+  } catch (const std::exception& e) {  // the template's error on the client's messages
     throw BadRequest(std::string("messages: the chat template failed: ") + e.what());
   }
   // The template already holds BOS and friends (transformers tokenizes its
   // output without special tokens).
-  auto ids = tokenize(*engine_, text, "messages", false);
+  auto ids = tokenize(*engine_, text, "messages", false, limits_.max_text_bytes);
 
   const bool logprobs = body.value("logprobs", false);
-  const int64_t top = opt_top_logprobs(body, "top_logprobs", 20);
+  const int64_t top = opt_top_logprobs(body, "top_logprobs", limits_);
   if (top > 0 && !logprobs) throw BadRequest("top_logprobs: needs logprobs: true");
   GenerateCall call = openai_call(body, {ids}, {"messages", "max_tokens", "max_completion_tokens", "stream",
                                                 "logprobs", "top_logprobs", "response_format"},
-                                  logprobs, top, opts_.max_sequences_per_request);
+                                  logprobs, top, *engine_, limits_, false);
   if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null() && rf->value("type", "") != "text")
     throw BadRequest("response_format: only {\"type\": \"text\"} is supported by rlhost");
   const std::string id = "chatcmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);

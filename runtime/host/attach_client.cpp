@@ -16,8 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +111,8 @@ int resolve_target(const AttachOptions& opts, Target& t) {
     t.tcp = true;
     t.port = std::stoi(port);
   } else if (all_digits(*opts.target)) {
+    if (opts.target->size() > 9)  // beyond any pid_max (4194304 at most): no such process
+      return fail("no rlhost process with pid " + json_input::excerpt(*opts.target, 40) + " (not a process id)");
     t.pid = std::stoi(*opts.target);
     std::string sock = control::default_socket_path(t.pid);
     const std::string record = control::runtime_dir() + "/" + *opts.target + ".json";
@@ -148,6 +152,10 @@ std::string find_token(const AttachOptions& opts, const Target& t) {
 
 // ---- the connection -------------------------------------------------------------
 
+// The first exchange ("info") answers at once from any live rlhost: a peer silent this
+// long is not one, or cannot answer (stopped, its loop blocked).
+constexpr double kInfoTimeoutS = 10;
+
 class Connection {
  public:
   ~Connection() {
@@ -185,7 +193,8 @@ class Connection {
 
   // Sends a request and waits for the reply with its id. Ctrl-C meanwhile
   // sends one "interrupt". Returns the reply, or nullopt with `err` set.
-  std::optional<json> call(json req, std::string& err) {
+  // timeout_s > 0: no reply within it is an error (err names the wait).
+  std::optional<json> call(json req, std::string& err, double timeout_s = 0) {
     const auto id = next_id_++;
     req["id"] = id;
     if (!token_.empty()) req["token"] = token_;
@@ -198,7 +207,7 @@ class Connection {
         if (!token_.empty()) intr["token"] = token_;
         if (!write_line(intr.dump(), err)) return std::nullopt;
       }
-      auto msg = read_message(err);
+      auto msg = read_message(err, timeout_s);
       if (!msg) {
         if (err.empty()) continue;  // interrupted by a signal: look at the flag again
         return std::nullopt;
@@ -249,9 +258,11 @@ class Connection {
     return true;
   }
 
-  // One message; nullopt with err "" when a signal interrupted the wait.
-  std::optional<json> read_message(std::string& err) {
+  // One message; nullopt with err "" when a signal interrupted the wait. With
+  // timeout_s > 0, nullopt and a message once that long passed without one.
+  std::optional<json> read_message(std::string& err, double timeout_s = 0) {
     err.clear();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     for (;;) {
       if (auto nl = in_.find('\n'); nl != std::string::npos) {
         json msg;
@@ -272,9 +283,22 @@ class Connection {
         return std::nullopt;
       }
       pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, -1) < 0) {
+      int wait_ms = -1;
+      if (timeout_s > 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+      }
+      const int ready = ::poll(&p, 1, wait_ms);
+      if (ready < 0) {
         if (errno == EINTR) return std::nullopt;
         err = std::string("poll: ") + std::strerror(errno);
+        return std::nullopt;
+      }
+      if (ready == 0) {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", timeout_s);
+        err = std::string("no answer within ") + secs +
+              " s (not an rlhost control socket, or a process that is stopped or whose loop is blocked)";
         return std::nullopt;
       }
       char buf[65536];
@@ -427,7 +451,7 @@ int run_attach(const AttachOptions& opts) {
 
   // "info" first: a bad token or a refused peer fails here with a clear message.
   std::string err;
-  auto info = conn.call(json{{"op", "info"}}, err);
+  auto info = conn.call(json{{"op", "info"}}, err, kInfoTimeoutS);
   if (!info) return fail(err + " (" + target.display + ")");
   if (!info->value("ok", false)) {
     const std::string e = info->value("error", std::string("refused"));

@@ -94,6 +94,8 @@ struct HttpClient::Transfer {
   std::string pending_chunk;  // streamed bytes not yet handed to on_chunk
   HttpResult result;
   char errbuf[CURL_ERROR_SIZE] = {0};
+  size_t body_bytes = 0;   // response body bytes so far
+  bool too_large = false;  // over req.max_body_bytes
 
   std::string prefix() const { return req.method + " " + req.url + ": "; }
 
@@ -118,6 +120,11 @@ struct HttpClient::Transfer {
   // run_callbacks() once curl has returned.
   static size_t on_body(char* data, size_t size, size_t n, void* self) {
     auto* t = static_cast<Transfer*>(self);
+    t->body_bytes += size * n;
+    if (t->req.max_body_bytes > 0 && t->body_bytes > t->req.max_body_bytes) {
+      t->too_large = true;
+      return 0;  // fails the transfer (CURLE_WRITE_ERROR)
+    }
     if (!t->on_chunk) {
       t->result.response.body.append(data, size * n);
     } else {
@@ -257,6 +264,12 @@ void HttpClient::start(Transfer* t) {
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
   }
+  if (rq.fresh_connection) {
+    curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+  }
+  if (rq.max_body_bytes > 0)  // a larger Content-Length fails before any body byte
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(rq.max_body_bytes));
   // Timeouts: what is left of the total after queueing; connect never beyond it.
   if (t->deadline > 0) {
     const long left_ms = std::max(1L, static_cast<long>(std::ceil((t->deadline - now) * 1000)));
@@ -403,6 +416,10 @@ void HttpClient::collect_finished() {
                                 detail.rfind("Failed to connect", 0) == 0;
         r.error = t->prefix() + (connecting ? "connect timed out after " + seconds(t->connect_timeout)
                                             : "timed out after " + seconds(t->timeout)) + " s";
+      } else if (t->too_large || code == CURLE_FILESIZE_EXCEEDED) {
+        r.error = t->prefix() + "response body over the limit of " + std::to_string(t->req.max_body_bytes) +
+                  " bytes (max_body)";
+        detail.clear();
       } else {
         r.error = t->prefix() + curl_easy_strerror(code);
       }

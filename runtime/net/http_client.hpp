@@ -39,6 +39,12 @@ struct HttpRequest {
   double connect_timeout_s = 0;  // 0 = the client's default
   int max_per_host = 0;          // 0 = the client's default
   bool follow_redirects = false;
+  // A connection of its own, closed afterwards. libcurl resends a request by itself
+  // when a reused keep-alive connection turns out to be closed; a request that must
+  // reach the server at most once (not idempotent) asks for a fresh connection,
+  // which libcurl never resends on.
+  bool fresh_connection = false;
+  size_t max_body_bytes = 0;     // response body cap (streamed bytes count too); 0 = none
 };
 
 struct HttpTimings {

@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include <zlib.h>
+
 #include "base/errors.hpp"
 #include "model/tensor_files.hpp"
 #include "nn/weights.hpp"
@@ -35,6 +37,25 @@ constexpr int kFormatVersion = 1;
 constexpr const char* kLoadHint =
     "--load takes the --save directory (with latest_checkpointed_iteration.txt) or one of its iter_* directories";
 constexpr const char* kDamagedHint = "the checkpoint is damaged; load an earlier iter_* directory";
+
+// CRC-32 (zlib's) of a file's bytes, as "crc32:xxxxxxxx"; nullopt when unreadable.
+// trainer_state.json records one per file, so a copy whose bytes changed (bit rot, a
+// bad transfer, an edit) is caught at load, not just one whose size changed.
+std::optional<std::string> file_crc32(const fs::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  if (!in) return std::nullopt;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<char> buf(size_t(1) << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = in.gcount();
+    if (n > 0) crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n));
+  }
+  if (in.bad()) return std::nullopt;
+  char out[24];
+  std::snprintf(out, sizeof out, "crc32:%08lx", static_cast<unsigned long>(crc));
+  return std::string(out);
+}
 
 // What a Hugging Face model directory carries besides config and weights; copied
 // so that the saved directory is a complete model for transformers and engines.
@@ -169,12 +190,15 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
   test_pause("files");
   write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
 
-  json files = json::object();
+  json files = json::object(), checksums = json::object();
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
     const std::string name = entry.path().filename().string();
     files[name] = static_cast<uint64_t>(entry.file_size());
+    auto sum = file_crc32(entry.path());
+    if (!sum) throw Error(entry.path().string() + ": cannot read back what was just written");
+    checksums[name] = *sum;
     names.push_back(name);
   }
   json st;
@@ -190,6 +214,7 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
   st["extra"] = req.extra;
   st["rng"] = rng_state_json();
   st["files"] = files;  // sizes: a truncated copy is caught before anything is parsed
+  st["checksums"] = checksums;  // and a changed byte, before anything is loaded
   st["saved_at"] = static_cast<int64_t>(std::time(nullptr));
   write_synced(dir / kStateFile, st.dump(2) + "\n");
   names.push_back(kStateFile);
@@ -344,6 +369,20 @@ json read_trainer_state(const fs::path& dir) {
       throw Error(f.string() + ": " + std::to_string(actual) + " bytes, " + kStateFile + " says " + size.dump() +
                       " (truncated or replaced)",
                   kDamagedHint);
+  }
+  // Checksums (checkpoints written before them have none): every listed file's bytes.
+  if (st.contains("checksums")) {
+    if (!st["checksums"].is_object()) throw Error(file.string() + ": 'checksums' is not an object", kDamagedHint);
+    for (const auto& [name, want] : st["checksums"].items()) {
+      if (!st["files"].contains(name) || !want.is_string())
+        throw Error(file.string() + ": bad checksum entry for '" + name + "'", kDamagedHint);
+      const auto got = file_crc32(dir / name);
+      if (!got) throw Error((dir / name).string() + ": cannot read", kDamagedHint);
+      if (*got != want.get<std::string>())
+        throw Error((dir / name).string() + ": its bytes changed since the save (" + *got + ", " + kStateFile +
+                        " says " + want.get<std::string>() + ")",
+                    kDamagedHint);
+    }
   }
   return st;
 }

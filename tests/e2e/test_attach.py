@@ -244,6 +244,29 @@ class AttachTest(RlhostTestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("only listens on 127.0.0.1", r.stderr)
 
+    def test_a_peer_that_never_answers_and_a_huge_pid(self):
+        # A socket that accepts and then says nothing (not rlhost, or a stopped process):
+        # attach gives up with a message instead of waiting for good.
+        silent = os.path.join(self.dir, "silent.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(silent)
+        s.listen(4)
+        held = []
+        try:
+            r = self.attach(silent, "-e", "return 1", timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("no answer within 10 s", r.stderr)
+            self.assertIn(silent, r.stderr)
+            r = self.attach(silent, timeout=60)   # interactive: the same first exchange
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("no answer within 10 s", r.stderr)
+        finally:
+            s.close()
+        for pid in ("99999999999999999999", "4294967296", "2147483648"):   # aborted (std::out_of_range)
+            r = self.attach(pid, "-e", "return 1")
+            self.assertEqual(r.returncode, 2, (pid, r.returncode, r.stderr))
+            self.assertIn("no rlhost process with pid", r.stderr)
+
     def test_control_socket_in_use_and_no_control(self):
         proc, sock = self.start_counter()
         self.wait_socket(proc, sock)

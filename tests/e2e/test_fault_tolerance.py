@@ -164,6 +164,42 @@ class FaultTolerance(RlhostTestCase):
         self.assertRegex(log, r"engine 2 \([^)]*\): \w+ -> dead: (stuck: \d+ requests|its scheduler did not take the "
                               r"weight sync within 4 s)")
 
+    def test_the_only_engine_killed_mid_rollout(self):
+        # The default: one engine, killed as step 1's requests go out (delay 0: a step of this
+        # model can finish within 0.2 s, and a kill after it tests nothing). Its requests find
+        # no worker; rather than spend their retries (then fail the step with an empty batch),
+        # they wait while fault tolerance restarts it at once and refits it with the trainer's
+        # weights. The probe interval stays at its default (30 s): the failed requests are
+        # what find the death.
+        d = self.dir
+        r = subprocess.run(
+            [BIN, "--no-control", RECIPE, "--num-rollout", "3", "--engine-mode", "process", "--num-engines", "1",
+             "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N), "--rollout-max-response-len", "96",
+             "--dynamic-sampling-filter", "none", "--threads", "1", "--no-progress", "--eval-interval", "1000",
+             "--metrics-dir", d + "/m", "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt",
+             "--use-fault-tolerance", "--fault-injection", "kill:1:1:0"],
+            capture_output=True, text=True, timeout=400, env=self.env, cwd=d)
+        log = r.stdout + r.stderr
+        try:
+            self.assertEqual(r.returncode, 0)
+            self.assertIn("fault injection: SIGKILL to engine 1", log)
+            self.assertIn("fault tolerance: no engine of group 'default' serves; restarting now", log)
+            self.assertIn("engine 1 restarted in", log)
+            self.assertRegex(log, r"engine 1 refit: serves weight version (\S+) \(trainer's \1\)")
+            self.assertRegex(log, r"group 'default' serves again")
+            rows = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+            self.assertEqual([m["rollout/step"] for m in rows], [0, 1, 2])
+            for step in range(3):   # every step kept its full batch
+                samples = self.dump(d + "/dump/r_%d.pt" % step)
+                self.assertEqual(len(samples), PROMPTS * N, "step %d" % step)
+                self.assertEqual(len({s["index"] for s in samples}), PROMPTS * N, "step %d" % step)
+            self.assertEqual(rows[-1]["rollout/engines/restarts"], 1)
+            self.assertEqual(rows[-1]["rollout/engines/healthy"], 1)
+            pids = [int(p) for p in re.findall(r"\(pid (\d+)\)", log)]
+            self.assertEqual([p for p in set(pids) if alive(p)], [])
+        except AssertionError as e:
+            raise AssertionError("%s\n--- the run's log (end):\n%s" % (e, log[-6000:])) from None
+
     def test_bad_injection_names_the_item(self):
         r = subprocess.run([BIN, "--no-control", RECIPE, "--use-fault-tolerance", "--fault-injection", "stop:1:2:soon"],
                            capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)

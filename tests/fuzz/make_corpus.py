@@ -138,3 +138,35 @@ value = {"a": [1, 2.5, "x", None, True, (1, 2), b"\x00\x01"], "b": {"c": -7, "d"
 put("pickle", "p2", pickle.dumps(value, protocol=2))
 put("pickle", "p4", pickle.dumps(value, protocol=4))
 put("pickle", "memo_refs", pickle.dumps([value["a"], value["a"]], protocol=2))
+
+# ---- --sglang-config files (YAML, JSON, Lua): tests/lua/config_spec.lua fuzzes rl._yaml and
+# rl.recipe.engines.load_config from these -------------------------------------------------------
+put("sglang_config", "groups.yaml", """# a policy and a frozen reference model
+sglang:
+  - name: actor
+    server_groups:
+      - worker_type: regular
+        num_gpus: 2
+        overrides: {max-running-requests: 8, kv_cache_tokens: 4096}
+  - name: 'ref'
+    model_path: "/models/ref/"   # a comment
+    update_weights: false
+    backend: vllm
+    offload: false
+    server_groups:
+    - num_gpus: 1
+      overrides:
+        vllm_args: [--max-num-seqs, "4", {a: [1, 2.5, ~, true]}]
+""")
+put("sglang_config", "flow.yaml", "sglang: [{name: actor, server_groups: [{num_gpus: 1, overrides: {threads: 1}}]}, "
+    "{name: judge, update_weights: false, model_path: /m, server_groups: [{num_gpus: 1}]}]\n")
+put("sglang_config", "scalars.yaml", "---\nsglang:\n  - name: a-b_1\n    server_groups:\n      - num_gpus: 1\n"
+    "        overrides:\n          s1: 'it''s'\n          s2: \"tab\\there \\\"q\\\"\"\n          n: -1.5e3\n"
+    "          nul: null\n          yes: True\n          list:\n          - - 1\n            - 2\n          - x: y\n...\n")
+put("sglang_config", "groups.json", json.dumps({"sglang": [
+    {"name": "actor", "server_groups": [{"worker_type": "regular", "num_gpus": 2, "overrides": {"max_running_requests": 8}}]},
+    {"name": "ref", "model_path": "/models/ref", "update_weights": False, "backend": "native",
+     "server_groups": [{"num_gpus": 1, "overrides": {"vllm_args": ["--max-num-seqs", "4"]}}]}]}, indent=1))
+put("sglang_config", "groups.lua", "return { sglang = { { name = 'actor', server_groups = { { num_gpus = 2, "
+    "overrides = { ['max-running-requests'] = 8 } } } }, { name = 'ref', update_weights = false, "
+    "model_path = '/models/ref', server_groups = { { num_gpus = 1 } } } } }\n")

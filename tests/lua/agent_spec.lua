@@ -45,6 +45,25 @@ describe("rl.agent.toolcall", function()
     local _, p = toolcall.parse(nil)
     eq(#p, 1)
   end)
+  it("reads at most MAX_TAGS tags of a turn, whatever it holds (100k unclosed <tool_call>s, long blanks)", function()
+    local text = ('<tool_call>{"name": "x"' .. string.rep(" ", 20)):rep(100000)
+    local calls, problems = toolcall.parse(text)
+    eq(#calls, 0)
+    eq(#problems, toolcall.MAX_TAGS + 1)
+    eq(problems[#problems], ("%d more <tool_call> tags in this turn were not read (at most %d are)")
+      :format(100000 - toolcall.MAX_TAGS, toolcall.MAX_TAGS))
+    -- one closing tag at the very end: each position of the text is searched once
+    calls, problems = toolcall.parse(string.rep("<tool_call>", 100000) .. "</tool_call>")
+    eq(#problems, toolcall.MAX_TAGS + 1)
+    -- a call whose body is padded with a megabyte of blanks still parses
+    calls = toolcall.parse('<tool_call>' .. string.rep(" ", 2 ^ 20) .. '{"name": "a", "arguments": {}}'
+      .. string.rep(" \n", 2 ^ 19) .. '</tool_call>')
+    eq(#calls, 1)
+    eq(calls[1].name, "a")
+    -- the calls before the cap are kept
+    calls = toolcall.parse(('<tool_call>{"name": "a", "arguments": {}}</tool_call>'):rep(70))
+    eq(#calls, toolcall.MAX_TAGS)
+  end)
 end)
 
 describe("rl.agent.calc", function()
@@ -304,8 +323,38 @@ describe("rl.agent.http_env", function()
     eq(okc, false)
     ok(err:find("POST http://127.0.0.1:1/reset", 1, true), err)
     raises(function() rl.agent.http_env { url = "localhost:80" } end, "http:// URL expected")
-    server:stop()
   end)
+
+  it("never sends a step twice: a step the server took but did not answer fails the sample", function()
+    local env = rl.agent.http_env { url = start(), timeout = 2 }
+    local function steps_of(sid)
+      local n = 0
+      for _, e in ipairs(rl.json.decode(rl.http.get(url .. "/log").body).log) do
+        if e.path == "/step" and e.body.session_id == sid then n = n + 1 end
+      end
+      return n
+    end
+    for _, text in ipairs { "DROP", "SLOW" } do   -- no answer (the connection closes) / no answer in time
+      local s = rl.sample.new { prompt = "q" }
+      local inst = env.new(s)
+      inst:reset(s)   -- (a kept-alive connection the step could be resent on)
+      local okc, err = pcall(inst.step, inst, { text = text, turn = 1 })
+      eq(okc, false)
+      ok(err:find("/step: ", 1, true) and err:find("a step is sent once, never again", 1, true), err)
+      eq(steps_of(s.metadata.env_session), 1, text .. ": the server saw the step once")
+    end
+  end, { timeout = 60 })
+
+  it("an answer larger than max_response fails the sample instead of filling memory", function()
+    local env = rl.agent.http_env { url = start(), max_response = 2 ^ 20 }
+    local s = rl.sample.new { prompt = "q" }
+    local inst = env.new(s)
+    inst:reset(s)
+    local okc, err = pcall(inst.step, inst, { text = "BIG", turn = 1 })
+    eq(okc, false)
+    ok(err:find("response body over the limit of 1048576 bytes", 1, true), err)
+    server:stop()
+  end, { timeout = 60 })
 end)
 
 describe("rl.agent.watch_env", function()

@@ -418,6 +418,42 @@ describe("rl.agent on the default model", function()
     s3 = abort_after_one:generate(ro3, s3, ro3:sampling_params())
     eq(s3.status, "aborted")
     eq(json.decode(rl.http.get(url .. "/log").body).sessions, 0, "the dropped trajectory's session closed")
+
+    -- Observation ids an environment gives are checked at the boundary: an id outside the
+    -- vocabulary (or not an id at all) fails that sample (env_error); the others go on and
+    -- only good ids ever reach the train batch.
+    local vocab = p.tok.vocab_size
+    local function ids_env(answer)   -- the HTTP server's {"observation": {"ids": ...}}, whatever the model said
+      return { new = function(smp)
+        local inst = env.new(smp)
+        local step = inst.step
+        inst.step = function(self, a)
+          local b = {}
+          for k, v in pairs(a) do b[k] = v end
+          b.text = "IDS " .. answer
+          return step(self, b)
+        end
+        return inst
+      end }
+    end
+    for _, bad in ipairs { tostring(vocab), tostring(vocab + 100000), "-1", "1.5", '"7"', "null", "1e300" } do
+      local ro4 = recorded_rollout(p, { env = ids_env("5," .. bad .. ",6"), max_turns = 3, max_total_tokens = 380 })
+      local s4 = rl.sample.new { prompt = { { role = "user", content = "Ben has 4 cards." } }, label = "4", index = 11,
+                                 group_index = 0, session_id = "http-ids" }
+      s4 = ro4:generate_and_rm(s4, ro4:sampling_params())
+      eq(s4.status, "failed", bad)
+      ok(tostring(s4.generate_error):find("ids[2] = ", 1, true)
+        and tostring(s4.generate_error):find("is not a token id of the vocabulary (integers 0.." .. (vocab - 1), 1, true),
+        tostring(s4.generate_error))
+      eq(s4.metadata.trajectory.end_reason, "env_error")
+    end
+    local good = recorded_rollout(p, { env = ids_env("5," .. (vocab - 1) .. ",6"), max_turns = 2, max_total_tokens = 380 })
+    local s5 = rl.sample.new { prompt = { { role = "user", content = "Ben has 4 cards." } }, label = "4", index = 12,
+                               group_index = 0, session_id = "http-ids-ok" }
+    s5 = good:generate_and_rm(s5, good:sampling_params())
+    ok(s5.status ~= "failed", tostring(s5.generate_error))
+    local o = s5.metadata.trajectory.turns[1]
+    eq({ unpack(s5.tokens, o.observation_start, o.observation_start + 2) }, { 5, vocab - 1, 6 })
     server:stop()
   end)
 end)

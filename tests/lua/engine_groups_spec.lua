@@ -8,18 +8,9 @@ local health = require "rl.recipe.health"
 local STORIES = test_data("models/stories260K")
 local GREEDY = { temperature = 0, max_new_tokens = 8, ignore_eos = true }
 
-local function usage_msg(fn)
-  local ok, err = pcall(fn)
-  if ok then error("expected a usage error, got none", 2) end
-  if not rl.args.is_usage_error(err) then error("expected a usage error, got: " .. tostring(err), 2) end
-  return err.message
-end
-
-local function config(name, text)
-  local path = tmpdir(true) .. "/" .. name
-  write_file(path, text)
-  return path
-end
+local HERE = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local files = dofile(HERE .. "/support/config_files.lua")
+local usage_msg, config = files.usage_msg, files.config
 
 -- A second model: a random Llama with stories260K's tokenizer (a "reference model").
 local function second_model()

@@ -27,6 +27,23 @@ describe("rl.engine backend = 'vllm'", function()
     ok(p:find("/bin/python$"), p)
   end)
 
+  it("asks vLLM for the model's own context: max_position_embeddings, at most what the KV space holds", function()
+    local dir = tmpdir(true)
+    local function cfg(t)
+      local c = { hidden_size = 128, num_hidden_layers = 4, num_attention_heads = 4, vocab_size = 534,
+                  intermediate_size = 512 }
+      for k, v in pairs(t) do c[k] = v end
+      write_file(dir .. "/config.json", json.encode(c))
+      return dir
+    end
+    eq(vllm.max_model_len(cfg { max_position_embeddings = 384 }, 1), 384)   -- the default model's
+    eq(vllm.max_model_len(test_data("models/stories260K"), 1), 512)
+    eq(vllm.max_model_len(cfg { max_position_embeddings = 131072 }, 1), 131072)
+    -- 4 layers x 2 x 4 heads x 32 x 4 bytes = 4 KiB a token: 0.25 GiB holds 65536
+    eq(vllm.max_model_len(cfg { max_position_embeddings = 131072 }, 0.25), 65536)
+    eq(vllm.max_model_len(dir .. "/nowhere", 1), 2048)
+  end)
+
   it("passes vLLM's flags through, sorted, true as a bare flag, tables as JSON", function()
     eq(vllm.vllm_flags { max_model_len = 384, enforce_eager = true, trust_remote_code = false,
                          profiler_config = { profiler = "torch" } },

@@ -216,12 +216,25 @@ describe("rl.trainer checkpoints", function()
     local half = math.floor(#opt / 2)
     write(work .. "/trunc/optimizer.pt", opt:sub(1, half))
     fails(work .. "/trunc", "optimizer.pt: " .. half .. " bytes")
-    -- ... and by the archive reader when the sizes were rewritten to match
+    -- ... by the checksums when the sizes were rewritten to match ...
     local st = rl.json.decode(read(work .. "/trunc/trainer_state.json"))
     st.files["optimizer.pt"] = half
     write(work .. "/trunc/trainer_state.json", rl.json.encode(st))
-    local err = fails(work .. "/trunc", "cannot read the optimizer state")
+    local err = fails(work .. "/trunc", "optimizer.pt: its bytes changed since the save")
+    -- ... and by the archive reader in a checkpoint without checksums (written before them)
+    st.checksums = nil
+    write(work .. "/trunc/trainer_state.json", rl.json.encode(st))
+    err = fails(work .. "/trunc", "cannot read the optimizer state")
     ok(err:find("optimizer.pt", 1, true) and err:find("hint:", 1, true), err)
+
+    -- a changed byte, same size (bit rot, a bad copy): caught by the checksum, naming the file
+    os.execute(("cp -r '%s' '%s/flip'"):format(dir, work))
+    local w = read(work .. "/flip/model.safetensors")
+    local at = #w - 3   -- inside the last tensor's data
+    write(work .. "/flip/model.safetensors", w:sub(1, at - 1) .. string.char((w:byte(at) + 1) % 256) .. w:sub(at + 1))
+    err = fails(work .. "/flip", "model.safetensors: its bytes changed since the save")
+    ok(err:find("crc32:", 1, true) and err:find("hint:", 1, true), err)
+    eq(rl.json.decode(read(dir .. "/trainer_state.json")).checksums["model.safetensors"]:match("^crc32:%x+$") ~= nil, true)
 
     -- damaged trainer_state.json, a bad pointer, a pointer to a missing iteration
     os.execute(("cp -r '%s' '%s/badjson'"):format(dir, work))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`rlhost recipes/grpo_gsm8k.lua --rollout-backend vllm` with 2 real vLLM engines.
 
-Three GRPO steps on the default model: the engines are vLLM servers behind rlhost's
+Three GRPO steps on the default model, with no vLLM flag about its context (rlhost
+derives max_model_len from the model): the engines are vLLM servers behind rlhost's
 router (/v1/completions, token ids in and out, per-token log-probs), the trainer
 syncs its weights to them each step (safetensors on tmpfs, reload_weights in place)
 and --check-weight-update-equal has every engine's log-probs of a sampled response
@@ -59,7 +60,7 @@ class VllmRecipeTest(vs.RlhostTestCase):
                 "--num-rollout", "3", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
                 "--over-sampling-batch-size", "4", "--dynamic-sampling-filter", "none",
                 "--rollout-max-response-len", "48", "--eval-max-prompts", "4", "--eval-interval", "3",
-                "--check-weight-update-equal", "--vllm-max-model-len", "384", "--vllm-max-num-seqs", "32",
+                "--check-weight-update-equal", "--vllm-max-num-seqs", "32",
                 "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt", "--metrics-dir", d + "/m",
                 "--no-progress"]
         p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=3000)
@@ -69,6 +70,8 @@ class VllmRecipeTest(vs.RlhostTestCase):
         # the launch lines: vime's "Launching vLLM server", the router's line the seed greps
         launches = re.findall(r"Launching vLLM server: (\S+) -m vllm.entrypoints.openai.api_server .*", log)
         self.assertEqual(len(launches), 2, log[-4000:])
+        # no --vllm-max-model-len: rlhost derives it from the default model (its max_position_embeddings,
+        # 384); the old fixed 2048 made vLLM refuse to start on the default model
         self.assertIn("--max-model-len 384", log)
         self.assertIn("--max-num-seqs 32", log)
         servers = re.findall(r"Starting vLLM server on (http://\S+) \(pid (\d+)\)", log)

@@ -59,7 +59,7 @@ function rl.agent.tool_env(opts) end
 ---@param name string a module on package.path
 ---@return table env
 function rl.agent.watch_env(name) end
----@param opts {url: string, timeout?: number, retries?: integer, headers?: table<string, string>}
+---@param opts {url: string, timeout?: number, retries?: integer, headers?: table<string, string>, max_response?: integer}
 ---@return table env
 function rl.agent.http_env(opts) end
 

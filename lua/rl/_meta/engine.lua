@@ -24,6 +24,8 @@
 ---@field max_sequences_per_request? integer prompts x n in one request; more is a 400 (default 4096, 0: no cap)
 ---@field max_queued_requests? integer sequences waiting beyond max_running_requests; more is a 429 (default 16384, 0: no cap)
 ---@field max_tokens_in_flight? integer prompt + max_new_tokens of unfinished sequences; more is a 429 (default 0: no cap)
+---@field max_top_logprobs? integer top log-probs per position a request may ask for; more is a 400 (default 20)
+---@field max_response_entries? integer values one response may hold (output tokens x (id + log-prob + top log-probs), for the longest output each request may produce); more is a 400 (default 4194304, 0: no cap)
 ---@field enable_prefix_cache? boolean default true
 ---@field cuda_graph_max_bs? integer CUDA: decode batches up to this size replay CUDA graphs (default 256; 0: none)
 ---@field disable_cuda_graph? boolean CUDA: every step eager (SGLang's --disable-cuda-graph)

@@ -13,6 +13,8 @@ rl.http = {}
 ---@field connect_timeout? number seconds to establish the TCP connection (default 30)
 ---@field max_per_host? integer requests to this host:port in flight at once; the rest wait FIFO (default 64)
 ---@field follow_redirects? boolean follow 3xx Location (up to 10), default false
+---@field fresh_connection? boolean a connection of its own, closed after: the request is never resent by libcurl on a stale keep-alive connection (for requests that must reach the server at most once)
+---@field max_body? integer largest response body in bytes; beyond, the request fails with nil, err (default: none)
 ---@field on_chunk? fun(bytes: string) called in the calling task with body bytes as they arrive; the response body is then empty
 ---@field on_event? fun(ev: rl.http.SseEvent) called in the calling task for each server-sent event of the body
 

@@ -230,10 +230,12 @@ function rl.json.encode(value, opts) end
 --- Decodes JSON text. Returns nil and a message with line and column on bad input,
 --- or naming the field nested deeper than 128 levels (RLHOST_JSON_MAX_DEPTH).
 --- Arrays come back marked (rl.json.is_array) so `[]` encodes as `[]` again.
+--- opts.unique_keys: a key twice in one object is an error naming it and where.
 ---@param text string
+---@param opts? {unique_keys?: boolean}
 ---@return any|nil value
 ---@return string|nil err
-function rl.json.decode(text) end
+function rl.json.decode(text, opts) end
 
 --- `s` as valid UTF-8: each invalid sequence becomes U+FFFD (Python's errors="replace");
 --- `s` itself when it is valid. For text that quotes model output before it is encoded.

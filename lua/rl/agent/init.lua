@@ -103,7 +103,7 @@ end
 
 -- The observation's ids (chat template for this turn, tokenized once).
 function Agent:observation_ids(ro, sample, msgs)
-  if msgs.ids then return msgs.ids, nil end
+  if msgs.ids then return self:check_env_ids(ro, sample, msgs.ids, "step"), nil end
   local tok = tok_of(self, ro)
   local last = sample.tokens[#sample.tokens]
   local ids, text = T.observation_ids(tok, msgs, last, self:template(ro))
@@ -128,6 +128,33 @@ local function finish(self, sample, reason, status, keep)
   return sample
 end
 
+-- Ids an environment gave ({ids = {...}}, from reset or a step), checked at the boundary:
+-- a list of integers inside the tokenizer's vocabulary (else the sample fails here, with
+-- env_error, rather than the whole training step later on an id the model does not have).
+function Agent:check_env_ids(ro, sample, ids, what)
+  local tok = self.tokenizer or ro.tokenizer
+  local vocab = tok and tok.vocab_size
+  local function bad(msg)
+    finish(self, sample, "env_error")
+    error(("rl.agent: the environment's %s observation: %s"):format(what, msg), 0)
+  end
+  if type(ids) ~= "table" then bad("ids must be a list of token ids, got " .. type(ids)) end
+  local n = #ids
+  for k in pairs(ids) do
+    if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then bad("ids must be a list of token ids (not a mapping)") end
+  end
+  for i = 1, n do
+    local id = ids[i]
+    if type(id) ~= "number" or id ~= id or id % 1 ~= 0 or id < 0 or (vocab and id >= vocab) then
+      local shown = type(id) == "number" and ("%.17g"):format(id) or (type(id) == "string" and ("%q"):format(id:sub(1, 40)))
+        or type(id)
+      bad(("ids[%d] = %s is not a token id of the vocabulary (integers 0..%s)"):format(i, shown,
+        vocab and tostring(vocab - 1) or "n-1"))
+    end
+  end
+  return ids
+end
+
 -- Calls the environment in a span; an error ends the trajectory (env_error) and fails the sample.
 function Agent:env_call(sample, name, attrs, fn)
   local ver = self.env.version and self.env.version()
@@ -145,7 +172,7 @@ end
 -- {ids = ...} is appended after the prompt's ids.
 function Agent:add_to_prompt(ro, sample, obs)
   if obs == nil or obs == json.null or obs == "" then return end
-  if type(obs) == "table" and obs.ids then sample._reset_ids = obs.ids; return end
+  if type(obs) == "table" and obs.ids then sample._reset_ids = self:check_env_ids(ro, sample, obs.ids, "reset"); return end
   if #sample.tokens > 0 then
     error("rl.agent: the environment's first observation cannot join a prompt that is already tokenized "
       .. "(return {ids = {...}} from reset, or give the prompt as text or messages)", 0)

@@ -10,9 +10,22 @@
 --   -- problems: {"tool call 2: bad JSON (...)"}
 local json = require "rl.json"
 
-local M = { OPEN = "<tool_call>", CLOSE = "</tool_call>" }
+-- MAX_TAGS: <tool_call> tags one turn is read for; the rest are one problem (a turn of
+-- 100k unclosed tags costs a few of them, not a message each).
+local M = { OPEN = "<tool_call>", CLOSE = "</tool_call>", MAX_TAGS = 64 }
 
-local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
+-- Linear whatever the text (a pattern such as "%s+$" is quadratic on a long run of blanks).
+local function trim(s)
+  local i = s:find("%S")
+  if not i then return "" end
+  local j = #s
+  while j > i do
+    local b = s:byte(j)
+    if b ~= 32 and (b < 9 or b > 13) then break end
+    j = j - 1
+  end
+  return s:sub(i, j)
+end
 
 
 -- One call's JSON text -> call or nil, problem.
@@ -51,24 +64,43 @@ function M.parse(text)
   local calls, problems = {}, {}
   if type(text) ~= "string" then return calls, { "tool call: the turn has no text" } end
   local pos, k = 1, 0
-  while true do
-    local a, b = text:find(M.OPEN, pos, true)
-    if not a then break end
+  local close_at, close_end = nil, nil   -- the next </tool_call> at or after pos (false: none left)
+  local a, b = text:find(M.OPEN, 1, true)
+  while a do
     k = k + 1
-    local c, d = text:find(M.CLOSE, b + 1, true)
-    local nexto = text:find(M.OPEN, b + 1, true)
+    if k > M.MAX_TAGS then
+      local more = 1
+      local from = b + 1
+      while true do
+        local x, y = text:find(M.OPEN, from, true)
+        if not x then break end
+        more, from = more + 1, y + 1
+      end
+      problems[#problems + 1] = ("%d more <tool_call> tags in this turn were not read (at most %d are)")
+        :format(more, M.MAX_TAGS)
+      break
+    end
+    if close_at ~= false and (close_at == nil or close_at <= b) then   -- each text position searched once
+      close_at, close_end = text:find(M.CLOSE, b + 1, true)
+      if not close_at then close_at = false end
+    end
+    local c, d = close_at or nil, close_end
+    local nexto, nexto_end = text:find(M.OPEN, b + 1, true)
     if not c or (nexto and nexto < c) then
       -- unclosed: take what follows up to the next opening (or the end) if it is one JSON object
       local stop = nexto and nexto - 1 or #text
-      local body = trim(text:sub(b + 1, stop):gsub("<|im_end|>%s*$", ""))
+      local body = trim(text:sub(b + 1, stop))
+      if body:sub(-10) == "<|im_end|>" then body = trim(body:sub(1, -11)) end
       local call = body ~= "" and one(body, k)
       if call then calls[#calls + 1] = call
       else problems[#problems + 1] = ("tool call %d: <tool_call> without </tool_call>"):format(k) end
       pos = stop + 1
+      a, b = nexto, nexto_end
     else
       local call, problem = one(trim(text:sub(b + 1, c - 1)), k)
       if call then calls[#calls + 1] = call else problems[#problems + 1] = problem end
       pos = d + 1
+      a, b = text:find(M.OPEN, pos, true)
     end
   end
   return calls, problems

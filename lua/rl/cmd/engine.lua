@@ -12,6 +12,7 @@ local opt = rl.args(options.cli_spec {
   prog = "engine",
   description = "Serves a model with rlhost's native engine over SGLang's HTTP API (/generate, /v1/*, /metrics).",
 })
+rl.script = "engine"  -- usage errors say `rlhost engine`, not the path of this file
 options.check_cli(opt)
 
 rl.engine.forward_sigterm()  -- SIGTERM stops gracefully, like Ctrl-C
@@ -23,7 +24,8 @@ server_args.api_key, server_args.ready_file = nil, nil
 local start_opts = options.from_cli(opt)
 if opt.disable_overlap_schedule then start_opts.overlap_schedule = "off" end
 start_opts.server_args = rl.json.encode(server_args)
-local eng, err = rl.engine.start(start_opts)
+local started, eng, err = pcall(rl.engine.start, start_opts)
+if not started then rl.args.option_error(eng, "rl.engine.start") end   -- a flag out of range: name it
 if not eng then
   io.stderr:write("rlhost engine: ", err, "\n")
   rl.exit(1)

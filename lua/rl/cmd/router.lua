@@ -15,12 +15,7 @@ local opts = options.from_cli(opt)
 
 rl.script = "router"  -- messages say `rlhost router`, not the path of this file
 local ok, h, err = pcall(router.start, opts)
-if not ok then
-  local msg = tostring(h):gsub("^rl%.router%.start: ", "")
-  msg = msg:gsub("^bad argument 'opts' %((.*)%)$", "%1"):gsub("^router: ", "")
-  msg = msg:gsub("^bad argument 'opts%.([%w_]+)' ", function(k) return "--" .. k:gsub("_", "-") .. " " end)
-  rl.args.usage_error(msg)
-end
+if not ok then rl.args.option_error(h, "rl.router.start") end
 if not h then
   io.stderr:write("rlhost router: ", err, "\n")
   rl.exit(1)

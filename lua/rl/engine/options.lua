@@ -39,6 +39,11 @@ M.NATIVE = {
     help = "sequences waiting beyond --max-running-requests (beyond: 429 + Retry-After); 0 = no cap" },
   { name = "max_tokens_in_flight", type = "int", default = 0, min = 0,
     help = "prompt + max_new_tokens of unfinished sequences (beyond: 429 + Retry-After); 0 = no cap" },
+  { name = "max_top_logprobs", type = "int", default = 20, min = 0,
+    help = "top log-probs per position a request may ask for (top_logprobs_num, logprobs; beyond: 400)" },
+  { name = "max_response_entries", type = "int", default = 4194304, min = 0,
+    help = "values one response may hold: output tokens x (id + log-prob + top log-probs), counted for the longest "
+      .. "output each request may produce (beyond: 400); 0 = no cap" },
   { name = "enable_prefix_cache", type = "bool", default = true, invert = "disable_prefix_cache",
     help = "no prefix reuse across requests" },
   { name = "cuda_graph_max_bs", type = "int", default = 256, min = 0,

@@ -176,8 +176,20 @@ M.vllm_flags = vllm_flags
 
 -- What rlhost sets unless vllm_args does: the CPU build's needs and what the
 -- rollout relies on (log-probs after temperature, as the trainer computes them).
-local DEFAULT_ARGS = { dtype = "float32", max_model_len = 2048, enforce_eager = true,
-                       logprobs_mode = "processed_logprobs" }
+-- max_model_len comes from the model (max_model_len below).
+local DEFAULT_ARGS = { dtype = "float32", enforce_eager = true, logprobs_mode = "processed_logprobs" }
+
+--- The context vLLM is asked for when vllm_args has no max_model_len: the model's own
+--- (config.json's max_position_embeddings: vLLM refuses to start above it), at most
+--- what one sequence's KV cache can hold in kv_space_gib (float32, as rlhost runs it);
+--- 2048 when the config says nothing. Also returns how it was chosen.
+function M.max_model_len(model, kv_space_gib)
+  local shape = require("rl._model_shape").read(model)
+  if not shape or not shape.context then return 2048, "no max_position_embeddings in the model's config" end
+  local fit = math.floor((kv_space_gib or 1) * 2 ^ 30 / require("rl._model_shape").kv_bytes_per_token(shape, 4))
+  if fit < shape.context then return math.max(fit, 1), ("what %g GiB of KV cache holds"):format(kv_space_gib or 1) end
+  return math.floor(shape.context), "the model's max_position_embeddings"
+end
 
 -- The child we spawn: a small supervisor in vLLM's python that runs the server in our
 -- process group. vLLM's EngineCore and workers outlive a killed API server, so when we
@@ -222,6 +234,12 @@ function M.launch(opts)
   local args = {}
   for k, v in pairs(DEFAULT_ARGS) do args[k] = v end
   for k, v in pairs(opts.vllm_args or {}) do args[tostring(k):gsub("-", "_")] = v end
+  local kv_space = tonumber(opts.kv_cache_space or os.getenv("VLLM_CPU_KVCACHE_SPACE") or "") or 1
+  if args.max_model_len == nil then
+    local why
+    args.max_model_len, why = M.max_model_len(opts.model, kv_space)
+    log.debug("vLLM max_model_len %d (%s)", args.max_model_len, why)
+  end
   local profiling = args.profiler_config ~= nil
   local env = {
     VLLM_TARGET_DEVICE = os.getenv("VLLM_TARGET_DEVICE") or "cpu",

@@ -15,11 +15,37 @@ local MODEL_FIELDS = { name = true, model_path = true, update_weights = true, nu
                        server_groups = true, engine_groups = true, backend = true, offload = true }
 local GROUP_FIELDS = { worker_type = true, num_gpus = true, num_gpus_per_engine = true, overrides = true }
 
+local brief = require("rl._yaml").excerpt   -- what a message quotes of the file: a few dozen bytes
+
 local function sorted_keys(t, allowed)
   local out = {}
-  for k in pairs(t) do if not allowed[k] then out[#out + 1] = tostring(k) end end
+  for k in pairs(t) do if not allowed[k] then out[#out + 1] = brief(tostring(k)) end end
   table.sort(out)
+  if #out > 8 then out = { table.concat(out, ", ", 1, 8) .. (", ... (%d in all)"):format(#out) } end
   return out
+end
+
+-- Instructions a Lua config may run: it only builds a table (a loop that never ends is
+-- a mistake, reported as one rather than a hang).
+local LUA_CONFIG_STEPS = 10000000
+
+-- A Lua config file: source text only (LuaJIT does not verify bytecode, and a mutated
+-- chunk crashes the process), run with no globals, the JIT off and a step budget.
+local function run_lua_config(text, path)
+  local chunk, lerr = require("rl._fs").load_source(text, path, {})
+  if not chunk then return nil, lerr end
+  jit.off(chunk, true)
+  local co = coroutine.create(chunk)
+  local TOO_LONG = {}
+  debug.sethook(co, function() error(TOO_LONG, 0) end, "", LUA_CONFIG_STEPS)
+  local ok, v = coroutine.resume(co)
+  if not ok and v == TOO_LONG then
+    return nil, ("it ran more than %d Lua instructions without returning (a config only returns a table; "
+      .. "is there an endless loop?)"):format(LUA_CONFIG_STEPS)
+  end
+  if not ok then v = tostring(v); return nil, #v > 400 and (v:sub(1, 400) .. "...") or v end
+  if coroutine.status(co) ~= "dead" then return nil, "it yielded instead of returning a table" end
+  return v
 end
 
 local function read_config(path)
@@ -27,17 +53,14 @@ local function read_config(path)
   if not f then return nil, "cannot read it: " .. tostring(err) end
   local text = f:read("*a")
   f:close()
-  if path:match("%.lua$") then
-    local chunk, lerr = loadstring(text, "@" .. path)
-    if not chunk then return nil, lerr end
-    setfenv(chunk, {})   -- data only: the file returns a table
-    local ok, v = pcall(chunk)
-    if not ok then return nil, tostring(v) end
-    return v
-  end
+  if not text then return nil, "cannot read it (a directory?)" end
+  if path:match("%.lua$") then return run_lua_config(text, path) end
   if path:match("%.json$") or text:match("^%s*{") then
-    local ok, v = pcall(require("rl.json").decode, text)
-    if not ok or v == nil then return nil, "bad JSON: " .. tostring(v) end
+    local json = require "rl.json"
+    local v, derr = json.decode(text, { unique_keys = true })
+    if v == nil or v == json.null then
+      return nil, "bad JSON: " .. tostring(derr or "the file holds null"):gsub("^rl%.json%.decode: ", "")
+    end
     return v
   end
   return require("rl._yaml").parse(text, path)
@@ -70,8 +93,9 @@ function M.load_config(path, policy_model)
   for mi, m in ipairs(data.sglang) do
     local at = ("sglang[%d]"):format(mi)
     if type(m) ~= "table" then bad(at, "expected a model entry (a mapping), got " .. type(m)) end
-    if type(m.name) ~= "string" or not m.name:match("^[%w_%-]+$") then
-      bad(at .. ".name", "expected a name of letters, digits, _ or - (e.g. actor, ref), got " .. tostring(m.name))
+    if type(m.name) ~= "string" or not m.name:match("^[%w_%-]+$") or #m.name > 64 then
+      bad(at .. ".name", "expected a name of letters, digits, _ or - (at most 64; e.g. actor, ref), got "
+        .. brief(tostring(m.name)))
     end
     at = ("%s (%s)"):format(at, m.name)
     if names[m.name] then bad(at .. ".name", "the name '" .. m.name .. "' is used twice") end
@@ -90,7 +114,7 @@ function M.load_config(path, policy_model)
     check_type("backend", m.backend, "string")
     check_type("offload", m.offload, "boolean")
     if m.num_gpus_per_engine ~= nil and m.num_gpus_per_engine ~= 1 then
-      bad(at .. ".num_gpus_per_engine", "rlhost engines take one device each (1), got " .. tostring(m.num_gpus_per_engine))
+      bad(at .. ".num_gpus_per_engine", "rlhost engines take one device each (1), got " .. brief(tostring(m.num_gpus_per_engine)))
     end
     local model_path = m.model_path and m.model_path:gsub("/+$", "") or policy_model
     local update = m.update_weights
@@ -115,14 +139,15 @@ function M.load_config(path, policy_model)
       end
       local wt = g.worker_type or "regular"
       if wt ~= "regular" then
-        bad(gat .. ".worker_type", "'" .. tostring(wt) .. "' is not supported (rlhost engines are 'regular'; "
+        bad(gat .. ".worker_type", "'" .. brief(tostring(wt)) .. "' is not supported (rlhost engines are 'regular'; "
           .. "no prefill/decode disaggregation)")
       end
       if type(g.num_gpus) ~= "number" or g.num_gpus < 1 or g.num_gpus % 1 ~= 0 then
-        bad(gat .. ".num_gpus", "expected the number of engines (an integer >= 1), got " .. tostring(g.num_gpus))
+        bad(gat .. ".num_gpus", "expected the number of engines (an integer >= 1), got " .. brief(tostring(g.num_gpus)))
       end
       if g.num_gpus_per_engine ~= nil and g.num_gpus_per_engine ~= 1 then
-        bad(gat .. ".num_gpus_per_engine", "rlhost engines take one device each (1), got " .. tostring(g.num_gpus_per_engine))
+        bad(gat .. ".num_gpus_per_engine", "rlhost engines take one device each (1), got "
+          .. brief(tostring(g.num_gpus_per_engine)))
       end
       if g.overrides ~= nil and (type(g.overrides) ~= "table" or g.overrides[1] ~= nil) then
         bad(gat .. ".overrides", "expected a mapping of engine options (e.g. {max_running_requests: 64})")
@@ -131,7 +156,7 @@ function M.load_config(path, policy_model)
       for k, v in pairs(g.overrides or {}) do ov[(tostring(k):gsub("%-", "_"))] = v end
       if ov.model_path then   -- slime's per-group model path
         if type(ov.model_path) ~= "string" or ov.model_path:gsub("/+$", "") ~= model_path then
-          bad(gat .. ".overrides.model_path", "every server group of a model serves its model_path (" .. model_path .. ")")
+          bad(gat .. ".overrides.model_path", "every server group of a model serves its model_path (" .. brief(model_path) .. ")")
         end
         ov.model_path = nil
       end
@@ -143,6 +168,13 @@ function M.load_config(path, policy_model)
   if #models == 0 then bad("sglang", "the list of models is empty") end
   if #updatable > 1 then
     bad(nil, "at most one model may take weight updates (update_weights: true); got " .. table.concat(updatable, ", "))
+  end
+  if #updatable == 0 then   -- the trainer would train a policy that no engine serves (and sync it nowhere)
+    local names = {}
+    for i, m in ipairs(models) do names[i] = m.name end
+    bad(nil, ("no model takes the trainer's weights: %s %s frozen (hint: give the policy's entry update_weights: true, "
+      .. "or leave out its model_path so it serves --hf-checkpoint's model)"):format(table.concat(names, ", "),
+      #names == 1 and "is" or "are all"))
   end
   return models
 end
@@ -196,16 +228,11 @@ local function stop_all(groups, launches)
   end
 end
 
--- Every engine of every group spawned (in order: groups, their server groups, engines),
--- before any is waited for. Returns the launches {handle, group, index (in its group),
--- eopts}; on a spawn failure stops those spawned and raises.
-local function launch_all(opt, models, groups, base_opts)
-  local launches = {}
+-- Each server group of every model with its engines' options, in order (groups, their
+-- server groups), before anything starts: {model, si, sg, eopts, backend}.
+local function engine_specs(opt, models, base_opts)
+  local specs = {}
   for _, m in ipairs(models) do
-    local g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights,
-                engines = {}, engine_opts = {}, server_groups = {} }
-    groups[#groups + 1] = g
-    local n = 0
     for si, sg in ipairs(m.server_groups) do
       local eopts = {}
       for k, v in pairs(base_opts) do eopts[k] = v end
@@ -213,34 +240,136 @@ local function launch_all(opt, models, groups, base_opts)
       if m.backend then eopts.backend = m.backend end   -- else the flags' (job.engine_opts.backend)
       for k, v in pairs(sg.overrides) do eopts[k] = v end
       if eopts.backend == "native" then eopts.backend = nil end   -- rl.engine's default
-      g.backend = eopts.backend or "native"
+      local backend = eopts.backend or "native"
       for k in pairs(base_opts) do   -- another backend's pass-through flags (vllm_args, ...) stay with it
         local b = k:match("^(%w+)_args$")
-        if b and b ~= g.backend and sg.overrides[k] == nil then eopts[k] = nil end
+        if b and b ~= backend and sg.overrides[k] == nil then eopts[k] = nil end
       end
-      if g.backend == "vllm" then   -- --vllm-<flag> and --vllm-python reach a vLLM group whatever the policy's backend
+      if backend == "vllm" then   -- --vllm-<flag> and --vllm-python reach a vLLM group whatever the policy's backend
         if eopts.vllm_args == nil then eopts.vllm_args = opt.vllm_args end
         if eopts.python == nil then eopts.python = opt.vllm_python end
       elseif sg.overrides.python == nil then
         eopts.python = nil   -- vLLM's python, when the flags' backend is vllm
       end
-      g.server_groups[si] = { num_engines = sg.num_engines, engine_opts = eopts }
-      for _ = 1, sg.num_engines do
-        n = n + 1
-        local ok, l, err = pcall(rl.engine.launch, eopts)
-        if not ok or not l then
-          stop_all(groups, launches)
-          if not ok then   -- a bad option: the config's fault
-            rl.args.usage_error(("%s%s: %s"):format(opt.sglang_config and ("--sglang-config " .. opt.sglang_config .. ": ")
-              or "", sg.where or m.where, tostring(l):gsub("^[^:]*:%d+: ", "")))
-          end
-          error(("engine %d of group '%s' did not start: %s"):format(n, m.name, tostring(err)), 0)
+      specs[#specs + 1] = { model = m, si = si, sg = sg, eopts = eopts, backend = backend }
+    end
+  end
+  return specs
+end
+
+-- Every engine of every group spawned (in order: groups, their server groups, engines),
+-- before any is waited for. Returns the launches {handle, group, index (in its group),
+-- eopts}; on a spawn failure stops those spawned and raises.
+local function launch_all(opt, models, groups, base_opts)
+  local launches, by_model = {}, {}
+  for _, sp in ipairs(engine_specs(opt, models, base_opts)) do
+    local m, sg, eopts = sp.model, sp.sg, sp.eopts
+    local g = by_model[m]
+    if not g then
+      g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights,
+            engines = {}, engine_opts = {}, server_groups = {}, launched = 0 }
+      by_model[m] = g
+      groups[#groups + 1] = g
+    end
+    g.backend = sp.backend
+    g.server_groups[sp.si] = { num_engines = sg.num_engines, engine_opts = eopts }
+    for _ = 1, sg.num_engines do
+      g.launched = g.launched + 1
+      local n = g.launched
+      local ok, l, err = pcall(rl.engine.launch, eopts)
+      if not ok or not l then
+        stop_all(groups, launches)
+        if not ok then   -- a bad option: the config's fault
+          rl.args.usage_error(("%s%s: %s"):format(opt.sglang_config and ("--sglang-config " .. opt.sglang_config .. ": ")
+            or "", sg.where or m.where, tostring(l):gsub("^[^:]*:%d+: ", "")))
         end
-        launches[#launches + 1] = { handle = l, group = g, index = n, eopts = eopts }
+        error(("engine %d of group '%s' did not start: %s"):format(n, m.name, tostring(err)), 0)
       end
+      launches[#launches + 1] = { handle = l, group = g, index = n, eopts = eopts }
     end
   end
   return launches
+end
+
+-- ---- the engines a job asks for, against the machine ----------------------------
+
+--- Engines one job may start on this machine, whatever the config says.
+M.MAX_ENGINES = 64
+-- Host memory beyond weights and KV cache: an idle `rlhost engine` process (~146 MiB
+-- measured), a thread engine's buffers, a vLLM server's python, torch and engine core.
+local OVERHEAD = { process = 160 * 2 ^ 20, thread = 16 * 2 ^ 20, vllm = 1.5 * 2 ^ 30 }
+
+local function mem_available()
+  local text = require("rl._fs").read_file("/proc/meminfo")
+  local kb = text and text:match("MemAvailable:%s*(%d+)")
+  return kb and tonumber(kb) * 1024
+end
+
+local function dtype_bytes(dtype)
+  return (dtype == "bfloat16" or dtype == "float16" or dtype == "half") and 2 or 4
+end
+
+-- Host memory one engine of `sp` takes — its process, and on the CPU its weights and
+-- KV cache budget — estimated from the model's config.json; nil when unknown.
+local function engine_bytes(sp)
+  local eopts = sp.eopts
+  local shape = require("rl._model_shape").read(eopts.model)
+  if not shape then return nil end
+  if sp.backend == "vllm" then   -- on the CPU (rlhost asks for float32), KV space VLLM_CPU_KVCACHE_SPACE GiB
+    local kv = tonumber(eopts.kv_cache_space or os.getenv("VLLM_CPU_KVCACHE_SPACE") or "") or 1
+    return OVERHEAD.vllm + shape.parameters * 4 + kv * 2 ^ 30
+  end
+  if sp.backend ~= "native" then return nil end
+  local overhead = OVERHEAD[eopts.mode == "process" and "process" or "thread"]
+  if (eopts.device or "cpu") ~= "cpu" then return overhead end   -- weights and KV cache on the device
+  local bytes = dtype_bytes(eopts.dtype)
+  local per_token = require("rl._model_shape").kv_bytes_per_token(shape, bytes)
+  local kv
+  if (eopts.kv_cache_tokens or 0) > 0 then
+    kv = eopts.kv_cache_tokens * per_token
+  else   -- the engine's budget: kv_cache_bytes, at most every running request at full context
+    local context = eopts.context_length or shape.context or 2048
+    kv = math.min(eopts.kv_cache_bytes or 2 ^ 30, (eopts.max_running_requests or 64) * context * per_token)
+  end
+  return overhead + shape.parameters * bytes + kv
+end
+
+local function mib(b) return ("%.0f MiB"):format(b / 2 ^ 20) end
+
+--- Checks the engines the job asks for (--sglang-config's groups, or --num-engines)
+--- against the machine before any starts: at most MAX_ENGINES, and their estimated
+--- memory (weights, KV cache budget, process) within what the machine has available.
+--- Raises a usage error naming the field; returns {engines = n, bytes = estimate}.
+function M.check_capacity(opt, job, base_opts)
+  job.engine_models = job.engine_models or models_of(opt, job)
+  local function where(sp)
+    if opt.sglang_config then return ("--sglang-config %s: %s.num_gpus"):format(opt.sglang_config, sp.sg.where) end
+    return "--num-engines"
+  end
+  local total, bytes, biggest, lines = 0, 0, nil, {}
+  for _, sp in ipairs(engine_specs(opt, job.engine_models, base_opts)) do
+    local n = sp.sg.num_engines
+    total = total + n
+    if not biggest or n > biggest.sg.num_engines then biggest = sp end
+    local each = engine_bytes(sp)
+    if each then
+      bytes = bytes + n * each
+      lines[#lines + 1] = ("%s: %d x ~%s"):format(sp.model.name, n, mib(each))
+    end
+  end
+  if total > M.MAX_ENGINES then
+    rl.args.usage_error(("%s: %d engines in all (%d here), more than the %d one job runs on a machine "
+      .. "(hint: one engine per device or a few per CPU; num_gpus counts engines)"):format(where(biggest), total,
+      biggest.sg.num_engines, M.MAX_ENGINES))
+  end
+  local avail = mem_available()
+  if avail and bytes > avail then
+    rl.args.usage_error(("%s: %d engine(s) need about %s of memory (%s: weights, KV cache budget and process each), "
+      .. "but the machine has %s available (hint: fewer engines, a smaller --max-running-requests, or "
+      .. "kv_cache_bytes / kv_cache_tokens in the group's overrides)"):format(where(biggest), total, mib(bytes),
+      table.concat(lines, ", "), mib(avail)))
+  end
+  return { engines = total, bytes = bytes }
 end
 
 --- Starts every group's engines and router. base_opts: rl.engine.start's options from

@@ -39,9 +39,14 @@ local function parse_item(item, groups)
   local group
   if f[2] and not f[2]:match("^%d+$") then group = table.remove(f, 2) end
   local action, engine, step, delay = f[1], f[2], f[3], f[4] or ""
+  local d = tonumber(delay)
   if not ACTIONS[action] or #f > 4 or not (engine or ""):match("^%d+$") or not (step or ""):match("^%d+$")
-      or (delay ~= "" and delay ~= "sync" and not tonumber(delay)) or (group and not group:match("^[%w_%-]+$")) then
+      or (delay ~= "" and delay ~= "sync" and not d) or (group and not group:match("^[%w_%-]+$")) then
     rl.args.usage_error("--fault-injection: bad item '" .. item .. "'" .. hint)
+  end
+  if d and not (d >= 0 and d < math.huge) then   -- NaN, negative or infinite: a drill that would never fire
+    rl.args.usage_error(("--fault-injection %s: the delay must be a finite number of seconds >= 0 (got %s)")
+      :format(item, delay))
   end
   engine, step = tonumber(engine), tonumber(step)
   local g

@@ -277,13 +277,14 @@ function Health:step_start(rollout_id)
   self.step = rollout_id
 end
 
--- Restarts each dead engine (not yet in the router: an updatable group's joins after
--- its refit; a frozen group's loaded its own model and joins at once). All the dead are
--- spawned first, then waited for together (each under its own ready_timeout).
-function Health:restart_dead()
+-- Restarts each dead engine (of only_group, when given; not yet in the router: an
+-- updatable group's joins after its refit; a frozen group's loaded its own model and
+-- joins at once). All the dead are spawned first, then waited for together (each under
+-- its own ready_timeout).
+function Health:restart_dead(only_group)
   local t0, starting = now(), {}
   for i, st in ipairs(self.states) do
-    if st.state == "dead" then
+    if st.state == "dead" and (only_group == nil or st.group == only_group) then
       local l, err = rl.engine.launch(st.engine_opts)
       if l then
         starting[#starting + 1] = { i = i, st = st, launch = l }
@@ -316,6 +317,85 @@ function Health:restart_dead()
     end
     if pending > 0 then task.sleep(0.05) end
   end
+end
+
+-- How long a finding that the engines serve stands for on_engine_failure's callers:
+-- many requests failing at once cost one round of probes.
+local RECHECK_S = 1.0
+
+-- Engines of group g whose state is healthy or suspect (indices into self.states).
+local function live_of(self, g)
+  local out = {}
+  for i, st in ipairs(self.states) do
+    if st.group == g and (st.state == "healthy" or st.state == "suspect") then out[#out + 1] = i end
+  end
+  return out
+end
+
+-- One recovery (await_engines): probes g's engines now, twice if need be (one failed
+-- probe is only "suspect"); when none serves, restarts the dead at once and, for the
+-- policy's group, refits them with the trainer's weights (the trainer is idle while
+-- the rollout waits) before they rejoin the router. True when g serves again.
+function Health:recover_group(g)
+  for _ = 1, 2 do
+    local live = live_of(self, g)
+    local tasks = {}
+    for _, i in ipairs(live) do
+      tasks[#tasks + 1] = task.spawn_named("health probe " .. i, function()
+        local ok, why, fatal = self:probe(i)
+        self:record(i, ok, why, fatal)
+        return ok
+      end)
+    end
+    local any = false
+    for _, t in ipairs(tasks) do any = t:wait() or any end
+    if any then return true end
+    if #live_of(self, g) == 0 then break end
+  end
+  local t0 = now()
+  log.warn("fault tolerance: no engine of group '%s' serves; restarting now so the rollout's requests wait for it "
+    .. "rather than fail", g.name)
+  self:restart_dead(g)
+  local restarted = {}
+  for i, st in ipairs(self.states) do
+    if st.group == g and st.state == "restarting" then restarted[#restarted + 1] = i end
+  end
+  if #restarted > 0 and g.update_weights and self.job.trainer then
+    local out = { versions = {}, methods = {}, errs = {} }
+    self:sync_engines(self.job.trainer, restarted, out)
+    if #out.errs > 0 then log.warn("fault tolerance: refit after the restart failed: %s", table.concat(out.errs, "; ")) end
+  end
+  local serving = #live_of(self, g) > 0
+  log.info("fault tolerance: group '%s' %s %.1f s after its requests found no engine", g.name,
+    serving and "serves again" or "still has no engine", now() - t0)
+  return serving
+end
+
+--- For the rollout's on_engine_failure: a request to group g (default: the policy's)
+--- failed. Finds out now whether g's engines serve; when none does, restarts them at
+--- once (not at the next weight sync) and returns once they serve, so a job with one
+--- engine waits for it instead of failing its step. Concurrent callers share one
+--- recovery. True when g serves (retry the request), false when it does not or the
+--- monitor is paused (a weight sync, offload) or stopped.
+function Health:await_engines(g)
+  if self.stopped or self:is_paused() then return false end
+  g = g or engines.plain_group(engines.groups_of(self.job))
+  if not g then return false end
+  self.recovering = self.recovering or {}
+  local r = self.recovering[g]
+  if not r then
+    local checked = self.checked_at and self.checked_at[g]
+    if checked and now() - checked < RECHECK_S then return false end   -- just found serving: an ordinary failure
+    r = task.spawn_named("engine recovery " .. g.name, function() return self:recover_group(g) end)
+    self.recovering[g] = r
+  end
+  local ok, serving = pcall(r.wait, r)
+  if self.recovering[g] == r then
+    self.recovering[g] = nil
+    self.checked_at = self.checked_at or {}
+    self.checked_at[g] = now()
+  end
+  return ok and serving == true
 end
 
 -- A guard of probes around engine i's weight transfer (receiver rx): an engine whose

@@ -35,6 +35,51 @@ local function nproc()
   return n or 2
 end
 
+-- What each numeric flag may be, checked after the defaults are filled in: a value
+-- out of range is a usage error naming the flag (exit 2), never a traceback or a run
+-- that misbehaves later (a save interval of 0, a NaN learning rate from 1e999 - 1e999).
+-- {flag, kind, lo, hi, hint}: kind "int" or "number" (finite); lo/hi inclusive; lo_open: > lo.
+local NUMERIC = {
+  { "rollout_batch_size", "int", 1 }, { "n_samples_per_prompt", "int", 1 }, { "num_rollout", "int", 1 },
+  { "rollout_max_response_len", "int", 1 }, { "num_engines", "int", 1 }, { "micro_batch_size", "int", 1 },
+  { "threads", "int", 1 }, { "global_batch_size", "int", 1 }, { "over_sampling_batch_size", "int", 1 },
+  { "save_interval", "int", 1 }, { "eval_interval", "int", 1 }, { "n_samples_per_eval_prompt", "int", 1 },
+  { "eval_max_response_len", "int", 1 }, { "eval_max_prompts", "int", 1 }, { "max_running_requests", "int", 1 },
+  { "max_tokens_per_gpu", "int", 1 }, { "rollout_top_k", "int", -1 }, { "rollout_seed", "int", 0 },
+  { "metrics_port", "int", 0, 65535 },
+  { "rollout_temperature", "number", 0 }, { "eval_temperature", "number", 0 },
+  { "rollout_top_p", "number", 0, 1, lo_open = true }, { "lr", "number", 0, nil, lo_open = true },
+  { "weight_decay", "number", 0 }, { "clip_grad", "number", 0 }, { "eps_clip", "number", 0 },
+  { "eps_clip_high", "number", 0 }, { "kl_coef", "number", 0 }, { "kl_loss_coef", "number", 0 },
+  { "entropy_coef", "number" }, { "dist_timeout", "number", 0, nil, lo_open = true },
+  { "check_weight_update_tolerance", "number", 0 }, { "rollout_health_check_first_wait", "number", 0 },
+  { "rollout_health_check_interval", "number", 0, nil, lo_open = true },
+  { "rollout_health_check_timeout", "number", 0, nil, lo_open = true },
+}
+
+local function check_numbers(opt)
+  for _, r in ipairs(NUMERIC) do
+    local k, kind, lo, hi = r[1], r[2], r[3], r[4]
+    local v = opt[k]
+    if type(v) == "number" then
+      local flag = "--" .. k:gsub("_", "-")
+      local bad = v ~= v or v == math.huge or v == -math.huge or (kind == "int" and v % 1 ~= 0)
+        or (lo and (v < lo or (r.lo_open and v == lo))) or (hi and v > hi)
+      if bad then
+        local what = kind == "int" and "an integer" or "a finite number"
+        local want = what
+        if lo and hi then want = ("in %s%s, %s]"):format(r.lo_open and "(" or "[", lo, hi)
+        elseif lo then want = ("%s %s"):format(r.lo_open and ">" or ">=", lo) end
+        rl.args.usage_error(("%s must be %s (%s; got %s)"):format(flag, want, what, tostring(v)))
+      end
+    end
+  end
+  local h = opt.hang_timeout
+  if type(h) == "number" and (h ~= h or h < 0 or (h > 0 and h < 1) or h == math.huge) then
+    rl.args.usage_error(("--hang-timeout must be 0 (off) or at least 1 second (got %s)"):format(tostring(h)))
+  end
+end
+
 -- Defaults that depend on the model: the default model learns on 2 CPU cores in
 -- minutes with these; a real checkpoint gets slime's.
 local function fill_defaults(opt, default_model, world_size)
@@ -58,10 +103,7 @@ local function fill_defaults(opt, default_model, world_size)
     rl.args.usage_error(("--over-sampling-batch-size (%d) must be >= --rollout-batch-size (%d)"):format(
       opt.over_sampling_batch_size, opt.rollout_batch_size))
   end
-  for _, k in ipairs { "rollout_batch_size", "n_samples_per_prompt", "num_rollout", "rollout_max_response_len",
-                       "num_engines", "micro_batch_size", "threads" } do
-    if opt[k] < 1 then rl.args.usage_error(("--%s must be >= 1 (got %d)"):format(k:gsub("_", "-"), opt[k])) end
-  end
+  check_numbers(opt)
   M.check_limits(opt)
 end
 
@@ -123,6 +165,40 @@ local function checkpoint_in(dir)
   return nil
 end
 
+-- --save (and the folder of --save-debug-rollout-data's files): a directory this run can
+-- write, checked (and made) as the job starts rather than at its first save, after the
+-- training that save was to keep.
+local function check_save_dir(path, flag)
+  flag = flag or "--save"
+  local probe = path:gsub("/+$", "") .. ("/.rlhost-write-check-%d"):format(rl.process.pid())
+  local f, err = io.open(probe, "wb")
+  if not f then
+    os.execute("mkdir -p -- '" .. path:gsub("'", "'\\''") .. "' 2>/dev/null")
+    f, err = io.open(probe, "wb")
+  end
+  local ok, werr = f and f:write("x")
+  if f then f:close(); os.remove(probe) end
+  if not f or not ok then
+    rl.args.usage_error(("%s %s: %s cannot be written there (%s) (hint: a directory this user can "
+      .. "write, on a file system with room)"):format(flag, path, flag == "--save" and "checkpoints" or "files",
+      tostring(err or werr):gsub("^.*: ", "")))
+  end
+end
+
+-- --load that names nothing: an error, unless it is also --save's directory (the way to
+-- resume a run where it stopped, or start it fresh the first time).
+local function check_load_path(opt)
+  local path = opt.load
+  if not path or checkpoint_in(path) then return end
+  local same = opt.save and (opt.save:gsub("/+$", "")) == (path:gsub("/+$", ""))
+  if same then return end
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  rl.args.usage_error(("--load %s: %s (hint: a --save directory holding latest_checkpointed_iteration.txt, or one "
+    .. "of its iter_NNNNNNN directories; give the same path to --load and --save to resume a run or start it "
+    .. "fresh)"):format(path, f and "holds no checkpoint" or "no such file or directory"))
+end
+
 local function make_trainer(opt, job)
   -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)
   local loss, optimizer = require("rl.trainer.options").from_flags(opt)
@@ -146,13 +222,18 @@ local function make_trainer(opt, job)
   return rl.trainer.new(topts), nil
 end
 
-local function start_engines(opt, job)
-  job.engine_opts = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
-                      max_running_requests = opt.max_running_requests }
+-- rl.engine.start's options from the flags (a group's backend, model and overrides go on top).
+local function engine_options(opt, job)
+  local eo = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
+               max_running_requests = opt.max_running_requests }
   if opt.rollout_backend == "vllm" then   -- --vllm-<flag> V: vLLM's --<flag> V
-    job.engine_opts.backend, job.engine_opts.vllm_args, job.engine_opts.python = "vllm", opt.vllm_args, opt.vllm_python
+    eo.backend, eo.vllm_args, eo.python = "vllm", opt.vllm_args, opt.vllm_python
   end
-  job.engine_opts.device = job.placement.engines
+  eo.device = job.placement.engines
+  return eo
+end
+
+local function start_engines(opt, job)
   -- engine groups (--sglang-config, else one from the flags): job.groups.<name>.url
   local groups, policy = require("rl.recipe.engines").start(opt, job, job.engine_opts)
   job.groups, job.policy_group = groups, policy
@@ -167,7 +248,7 @@ local function custom_reward(spec)
   local file, fname = spec:match("^(.-%.lua):?([%w_]*)$")
   local mod, fn
   if file then
-    local chunk, err = loadfile(file)
+    local chunk, err = require("rl._fs").load_source_file(file)   -- source text only
     if not chunk then rl.args.usage_error("--custom-rm-path: " .. tostring(err)) end
     local ok, m = pcall(chunk)
     if not ok then rl.args.usage_error("--custom-rm-path " .. file .. ": " .. tostring(m)) end
@@ -217,6 +298,11 @@ end
 local function load_inputs(opt, job)
   local tok, err = rl.tokenizer.load(job.model_dir)
   if not tok then rl.args.usage_error("--hf-checkpoint: " .. tostring(err)) end
+  local shape = require("rl._model_shape").read(job.model_dir)
+  if shape and tok.vocab_size > shape.vocab then   -- ids the model has no embedding for: fail now, not mid-run
+    rl.args.usage_error(("--hf-checkpoint %s: its tokenizer has %d tokens, more than the model's vocab_size %d "
+      .. "(config.json) (hint: the tokenizer of another model?)"):format(job.model_dir, tok.vocab_size, shape.vocab))
+  end
   job.tokenizer = tok
   local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
   if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
@@ -270,6 +356,8 @@ local function make_rollout(opt, job, reward, setup_opts)
     weight_version = policy_backend == "vllm" and job.engines and job.engines[1] and job.engines[1].weight_version or nil,
     save_debug_rollout_data = opt.save_debug_rollout_data, load_debug_rollout_data = opt.load_debug_rollout_data,
     sample_hooks = job:sample_hooks(setup_opts.sample_hooks),
+    -- --use-fault-tolerance: a request that finds the engines gone waits for their restart
+    on_engine_failure = job.health and function() return job.health:await_engines() end or nil,
     reward_timeout = opt.reward_timeout, hook_timeout = opt.hook_timeout, max_failed_share = opt.max_failed_share,
     max_failed_samples = opt.max_failed_samples, max_busy_timeouts = opt.max_busy_timeouts,
     over_sampling_limit = opt.over_sampling_limit,
@@ -303,8 +391,18 @@ function M.setup(opt, setup_opts)
   if job.world_size > 1 then rl.dist.init { timeout = opt.dist_timeout } end
   resolve_model(opt, job, setup_opts)
   fill_defaults(opt, job.default_model, job.world_size)
+  check_load_path(opt)
+  if opt.save and job.is_main then check_save_dir(opt.save) end
+  local dump_dir = opt.save_debug_rollout_data and opt.save_debug_rollout_data:match("^(.*)/[^/]*$")
+  if dump_dir and job.is_main and not dump_dir:find("{", 1, true) then
+    check_save_dir(dump_dir, "--save-debug-rollout-data")
+  end
   job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
   if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
+  if job.is_main and not opt.load_debug_rollout_data then   -- engines against the machine, before anything starts
+    job.engine_opts = engine_options(opt, job)
+    require("rl.recipe.engines").check_capacity(opt, job, job.engine_opts)
+  end
   rl.torch.set_num_threads(opt.threads)
   rl.torch.manual_seed(opt.rollout_seed)
   load_inputs(opt, job)

@@ -36,6 +36,10 @@ local DEFAULTS = {
   max_failed_share = 0.5, max_failed_samples = 0, max_busy_timeouts = 2, over_sampling_limit = 10,
   dynamic_filter = false, partial_rollout = false, mask_offpolicy_in_partial_rollout = false,
   retries = 60, retry_interval = 1.0, request_timeout = 3600, abort_retry_interval = 3.0,
+  -- fn(err) after a failed request (5xx or transport): true when the engines were found
+  -- gone and serve again (fault tolerance restarted them); the request is then tried again
+  -- without counting it as a retry (rl.recipe.health's await_engines)
+  on_engine_failure = false,
   sample_hooks = false, sample_filter = false, all_samples_process = false, custom_generate = false,
   eval_datasets = false, tokenizer = false, data = false, url = false, engine = false,
   -- "vllm": the engines behind url are vLLM servers (/v1/completions, /abort_requests;
@@ -108,6 +112,10 @@ end
 
 -- ---- one engine call ---------------------------------------------------------------------
 
+-- Restarts of the engines one request waits for (on_engine_failure) before its failures
+-- count as retries again: a request that kills its engine each time is not retried for good.
+local MAX_RECOVERIES = 3
+
 -- POST /generate with slime's retries (transport errors and 5xx; a 4xx is the
 -- request's fault and fails at once). Returns the decoded body and {elapsed, worker}.
 function Rollout:_post(req, routing_key)
@@ -124,7 +132,9 @@ function Rollout:_post(req, routing_key)
   local headers = { ["content-type"] = "application/json" }
   if routing_key then headers["x-smg-routing-key"] = tostring(routing_key) end
   local last
-  for attempt = 1, self.retries + 1 do
+  local attempt, tries, recoveries = 0, 0, 0
+  while true do
+    attempt, tries = attempt + 1, tries + 1
     local resp, err = http.request { method = "POST", url = self.url .. path, body = body, headers = headers,
                                      timeout = self.request_timeout }
     if resp and resp.status == 200 then
@@ -136,13 +146,20 @@ function Rollout:_post(req, routing_key)
       end
       local h = resp.headers or {}
       return out, nil, { elapsed = resp.elapsed, worker = h["x-rlhost-worker"],
-                         attempts = attempt + (tonumber(h["x-rlhost-attempts"]) or 1) - 1, last_error = last }
+                         attempts = tries + (tonumber(h["x-rlhost-attempts"]) or 1) - 1, last_error = last }
     end
     last = resp and ("HTTP %d: %s"):format(resp.status, resp.body:sub(1, 300)) or err
     if resp and resp.status >= 400 and resp.status < 500 then break end
-    if self.aborted or attempt > self.retries then break end
-    log.debug(("rl.rollout: POST %s%s failed (%s); retry %d of %d"):format(self.url, path, last, attempt, self.retries))
-    task.sleep(self.retry_interval)
+    if self.aborted then break end
+    -- the engines may be gone (one engine, killed): wait for fault tolerance's restart
+    -- rather than spend the retries on a router with no worker (a few times per request)
+    if self.on_engine_failure and recoveries < MAX_RECOVERIES and self.on_engine_failure(last) then
+      recoveries, attempt = recoveries + 1, attempt - 1
+    else
+      if attempt > self.retries then break end
+      log.debug(("rl.rollout: POST %s%s failed (%s); retry %d of %d"):format(self.url, path, last, attempt, self.retries))
+      task.sleep(self.retry_interval)
+    end
   end
   return nil, ("POST %s%s: %s"):format(self.url or "engine", path, tostring(last))
 end
@@ -394,7 +411,7 @@ end
 
 -- The rollout step, abort and eval (lua/rl/rollout/loop.lua), as methods.
 local loop = require "rl.rollout.loop"
-for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_urls", "abort", "eval" } do
+for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_urls", "abort", "cancel_pending", "eval" } do
   Rollout[name] = loop[name]
 end
 

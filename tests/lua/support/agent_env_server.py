@@ -5,11 +5,18 @@ arithmetic, `ast` with + - * /), and the episode ends on a turn without tool cal
 turn `max_turns`. Reward 1.0 when the final turn's text contains the label. It also
 serves a `count` mode used by tests: every turn gets the observation "turn k", done after
 `turns` turns. Usage: agent_env_server.py PORT_FILE [count_turns]
+
+Hostile steps, by the action's text (the /step is logged first, as a server that applied
+it would): "DROP" closes the connection without an answer; "SLOW" answers after 5 s;
+"BIG" answers with a 20 MB observation; "IDS a,b,..." answers {"ids": [a, b, ...]}.
+Connections are kept alive (HTTP/1.1), so a client that resends on a reused connection
+shows in the log.
 """
 import ast
 import json
 import operator
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SESSIONS = {}
@@ -29,6 +36,8 @@ def arith(node):
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
     def log_message(self, *args):
         pass
 
@@ -66,6 +75,17 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(400, {"error": "unknown session " + str(sid)})
         st["turn"] += 1
         action = req["action"]
+        text = action.get("content") or ""
+        if text == "DROP":
+            self.close_connection = True  # no answer at all: the client cannot tell whether it was applied
+            return
+        if text == "SLOW":
+            time.sleep(5)
+        if text == "BIG":
+            return self.answer(200, {"observation": "x" * (20 << 20), "reward": None, "done": False})
+        if text.startswith("IDS "):
+            ids = [json.loads(x) for x in text[4:].split(",")]
+            return self.answer(200, {"observation": {"ids": ids}, "reward": None, "done": False})
         if COUNT:
             if st["turn"] >= COUNT:
                 return self.answer(200, {"observation": None, "reward": 1.0, "done": True})

@@ -1,0 +1,1 @@
+return { sglang = { { name = 'actor', server_groups = { { num_gpus = 2, overrides = { ['max-running-requests'] = 8 } } } }, { name = 'ref', update_weights = false, model_path = '/models/ref', server_groups = { { num_gpus = 1 } } } } }
