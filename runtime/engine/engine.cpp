@@ -185,6 +185,7 @@ SequencePtr EngineImpl::make_sequence(GenerateRequest req, UpdateFn on_update) {
   s->out.prompt_tokens = L;
   s->out.arrival_time = unix_now();
   s->t_arrival = mono_now();
+  s->weights_epoch = weights_epoch_.load();
   s->req = std::move(req);
   s->on_update = std::move(on_update);
   return s;
@@ -277,6 +278,7 @@ void EngineImpl::update_weights_from_disk(const fs::path& dir, const std::option
   run_between_steps([&] {
     if (!runner_->has_weights()) throw Error("update_weights_from_disk: weights are released", "resume them first");
     runner_->load_weights_from(dir);
+    ++weights_epoch_;
     blocks_->flush();  // KV computed with the old weights must not be reused
     weight_version_ = version ? *version : next_version(weight_version_);
     log::info("engine: weights updated from " + dir.string() + " (weight_version " + weight_version_ + ")");
@@ -294,6 +296,7 @@ void EngineImpl::update_weights_with(const std::function<void(ModelRunner&)>& fn
   run_between_steps([&] {
     if (!runner_->has_weights()) throw Error(std::string(what) + ": weights are released", "resume them first");
     fn(*runner_);
+    ++weights_epoch_;
     blocks_->flush();
     weight_version_ = version ? *version : next_version(weight_version_);
     publish_stats();
@@ -323,6 +326,7 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
     if (has_tag(tags, "weights") && runner_->has_weights()) {
       scheduler_->preempt_all();
       runner_->free_weights();
+      ++weights_epoch_;
     }
     // The freed tensors sit in glibc's heap (its mmap threshold grows with every large
     // free): hand the pages back, so that releasing lowers the process's RSS on a CPU.
@@ -336,6 +340,7 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
 void EngineImpl::resume_memory(const std::vector<std::string>& tags) {
   check_tags(tags);
   run_between_steps([&] {
+    if (has_tag(tags, "weights") && !runner_->has_weights()) ++weights_epoch_;
     if (has_tag(tags, "weights") && !runner_->has_weights() && !runner_->restore_weights()) {
       // The last update is gone (in memory, or a deleted directory): the model's own
       // weights come back, under the version they had at start; a sync follows.
@@ -586,6 +591,9 @@ void EngineImpl::fill_output(Sequence& s, double now) {
   RequestOutput& o = s.out;
   o.text = s.text->visible();
   o.weight_version = weight_version_;
+  o.weights_digest = s.weights_epoch == weights_epoch_.load() && runner_->has_weights()
+                         ? runner_->model().exact_weights_digest()
+                         : std::string();
   o.queue_time = s.t_scheduled >= 0 ? s.t_scheduled - s.t_arrival : now - s.t_arrival;
   o.prefill_time = s.t_first >= 0 && s.t_scheduled >= 0 ? s.t_first - s.t_scheduled : 0;
   o.decode_time = s.t_first >= 0 ? s.t_last - s.t_first : 0;

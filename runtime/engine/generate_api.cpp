@@ -7,6 +7,7 @@
 
 #include "base/json_input.hpp"
 #include "model/tokenizer.hpp"
+#include "nn/weights_digest.hpp"
 
 namespace rl::engine {
 namespace {
@@ -245,6 +246,10 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
   m["completion_tokens"] = out.completion_tokens();
   m["cached_tokens"] = out.cached_tokens;
   m["weight_version"] = out.weight_version;
+  // The proof that these log-probs are a trainer's own (docs/trainer.md, "Old log-probs
+  // from the rollout"): the weights' digest at the temperature they are of.
+  if (req.return_logprob && !out.weights_digest.empty())
+    m["logprob_digest"] = nn::logprob_digest(out.weights_digest, req.params.greedy() ? 1.0 : req.params.temperature);
   m["queue_time"] = out.queue_time;
   m["prefill_time"] = out.prefill_time;
   m["decode_time"] = out.decode_time;
