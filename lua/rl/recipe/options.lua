@@ -55,6 +55,10 @@ local FLAGS = {
   { name = "bf16", type = "bool", default = false,
     help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
   { name = "micro_batch_size", type = "int", help = "samples per micro-batch (default 16)" },
+  { name = "old_logprobs", choices = { "auto", "recompute", "check" }, default = "auto",
+    help = "old log-probs of a multi-step rollout: auto takes the rollout's where the engine proved them the trainer's "
+      .. "own (same weights digest, exact kernels), recompute always runs the no-grad pass, check recomputes and fails "
+      .. "unless equal bit for bit" },
   { name = "max_tokens_per_gpu", type = "int", help = "dynamic micro-batches of at most this many tokens" },
   -- checkpoints, dumps, eval
   { name = "save", type = "string", help = "checkpoint directory (Megatron layout: iter_NNNNNNN/)" },
