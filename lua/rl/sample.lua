@@ -121,6 +121,12 @@ function Sample:append_response(tokens, logprobs, opts)
     local pc = self.prefix_cache_info
     pc.cached_tokens = pc.cached_tokens + (tonumber(meta.cached_tokens) or 0)
     pc.total_prompt_tokens = pc.total_prompt_tokens + (tonumber(meta.prompt_tokens) or 0)
+    -- logprob_digest: the engine's proof that these log-probs are a trainer's own (same
+    -- weights, temperature and kernels; docs/trainer.md). Kept only while every request
+    -- of the sample reported the same one.
+    local digest = type(meta.logprob_digest) == "string" and meta.logprob_digest or nil
+    if #self.weight_versions == 0 then self.logprob_digest = digest
+    elseif self.logprob_digest ~= digest then self.logprob_digest = nil end
     if meta.weight_version ~= nil then self.weight_versions[#self.weight_versions + 1] = tostring(meta.weight_version) end
     self:add_version_spans(meta, #tokens)
     local fr = meta.finish_reason

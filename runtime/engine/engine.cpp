@@ -185,6 +185,7 @@ SequencePtr EngineImpl::make_sequence(GenerateRequest req, UpdateFn on_update) {
   s->out.prompt_tokens = L;
   s->out.arrival_time = unix_now();
   s->t_arrival = mono_now();
+  s->weights_epoch = weights_epoch_.load();
   s->req = std::move(req);
   s->on_update = std::move(on_update);
   return s;
@@ -301,6 +302,7 @@ void EngineImpl::update_weights_with(const std::function<void(ModelRunner&)>& fn
 // prefix reuse, or dropped and recomputed (recompute_kv_on_weight_update); no new
 // request reuses a prefix computed before the update.
 void EngineImpl::weights_swapped(const std::optional<std::string>& version) {
+  ++weights_epoch_;  // a request that ran across it carries no logprob digest
   blocks_->flush();
   if (opts_.recompute_kv_on_weight_update) {
     scheduler_->preempt_all();  // back to the queue, recomputed next step under the new weights
@@ -334,6 +336,7 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
     if (has_tag(tags, "weights") && runner_->has_weights()) {
       scheduler_->preempt_all();
       runner_->free_weights();
+      ++weights_epoch_;
     }
     // The freed tensors sit in glibc's heap (its mmap threshold grows with every large
     // free): hand the pages back, so that releasing lowers the process's RSS on a CPU.
@@ -347,6 +350,7 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
 void EngineImpl::resume_memory(const std::vector<std::string>& tags) {
   check_tags(tags);
   run_between_steps([&] {
+    if (has_tag(tags, "weights") && !runner_->has_weights()) ++weights_epoch_;
     if (has_tag(tags, "weights") && !runner_->has_weights() && !runner_->restore_weights()) {
       // The last update is gone (in memory, or a deleted directory): the model's own
       // weights come back, under the version they had at start; a sync follows.
@@ -600,6 +604,9 @@ void EngineImpl::fill_output(Sequence& s, double now) {
   RequestOutput& o = s.out;
   o.text = s.text->visible();
   o.weight_version = weight_version_;
+  o.weights_digest = s.weights_epoch == weights_epoch_.load() && runner_->has_weights()
+                         ? runner_->model().exact_weights_digest()
+                         : std::string();
   o.queue_time = s.t_scheduled >= 0 ? s.t_scheduled - s.t_arrival : now - s.t_arrival;
   o.prefill_time = s.t_first >= 0 && s.t_scheduled >= 0 ? s.t_first - s.t_scheduled : 0;
   o.decode_time = s.t_first >= 0 ? s.t_last - s.t_first : 0;

@@ -81,6 +81,9 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;               // prompt tokens served from the prefix cache
   std::string weight_version;
+  // nn::weights_digest of the weights every token was computed with, when the engine's
+  // log-probs come from the batch-invariant float32 CPU kernels (the trainer's); else "".
+  std::string weights_digest;
   // Seconds. arrival_time is Unix time; the rest are durations.
   double arrival_time = 0;
   double queue_time = 0;                   // arrival -> first scheduled (prefill start)

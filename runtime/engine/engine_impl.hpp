@@ -2,6 +2,7 @@
 // over the paged KV cache; EngineImpl drives the scheduler thread. Included by
 // engine*.cpp and by code that hands the engine tensors (engine_weights.hpp).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -180,6 +181,9 @@ class EngineImpl final : public Engine {
   std::vector<std::pair<int64_t, SequencePtr>> retired_;
   bool kv_released_ = false;
   std::string weight_version_;
+  // Counts weight changes (updates, release, resume): a request that saw none reports
+  // the weights' digest with its log-probs (RequestOutput::weights_digest).
+  std::atomic<uint64_t> weights_epoch_{0};
   std::function<void()> step_hook_;
   std::deque<std::pair<double, int64_t>> throughput_window_;
   int64_t steps_ = 0, requests_total_ = 0, requests_finished_ = 0, requests_aborted_ = 0;

@@ -9,6 +9,7 @@
 
 #include "base/json_input.hpp"
 #include "model/tokenizer.hpp"
+#include "nn/weights_digest.hpp"
 
 namespace rl::engine {
 namespace {
@@ -298,6 +299,10 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
   json spans = json::array();
   for (const auto& [start, version] : out.weight_version_spans) spans.push_back(json::array({start, version}));
   m["weight_version_spans"] = std::move(spans);
+  // The proof that these log-probs are a trainer's own (docs/trainer.md, "Old log-probs
+  // from the rollout"): the weights' digest at the temperature they are of.
+  if (req.return_logprob && !out.weights_digest.empty())
+    m["logprob_digest"] = nn::logprob_digest(out.weights_digest, req.params.greedy() ? 1.0 : req.params.temperature);
   m["queue_time"] = out.queue_time;
   m["prefill_time"] = out.prefill_time;
   m["decode_time"] = out.decode_time;

@@ -2,6 +2,8 @@
 
 #include "nn/batch_invariant.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -92,6 +94,13 @@ int32_t argmax_row(const float* __restrict row, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
+// probs[i] = exp(row[i] - lse) with the batch-invariant exp (vectorised; the
+// log-sum-exp came from the same exp).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void exp_row(const float* __restrict row, float lse, float* __restrict probs, int64_t V) {
+  for (int64_t i = 0; i < V; ++i) probs[i] = nn::bi::exp_inline(row[i] - lse);
+}
+
 // Inverse-CDF draw from unnormalised probs with total `mass`.
 int32_t draw(const float* probs, int64_t V, double mass, std::mt19937_64& rng) {
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * mass;
@@ -167,22 +176,29 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
   out.top_logprobs.resize(static_cast<size_t>(S));
   const float* zp = z.data_ptr<float>();
   const double* lp = lse_rows.data();
-  std::vector<float> probs;
+  // Rows in parallel: each draws from its own request's generator, so the tokens do
+  // not depend on the split.
+  at::parallel_for(0, S, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, V)),
+                   [&](int64_t s0, int64_t s1) {
+    std::vector<float> probs;
+    for (int64_t s = s0; s < s1; ++s) {
+      const SampleRow& r = rows[static_cast<size_t>(s)];
+      const float* row = zp + s * V;
+      int32_t tok;
+      if (r.params->greedy()) {
+        tok = argmax_row(row, V);
+      } else {
+        probs.resize(static_cast<size_t>(V));
+        exp_row(row, static_cast<float>(lp[s]), probs.data(), V);
+        double mass = apply_filters(probs.data(), V, *r.params);
+        tok = draw(probs.data(), V, mass, *r.rng);
+      }
+      out.tokens[static_cast<size_t>(s)] = tok;
+      out.logprobs[static_cast<size_t>(s)] = static_cast<float>(static_cast<double>(row[tok]) - lp[s]);
+    }
+  });
   for (int64_t s = 0; s < S; ++s) {
     const SampleRow& r = rows[static_cast<size_t>(s)];
-    const float* row = zp + s * V;
-    int32_t tok;
-    if (r.params->greedy()) {
-      tok = argmax_row(row, V);
-    } else {
-      probs.resize(static_cast<size_t>(V));
-      const float lse = static_cast<float>(lp[s]);
-      for (int64_t i = 0; i < V; ++i) probs[static_cast<size_t>(i)] = std::exp(row[i] - lse);
-      double mass = apply_filters(probs.data(), V, *r.params);
-      tok = draw(probs.data(), V, mass, *r.rng);
-    }
-    out.tokens[static_cast<size_t>(s)] = tok;
-    out.logprobs[static_cast<size_t>(s)] = static_cast<float>(static_cast<double>(row[tok]) - lp[s]);
     if (r.top_logprobs_num > 0) {
       auto top = z[s].topk(std::min<int64_t>(r.top_logprobs_num, V));
       auto vals = std::get<0>(top).contiguous();

@@ -27,6 +27,7 @@ struct Sequence {
   std::vector<int32_t> stop_ids;      // stop_token_ids, plus EOS unless ignore_eos
   std::vector<int32_t> banned;        // stop_ids while below min_new_tokens
   uint64_t admit_order = 0;           // for choosing whom to preempt (the latest)
+  uint64_t weights_epoch = 0;         // the engine's weights when it arrived (EngineImpl::weights_epoch_)
   bool scheduled_once = false;
   // Its KV cache holds keys/values computed under weights older than the engine's
   // (kept across a weight update): never committed for prefix reuse.

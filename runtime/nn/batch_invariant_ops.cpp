@@ -10,6 +10,14 @@
 #include "nn/batch_invariant.hpp"
 #include "nn/paged_attention.hpp"
 
+#include <ATen/Parallel.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
+
+#include <algorithm>
+#include <cmath>
+
+#define RL_BI_OPS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
 namespace rl::nn::bi {
 namespace {
 
@@ -74,7 +82,10 @@ torch::Tensor silu_mul_forward(const torch::Tensor& g, const torch::Tensor& u) {
   return y.view(g.sizes());
 }
 
-torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
+// Causal attention for right-padded sequences through the engine's kernel; with `lse`,
+// also each query's log-sum-exp per head, [B * T, H] (for the backward pass).
+torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                                torch::Tensor* lse = nullptr) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), KV = k.size(2);
   auto kc = k.contiguous().view({B * T, KV, D});
   auto vc = v.contiguous().view({B * T, KV, D});
@@ -86,16 +97,11 @@ torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k, 
       seq[static_cast<size_t>(b * T + t)] = b;
       ctx[static_cast<size_t>(b * T + t)] = t + 1;
     }
-  return paged_attention(q.reshape({B * T, H, D}), kc, vc, slots, seq, ctx, scale).view({B, T, H * D});
+  return paged_attention(q.reshape({B * T, H, D}), kc, vc, slots, seq, ctx, scale, lse).view({B, T, H * D});
 }
 
-// Backward passes recompute the op with ATen's differentiable kernels and take
-// their gradient: the same function, so the same gradient up to rounding.
-variable_list reference_grads(const torch::Tensor& out, const std::vector<torch::Tensor>& inputs,
-                              const torch::Tensor& grad) {
-  return torch::autograd::grad({out}, inputs, {grad}, /*retain_graph=*/false, /*create_graph=*/false,
-                               /*allow_unused=*/true);
-}
+// The backward passes below are explicit formulas (no recomputation of the forward
+// through ATen): gradients need correctness, not bit-equality with the engine.
 
 variable_list linear_backward(AutogradContext* ctx, const torch::Tensor& g, bool bias) {
   auto saved = ctx->get_saved_variables();
@@ -106,41 +112,115 @@ variable_list linear_backward(AutogradContext* ctx, const torch::Tensor& g, bool
   return out;
 }
 
+// The forward of a linear op: on the weight's packed panels when it has them (same bits).
+torch::Tensor linear_any(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                         const PackedWeight& packed) {
+  if (!packed.defined()) return linear_forward(x, w, b);
+  const int64_t K = x.size(-1), N = w.size(0);
+  if (packed.k != K || packed.n != N)
+    throw std::invalid_argument("bi::linear: packed weight is not [out, " + std::to_string(K) + "]");
+  auto x2 = x.reshape({-1, K}).contiguous();
+  auto bc = b.defined() ? b.contiguous() : b;
+  auto y = torch::empty({x2.size(0), N}, x2.options());
+  gemm_packed(x2.data_ptr<float>(), K, packed, bc.defined() ? bc.data_ptr<float>() : nullptr, y.data_ptr<float>(), N,
+              x2.size(0));
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return y.view(sizes);
+}
+
 struct LinearFn : torch::autograd::Function<LinearFn> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, PackedWeight packed) {
     ctx->save_for_backward({x, w});
-    return linear_forward(x, w, torch::Tensor());
+    return linear_any(x, w, torch::Tensor(), packed);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return linear_backward(ctx, grads[0], false);
+    auto out = linear_backward(ctx, grads[0], false);
+    out.push_back(torch::Tensor());
+    return out;
   }
 };
 
 struct LinearBiasFn : torch::autograd::Function<LinearBiasFn> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, torch::Tensor b,
+                               PackedWeight packed) {
     ctx->save_for_backward({x, w});
-    return linear_forward(x, w, b);
+    return linear_any(x, w, b, packed);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return linear_backward(ctx, grads[0], true);
+    auto out = linear_backward(ctx, grads[0], true);
+    out.push_back(torch::Tensor());
+    return out;
   }
 };
 
+// y = w * x * r with r = 1 / sqrt(mean(x^2) + eps), per row of n:
+//   dx = r * (g * w) - x * r^3 / n * sum(g * w * x),   dw = sum over rows of g * x * r.
+RL_BI_OPS_CLONES
+void rms_norm_backward_rows(const float* x, const float* w, const float* g, float eps, float* dx, float* dw,
+                            int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * n;
+    const float* gr = g + r * n;
+    const float inv = 1.0f / std::sqrt(dot_inline(xr, xr, n) / static_cast<float>(n) + eps);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j0 = 0;
+    for (; j0 + 8 <= n; j0 += 8)
+      for (int k = 0; k < 8; ++k) acc[k] += gr[j0 + k] * w[j0 + k] * xr[j0 + k];
+    float gwx = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; j0 < n; ++j0) gwx += gr[j0] * w[j0] * xr[j0];
+    const float c = inv * inv * inv * gwx / static_cast<float>(n);
+    float* dr = dx + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      dr[j] = inv * gr[j] * w[j] - c * xr[j];
+      dw[j] += gr[j] * xr[j] * inv;
+    }
+  }
+}
+
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor w, double eps) {
-    ctx->save_for_backward({x, w});
+    auto xc = x.contiguous();
+    ctx->save_for_backward({xc, w});
     ctx->saved_data["eps"] = eps;
-    return rms_norm_forward(x, w, eps);
+    return rms_norm_forward(xc, w, eps).view(x.sizes());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto x = saved[0].detach().requires_grad_(true), w = saved[1].detach().requires_grad_(true);
-    torch::AutoGradMode on(true);
-    auto y = w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + ctx->saved_data["eps"].toDouble()));
-    auto g = reference_grads(y, {x, w}, grads[0]);
-    return {g[0], g[1], torch::Tensor()};
+    const auto& x = saved[0];
+    auto w = saved[1].contiguous();
+    auto g = grads[0].contiguous();
+    const int64_t n = x.size(-1), rows = x.numel() / n;
+    const float eps = static_cast<float>(ctx->saved_data["eps"].toDouble());
+    auto dx = torch::empty_like(x);
+    // dw: one partial sum per task, added in task order (deterministic for a thread count).
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+    const int64_t tasks = std::max<int64_t>(1, (rows + grain - 1) / grain);
+    auto parts = torch::zeros({tasks, n}, x.options());
+    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *gp = g.data_ptr<float>();
+    float *dxp = dx.data_ptr<float>(), *pp = parts.data_ptr<float>();
+    at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        rms_norm_backward_rows(xp, wp, gp, eps, dxp, pp + t * n, t * grain, std::min(rows, (t + 1) * grain), n);
+    });
+    return {dx, parts.sum(0).to(saved[1].scalar_type()), torch::Tensor()};
   }
 };
+
+// y = silu(g) * u, s = sigmoid(g):  dg = dy * u * s * (1 + g * (1 - s)),  du = dy * g * s.
+RL_BI_OPS_CLONES
+void silu_mul_backward_rows(const float* g, int64_t ldg, const float* u, int64_t ldu, const float* dy, float* dg,
+                            float* du, int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float *gr = g + r * ldg, *ur = u + r * ldu, *yr = dy + r * n;
+    float *dgr = dg + r * n, *dur = du + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float s = 1.0f / (1.0f + exp_inline(-gr[j]));
+      dur[j] = yr[j] * gr[j] * s;
+      dgr[j] = yr[j] * ur[j] * s * (1.0f + gr[j] * (1.0f - s));
+    }
+  }
+}
 
 struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor g, torch::Tensor u) {
@@ -149,29 +229,52 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto g = saved[0].detach().requires_grad_(true), u = saved[1].detach().requires_grad_(true);
-    torch::AutoGradMode on(true);
-    return reference_grads(torch::silu(g) * u, {g, u}, grads[0]);
+    const int64_t n = saved[0].size(-1);
+    auto g2 = saved[0].reshape({-1, n}), u2 = saved[1].reshape({-1, n});
+    if (g2.stride(1) != 1) g2 = g2.contiguous();
+    if (u2.stride(1) != 1) u2 = u2.contiguous();
+    auto dy = grads[0].reshape({-1, n}).contiguous();
+    const int64_t rows = g2.size(0);
+    auto dg = torch::empty({rows, n}, g2.options()), du = torch::empty({rows, n}, g2.options());
+    const float *gp = g2.data_ptr<float>(), *up = u2.data_ptr<float>(), *yp = dy.data_ptr<float>();
+    float *dgp = dg.data_ptr<float>(), *dup = du.data_ptr<float>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
+      silu_mul_backward_rows(gp, g2.stride(0), up, u2.stride(0), yp, dgp, dup, r0, r1, n);
+    });
+    return {dg.view(saved[0].sizes()), du.view(saved[1].sizes())};
   }
 };
 
+// Forward through the engine's kernel, which also returns each row's log-sum-exp; the
+// backward pass is ATen's flash-attention backward over those (no second forward).
 struct AttentionFn : torch::autograd::Function<AttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale) {
-    ctx->save_for_backward({q, k, v});
+    torch::Tensor lse;
+    auto out = attention_forward(q, k, v, scale, &lse);
+    ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
-    return attention_forward(q, k, v, scale);
+    return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto q = saved[0].detach().requires_grad_(true), k = saved[1].detach().requires_grad_(true),
-         v = saved[2].detach().requires_grad_(true);
-    torch::AutoGradMode on(true);
-    const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
-    auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
-                                              /*is_causal=*/true, ctx->saved_data["scale"].toDouble(),
-                                              /*enable_gqa=*/H != k.size(2));
-    auto g = reference_grads(o.transpose(1, 2).reshape({B, T, H * D}), {q, k, v}, grads[0]);
-    return {g[0], g[1], g[2], torch::Tensor()};
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), KV = k.size(2), group = H / KV;
+    // ATen's kernel takes [B, H, T, D] views and the log-sum-exp as [B, H, T].
+    auto kh = group == 1 ? k : k.repeat_interleave(group, 2);
+    auto vh = group == 1 ? v : v.repeat_interleave(group, 2);
+    auto g = grads[0].reshape({B, T, H, D}).transpose(1, 2);
+    auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        g, q.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), out.view({B, T, H, D}).transpose(1, 2),
+        lse.view({B, T, H}).permute({0, 2, 1}), 0.0, /*is_causal=*/true, std::nullopt,
+        ctx->saved_data["scale"].toDouble());
+    gq = gq.transpose(1, 2);
+    gk = gk.transpose(1, 2);
+    gv = gv.transpose(1, 2);
+    if (group != 1) {
+      gk = gk.reshape({B, T, KV, group, D}).sum(3);
+      gv = gv.reshape({B, T, KV, group, D}).sum(3);
+    }
+    return {gq, gk, gv, torch::Tensor()};
   }
 };
 
@@ -183,22 +286,13 @@ bool active(const torch::Tensor& x) {
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  if (needs_grad({&x, &w, &b})) return b.defined() ? LinearBiasFn::apply(x, w, b) : LinearFn::apply(x, w);
-  return linear_forward(x, w, b);
+  return linear(x, w, b, PackedWeight{});
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const PackedWeight& packed) {
-  if (!packed.defined() || needs_grad({&x, &w, &b})) return linear(x, w, b);
-  const int64_t K = x.size(-1), N = w.size(0);
-  if (packed.k != K || packed.n != N) throw std::invalid_argument("bi::linear: packed weight is not [out, " + std::to_string(K) + "]");
-  auto x2 = x.reshape({-1, K}).contiguous();
-  auto bc = b.defined() ? b.contiguous() : b;
-  auto y = torch::empty({x2.size(0), N}, x2.options());
-  gemm_packed(x2.data_ptr<float>(), K, packed, bc.defined() ? bc.data_ptr<float>() : nullptr, y.data_ptr<float>(), N,
-              x2.size(0));
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  return y.view(sizes);
+  if (needs_grad({&x, &w, &b}))
+    return b.defined() ? LinearBiasFn::apply(x, w, b, packed) : LinearFn::apply(x, w, packed);
+  return linear_any(x, w, b, packed);
 }
 
 PackedWeight pack(const torch::Tensor& w) {

@@ -19,6 +19,12 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// A PackedWeight kept in an autograd context (saved_data holds IValues).
+struct PackedHolder : torch::CustomClassHolder {
+  explicit PackedHolder(bi::PackedWeight p) : packed(std::move(p)) {}
+  bi::PackedWeight packed;
+};
+
 constexpr int64_t kLogitsPerChunk = int64_t(1) << 25;
 // The forward pass keeps every chunk's log-softmax for the backward pass (instead
 // of recomputing the lm_head matmul there) while all of them fit this many logits
@@ -42,9 +48,10 @@ int64_t gpu_kept_logits(const torch::Device& d) {
 // Logits in the compute dtype (the weight's, or autocast's lower precision), then
 // float32 and scaled, as the engine computes them (float32 on the CPU: with the
 // engine's batch-invariant kernel, nn/batch_invariant_ops.hpp).
-torch::Tensor scaled_logits(const torch::Tensor& h, const torch::Tensor& w, double temperature) {
+torch::Tensor scaled_logits(const torch::Tensor& h, const torch::Tensor& w, double temperature,
+                            const bi::PackedWeight& packed) {
   auto hc = h.to(w.scalar_type());
-  auto z = bi::active(hc) ? bi::linear(hc, w, torch::Tensor()) : torch::matmul(hc, w.t()).to(torch::kFloat32);
+  auto z = bi::active(hc) ? bi::linear(hc, w, torch::Tensor(), packed) : torch::matmul(hc, w.t()).to(torch::kFloat32);
   return temperature == 1.0 ? z : z / temperature;
 }
 
@@ -68,26 +75,84 @@ void exact_logprobs(const torch::Tensor& z_in, const torch::Tensor& targets, tor
   });
 }
 
+// Entropy of each row from its logits z and log-sum-exp: -sum p (z - lse), p = exp(z - lse).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void entropy_rows(const float* z, const float* lse, float* out, int64_t r0, int64_t r1, int64_t V) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* zr = z + r * V;
+    const float l = lse[r];
+    float acc[16] = {};
+    int64_t j = 0;
+    for (; j + 16 <= V; j += 16)
+      for (int k = 0; k < 16; ++k) {
+        const float lp = zr[j + k] - l;
+        acc[k] += bi::exp_inline(lp) * lp;
+      }
+    float h = 0;
+    for (int k = 0; k < 16; ++k) h += acc[k];
+    for (; j < V; ++j) h += bi::exp_inline(zr[j] - l) * (zr[j] - l);
+    out[r] = -h;
+  }
+}
+
+// d/dz of g_lp * logprob[target] + g_ent * entropy for rows of logits z (scaled by
+// 1/T), in place: gz = -p (g_lp + g_ent (log p + H)) + g_lp onehot(target), times
+// 1/T. One pass per row over what the forward kept (or recomputed).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void logit_grad_rows(float* z, const float* lse, const int64_t* targets, const float* g_lp, const float* g_ent,
+                     const float* ent, float inv_t, int64_t r0, int64_t r1, int64_t V) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* zr = z + r * V;
+    const float l = lse[r], gl = g_lp ? g_lp[r] : 0.0f, ge = g_ent ? g_ent[r] : 0.0f, H = g_ent ? ent[r] : 0.0f;
+    if (g_ent) {
+      for (int64_t j = 0; j < V; ++j) {
+        const float lp = zr[j] - l;
+        zr[j] = -bi::exp_inline(lp) * (gl + ge * (lp + H)) * inv_t;
+      }
+    } else {
+      const float c = -gl * inv_t;
+      for (int64_t j = 0; j < V; ++j) zr[j] = c * bi::exp_inline(zr[j] - l);
+    }
+    zr[targets[r]] += gl * inv_t;
+  }
+}
+
 struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
   static variable_list forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight, torch::Tensor targets,
                                double temperature, bool with_entropy, int64_t chunk, int64_t compute_dtype,
-                               int64_t keep_logits) {
+                               int64_t keep_logits, bi::PackedWeight packed) {
     const int64_t n = hidden.size(0);
     const auto dt = static_cast<torch::ScalarType>(compute_dtype);
     const auto w = weight.to(dt);
     auto opts = hidden.options().dtype(torch::kFloat32);
+    // float32 on the CPU with the batch-invariant kernels: the engine's arithmetic, and
+    // the fused row passes below.
+    const bool exact = hidden.is_cpu() && dt == torch::kFloat32 && bi::active(w);
     auto logprobs = torch::empty({n}, opts);
     auto lse = torch::empty({n}, opts);
     auto entropy = with_entropy ? torch::empty({n}, opts) : torch::zeros({0}, opts);
-    const bool keep = n * weight.size(0) <= std::max(keep_logits, chunk * weight.size(0));
+    // Chunks are kept for the backward pass in order while they fit the budget (at
+    // least the first); the backward pass recomputes the rest.
+    const int64_t keep_rows = std::max(keep_logits, chunk * weight.size(0)) / std::max<int64_t>(1, weight.size(0));
     std::vector<torch::Tensor> kept;
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t len = std::min(chunk, n - s);
-      auto z = scaled_logits(hidden.narrow(0, s, len), w, temperature);
+      const bool keep = s + len <= keep_rows;
+      auto z = scaled_logits(hidden.narrow(0, s, len), w, temperature, packed);
       torch::Tensor logp;
-      if (z.is_cpu() && z.scalar_type() == torch::kFloat32 && bi::active(z)) {
+      if (exact) {
+        // The engine sampler's arithmetic; the logits themselves are kept (the backward
+        // pass and the entropy read exp(z - lse) in one pass each).
         exact_logprobs(z, targets.narrow(0, s, len), lse.narrow(0, s, len), logprobs.narrow(0, s, len));
-        logp = z.sub_(lse.narrow(0, s, len).unsqueeze(1));
+        if (with_entropy) {
+          const float* zp = z.data_ptr<float>();
+          const float* lp = lse.data_ptr<float>() + s;
+          float* ep = entropy.data_ptr<float>() + s;
+          const int64_t V = z.size(1);
+          at::parallel_for(0, len, 1, [&](int64_t r0, int64_t r1) { entropy_rows(zp, lp, ep, r0, r1, V); });
+        }
+        if (keep) kept.push_back(z);
+        continue;
       } else {
         auto l = torch::logsumexp(z, -1);
         lse.narrow(0, s, len).copy_(l);
@@ -104,6 +169,9 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["with_entropy"] = with_entropy;
     ctx->saved_data["compute_dtype"] = compute_dtype;
+    ctx->saved_data["packed"] = c10::IValue::make_capsule(c10::make_intrusive<PackedHolder>(std::move(packed)));
+    ctx->saved_data["exact"] = exact;
+    ctx->saved_data["consumed"] = false;
     return {logprobs, entropy};
   }
 
@@ -114,17 +182,52 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
     const auto dt = static_cast<torch::ScalarType>(ctx->saved_data["compute_dtype"].toInt());
-    const bool kept = saved.size() > 5;
+    const size_t kept = saved.size() - 5;
+    const auto holder = ctx->saved_data["packed"].toCapsule();
+    const auto& packed = static_cast<const PackedHolder*>(holder.get())->packed;
     const auto w = weight.to(dt);
     auto g_lp = grads[0];
     auto g_ent = with_entropy ? grads[1] : torch::Tensor();
     const int64_t n = hidden.size(0);
     auto grad_hidden = torch::empty_like(hidden);
     auto grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (ctx->saved_data["exact"].toBool()) {
+      // The kept logits become their gradient in place (one pass per row), then two GEMMs.
+      if (ctx->saved_data["consumed"].toBool())
+        throw std::logic_error("token_logprobs: a second backward pass (retain_graph) is not supported");
+      ctx->saved_data["consumed"] = true;
+      auto gl = g_lp.defined() ? g_lp.to(torch::kFloat32).contiguous() : torch::Tensor();
+      auto ge = g_ent.defined() ? g_ent.to(torch::kFloat32).contiguous() : torch::Tensor();
+      auto t = targets.contiguous();
+      auto ent = entropy.contiguous();
+      const float inv_t = static_cast<float>(1.0 / temperature);
+      for (int64_t s = 0, c = 0; s < n; s += chunk, ++c) {
+        const int64_t len = std::min(chunk, n - s);
+        auto h = hidden.narrow(0, s, len);
+        auto z = static_cast<size_t>(c) < kept ? saved[5 + c] : scaled_logits(h, w, temperature, packed);
+        const int64_t V = z.size(1);
+        float* zp = z.data_ptr<float>();
+        const float* lp = lse.data_ptr<float>() + s;
+        const int64_t* tp = t.data_ptr<int64_t>() + s;
+        const float* glp = gl.defined() ? gl.data_ptr<float>() + s : nullptr;
+        const float* gep = ge.defined() ? ge.data_ptr<float>() + s : nullptr;
+        const float* ep = ge.defined() ? ent.data_ptr<float>() + s : nullptr;
+        at::parallel_for(0, len, 1, [&](int64_t r0, int64_t r1) {
+          logit_grad_rows(zp, lp, tp, glp, gep, ep, inv_t, r0, r1, V);
+        });
+        auto gh = grad_hidden.narrow(0, s, len);
+        torch::mm_out(gh, z, w);
+        grad_weight.addmm_(z.t(), h);
+      }
+      return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+              torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
     for (int64_t s = 0, c = 0; s < n; s += chunk, ++c) {
       const int64_t len = std::min(chunk, n - s);
       auto h = hidden.narrow(0, s, len);
-      auto logp = kept ? saved[5 + c] : scaled_logits(h, w, temperature).sub_(lse.narrow(0, s, len).unsqueeze(1));
+      auto logp = static_cast<size_t>(c) < kept
+                      ? saved[5 + c]
+                      : scaled_logits(h, w, temperature, packed).sub_(lse.narrow(0, s, len).unsqueeze(1));
       // d logprob / dz = onehot(target) - p;  d entropy / dz = -p (log p + H).
       // gz is built in place over p: no other vocabulary-sized temporaries.
       auto gz = torch::exp(logp);
@@ -147,7 +250,7 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
       else grad_weight.add_(torch::matmul(gz_c.t(), h.to(dt)));
     }
     return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -165,7 +268,8 @@ torch::ScalarType compute_dtype(const torch::Tensor& hidden, const torch::Tensor
 }  // namespace
 
 TokenLogprobs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                             double temperature, bool with_entropy, int64_t chunk_tokens, int64_t keep_logits) {
+                             double temperature, bool with_entropy, int64_t chunk_tokens, int64_t keep_logits,
+                             const bi::PackedWeight* packed) {
   if (hidden.dim() != 2 || weight.dim() != 2 || hidden.size(1) != weight.size(1))
     throw std::invalid_argument("token_logprobs: hidden must be [N, H] and weight [V, H], got " +
                                 std::to_string(hidden.dim()) + "-d and " + std::to_string(weight.dim()) + "-d");
@@ -183,8 +287,10 @@ TokenLogprobs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& w
   const int64_t per_chunk = gpu ? std::min<int64_t>(int64_t(1) << 28, gpu_kept_logits(hidden.device())) : kLogitsPerChunk;
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, per_chunk / weight.size(0));
   const int64_t keep = keep_logits >= 0 ? keep_logits : gpu ? gpu_kept_logits(hidden.device()) : kKeptLogits;
+  const bool usable = packed && packed->defined() && packed->k == weight.size(1) && packed->n == weight.size(0);
   auto out = ChunkedLogprob::apply(hidden, weight, t, temperature, with_entropy, chunk,
-                                   static_cast<int64_t>(compute_dtype(hidden, weight)), keep);
+                                   static_cast<int64_t>(compute_dtype(hidden, weight)), keep,
+                                   usable ? *packed : bi::PackedWeight{});
   return {out[0], with_entropy ? out[1] : torch::Tensor()};
 }
 

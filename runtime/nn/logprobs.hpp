@@ -7,6 +7,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "nn/batch_invariant.hpp"
+
 namespace rl::nn {
 
 struct TokenLogprobs {
@@ -19,12 +21,14 @@ struct TokenLogprobs {
 // weight's dtype (under autocast with a float32 weight: autocast's dtype, bf16 for
 // the trainer's mixed precision) and promoted to float32 before scaling, as the
 // engine does.
-// chunk_tokens <= 0 picks a chunk of about 32M logits; keep_logits < 0 keeps the
-// chunks for the backward pass while they total at most 64M logits (0: always
-// recompute past the first chunk).
+// chunk_tokens <= 0 picks a chunk of about 32M logits; keep_logits < 0 keeps chunks
+// for the backward pass, in order, while they total at most 64M logits, and the
+// backward pass recomputes the rest (0: keep only the first chunk).
+// `packed`: the weight's packed panels for the float32 CPU kernels (Transformer::lm_head_packed),
+// so that no chunk packs the lm_head again.
 TokenLogprobs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              double temperature = 1.0, bool with_entropy = false, int64_t chunk_tokens = 0,
-                             int64_t keep_logits = -1);
+                             int64_t keep_logits = -1, const bi::PackedWeight* packed = nullptr);
 
 // The engine's sampling distribution: float32 log_softmax(logits / temperature).
 torch::Tensor scaled_log_softmax(const torch::Tensor& logits, double temperature);

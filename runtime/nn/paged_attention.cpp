@@ -33,7 +33,7 @@ struct Shapes {
 // (the loader picks one), since the rest of the binary targets baseline x86-64.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void attend_one(const float* q, const float* kc, const float* vc, const int64_t* row, int64_t n, const Shapes& sh,
-                float* w, float* o) {
+                float* w, float* o, float* lse) {
   const int64_t H = sh.H, D = sh.D, KV = sh.KV, group = H / KV;
   for (int64_t j = 0; j < n; ++j) {
     const float* kr = kc + row[j] * KV * D;
@@ -45,6 +45,7 @@ void attend_one(const float* q, const float* kc, const float* vc, const int64_t*
     for (int64_t j = 0; j < n; ++j) m = std::max(m, wh[j]);
     float sum = 0;
     for (int64_t j = 0; j < n; ++j) sum += (wh[j] = bi::exp_inline(wh[j] - m));
+    if (lse) lse[h] = m + std::log(sum);
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < n; ++j) wh[j] *= inv;
   }
@@ -158,7 +159,7 @@ __attribute__((target("avx512f"))) bool values_avx512(const float* w, const floa
 // and the cache lines in the order memory serves them best.
 __attribute__((target("avx2,fma"))) void attend_one_simd(const float* q, const float* kc, const float* vc,
                                                          const int64_t* row, int64_t n, const Shapes& sh, float* w,
-                                                         float* o, bool zmm) {
+                                                         float* o, bool zmm, float* lse) {
   const int64_t H = sh.H, D = sh.D, KV = sh.KV, group = H / KV, ld = KV * D;
   const int64_t seg = (ld + H - 1) / H;  // the share of a row each head's turn prefetches
   const __m256 scale = _mm256_set1_ps(sh.scale);
@@ -213,6 +214,7 @@ __attribute__((target("avx2,fma"))) void attend_one_simd(const float* q, const f
     for (; t < n; ++t) wh[t] = bi::exp_inline(wh[t] - m);
     float sum = 0;
     for (t = 0; t < n; ++t) sum += wh[t];
+    if (lse) lse[h] = m + std::log(sum);
     const float inv = 1.0f / sum;
     const __m256 iv = _mm256_set1_ps(inv);
     for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(wh + t, _mm256_mul_ps(_mm256_loadu_ps(wh + t), iv));
@@ -261,7 +263,7 @@ void write_cache_rows(torch::Tensor& cache, const torch::Tensor& slots, const to
 
 torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                               const torch::Tensor& context_slots, const std::vector<int64_t>& seq_of_query,
-                              const std::vector<int64_t>& context_of_query, double scale) {
+                              const std::vector<int64_t>& context_of_query, double scale, torch::Tensor* lse) {
   const int64_t Q = q_in.size(0), H = q_in.size(1), D = q_in.size(2), KV = k_cache.size(1);
   if (H % KV != 0 || k_cache.size(2) != D || static_cast<int64_t>(seq_of_query.size()) != Q ||
       seq_of_query.size() != context_of_query.size() || !k_cache.is_contiguous() || !v_cache.is_contiguous())
@@ -275,6 +277,11 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
   const float* vp = v_cache.data_ptr<float>();
   const int64_t* sp = slots.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
+  float* lp = nullptr;
+  if (lse) {
+    *lse = torch::empty({Q, H}, q.options());
+    lp = lse->data_ptr<float>();
+  }
   int64_t max_ctx = 1;
   for (int64_t i = 0; i < Q; ++i) {
     const int64_t s = seq_of_query[static_cast<size_t>(i)], c = context_of_query[static_cast<size_t>(i)];
@@ -290,8 +297,9 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
     for (int64_t i = begin; i < end; ++i) {
       const int64_t* row = sp + seq_of_query[static_cast<size_t>(i)] * sh.stride;
       const int64_t n = context_of_query[static_cast<size_t>(i)];
-      if (fast) attend_one_simd(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, kAvx512);
-      else attend_one(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D);
+      float* li = lp ? lp + i * H : nullptr;
+      if (fast) attend_one_simd(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, kAvx512, li);
+      else attend_one(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, li);
     }
   });
   return out;

@@ -21,10 +21,13 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
 // The general form: query i (of q [Q, H, D]) attends over the first
 // context_of_query[i] slots of row seq_of_query[i] of context_slots. A prefill's
 // queries each see their causal prefix; the trainer's full-sequence forward runs
-// through it too, so engine and trainer attend with the same arithmetic.
+// through it too, so engine and trainer attend with the same arithmetic. With `lse`,
+// also each query's and head's log-sum-exp of its scaled scores, [Q, H] float32 (what
+// a flash-attention backward pass takes).
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                               const torch::Tensor& context_slots, const std::vector<int64_t>& seq_of_query,
-                              const std::vector<int64_t>& context_of_query, double scale);
+                              const std::vector<int64_t>& context_of_query, double scale,
+                              torch::Tensor* lse = nullptr);
 
 // cache.index_copy_(0, slots, src): each new token's K or V rows [KV, D] into its
 // slot; on the CPU in float32 as plain row copies (src may be a view with a row

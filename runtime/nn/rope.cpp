@@ -1,5 +1,9 @@
 #include "nn/rope.hpp"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
 #include <numbers>
 
 namespace rl::nn {
@@ -98,21 +102,72 @@ torch::Tensor as_rows(const torch::Tensor& x) {
   return x.view({-1, x.size(-2), x.size(-1)});
 }
 
+// rope_rows' gradient: out[d] = x[d] c[d] - x[d + h] s[d] (d < h), x[d] c[d] + x[d - h] s[d]
+// (d >= h), so dx[d] = g[d] c[d] + g[d + h] s[d + h] (d < h), g[d] c[d] - g[d - h] s[d - h].
+void rope_rows_backward(const float* g, const float* cos, const float* sin, float* dx, int64_t rows, int64_t heads,
+                        int64_t D) {
+  const int64_t half = D / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *c = cos + r * D, *s = sin + r * D;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* a = g + (r * heads + h) * D;
+      float* o = dx + (r * heads + h) * D;
+      for (int64_t d = 0; d < half; ++d) o[d] = a[d] * c[d] + a[d + half] * s[d + half];
+      for (int64_t d = half; d < D; ++d) o[d] = a[d] * c[d] - a[d - half] * s[d - half];
+    }
+  }
+}
+
+// Rows per task: enough elements to pay for a thread.
+int64_t rope_grain(int64_t heads, int64_t D) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, heads * D)); }
+
+torch::Tensor rope_forward(const torch::Tensor& rows, const torch::Tensor& x, const torch::Tensor& c,
+                           const torch::Tensor& s) {
+  auto out = torch::empty(x.sizes(), x.options());
+  const int64_t heads = x.size(-2), D = x.size(-1), ld = rows.stride(0);
+  const float *xp = rows.data_ptr<float>(), *cp = c.data_ptr<float>(), *sp = s.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, rows.size(0), rope_grain(heads, D), [&](int64_t r0, int64_t r1) {
+    rope_rows(xp + r0 * ld, ld, cp + r0 * D, sp + r0 * D, op + r0 * heads * D, r1 - r0, heads, D);
+  });
+  return out;
+}
+
+// The one-pass kernel with its explicit gradient (cos and sin are tables: no gradient).
+struct RopeFn : torch::autograd::Function<RopeFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor rows,
+                               torch::Tensor c, torch::Tensor s) {
+    ctx->save_for_backward({c, s});
+    return rope_forward(rows, x, c, s);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto g = grads[0].contiguous();
+    const int64_t D = g.size(-1), heads = g.size(-2), rows = g.numel() / (heads * D);
+    auto dx = torch::empty_like(g);
+    const float *gp = g.data_ptr<float>(), *cp = saved[0].data_ptr<float>(), *sp = saved[1].data_ptr<float>();
+    float* dp = dx.data_ptr<float>();
+    at::parallel_for(0, rows, rope_grain(heads, D), [&](int64_t r0, int64_t r1) {
+      rope_rows_backward(gp + r0 * heads * D, cp + r0 * D, sp + r0 * D, dp + r0 * heads * D, r1 - r0, heads, D);
+    });
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const bool grad = torch::GradMode::is_enabled() && (x.requires_grad() || cos.requires_grad() || sin.requires_grad());
-  if (!grad && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32 &&
-      sin.scalar_type() == torch::kFloat32 && x.size(-1) % 2 == 0 && cos.sizes() == sin.sizes() &&
-      x.numel() > 0 && cos.dim() == x.dim() - 1 && cos.size(-1) == x.size(-1) &&
+  const bool table_grad = torch::GradMode::is_enabled() && (cos.requires_grad() || sin.requires_grad());
+  if (!table_grad && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+      cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32 && x.size(-1) % 2 == 0 &&
+      cos.sizes() == sin.sizes() && x.numel() > 0 && cos.dim() == x.dim() - 1 && cos.size(-1) == x.size(-1) &&
       cos.sizes().slice(0, cos.dim() - 1) == x.sizes().slice(0, x.dim() - 2)) {
     auto rows = as_rows(x);
     if (rows.defined()) {
       auto c = cos.contiguous(), s = sin.contiguous();
-      auto out = torch::empty(x.sizes(), x.options());
-      rope_rows(rows.data_ptr<float>(), rows.stride(0), c.data_ptr<float>(), s.data_ptr<float>(),
-                out.data_ptr<float>(), rows.size(0), x.size(-2), x.size(-1));
-      return out;
+      if (torch::GradMode::is_enabled() && x.requires_grad()) return RopeFn::apply(x, rows.detach(), c, s);
+      return rope_forward(rows, x, c, s);
     }
   }
   const int64_t half = x.size(-1) / 2;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "nn/weights.hpp"
+#include "nn/weights_digest.hpp"
 
 namespace rl::nn {
 namespace {
@@ -135,6 +136,10 @@ void Transformer::load(const model::TensorSet& tensors) {
 
 void Transformer::weights_changed() {
   torch::NoGradGuard no_grad;
+  {
+    std::lock_guard<std::mutex> lock(digest_mu_);
+    ++weights_generation_;
+  }
   if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
   // The inference layout's matrices, packed once here instead of per GEMM call.
   const bool pack = opts_.inference_layout && bi::active(embed_) && bi::packed_available();
@@ -146,6 +151,40 @@ void Transformer::weights_changed() {
     l.down_p = packed(l.down_w);
   }
   lm_head_p_ = packed(lm_head_);
+}
+
+const bi::PackedWeight& PackedCache::get(const torch::Tensor& w) {
+  if (!bi::packed_available() || !bi::simd_kernels()) return packed_;  // empty
+  const int64_t v = w._version();
+  if (!packed_.defined() || data_ != w.data_ptr() || version_ != v) {
+    packed_ = bi::pack(w);
+    data_ = w.data_ptr();
+    version_ = v;
+  }
+  return packed_;
+}
+
+const bi::PackedWeight& Transformer::panels(const bi::PackedWeight& p, PackedCache& cache, const torch::Tensor& w,
+                                            const torch::Tensor& x) const {
+  static const bi::PackedWeight none;
+  if (p.defined() || opts_.inference_layout || !w.defined() || !bi::active(x)) return p.defined() ? p : none;
+  return cache.get(w);
+}
+
+const bi::PackedWeight& Transformer::lm_head_packed() {
+  static const bi::PackedWeight none;
+  if (lm_head_p_.defined()) return lm_head_p_;
+  if (opts_.inference_layout || !bi::active(lm_head_)) return none;
+  return lm_head_c_.get(lm_head_);
+}
+
+std::string Transformer::exact_weights_digest() {
+  std::lock_guard<std::mutex> lock(digest_mu_);
+  if (digest_generation_ != weights_generation_) {
+    digest_ = bi::active(embed_) && embed_.device().is_cpu() ? weights_digest(params_) : std::string();
+    digest_generation_ = weights_generation_;
+  }
+  return digest_;
 }
 
 void Transformer::init_random(uint64_t seed) {
@@ -204,7 +243,9 @@ torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
     const int64_t I = l.gate_w.size(0);
     return project(silu_mul(gu.narrow(-1, 0, I), gu.narrow(-1, I, I)), l.down_w, l.down_b, l.down_p);
   }
-  return project(silu_mul(project(x, l.gate_w, l.gate_b), project(x, l.up_w, l.up_b)), l.down_w, l.down_b);
+  return project(silu_mul(project(x, l.gate_w, l.gate_b, panels({}, l.gate_c, l.gate_w, x)),
+                          project(x, l.up_w, l.up_b, panels({}, l.up_c, l.up_w, x))),
+                 l.down_w, l.down_b, panels(l.down_p, l.down_c, l.down_w, x));
 }
 
 // q, k, v for `x` [..., hidden] as [..., heads, head_dim], with q/k norm and RoPE applied.
@@ -232,9 +273,9 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
     k = qkv.narrow(-1, qd, kd).reshape(heads_shape(config_.num_key_value_heads));
     v = qkv.narrow(-1, qd + kd, kd).reshape(heads_shape(config_.num_key_value_heads));
   } else {
-    q = project(x, l.q_w, l.q_b).view(heads_shape(config_.num_attention_heads));
-    k = project(x, l.k_w, l.k_b).view(heads_shape(config_.num_key_value_heads));
-    v = project(x, l.v_w, l.v_b).view(heads_shape(config_.num_key_value_heads));
+    q = project(x, l.q_w, l.q_b, panels({}, l.q_c, l.q_w, x)).view(heads_shape(config_.num_attention_heads));
+    k = project(x, l.k_w, l.k_b, panels({}, l.k_c, l.k_w, x)).view(heads_shape(config_.num_key_value_heads));
+    v = project(x, l.v_w, l.v_b, panels({}, l.v_c, l.v_w, x)).view(heads_shape(config_.num_key_value_heads));
   }
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
@@ -250,7 +291,7 @@ torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& posi
   for (const auto& l : layers_) {
     torch::Tensor k, v;
     auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v);
-    x = x + project(attend(q, k, v, &l - layers_.data()), l.o_w, l.o_b, l.o_p);
+    x = x + project(attend(q, k, v, &l - layers_.data()), l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
     x = x + mlp(l, rms_norm(x, l.post_norm));
   }
   return rms_norm(x, final_norm_);
@@ -284,7 +325,7 @@ TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, dou
   if (T < 2) throw std::invalid_argument("sequence_logprobs: need at least 2 tokens per sequence");
   auto hidden = forward(input_ids).narrow(1, 0, T - 1).reshape({-1, config_.hidden_size});
   auto targets = input_ids.narrow(1, 1, T - 1).reshape({-1});
-  auto out = token_logprobs(hidden, lm_head_, targets, temperature, with_entropy);
+  auto out = token_logprobs(hidden, lm_head_, targets, temperature, with_entropy, 0, -1, &lm_head_packed());
   out.logprobs = out.logprobs.view({B, T - 1});
   if (out.entropy.defined()) out.entropy = out.entropy.view({B, T - 1});
   return out;

@@ -6,6 +6,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,21 @@ struct ModelOptions {
   bool inference_layout = false;
 };
 
+// A weight's packed GEMM panels for the training layout, packed on first use and again
+// whenever the weight changed since (its version counter moved: the optimiser's and
+// every other in-place write bump it), so stale panels are never read. Keeps the
+// trainer from packing each weight once per GEMM call (per micro-batch, per chunk).
+class PackedCache {
+ public:
+  // The panels of w [out, in] (empty where packing does not pay: see bi::packed_available).
+  const bi::PackedWeight& get(const torch::Tensor& w);
+
+ private:
+  bi::PackedWeight packed_;
+  const void* data_ = nullptr;
+  int64_t version_ = -1;
+};
+
 class Transformer {
  public:
   // Weights are allocated (uninitialised); fill them with load() or init_random().
@@ -60,6 +76,14 @@ class Transformer {
   // panels of the inference layout); the one place to do it, called by every writer.
   void weights_changed();
   const torch::Tensor& lm_head_weight() const { return lm_head_; }
+  // lm_head's packed panels when the float32 CPU kernels use them (else empty): the
+  // engine's packed copy, or the training layout's cache.
+  const bi::PackedWeight& lm_head_packed();
+  // nn::weights_digest of the parameters when this model's log-probs come from the
+  // batch-invariant kernels (float32 on the CPU, RLHOST_BATCH_INVARIANT not 0), else
+  // "": equal digests mean equal log-probs, bit for bit. Computed on first use after
+  // each weights_changed() (one pass over the weights), then cached.
+  std::string exact_weights_digest();
 
   // Training path. input_ids [B, T] (right-padded), positions default arange(T).
   // Returns final-norm hidden states [B, T, H].
@@ -95,7 +119,12 @@ class Transformer {
     // The same matrices packed for the float32 CPU GEMM (inference layout on
     // AVX-512 CPUs; refreshed by weights_changed()).
     bi::PackedWeight qkv_p, o_p, gate_up_p, down_p;
+    // The training layout's panels, packed on use (PackedCache).
+    mutable PackedCache q_c, k_c, v_c, o_c, gate_c, up_c, down_c;
   };
+  // `w`'s panels for a float32 CPU forward: `p` (inference layout) or the cache.
+  const bi::PackedWeight& panels(const bi::PackedWeight& p, PackedCache& cache, const torch::Tensor& w,
+                                 const torch::Tensor& x) const;
   void fuse_projections();
   template <class Attend>
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend);
@@ -110,7 +139,11 @@ class Transformer {
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   torch::Tensor embed_, final_norm_, lm_head_;
   bi::PackedWeight lm_head_p_;
+  PackedCache lm_head_c_;
   std::vector<Layer> layers_;
+  std::mutex digest_mu_;
+  uint64_t weights_generation_ = 0, digest_generation_ = ~uint64_t(0);
+  std::string digest_;
   RopeTable rope_;
 };
 

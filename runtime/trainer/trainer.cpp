@@ -9,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "dist/dist.hpp"
+#include "nn/weights_digest.hpp"
 
 namespace rl::trainer {
 
@@ -195,7 +196,8 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
   auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
-  auto out = nn::token_logprobs(flat, m.lm_head_weight(), on_device(p.targets), opts_.temperature, with_entropy);
+  auto out = nn::token_logprobs(flat, m.lm_head_weight(), on_device(p.targets), opts_.temperature, with_entropy, 0, -1,
+                                &m.lm_head_packed());
   auto index = on_device(p.cols);
   auto logp = torch::zeros({B * R}, out.logprobs.options()).index_put({index}, out.logprobs).view({B, R});
   if (entropy && with_entropy)
@@ -410,6 +412,8 @@ void Trainer::validate(const TrainBatch& b) const {
                                 "rewards, loss_masks)");
   if (!b.rollout_log_probs.empty() && static_cast<int64_t>(b.rollout_log_probs.size()) != n)
     throw std::invalid_argument("trainer: batch.rollout_log_probs has a different sample count");
+  if (!b.logprob_digests.empty() && static_cast<int64_t>(b.logprob_digests.size()) != n)
+    throw std::invalid_argument("trainer: batch.logprob_digests has a different sample count");
   const int64_t vocab = policy_->config().vocab_size;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(b.tokens[i].size()), r = b.response_lengths[i];
@@ -468,7 +472,12 @@ Metrics Trainer::train(const TrainBatch& b) {
   // are off-policy and PPO's ratio and clipping apply. One step needs none: its
   // ratio is exp(logp - logp.detach()).
   behaviour_logp_.clear();
-  if (n > gbs && !opts_.use_rollout_logprobs) behaviour_logp_ = response_logprobs(b);
+  double old_s = 0, from_rollout = -1;
+  if (n > gbs && !opts_.use_rollout_logprobs) {
+    const auto t_old = std::chrono::steady_clock::now();
+    behaviour_logp_ = behaviour_logprobs(b, &from_rollout);
+    old_s = seconds_since(t_old);
+  }
   Metrics last;
   int64_t steps = 0;
   for (int64_t s = 0; s < n; s += gbs) {
@@ -481,7 +490,53 @@ Metrics Trainer::train(const TrainBatch& b) {
   last["train/step"] = static_cast<double>(step_);
   last["perf/step_time"] = seconds_since(t0);
   last["perf/train_steps"] = static_cast<double>(steps);
+  last["perf/old_logprob_time"] = old_s;
+  if (from_rollout >= 0) last["train/old_logprobs_from_rollout"] = from_rollout;
   return last;
+}
+
+std::vector<char> Trainer::rollout_is_policy(const TrainBatch& b) {
+  std::vector<char> out(b.tokens.size(), 0);
+  if (opts_.old_logprobs == OldLogprobs::recompute || b.logprob_digests.empty() || b.rollout_log_probs.empty() ||
+      opts_.bf16)
+    return out;
+  // "" unless the policy computes with the batch-invariant kernels (float32 on the CPU).
+  const std::string mine = policy_->exact_weights_digest();
+  if (mine.empty()) return out;
+  const std::string want = nn::logprob_digest(mine, opts_.temperature);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = b.logprob_digests[i] == want;
+  return out;
+}
+
+// A sample whose engine reported the digest of these very weights at this temperature
+// from the batch-invariant kernels holds this policy's log-probs already, bit for bit:
+// the engine computed them with the kernels the trainer's forward uses. The others are
+// recomputed (all of them under old_logprobs = recompute).
+std::vector<std::vector<float>> Trainer::behaviour_logprobs(const TrainBatch& b, double* from_rollout) {
+  const auto exact = rollout_is_policy(b);
+  const bool check = opts_.old_logprobs == OldLogprobs::check;
+  std::vector<int64_t> redo;
+  int64_t taken = 0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    if (!exact[i] || check) redo.push_back(static_cast<int64_t>(i));
+    taken += exact[i];
+  }
+  auto out = response_logprobs(b, redo);
+  for (size_t i = 0; i < exact.size(); ++i) {
+    if (!exact[i]) continue;
+    const auto& roll = b.rollout_log_probs[i];
+    if (check) {
+      for (size_t j = 0; j < roll.size(); ++j)
+        if (b.loss_masks[i][j] != 0 && !(out[i][j] == roll[j]))
+          throw std::runtime_error("trainer: old_logprobs = check: sample " + std::to_string(i + 1) + ", response token " +
+                                   std::to_string(j + 1) + ": the rollout's log-prob " + std::to_string(roll[j]) +
+                                   " differs from the policy's " + std::to_string(out[i][j]) +
+                                   " although its engine reported this policy's weights digest");
+    }
+    out[i] = roll;
+  }
+  *from_rollout = exact.empty() ? 0.0 : static_cast<double>(taken) / static_cast<double>(exact.size());
+  return out;
 }
 
 // Data parallel, before the first step: rank 0's weights everywhere. Every call:
@@ -516,11 +571,16 @@ int64_t Trainer::prepare_data_parallel(dist::ProcessGroup& g, int64_t n) {
 }
 
 std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b) {
-  torch::NoGradGuard ng;
-  std::vector<std::vector<float>> out(b.tokens.size());
   std::vector<int64_t> all(b.tokens.size());
   std::iota(all.begin(), all.end(), 0);
-  for (const auto& mb : micro_batches(b, all)) {
+  return response_logprobs(b, all);
+}
+
+std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b, const std::vector<int64_t>& idx) {
+  torch::NoGradGuard ng;
+  std::vector<std::vector<float>> out(b.tokens.size());
+  if (idx.empty()) return out;
+  for (const auto& mb : micro_batches(b, idx)) {
     Packed p = pack(b, mb);
     auto lp = response_logp(*policy_, p, false, nullptr).to(torch::kCPU).contiguous();
     const auto acc = lp.accessor<float, 2>();

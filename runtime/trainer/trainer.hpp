@@ -34,11 +34,19 @@ struct OptimizerOptions {
   double clip_grad = 1.0;             // global-norm clipping; <= 0 disables
 };
 
+// Where the behaviour ("old") log-probs of a multi-step train() come from.
+enum class OldLogprobs {
+  automatic,  // the rollout's, for each sample whose engine proved them this policy's (logprob_digests); else recomputed
+  recompute,  // always a no-grad pass of the policy (slime's default)
+  check,      // as automatic, but recompute those too and throw unless they are equal bit for bit
+};
+
 struct TrainerOptions {
   LossOptions loss;
   OptimizerOptions optim;
   double temperature = 1.0;            // the rollout's: log-probs are of softmax(logits / T)
-  bool use_rollout_logprobs = false;   // old log-probs = the engine's (else recomputed)
+  bool use_rollout_logprobs = false;   // old log-probs = the engine's, unconditionally (else old_logprobs)
+  OldLogprobs old_logprobs = OldLogprobs::automatic;
   double kl_coef = 0.0;                // KL as reward shaping (reinforce++ family)
   KlType kl_type = KlType::k1;        // slime's --kl-loss-type default, also for kl_coef
   double gamma = 1.0;
@@ -61,6 +69,9 @@ struct TrainBatch {
   std::vector<double> rewards;
   std::vector<std::vector<float>> loss_masks;
   std::vector<std::vector<float>> rollout_log_probs;  // empty, or one per sample
+  // Empty, or one per sample: the logprob_digest its engine reported with the log-probs
+  // (nn/weights_digest.hpp; "" when none, or when its requests disagreed).
+  std::vector<std::string> logprob_digests;
 };
 
 using Metrics = std::map<std::string, double>;
@@ -95,6 +106,8 @@ class Trainer {
   // Log-probs of each sample's response tokens under the current policy (no grad):
   // [B] vectors, for engine/trainer agreement checks.
   std::vector<std::vector<float>> response_logprobs(const TrainBatch& batch);
+  // The same for the samples `idx` only (the others' lists stay empty).
+  std::vector<std::vector<float>> response_logprobs(const TrainBatch& batch, const std::vector<int64_t>& idx);
 
   nn::Transformer& policy() { return *policy_; }
   const std::shared_ptr<nn::Transformer>& policy_ptr() const { return policy_; }
@@ -121,6 +134,11 @@ class Trainer {
                                               const StepNorm& norm);
   Metrics accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm);
   double clip_and_step(const StepNorm& norm, Metrics& m);
+  // Per sample: 1 when its rollout log-probs are provably this policy's own.
+  std::vector<char> rollout_is_policy(const TrainBatch& b);
+  // The policy's log-probs of every sample before this train() call (old_logprobs);
+  // *from_rollout: the share of samples that took the rollout's.
+  std::vector<std::vector<float>> behaviour_logprobs(const TrainBatch& b, double* from_rollout);
   double lr_at(int64_t step) const;
   int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,

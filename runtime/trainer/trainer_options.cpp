@@ -99,6 +99,13 @@ TrainerOptions trainer_options_from_json(const json& j) {
       {"clip_grad", [&](const json& v, const std::string& k) { op.clip_grad = num(v, k); }},
       {"rollout_temperature", [&](const json& v, const std::string& k) { o.temperature = num(v, k); }},
       {"use_rollout_logprobs", [&](const json& v, const std::string& k) { o.use_rollout_logprobs = boolean(v, k); }},
+      {"old_logprobs", [&](const json& v, const std::string& k) {
+         const auto t = str(v, k);
+         if (t == "auto") o.old_logprobs = OldLogprobs::automatic;
+         else if (t == "recompute") o.old_logprobs = OldLogprobs::recompute;
+         else if (t == "check") o.old_logprobs = OldLogprobs::check;
+         else throw std::invalid_argument("trainer option 'old_logprobs': auto, recompute or check expected, got '" + t + "'");
+       }},
       {"kl_coef", [&](const json& v, const std::string& k) { o.kl_coef = num(v, k); }},
       {"gamma", [&](const json& v, const std::string& k) { o.gamma = num(v, k); }},
       {"normalize_advantages", [&](const json& v, const std::string& k) { o.normalize_advantages = boolean(v, k); }},
@@ -166,6 +173,9 @@ json trainer_options_to_json(const TrainerOptions& o) {
       {"clip_grad", op.clip_grad},
       {"rollout_temperature", o.temperature},
       {"use_rollout_logprobs", o.use_rollout_logprobs},
+      {"old_logprobs", o.old_logprobs == OldLogprobs::recompute ? "recompute"
+                       : o.old_logprobs == OldLogprobs::check   ? "check"
+                                                                : "auto"},
       {"kl_coef", o.kl_coef},
       {"gamma", o.gamma},
       {"normalize_advantages", o.normalize_advantages},

@@ -78,6 +78,38 @@ describe("rl.sample", function()
     local back = sample.from_dict(json.decode(json.encode(s:to_dict())))
     eq(back:token_weight_versions(), s:token_weight_versions())
   end)
+  it("keeps the engine's logprob_digest only while every request of the sample reported the same one", function()
+    local D1, D2 = ("a"):rep(32), ("b"):rep(32)
+    local function turn(s, digest, version)
+      s:append_response({ 7 }, { -0.5 }, { meta_info = { finish_reason = { type = "stop" }, weight_version = version,
+        logprob_digest = digest } })
+    end
+    local s = sample.new { prompt = "p" }
+    s.tokens = json.array { 1 }
+    turn(s, D1, 1)
+    eq(s.logprob_digest, D1)
+    turn(s, D1, 1)                       -- a second turn under the same weights
+    eq(s.logprob_digest, D1)
+    turn(s, D2, 2)                       -- resumed after a sync: no longer one policy's
+    eq(s.logprob_digest, nil)
+    turn(s, D2, 2)                       -- and it does not come back
+    eq(s.logprob_digest, nil)
+    local t = sample.new { prompt = "p" }
+    t.tokens = json.array { 1 }
+    turn(t, D1, 1)
+    turn(t, nil, 1)                      -- a request without one (another engine, exact kernels off)
+    eq(t.logprob_digest, nil)
+    local u = sample.new { prompt = "p" }
+    u.tokens = json.array { 1 }
+    turn(u, 42, 1)                       -- not a string: not a digest
+    eq(u.logprob_digest, nil)
+    -- it survives the round trip of a partial rollout's buffer
+    turn(s, nil, 3)
+    local v = sample.new { prompt = "p" }
+    v.tokens = json.array { 1 }
+    turn(v, D1, 1)
+    eq(sample.from_dict(json.decode(json.encode(v:to_dict()))).logprob_digest, D1)
+  end)
   it("round-trips through to_dict / JSON / from_dict, keeping unknown keys", function()
     local s = sample.new { prompt = { { role = "user", content = "hi" } }, label = "2", index = 1 }
     s.trace = { version = 1, events = json.array() }

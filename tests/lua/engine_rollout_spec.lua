@@ -118,7 +118,7 @@ describe("rl.rollout over the router and a real engine", function()
       rollout_max_response_len = 24, extra_sampling_params = { ignore_eos = true }, abort_retry_interval = 0.05 }
     -- the first group finishes at once; the others are still generating
     ro.generate = function(self, s, params)
-      if s.group_index ~= 0 then params = rl.rollout._copy(params); params.max_new_tokens = 400 end
+      if s.group_index ~= 0 then local p2 = {}; for k, v in pairs(params) do p2[k] = v end; params = p2; params.max_new_tokens = 400 end
       return rl.rollout.Rollout.generate(self, s, params)
     end
     local groups, m, aborted = ro:generate_rollout(0)

@@ -197,6 +197,23 @@ describe("rl.rollout.train_data", function()
     eq(c.raw_reward, { 1, 0, 0, 0 })
     eq(c.advantage_estimator, "gspo")
   end)
+  it("passes each sample's logprob_digest on as batch.logprob_digests, and none when no sample has one", function()
+    local D = ("c"):rep(32)
+    local g = group(0, { 1, 0, 1 })
+    g[1].logprob_digest, g[3].logprob_digest = D, D
+    g[3].reward = nil                  -- skipped: not in the batch
+    local b = train_data.convert({ g })
+    eq(b.size, 2)
+    eq(b.logprob_digests, { D, "" })   -- "" for a sample without one: the trainer recomputes it
+    eq(train_data.convert({ group(0, { 1, 0 }) }).logprob_digests, nil)
+    -- without rollout log-probs there is nothing for a digest to vouch for
+    local h = group(0, { 1, 0 })
+    for _, s in ipairs(h) do s.logprob_digest = D; s.rollout_log_probs = nil end
+    local c = train_data.convert({ h })
+    eq(c.rollout_log_probs, nil)
+    eq(c.logprob_digests, nil)
+    for _, part in ipairs(train_data.split(b, 2)) do eq(#part.logprob_digests, part.size) end
+  end)
   it("splits across ranks with balanced total lengths", function()
     local parts, sums = train_data.balanced_partitions({ 10, 9, 1, 1, 8, 2 }, 2)
     eq(#parts[1], 3)

@@ -188,6 +188,68 @@ describe("rl.trainer", function()
     os.remove((path:gsub("%.jsonl$", "")))
   end, { timeout = 120 })
 
+  it("old log-probs come from the rollout where the engine proves them the trainer's own, else are recomputed", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+    local tok = assert(rl.tokenizer.load(STORIES))
+    local path = os.tmpname() .. ".jsonl"
+    local f = assert(io.open(path, "w"))
+    for _, p in ipairs { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red" } do
+      f:write(rl.json.encode { input = p, label = "x" }, "\n")
+    end
+    f:close()
+    local ro = rl.rollout.new { engine = eng, tokenizer = tok, data = rl.data.load(path, { label_key = "label" }),
+      reward = function(s) return #s.response % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
+      rollout_max_response_len = 10 }
+    local function batch_at(id)
+      return rl.rollout.train_data.convert(ro:generate_rollout(id), { estimator = "grpo" })
+    end
+    local batch = batch_at(0)
+    eq(#batch.logprob_digests, batch.size)
+    for _, d in ipairs(batch.logprob_digests) do eq(d, batch.logprob_digests[1]); eq(#d, 32) end
+    -- two optimiser steps per rollout: the behaviour log-probs are the policy's before the first
+    local opts = { model = STORIES, optimizer = { lr = 1e-3 }, micro_batch_size = 4, global_batch_size = 4 }
+    local function trainer(mode)
+      local o = {}
+      for k, v in pairs(opts) do o[k] = v end
+      o.old_logprobs = mode
+      return rl.trainer.new(o)
+    end
+    -- check: recomputes them too and finds them equal bit for bit
+    local checked = trainer("check")
+    local m = assert(checked:train(batch))
+    eq(m["train/old_logprobs_from_rollout"], 1)
+    -- auto takes them: the same step as recomputing them (same loss, same grad norm, same weights)
+    local auto, again = trainer("auto"), trainer("recompute")
+    local ma, mr = assert(auto:train(batch)), assert(again:train(batch))
+    eq(ma["train/old_logprobs_from_rollout"], 1)
+    eq(mr["train/old_logprobs_from_rollout"], 0)
+    eq(ma["train/loss"], mr["train/loss"])
+    eq(ma["train/grad_norm"], mr["train/grad_norm"])
+    eq(auto:logprobs(batch), again:logprobs(batch))
+    -- the trainer has moved on and the engine has not: nothing is taken
+    local m2 = assert(auto:train(batch))
+    eq(m2["train/old_logprobs_from_rollout"], 0)
+    -- synced, the next rollout is the trainer's own again
+    assert(auto:sync(eng))
+    local next_batch = batch_at(1)
+    ok(next_batch.logprob_digests[1] ~= batch.logprob_digests[1], "new weights, new digest")
+    eq(assert(auto:train(next_batch))["train/old_logprobs_from_rollout"], 1)
+    -- a log-prob that is not the policy's under a digest that says it is: check mode fails
+    local fresh = trainer("check")
+    assert(fresh:sync(eng))  -- an untrained trainer: the engine's weights are its own again
+    local bad = batch_at(2)
+    local i = 1
+    while bad.response_lengths[i] < 2 do i = i + 1 end
+    bad.rollout_log_probs[i][2] = bad.rollout_log_probs[i][2] * (1 + 2 ^ -20)
+    local r, err = fresh:train(bad)
+    eq(r, nil)
+    ok(tostring(err):find(("old_logprobs = check: sample %d, response token 2"):format(i), 1, true), err)
+    raises(function() trainer("sometimes") end, "'opts.old_logprobs' ('auto', 'recompute', 'check' expected, got 'sometimes')")
+    eng:stop()
+    os.remove(path)
+    os.remove((path:gsub("%.jsonl$", "")))
+  end, { timeout = 180 })
+
   it("bf16 mixed precision: float32 master weights, bf16 compute, the float32 step within rounding", function()
     local dir = assert(rl.model.init { config = TINY, seed = 7, dir = tmpdir() })
     local b = batch_of({ { 1, 2, 3, 40, 41, 42, 43 }, { 1, 2, 3, 50, 51, 52, 53 } }, 4, { 1, -1 })

@@ -20,6 +20,7 @@
 ---@field max_tokens_per_gpu? integer
 ---@field rollout_temperature? number
 ---@field use_rollout_logprobs? boolean
+---@field old_logprobs? "auto"|"recompute"|"check" old log-probs: the rollout's where the engine's weights digest proves them the policy's own (auto), always recomputed, or recomputed and checked bit for bit
 ---@field kl_coef? number
 ---@field gamma? number
 ---@field normalize_advantages? boolean

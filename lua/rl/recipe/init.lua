@@ -206,6 +206,7 @@ local function make_trainer(opt, job)
     loss = loss, optimizer = optimizer,
     global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
+    old_logprobs = opt.old_logprobs,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
   }
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0

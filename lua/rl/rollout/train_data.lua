@@ -12,7 +12,7 @@ local metrics = require "rl.rollout.metrics"
 local M = {}
 
 M.FIELDS = { "tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "group_indices",
-             "rollout_ids", "loss_masks", "rollout_log_probs", "total_lengths", "samples" }
+             "rollout_ids", "loss_masks", "rollout_log_probs", "logprob_digests", "total_lengths", "samples" }
 
 local function mask_of(s)
   local m = {}
@@ -68,7 +68,7 @@ function M.convert(samples, opts)
   end
   local b = {}
   for _, f in ipairs(M.FIELDS) do b[f] = {} end
-  local has_lp = true
+  local has_lp, has_digest = true, false
   for i = 1, n do
     local s = keep[i]
     local mask = mask_of(s)
@@ -88,8 +88,14 @@ function M.convert(samples, opts)
     local lp = s.rollout_log_probs
     if type(lp) == "table" and lp ~= json.null and #lp == s.response_length then b.rollout_log_probs[i] = lp
     else has_lp = false end
+    -- the engine's proof that the log-probs are the trainer's own ("" none): rl.trainer
+    -- then skips recomputing them (old_logprobs = "auto")
+    local d = s.logprob_digest
+    b.logprob_digests[i] = type(d) == "string" and d or ""
+    if b.logprob_digests[i] ~= "" then has_digest = true end
   end
   if not has_lp then b.rollout_log_probs = nil end
+  if not has_lp or not has_digest then b.logprob_digests = nil end
   b.size = n
   if type(est) == "string" then b.advantage_estimator = est end
   local m = { ["rollout/skipped_samples"] = skipped, ["rollout/trimmed_samples"] = #keep - n }

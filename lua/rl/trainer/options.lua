@@ -49,6 +49,10 @@ M.BATCH = {
   { name = "max_tokens_per_gpu", type = "int", default = 0, min = 0, help = "dynamic micro-batches of at most this many tokens" },
   { name = "rollout_temperature", type = "number", default = 1.0 },
   { name = "use_rollout_logprobs", type = "bool", default = false },
+  { name = "old_logprobs", type = "string", default = "auto", choices = { "auto", "recompute", "check" },
+    help = "old log-probs of a multi-step rollout: auto takes the rollout's where the engine proved them the trainer's "
+      .. "own (same weights digest, exact kernels), recompute always runs the no-grad pass, check recomputes and fails "
+      .. "unless equal bit for bit" },
   { name = "kl_coef", type = "number", default = 0.0, help = "KL penalty in the reward" },
   { name = "gamma", type = "number", default = 1.0 },
   { name = "normalize_advantages", type = "bool", help = "(default: false; true for reinforce++)" },

@@ -226,7 +226,7 @@ CATCH_TEST_CASE("paged_attention computes every output in the portable kernel's 
   }
 }
 
-CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression's bits", "[bi]") {
+CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression's bits, and its gradient", "[bi]") {
   torch::manual_seed(4);
   for (int64_t D : {2, 8, 64, 70}) {
     // A view into a fused projection (row stride > H * D), as the transformer passes it.
@@ -238,10 +238,25 @@ CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression'
       torch::NoGradGuard ng;
       fast = rl::nn::apply_rope(x, cos, sin);
     }
-    auto xg = x.detach().clone().requires_grad_(true);  // autograd takes the tensor expression
-    auto ref = rl::nn::apply_rope(xg, cos, sin).detach();
+    // The tensor expression, spelled out: x * cos + rotate_half(x) * sin, per head.
+    auto expr = [&](const torch::Tensor& t) {
+      const int64_t half = D / 2;
+      auto rot = torch::cat({-t.narrow(-1, half, half), t.narrow(-1, 0, half)}, -1);
+      return t * cos.unsqueeze(-2) + rot * sin.unsqueeze(-2);
+    };
     CATCH_INFO("D " << D);
-    CATCH_CHECK(torch::equal(fast, ref));
+    CATCH_CHECK(torch::equal(fast, expr(x)));
+    // With gradients: the same forward bits through the kernel, and its explicit backward
+    // equal to autograd's of the expression (a view input, as in the trainer).
+    auto base = qkv.clone().requires_grad_(true);
+    auto xv = base.narrow(-1, 4 * D, 4 * D).reshape({2, 5, 4, D});
+    auto y = rl::nn::apply_rope(xv, cos, sin);
+    CATCH_CHECK(torch::equal(y.detach(), fast));
+    auto g = torch::randn_like(y);
+    auto got = torch::autograd::grad({y}, {base}, {g})[0];
+    auto ref_in = qkv.clone().requires_grad_(true);
+    auto want = torch::autograd::grad({expr(ref_in.narrow(-1, 4 * D, 4 * D).reshape({2, 5, 4, D}))}, {ref_in}, {g})[0];
+    CATCH_CHECK(max_abs(got, want) < 1e-5);
   }
 }
 

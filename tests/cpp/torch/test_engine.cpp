@@ -23,6 +23,7 @@
 #include "model/tokenizer.hpp"
 #include "model_fixtures.hpp"
 #include "nn/transformer.hpp"
+#include "nn/weights_digest.hpp"
 
 using namespace rl::engine;
 
@@ -325,7 +326,56 @@ CATCH_TEST_CASE("engine: sampled log-probs equal the training path's bit for bit
       worst = std::max(worst, std::abs(lp[19 + static_cast<int64_t>(i)].item<double>() - o.output_logprobs[i]));
     CATCH_INFO("temperature " << t << " worst " << worst);
     CATCH_CHECK(worst == 0.0);
+    // The trainer's path with gradients (autograd functions, packed panels kept across
+    // calls) computes the same bits, and the engine's weights digest, reported with its
+    // log-probs, is the training layout's own: what lets the trainer take them as its own.
+    model->set_requires_grad(true);
+    auto lp_grad = model->sequence_logprobs(ids, t).logprobs[0].detach();
+    model->set_requires_grad(false);
+    CATCH_CHECK(torch::equal(lp_grad, lp));
+    CATCH_CHECK(o.weights_digest.size() == 32);
+    CATCH_CHECK(o.weights_digest == model->exact_weights_digest());
   }
+}
+
+CATCH_TEST_CASE("weights digest: by value whatever the layout, and any change of a weight changes it", "[engine]") {
+  rl::nn::ModelOptions inf;
+  inf.inference_layout = true;
+  auto train = rl::nn::Transformer::from_pretrained(rl::test::stories_dir());
+  auto engine_layout = rl::nn::Transformer::from_pretrained(rl::test::stories_dir(), inf);
+  const auto d = train->exact_weights_digest();
+  CATCH_CHECK(d == engine_layout->exact_weights_digest());
+  CATCH_CHECK(d == rl::nn::weights_digest(train->named_parameters()));
+  // One ulp of one element of one matrix, in either layout.
+  std::string changed;
+  for (auto* m : {train.get(), engine_layout.get()}) {
+    torch::NoGradGuard ng;
+    auto w = m->parameter("model.layers.1.mlp.up_proj.weight");
+    const float before = w[3][5].item<float>();
+    w[3][5].fill_(std::nextafter(before, 1.0f));
+    m->weights_changed();
+    CATCH_CHECK(m->exact_weights_digest() != d);
+    CATCH_CHECK((changed.empty() || changed == m->exact_weights_digest()));  // same change, same digest
+    changed = m->exact_weights_digest();
+    w[3][5].fill_(before);
+    m->weights_changed();
+    CATCH_CHECK(m->exact_weights_digest() == d);
+  }
+  // The same values under other names, or swapped between two tensors, are other weights.
+  auto params = train->named_parameters();
+  torch::Tensor* q = nullptr;
+  torch::Tensor* o = nullptr;
+  for (auto& [name, t] : params) {
+    if (name == "model.layers.0.self_attn.q_proj.weight") q = &t;
+    if (name == "model.layers.0.self_attn.o_proj.weight") o = &t;
+  }
+  CATCH_REQUIRE((q && o && q->sizes() == o->sizes()));
+  std::swap(*q, *o);
+  CATCH_CHECK(rl::nn::weights_digest(params) != d);
+  // A log-prob digest also names the temperature; greedy log-probs are those of temperature 1.
+  CATCH_CHECK(rl::nn::logprob_digest(d, 1.0) != rl::nn::logprob_digest(d, 0.7));
+  CATCH_CHECK(rl::nn::logprob_digest(d, 0.0) == rl::nn::logprob_digest(d, 1.0));
+  CATCH_CHECK(rl::nn::logprob_digest(d, 1.0) != rl::nn::logprob_digest(changed, 1.0));
 }
 
 CATCH_TEST_CASE("engine: a request's tokens and log-probs do not depend on what else is in the batch", "[engine]") {
