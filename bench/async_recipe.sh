@@ -35,6 +35,11 @@ for r in rows:
     step_t = statistics.median(x["perf/total_step_time"] for x in steps[1:]) if len(steps) > 1 else float("nan")
     stale = [x.get("async/staleness_max", 0) for x in steps]
     by.setdefault(r["mode"], []).append((float(r["wall_s"]), step_t, acc[0] if acc else float("nan"), max(stale)))
+    steps_sum = sum(x["perf/total_step_time"] for x in steps)
+    ev = sum(x.get("perf/eval_time", 0) for x in evals)
+    print(f"{r['mode']:>13} round {r['round']}: steps {steps_sum:.1f} s in all (train {sum(x.get('perf/actor_train_time', 0) for x in steps):.1f} s, "
+          f"rollout {sum(x.get('perf/rollout_time', 0) for x in steps):.1f} s, waited for it "
+          f"{sum(x.get('perf/rollout_wait_time', x.get('perf/rollout_time', 0)) for x in steps):.1f} s), evals {ev:.1f} s")
     print(f"{r['mode']:>13} round {r['round']}: wall {float(r['wall_s']):.1f} s, median step (1+) {step_t:.2f} s, "
           f"held-out acc {acc[0] if acc else float('nan'):.3f}, staleness max {max(stale)}")
 if "off" in by and "one-step-off" in by:

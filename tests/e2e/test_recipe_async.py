@@ -16,13 +16,12 @@ real router:
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl  # noqa: E402
 import support  # noqa: E402
-from test_recipe_grpo import WARMUP  # noqa: E402
+from test_recipe_grpo import TinyModel  # noqa: E402
 
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k_async.lua")
 
@@ -44,43 +43,28 @@ print(rl.json.encode(out))
 """
 
 
-class AsyncRecipe(RlhostTestCase):
+class AsyncRecipe(TinyModel, RlhostTestCase):
     tmp_prefix = "rlhost-async-"
 
-    @classmethod
-    def setUpClass(cls):
-        cls._models = tempfile.TemporaryDirectory(prefix="rlhost-async-model-")
-        cls.model = os.path.join(cls._models.name, "model")
-        r = subprocess.run([BIN, os.path.join(SOURCE_DIR, "recipes", "sft_warmup.lua"), "--out", cls.model, *WARMUP],
-                           capture_output=True, text=True, timeout=240)
-        if r.returncode != 0:
-            raise AssertionError("sft_warmup failed (%d):\n%s\n%s" % (r.returncode, r.stdout, r.stderr))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._models.cleanup()
+    def flags(self, *extra):
+        m = self.model
+        return ["--hf-checkpoint", m, "--prompt-data", m + "/data/train.jsonl", "--rollout-batch-size", "2",
+                "--n-samples-per-prompt", "4", "--rollout-max-response-len", "12", "--dynamic-sampling-filter", "none",
+                "--threads", "1", "--lr", "1e-3", "--no-progress", *extra]
 
     def run_recipe(self, *extra, timeout=240):
-        m = self.model
-        r = subprocess.run([BIN, "--no-control", RECIPE, "--hf-checkpoint", m, "--prompt-data", m + "/data/train.jsonl",
-                            "--rollout-batch-size", "2", "--n-samples-per-prompt", "4",
-                            "--rollout-max-response-len", "12", "--dynamic-sampling-filter", "none", "--threads", "1",
-                            "--lr", "1e-3", "--no-progress", "--metrics-dir", self.dir + "/m",
-                            *(() if "--save-debug-rollout-data" in extra
-                              else ("--save-debug-rollout-data", self.dir + "/dump/rollout_{rollout_id}.pt")), *extra],
+        dump = () if "--save-debug-rollout-data" in extra else \
+            ("--save-debug-rollout-data", self.dir + "/dump/rollout_{rollout_id}.pt")
+        r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--metrics-dir", self.dir + "/m", *dump, *extra)],
                            capture_output=True, text=True, timeout=timeout, env=self.env, cwd=self.dir)
         if r.returncode != 0:
             self.fail("recipe exited %d\n%s\n%s" % (r.returncode, r.stdout, r.stderr[-6000:]))
         return [m for m in read_jsonl(self.dir + "/m/metrics.jsonl") if "rollout/step" in m]
 
     def start_recipe(self, *extra):
-        m = self.model
         log = open(os.path.join(self.dir, "recipe.log"), "w")
         self.addCleanup(log.close)
-        p = subprocess.Popen([BIN, "--no-control", RECIPE, "--hf-checkpoint", m, "--prompt-data", m + "/data/train.jsonl",
-                              "--rollout-batch-size", "2", "--n-samples-per-prompt", "4",
-                              "--rollout-max-response-len", "12", "--dynamic-sampling-filter", "none", "--threads", "1",
-                              "--lr", "1e-3", "--no-progress", *extra],
+        p = subprocess.Popen([BIN, "--no-control", RECIPE, *self.flags(*extra)],
                              stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
         self.procs.append(p)
         return p
