@@ -81,7 +81,10 @@ char g_label[160] = "";
 std::mutex g_mu;
 std::condition_variable g_cv;
 bool g_quit = false;
-std::thread g_thread;
+// Never destroyed: a script that calls os.exit() leaves it running, and the destructor of a
+// joinable std::thread at exit would call std::terminate (exit status 134 instead of the
+// script's own).
+std::thread* g_thread = nullptr;
 
 void say(const char* text) {  // straight to stderr: the log may belong to a blocked thread
   size_t left = std::strlen(text);
@@ -252,7 +255,7 @@ void install(lua_State* L) {
     std::lock_guard lk(g_mu);
     g_quit = false;
   }
-  g_thread = std::thread(watchdog);
+  g_thread = new std::thread(watchdog);
 }
 
 void uninstall() {
@@ -262,7 +265,9 @@ void uninstall() {
     g_quit = true;
   }
   g_cv.notify_all();
-  if (g_thread.joinable()) g_thread.join();
+  if (g_thread && g_thread->joinable()) g_thread->join();
+  delete g_thread;
+  g_thread = nullptr;
   if (g_profiler.exchange(false)) luaJIT_profile_stop(g_L);
   signal(SIGURG, SIG_DFL);
   g_deadline = 0;

@@ -215,10 +215,11 @@ class ChatAndTemperature(unittest.TestCase):
 
 class EngineFlags(unittest.TestCase):
     def test_flags_out_of_range_are_usage_errors_naming_the_flag(self):
-        for flags, want in ((["--block-size", "0"], "--block-size (integer >= 1 expected)"),
-                            (["--kv-cache-bytes", "0"], "--kv-cache-bytes (integer >= 1 expected)"),
-                            (["--max-prefill-tokens", "0"], "--max-prefill-tokens (integer >= 1 expected)"),
-                            (["--kv-cache-tokens", "-5"], "--kv-cache-tokens (integer >= 0 expected)"),
+        # the ranges lua/rl/engine/options.lua declares, in its one message shape
+        for flags, want in ((["--block-size", "0"], "--block-size must be at least 1 (got 0)"),
+                            (["--kv-cache-bytes", "0"], "--kv-cache-bytes must be at least 1 (got 0)"),
+                            (["--max-prefill-tokens", "0"], "--max-prefill-tokens must be at least 1 (got 0)"),
+                            (["--kv-cache-tokens", "-5"], "--kv-cache-tokens must be 0 or more (got -5)"),
                             (["--max-top-logprobs", "-1"], "--max-top-logprobs must be 0 or more"),
                             (["--max-response-entries", "-1"], "--max-response-entries must be 0 or more")):
             r = subprocess.run([BIN, "engine", "--model", STORIES, "--port", "0", "--threads", "1", *flags],
