@@ -28,6 +28,23 @@ local function mean(t)
   return s / #t
 end
 
+-- A thread engine on the stories model and a rollout over four prompts (groups of 4,
+-- reward: the response length's parity) → eng, tok, ro, the prompts file's path.
+local function stories_rollout()
+  local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
+  local tok = assert(rl.tokenizer.load(STORIES))
+  local path = os.tmpname() .. ".jsonl"
+  local f = assert(io.open(path, "w"))
+  for _, p in ipairs { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red" } do
+    f:write(rl.json.encode { input = p, label = "x" }, "\n")
+  end
+  f:close()
+  local ro = rl.rollout.new { engine = eng, tokenizer = tok, data = rl.data.load(path, { label_key = "label" }),
+    reward = function(s) return #s.response % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
+    rollout_max_response_len = 10 }
+  return eng, tok, ro, path
+end
+
 describe("rl.trainer", function()
   it("lowers the SFT loss of a tiny model", function()
     local dir = assert(rl.model.init { config = TINY, seed = 3, dir = tmpdir() })
@@ -151,17 +168,7 @@ describe("rl.trainer", function()
   end, { timeout = 180 })
 
   it("one GRPO step end to end: rollout, train, trace, sync", function()
-    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
-    local tok = assert(rl.tokenizer.load(STORIES))
-    local path = os.tmpname() .. ".jsonl"
-    local f = assert(io.open(path, "w"))
-    for _, p in ipairs { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red" } do
-      f:write(rl.json.encode { input = p, label = "x" }, "\n")
-    end
-    f:close()
-    local ro = rl.rollout.new { engine = eng, tokenizer = tok, data = rl.data.load(path, { label_key = "label" }),
-      reward = function(s) return #s.response % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
-      rollout_max_response_len = 10 }
+    local eng, tok, ro, path = stories_rollout()
     local groups = ro:generate_rollout(0)
     local batch = rl.rollout.train_data.convert(groups, { estimator = "grpo" })
     local tr = rl.trainer.new { model = STORIES, optimizer = { lr = 1e-4 }, micro_batch_size = 4 }
@@ -189,17 +196,7 @@ describe("rl.trainer", function()
   end, { timeout = 120 })
 
   it("old log-probs come from the rollout where the engine proves them the trainer's own, else are recomputed", function()
-    local eng = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
-    local tok = assert(rl.tokenizer.load(STORIES))
-    local path = os.tmpname() .. ".jsonl"
-    local f = assert(io.open(path, "w"))
-    for _, p in ipairs { "Once upon a time", "The little dog", "Lily saw a big", "Tom had a red" } do
-      f:write(rl.json.encode { input = p, label = "x" }, "\n")
-    end
-    f:close()
-    local ro = rl.rollout.new { engine = eng, tokenizer = tok, data = rl.data.load(path, { label_key = "label" }),
-      reward = function(s) return #s.response % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
-      rollout_max_response_len = 10 }
+    local eng, tok, ro, path = stories_rollout()
     local function batch_at(id)
       return rl.rollout.train_data.convert(ro:generate_rollout(id), { estimator = "grpo" })
     end
