@@ -265,20 +265,23 @@ def math_style(n):
     return out
 
 
+def unique(rows):
+    """rows without repeats of a (response, label) pair, first kept, order kept."""
+    seen, kept = set(), []
+    for r in rows:
+        key = (r["response"], r["label"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(r)
+    return kept
+
+
 def sets():
     """name -> list of {"response", "label"}."""
     out = {"hand_built": hand_built(), "renderings": renderings(7, 2000) + renderings(99, 5000),
            "math_style": math_style(3000),
            "fragments": fragments(1, 4000) + fragments(2, 4000) + fragments(3, 4000)}
-    for name, rows in out.items():
-        seen, kept = set(), []
-        for r in rows:
-            key = (r["response"], r["label"])
-            if key not in seen:
-                seen.add(key)
-                kept.append(r)
-        out[name] = kept
-    return out
+    return {name: unique(rows) for name, rows in out.items()}
 
 
 # ---- dapo (slime's math_dapo_utils.compute_score): "Answer: ..." lines ------------------
@@ -346,12 +349,4 @@ def dapo_sets():
     """name -> list of {"response", "label"} for the dapo grader."""
     out = {"dapo_hand_built": dapo_hand_built(), "dapo_truncation": dapo_truncation(),
            "dapo_fragments": dapo_fragments(11, 6000) + dapo_fragments(12, 6000)}
-    for name, rows in out.items():
-        seen, kept = set(), []
-        for r in rows:
-            key = (r["response"], r["label"])
-            if key not in seen:
-                seen.add(key)
-                kept.append(r)
-        out[name] = kept
-    return out
+    return {name: unique(rows) for name, rows in out.items()}
