@@ -84,14 +84,34 @@ end
 --- true to get the next signal too — else cancels the foreground task. SIGTERM with
 --- nothing running (an idle REPL) ends the process with 143. Returns false when there
 --- is nothing to do.
+local in_handler, queued   -- a signal that arrives while the handler runs waits for it
+
 function M.interrupt(signal)
   signal = signal or "SIGINT"
+  if in_handler then
+    queued = signal
+    return true
+  end
   if interrupt_handler then
     local fn = interrupt_handler
-    M.set_interrupt_handler(nil)   -- a second Ctrl-C cancels
+    -- A second Ctrl-C cancels unless the handler asks for it (returns true). While it
+    -- runs, graceful_interrupt stays set: a signal arriving now is left to the loop
+    -- (the C++ hook would otherwise raise it inside the handler, and the stop be lost).
+    interrupt_handler, in_handler = nil, true
     local ok, keep = pcall(fn, signal)
-    if not ok then require("rl.log").error("rl.on_interrupt handler failed: " .. tostring(keep)) end
-    if ok and keep == true and interrupt_handler == nil then M.set_interrupt_handler(fn) end
+    in_handler = false
+    if not ok and getmetatable(keep) == rl._Exit then
+      request_exit(keep.code)   -- rl.exit(code) in the handler ends the run
+      return true
+    elseif not ok then
+      require("rl.log").error("rl.on_interrupt handler failed: " .. tostring(keep))
+    end
+    if interrupt_handler == nil then M.set_interrupt_handler(ok and keep == true and fn or nil) end
+    if queued then
+      local again = queued
+      queued = nil
+      return M.interrupt(again)
+    end
     return true
   end
   if foreground and not foreground:done() then

@@ -41,7 +41,8 @@ rl._Exit = Exit
 --- Ctrl-C (or SIGTERM) calls fn(signal) once — signal is "SIGINT" or "SIGTERM" —
 --- instead of cancelling the main task, so a recipe can stop at its next step
 --- boundary after saving; a second signal cancels as usual, unless fn returned true
---- (then it gets the next signal too).
+--- (then it gets the next signal too; one arriving while fn runs reaches it after);
+--- rl.exit(code) inside fn ends the run.
 --- fn = nil removes the handler. Returns the previous handler.
 function rl.on_interrupt(fn)
   if fn ~= nil and type(fn) ~= "function" then

@@ -9,6 +9,7 @@ Python standard library only; every process runs with a timeout.
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import unittest
@@ -269,6 +270,39 @@ class RecipeOptions(CliTest):
 
 
 DEBUG_LINE = re.compile(r"\[debug\] \[[^\]]*grpo\.lua:12\] debug record")
+
+
+class Signals(CliTest):
+    def test_a_signal_during_the_interrupt_handler_reaches_it_next(self):
+        # The first SIGTERM's handler is busy when the second arrives: the second must
+        # reach the handler after it returns (not be raised inside it and lost).
+        recipe = self.write("two_signals.lua", """\
+            local n = 0
+            rl.on_interrupt(function(sig)
+              n = n + 1
+              io.stderr:write(("handler %d %s\\n"):format(n, sig)); io.stderr:flush()
+              if n == 1 then local t = os.clock(); while os.clock() - t < 1.5 do end end
+              if n == 2 then rl.exit(7) end
+              return true
+            end)
+            io.stderr:write("ready\\n"); io.stderr:flush()
+            rl.sleep(60)
+            """)
+        p = subprocess.Popen([BIN, recipe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=clean_env())
+        try:
+            self.assertEqual(p.stderr.readline().strip(), "ready")
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.stderr.readline().strip(), "handler 1 SIGTERM")
+            p.send_signal(signal.SIGTERM)   # while the handler spins
+            _, err = p.communicate(timeout=20)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 7, err)
+        self.assertIn("handler 2 SIGTERM", err)
+        self.assertNotIn("handler failed", err)
 
 
 class Logging(CliTest):

@@ -71,7 +71,8 @@ function rl.exit(code) end
 --- Ctrl-C or SIGTERM calls fn(signal) once ("SIGINT" or "SIGTERM") instead of
 --- cancelling the main task (a graceful stop at the recipe's next step boundary); a
 --- second signal cancels as usual, unless fn returned true (it then gets the next
---- signal too). nil removes it.
+--- signal too; one arriving while fn runs reaches it after). rl.exit(code) inside fn
+--- ends the run. nil removes it.
 ---@param fn fun(signal: "SIGINT"|"SIGTERM"): boolean|nil|nil
 ---@return fun(signal: string)|nil previous
 function rl.on_interrupt(fn) end
