@@ -5,11 +5,14 @@
 //       opts.death_signal (default 9); argv[1] = "@self" runs this rlhost binary
 //   _core.process.kill(pid, sig) -> bool (its group)
 //   _core.process.reap(pid) -> nil | exit code (128 + signal when killed)
+//   _core.process.set_cpus(list) -> list   pins this whole process to a CPU list ("0-3,6")
+//   _core.process.cpus() -> list           the CPUs this process may run on
 #include <csignal>
 #include <string>
 #include <vector>
 
 #include "base/child_process.hpp"
+#include "base/cpu_set.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
 
@@ -65,10 +68,32 @@ int l_reap(lua_State* L) {
   return 1;
 }
 
+int l_set_cpus(lua_State* L) {
+  const std::string spec(arg::string(L, 1, "list"));
+  std::vector<int> cpus;
+  try {
+    cpus = parse_cpu_list(spec);
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(1, "list", e.what());
+  }
+  pin_process(cpus);
+  const std::string out = format_cpu_list(cpus);
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+
+int l_cpus(lua_State* L) {
+  const std::string out = format_cpu_list(allowed_cpus());
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+
 }  // namespace
 
 void open_process(lua_State* L, int t) {
   static const Reg regs[] = {
+      {"set_cpus", entry<l_set_cpus>},
+      {"cpus", entry<l_cpus>},
       {"spawn", entry<l_spawn>},
       {"kill", entry<l_kill>},
       {"reap", entry<l_reap>},

@@ -1,21 +1,36 @@
--- GRPO on GSM8K, one step off policy (slime's train_async.py): the rollout of step k+1
--- is generated while step k trains, so the engines and the trainer work at the same
--- time. Every sample is one weight update old when it trains (staleness 1); the engines'
--- log-probs are the behaviour policy's exactly, and --use-tis corrects for the lag.
+-- GRPO on GSM8K, asynchronous: the engines generate while the trainer trains.
+--   one-step-off (slime's train_async.py): step k+1's rollout is generated while step k
+--     trains; every sample is one weight update old when it trains (staleness 1).
+--   fully-async (slime's fully_async, AReaL, PipelineRL): the engines generate without
+--     pause; a step takes its groups as soon as enough are done, and the new weights swap
+--     in between two decode steps, so a sample may span versions. At most
+--     rollout_batch_size × (K + 1) groups are held; --staleness-policy says what becomes
+--     of a group over K versions old (--max-staleness K).
+-- The engines' log-probs are the behaviour policy's exactly: --use-tis corrects for the
+-- lag with them (with the old log-probs recomputed: AReaL's decoupled PPO loss).
 --
---   rlhost recipes/grpo_gsm8k_async.lua                    # the embedded default model
---   rlhost recipes/grpo_gsm8k_async.lua --async-mode off   # the same recipe, lock-step
+--   rlhost recipes/grpo_gsm8k_async.lua                                       # one step off
+--   rlhost recipes/grpo_gsm8k_async.lua --async-mode fully-async --max-staleness 2 --use-tis
+--   rlhost recipes/grpo_gsm8k_async.lua --async-mode off                      # lock-step
 --
--- Flags are grpo_gsm8k.lua's (slime's) plus --async-mode. On 2 CPU cores, give the engine
--- and the trainer a core each (--engine-mode process --threads 1: the engine is its own
--- process with one thread, the trainer has the other core), so that the overlap is real
--- rather than two thread pools taking turns; docs/recipes.md has the figures.
+-- Flags are grpo_gsm8k.lua's (slime's) plus the three above. On 2 CPU cores, give the
+-- engine and the trainer a core each (--engine-mode process --threads 1 --engine-cpus 1
+-- --trainer-cpus 0: the engine is its own process with one thread, pinned to one core, the
+-- trainer to the other), so that the overlap is real rather than two thread pools taking
+-- turns; docs/recipes.md has the figures.
 
 local reward = rl.reload.watch("rewards.gsm8k_reward")
 local opt = rl.args(rl.recipe.options {
   description = "GRPO on GSM8K, one step off policy: step k+1's rollout runs while step k trains",
-  { name = "async_mode", choices = { "one-step-off", "off" }, default = "one-step-off",
-    help = "one-step-off: the next rollout runs while this step trains (slime's train_async.py); off: lock-step" },
+  { name = "async_mode", choices = { "one-step-off", "fully-async", "off" }, default = "one-step-off",
+    help = "one-step-off: the next rollout runs while this step trains (slime's train_async.py); fully-async: the "
+      .. "engines never wait for the trainer; off: lock-step" },
+  { name = "max_staleness", type = "int", default = 8,
+    help = "fully-async: weight versions a group may lag the policy that trains on it (K; verl's "
+      .. "staleness_threshold, AReaL's max_head_offpolicyness, prime-rl's max_off_policy_steps)" },
+  { name = "staleness_policy", choices = { "wait", "drop", "keep" }, default = "wait",
+    help = "fully-async: steps take groups in admission order and wait for the oldest (none is ever over K), or "
+      .. "take the first done and drop or keep those over K" },
 })
 
 -- The dynamic filter (groups whose rewards differ) and GRPO's group normalisation are
@@ -29,18 +44,24 @@ local function advantages(groups)
 end
 
 local ahead = opt.async_mode == "one-step-off" and rl.recipe.async.one_step_off(job)
+local stream = opt.async_mode == "fully-async"
+  and rl.recipe.async.fully_async(job, { max_staleness = opt.max_staleness, policy = opt.staleness_policy })
 local first, last = job.start_rollout, opt.num_rollout - 1
 if ahead and first <= last then ahead:start(first) end
+if stream and first <= last then stream:start(first) end
 
 for rollout_id = first, last do
   rl.reload.check()
   job:wait_while_paused()
 
   -- 1. This step's groups: generated during the last step's training (one-step-off),
-  --    or now (off). Then the next step's rollout starts, under the weights the engines
-  --    have now, and runs while this step trains.
+  --    the first done (fully-async), or now (off). One-step-off then starts the next
+  --    step's rollout, under the weights the engines have now, to run while this trains.
   local groups
-  if ahead then
+  if stream then
+    groups = stream:take(rollout_id)
+    job:maybe_eval(rollout_id)
+  elseif ahead then
     groups = ahead:take(rollout_id)
     job:maybe_eval(rollout_id)
     if rollout_id < last then ahead:start(rollout_id + 1) end
@@ -52,11 +73,12 @@ for rollout_id = first, last do
   -- 2-3. Advantages, and the policy update on them.
   job:train(advantages(groups))
 
-  -- 4. The new weights to the engines, once the rollout in flight is done (every sample
-  --    is sampled under one version).
+  -- 4. The new weights to the engines: once the rollout in flight is done (one-step-off:
+  --    every sample is sampled under one version), or at once, between two decode steps.
   if ahead then ahead:settle() end
   job:sync()
-  if ahead then ahead:synced(job.step_metrics["rollout/weight_version"]) end
+  local async = ahead or stream
+  if async then async:synced(job.step_metrics["rollout/weight_version"]) end
 
   -- 5. Metrics (async/staleness_*, perf/rollout_wait_time beside slime's); a checkpoint.
   job:log_step()
@@ -64,6 +86,7 @@ for rollout_id = first, last do
   if job.stopping then break end
 end
 if ahead then ahead:cancel() end
+if stream then stream:stop() end
 
 job:maybe_eval(last + 1, true)
 job:maybe_save(last, true)

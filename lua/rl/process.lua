@@ -51,6 +51,28 @@ function M.pid()
   return tonumber(s:match("^(%d+)"))
 end
 
+--- Pins this whole process — every thread it has, and so those they start later — to the
+--- CPUs of `list` ("0-3,6", as taskset and Slurm write it); returns the list as applied.
+--- Raises naming the list, or the CPUs this process may not use. Process-mode engines take
+--- it as their `cpus` option; a recipe's --trainer-cpus pins the trainer with it.
+local unpinned   -- the CPUs before the first set_cpus
+function M.set_cpus(list)
+  if type(list) ~= "string" and type(list) ~= "number" then
+    error("rl.process.set_cpus: bad argument #1 'list' (a CPU list such as \"0-3,6\" expected, got " .. type(list) .. ")", 2)
+  end
+  local before = cr.cpus()
+  local applied = cr.set_cpus(tostring(list))
+  unpinned = unpinned or before
+  return applied
+end
+
+--- The CPUs this process may run on ("0-3,6").
+function M.cpus() return cr.cpus() end
+
+--- The CPUs this process had before set_cpus pinned it (nil when it never did): what a
+--- child that should not share the pinned ones (a process engine) gets back.
+function M.unpinned_cpus() return unpinned end
+
 --- The full path of `name` in PATH (or `name` itself when it holds a slash and
 --- is executable), or nil.
 function M.which(name)

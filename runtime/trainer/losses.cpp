@@ -204,6 +204,11 @@ LossResult policy_loss(const LossOptions& o, const LossInputs& in) {
     r.metrics["tis_clipfrac"] = red(w.ne(tis).to(logp.scalar_type())).detach();
     r.metrics["tis_abs"] = red((tis - 1).abs()).detach();
     r.metrics["ois"] = red(ratio.detach()).detach();
+    // The applied weights' first and second moments (they sum over micro-batches); the
+    // trainer makes the step's effective sample size of them (train/tis_ess).
+    const auto wd = w.detach();
+    r.metrics["tis_weight"] = red(wd).detach();
+    r.metrics["tis_weight_sq"] = red(wd * wd).detach();
   }
 
   const auto pg_loss = red(pg);

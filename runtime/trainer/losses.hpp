@@ -94,7 +94,7 @@ struct LossInputs {
 struct LossResult {
   torch::Tensor loss;  // scalar, differentiable
   // train/ metrics as scalars (detached): loss, pg_loss, pg_clipfrac, ppo_kl, entropy_loss,
-  // kl_loss, tis, tis_clipfrac, tis_abs, ois, train_rollout_logprob_abs_diff — the ones that apply,
+  // kl_loss, tis, tis_clipfrac, tis_abs, ois, tis_weight, tis_weight_sq, train_rollout_logprob_abs_diff — the ones that apply,
   // each reduced like the loss (so micro-batch metrics sum to the step's).
   std::map<std::string, torch::Tensor> metrics;
   // [B, T] 1 where the token's ratio was clipped (policy loss), detached; undefined for SFT.

@@ -391,6 +391,11 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   Metrics m = accumulate_gradients(prep, norm);
   const double grad_norm = clip_and_step(norm, m);
   const double dt = seconds_since(t0);
+  // TIS: the effective sample size of the applied weights as a share of the tokens,
+  // (E w)^2 / E[w^2] in (0, 1]: 1 when the behaviour policy is the proximal one; an
+  // off-policy collapse shows here first (docs/trainer.md, "Losses").
+  if (auto w = m.find("train/tis_weight"), w2 = m.find("train/tis_weight_sq"); w != m.end() && w2 != m.end())
+    m["train/tis_ess"] = w2->second > 0 ? w->second * w->second / w2->second : 0.0;
   m["train/grad_norm"] = grad_norm;
   m["train/lr"] = lr;
   m["train/global_batch_size"] = norm.global_count;

@@ -161,7 +161,7 @@ def policy_loss(o, logp, mask, advantages=None, old_logp=None, entropy=None, ref
             w = torch.clamp(tis, low, high)
         pg = pg * w
         metrics.update(tis=red(tis), tis_clipfrac=red((w != tis).to(DT)), tis_abs=red((tis - 1).abs()),
-                       ois=red(ratio))
+                       ois=red(ratio), tis_weight=red(w), tis_weight_sq=red(w * w))
 
     pg_loss = red(pg)
     loss = pg_loss

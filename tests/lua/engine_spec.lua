@@ -208,6 +208,39 @@ describe("rl.engine process mode", function()
     ok(not rl.process.signal_pid(pid2, 0), "the child is gone")
   end, { timeout = 180 })
 
+  it("pins a process engine, every thread of it, to opts.cpus", function()
+    local last = rl.process.cpus():match("(%d+)$")   -- the last CPU this machine lets us use
+    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 2, cpus = last })
+    assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })   -- its pools have started
+    local n = 0
+    for tid in io.popen("ls /proc/" .. eng.pid .. "/task"):lines() do
+      local f = io.open(("/proc/%d/task/%s/status"):format(eng.pid, tid))
+      if f then
+        local st = f:read("*a")
+        f:close()
+        eq(st:match("Cpus_allowed_list:%s*(%S+)"), last, "thread " .. tid)
+        n = n + 1
+      end
+    end
+    ok(n >= 3, n .. " threads")
+    eng:stop()
+    -- this process pinned (a recipe's --trainer-cpus): an engine without a list of its own
+    -- gets the CPUs the process had before, not the pinned ones
+    local all = rl.process.cpus()
+    rl.process.set_cpus(last)
+    local eng2 = assert(rl.engine.start { model = STORIES, mode = "process", threads = 1 })
+    local f = assert(io.open("/proc/" .. eng2.pid .. "/status"))
+    local st = f:read("*a")
+    f:close()
+    eng2:stop()
+    rl.process.set_cpus(all)
+    eq(st:match("Cpus_allowed_list:%s*(%S+)"), all)
+    -- a thread engine shares this process: cpus is refused, naming the way
+    local okc, err = pcall(rl.engine.start, { model = STORIES, cpus = last })
+    eq(okc, false)
+    ok(tostring(err):find("opts.cpus", 1, true) and tostring(err):find("process", 1, true), err)
+  end, { timeout = 180 })
+
   it("reports a child that cannot start, with its log", function()
     local eng, err = rl.engine.start { model = "/nonexistent/model/dir", mode = "process" }
     eq(eng, nil)

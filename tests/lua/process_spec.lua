@@ -25,6 +25,36 @@ describe("rl.process", function()
     eq(p.code, 128 + 15)
   end, { timeout = 30 })
 
+  it("pins the whole process to a CPU list: its threads, and children started after", function()
+    local all = rl.process.cpus()
+    local last = all:match("(%d+)$")
+    eq(rl.process.set_cpus(last), last)
+    eq(rl.process.cpus(), last)
+    eq(rl.process.unpinned_cpus(), all)   -- what a process engine gets back
+    for tid in io.popen("ls /proc/" .. rl.process.pid() .. "/task"):lines() do
+      local f = io.open("/proc/" .. rl.process.pid() .. "/task/" .. tid .. "/status")
+      if f then
+        eq(f:read("*a"):match("Cpus_allowed_list:%s*(%S+)"), last, "thread " .. tid)
+        f:close()
+      end
+    end
+    local code, out = rl.process.run({ "/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status" }, { timeout = 10 })
+    eq(code, 0)
+    ok(out:find("Cpus_allowed_list:%s*" .. last .. "\n"), out)
+    eq(rl.process.set_cpus(all), all)   -- a narrowed set widens again
+    eq(rl.process.cpus(), all)
+    -- errors name the list, the CPU or the range
+    local okc, err = pcall(rl.process.set_cpus, "3-1")
+    ok(not okc and err:find("'list'", 1, true) and err:find("descending", 1, true), err)
+    okc, err = pcall(rl.process.set_cpus, "100000")
+    ok(not okc and err:find("100000", 1, true), err)
+    okc, err = pcall(rl.process.set_cpus, "1,a")
+    ok(not okc and err:find("'a'", 1, true), err)
+    okc, err = pcall(rl.process.set_cpus, 1023)
+    ok(not okc and err:find("does not exist", 1, true), err)
+    eq(rl.process.cpus(), all)   -- unchanged by the failures
+  end, { timeout = 30 })
+
   it("quotes a word so that a shell reads it back unchanged", function()
     for _, s in ipairs { "plain", "/dev/shm/rlhost-weights-1", "a b", "it's", [[say "hi" $HOME `x` \ ;]], "",
                          "--flag=1,2" } do

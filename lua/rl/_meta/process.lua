@@ -53,6 +53,21 @@ function rl.process.self() end
 ---@return integer
 function rl.process.pid() end
 
+--- Pins this whole process (every thread, and those started later) to a CPU list ("0-3,6");
+--- returns the list as applied.
+---@param list string
+---@return string
+function rl.process.set_cpus(list) end
+
+--- The CPUs this process may run on ("0-3,6").
+---@return string
+function rl.process.cpus() end
+
+--- The CPUs before set_cpus first pinned this process (nil: never pinned); a process engine
+--- started without its own cpus gets them back.
+---@return string|nil
+function rl.process.unpinned_cpus() end
+
 --- `s` as one shell word: unchanged when plainly safe, else single-quoted.
 ---@param s string
 ---@return string

@@ -137,9 +137,12 @@ function Job:rollout_step(rollout_id) end
 ---@return table[][] groups, rl.Sample[] samples
 function Job:take_rollout(rollout_id, r) end
 --- A rollout started ahead of its step drew from the data in `data_state`: checkpoints written
---- before that step trains resume from there.
----@param data_state table|nil
-function Job:rollout_ahead(data_state) end
+--- before that step trains resume from there. A function(trained) -> state gives it when a
+--- checkpoint is written (continuous generation: every untrained group put back); `stop`
+--- stops the generation in the background when the run stops or fails.
+---@param data_state table|fun(trained: boolean): table|nil
+---@param stop fun()|nil
+function Job:rollout_ahead(data_state, stop) end
 
 --- A data-parallel rank > 0 (`rlhost --nproc N`): trains on the share rank 0
 --- scatters each step until rank 0 finishes. The recipe's whole loop on that rank.
@@ -250,3 +253,27 @@ rl.recipe.async = {}
 ---@param job rl.recipe.Job
 ---@return rl.recipe.Ahead
 function rl.recipe.async.one_step_off(job) end
+
+--- rl.recipe.async.fully_async: the engines generate without pause (rl.rollout.stream); a
+--- step takes its groups once enough are eligible; the sync swaps weights between decode steps.
+---@class rl.recipe.FullyAsync
+local Full = {}
+--- Starts the engines generating for steps from rollout_id on.
+---@param rollout_id integer
+function Full:start(rollout_id) end
+--- Step rollout_id's groups (and samples), taken by the job as rollout_step's; the step's
+--- metrics get async/staleness_*, async/tokens_version_<v>, async/dropped_stale_groups,
+--- async/kept_stale_groups, async/groups_held, async/engine_idle_{time,fraction},
+--- async/trainer_idle_fraction, async/max_staleness.
+---@param rollout_id integer
+---@return table[][] groups, rl.Sample[] samples
+function Full:take(rollout_id) end
+--- After job:sync(): the engines' new version; the groups trained into it free their places.
+---@param version string|number|nil
+function Full:synced(version) end
+--- Stops the generation.
+function Full:stop() end
+---@param job rl.recipe.Job
+---@param opts {max_staleness: integer, policy: "wait"|"drop"|"keep"}
+---@return rl.recipe.FullyAsync
+function rl.recipe.async.fully_async(job, opts) end

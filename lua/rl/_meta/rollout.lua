@@ -147,6 +147,37 @@ function rl.rollout.new(opts) end
 function rl.rollout.generate_trace_attrs(meta, info) end
 
 ---@class rl.rollout.filters
+--- rl.rollout.stream: continuous generation (fully asynchronous RL): at most `capacity`
+--- groups held (generating, done, or taken by a step not synced yet).
+---@class rl.rollout.Stream
+local Stream = {}
+--- Starts the producer for steps from rollout_id on (default 0).
+---@param rollout_id integer|nil
+function Stream:start(rollout_id) end
+--- n groups once n are eligible under the policy, and the step's rollout/ and async/ metrics.
+---@param rollout_id integer
+---@param n integer
+---@return table[][] groups, table metrics
+function Stream:take(rollout_id, n) end
+--- The engines now run version index v (one per sync): taken groups free their places.
+---@param v integer
+function Stream:set_version(v) end
+--- The data's state with every held group not trained put back first.
+---@param trained boolean|nil the groups of the step in flight are trained
+---@return table
+function Stream:data_state(trained) end
+--- Seconds no group was generating since the last call.
+---@return number
+function Stream:idle_time() end
+--- Stops the producer and cancels the groups in flight.
+---@param reason string|nil
+function Stream:stop(reason) end
+rl.rollout.stream = {}
+---@param ro rl.Rollout
+---@param opts {capacity: integer, max_staleness: integer, policy: "wait"|"drop"|"keep"|nil, data: rl.data.Source|nil}
+---@return rl.rollout.Stream
+function rl.rollout.stream.new(ro, opts) end
+
 rl.rollout.filters = {}
 ---@return rl.rollout.FilterOutput
 function rl.rollout.filters.nonzero_std(ro, group) end

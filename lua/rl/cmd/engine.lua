@@ -21,7 +21,15 @@ local server_args = {}
 for k, v in pairs(opt) do server_args[k] = v end
 server_args.api_key, server_args.ready_file = nil, nil
 
+-- --cpus: this process, every thread the engine starts included, runs on those CPUs only
+if opt.cpus then
+  local ok, err = pcall(rl.process.set_cpus, opt.cpus)
+  if not ok then rl.args.usage_error("--cpus: " .. tostring(err):gsub("^.-set_cpus: ", "")) end
+  rl.log.info("rlhost engine: pinned to CPUs %s", opt.cpus)
+end
+
 local start_opts = options.from_cli(opt)
+start_opts.cpus = nil
 if opt.disable_overlap_schedule then start_opts.overlap_schedule = "off" end
 start_opts.server_args = rl.json.encode(server_args)
 local started, eng, err = pcall(rl.engine.start, start_opts)

@@ -70,6 +70,10 @@ local function launch_process(opts)
   local argv = { "@self", "engine", "--model", opts.model, "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port=0" end
   for _, a in ipairs(options.argv(opts)) do argv[#argv + 1] = a end
+  -- A child inherits this process's CPUs: when a recipe pinned the trainer here
+  -- (--trainer-cpus), an engine without its own list gets the CPUs it had before.
+  local unpinned = require("rl.process").unpinned_cpus()
+  if opts.cpus == nil and unpinned then argv[#argv + 1] = "--cpus=" .. unpinned end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
   local pid, err = proc.spawn(argv, { log = log })
   if not pid then return nil, "rl.engine.start: " .. err end
@@ -273,7 +277,8 @@ local function launch_engine(opts, mode, fname)
     task.need_task(fname)
     local o = {}
     for k, v in pairs(opts) do
-      if k ~= "threads" and k ~= "max_running_requests" and k ~= "mode" and k ~= "backend" and k ~= "device" then
+      if k ~= "threads" and k ~= "max_running_requests" and k ~= "mode" and k ~= "backend" and k ~= "device"
+         and k ~= "cpus" then
         o[k] = v
       end
     end
@@ -295,7 +300,13 @@ local function launch_engine(opts, mode, fname)
       -- `threads` threads, scheduled by the OS as the native engine's are (vLLM's default
       -- binds one core per server and keeps one for itself)
       o.env.OMP_NUM_THREADS = tostring(opts.threads)
-      o.env.VLLM_CPU_OMP_THREADS_BIND = o.env.VLLM_CPU_OMP_THREADS_BIND or "nobind"
+      o.env.VLLM_CPU_OMP_THREADS_BIND = o.env.VLLM_CPU_OMP_THREADS_BIND or opts.cpus or "nobind"
+    elseif opts.cpus then
+      o.env = o.env or {}
+      local env = {}
+      for k, v in pairs(o.env) do env[k] = v end
+      env.VLLM_CPU_OMP_THREADS_BIND = env.VLLM_CPU_OMP_THREADS_BIND or opts.cpus
+      o.env = env
     end
     return require("rl.engine.vllm").launch(o)
   end
@@ -309,6 +320,10 @@ local function launch_engine(opts, mode, fname)
     return launch_process(opts)
   end
   -- thread mode: the engine loads and serves in this call (no child to wait for)
+  if opts.cpus then
+    error(("%s: bad argument 'opts.cpus' (needs mode = 'process': a thread engine runs in this process, "
+      .. "which rl.process.set_cpus pins as a whole)"):format(fname), 3)
+  end
   local eng, err = start_thread(opts)
   if not eng then return nil, err end
   return launch.ready(eng)

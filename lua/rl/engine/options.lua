@@ -63,6 +63,8 @@ M.NATIVE = {
   { name = "log_file", type = "string", flag = false, help = "process mode: the child's stdout and stderr" },
   { name = "server_args", type = "string", flag = false, help = "JSON object text echoed by /get_server_info" },
   { name = "backend", type = "string", default = "native", choices = { "native", "vllm" }, flag = false },
+  { name = "cpus", type = "string",
+    help = "process mode: pin the engine's process to these CPUs (\"0-3,6\"; default: every CPU it may use)" },
 }
 
 --- `rlhost engine`'s own flags (not rl.engine.start options).
@@ -93,6 +95,7 @@ M.VLLM = {
   { name = "max_running_requests", type = "int", min = 1 },
   { name = "mode", type = "string" },
   { name = "device", type = "string", help = "cpu, or cuda:N (the server sees that GPU only)" },
+  { name = "cpus", type = "string", help = "CPU list its OpenMP threads bind to (VLLM_CPU_OMP_THREADS_BIND)" },
 }
 
 local O = require "rl._options"
@@ -119,6 +122,7 @@ end
 -- The native engine's and its server's options (what the C++ side takes), defaults filled.
 local ENGINE_SIDE = {}
 for _, o in ipairs(M.NATIVE) do if o.flag ~= false or o.name == "model" or o.name == "server_args" then ENGINE_SIDE[o.name] = true end end
+ENGINE_SIDE.cpus = nil   -- the process's own placement (`rlhost engine` applies it), not the engine's
 
 --- The options a thread-mode engine's native start takes: every engine and server option,
 --- declared defaults filled in, plus serve.

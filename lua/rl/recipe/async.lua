@@ -1,10 +1,20 @@
---- rl.recipe.async: a rollout that runs while the trainer trains — one-step-off, slime's
---- train_async.py. The rollout of step k+1 starts as soon as step k's batch is taken and
---- is generated while step k trains; the weight sync waits for it, so each sample is
---- sampled under one version, exactly one update behind the policy that trains on it
---- (staleness 1; verl's staleness_threshold = 1, AReaL's max_head_offpolicyness = 1,
---- prime-rl's max_off_policy_steps = 1). The engines' log-probs of every token are the
---- behaviour policy's bit for bit: --use-tis corrects for the lag with them.
+--- rl.recipe.async: rollouts that run while the trainer trains.
+---
+--- one_step_off (slime's train_async.py): the rollout of step k+1 starts as soon as step
+--- k's batch is taken and is generated while step k trains; the weight sync waits for it,
+--- so each sample is sampled under one version, exactly one update behind the policy that
+--- trains on it (staleness 1; verl's staleness_threshold = 1, AReaL's
+--- max_head_offpolicyness = 1, prime-rl's max_off_policy_steps = 1).
+---
+--- fully_async (slime's fully_async example, AReaL, PipelineRL): the engines generate
+--- continuously (rl.rollout.stream); a step takes its groups as soon as enough are done;
+--- the weight sync swaps the engines' weights between two decode steps while sequences
+--- stay resident, so a sample may span versions (its tokens carry theirs). At most
+--- rollout_batch_size × (K + 1) groups are held; a group over K versions old is dropped,
+--- kept or waited for (--staleness-policy).
+---
+--- The engines' log-probs of every token are the behaviour policy's bit for bit: --use-tis
+--- with recomputed old log-probs is the decoupled PPO loss (AReaL), exact.
 --
 --   local ahead = rl.recipe.async.one_step_off(job)
 --   ahead:start(first)
@@ -16,16 +26,57 @@
 --     job:sync(); ahead:synced(job.step_metrics["rollout/weight_version"])
 --     job:log_step()
 --   end
+--
+--   local stream = rl.recipe.async.fully_async(job, { max_staleness = 2, policy = "drop" })
+--   stream:start(first)
+--   for id = first, last do
+--     job:train(convert(stream:take(id)))      -- the engines generate on meanwhile
+--     job:sync(); stream:synced(job.step_metrics["rollout/weight_version"])
+--     job:log_step()
+--   end
+--   stream:stop()
 local rl = require "rl"
 local task = require "rl.task"
 
 local M = {}
+
+-- The weight versions the engines reported, numbered by sync (the first: 0), and the
+-- staleness metrics of a batch: versions between each trained token's sampling and the
+-- policy that trains on it, tokens per version.
+local Versions = {}
+Versions.__index = Versions
+
+local function versions() return setmetatable({ index = {}, syncs = 0 }, Versions) end
+
+function Versions:synced(version)
+  self.syncs = self.syncs + 1
+  if version ~= nil then self.index[tostring(version)] = self.syncs end
+end
+
+function Versions:metrics(samples)
+  local lo, hi, sum, n, per = math.huge, -math.huge, 0, 0, {}
+  for _, s in ipairs(samples) do
+    for _, v in ipairs(s:token_weight_versions()) do
+      if v then
+        if self.index[v] == nil then self.index[v] = 0 end  -- the engines' first version
+        local st = self.syncs - self.index[v]
+        lo, hi, sum, n = math.min(lo, st), math.max(hi, st), sum + st, n + 1
+        per[v] = (per[v] or 0) + 1
+      end
+    end
+  end
+  local m = {}
+  if n > 0 then m["async/staleness_min"], m["async/staleness_mean"], m["async/staleness_max"] = lo, sum / n, hi end
+  for v, c in pairs(per) do m["async/tokens_version_" .. v] = c end
+  return m
+end
+
 local Ahead = {}
 Ahead.__index = Ahead
 
 --- A one-step-off driver over a job (rl.recipe.setup's).
 function M.one_step_off(job)
-  return setmetatable({ job = job, versions = {}, syncs = 0, engine_idle = 0 }, Ahead)
+  return setmetatable({ job = job, versions = versions(), engine_idle = 0 }, Ahead)
 end
 
 --- Starts the rollout of step `rollout_id` in the background, under the engines' current
@@ -70,7 +121,7 @@ function Ahead:take(rollout_id)
   r.waited = rl.now() - t0
   local groups, samples = self.job:take_rollout(rollout_id, r)
   local m = self.job.step_metrics
-  for k, v in pairs(self:staleness(samples)) do m[k] = v end
+  for k, v in pairs(self.versions:metrics(samples)) do m[k] = v end
   m["async/engine_idle_time"], self.engine_idle = self.engine_idle, 0
   return groups, samples
 end
@@ -83,28 +134,77 @@ function Ahead:cancel()
 end
 
 --- After job:sync(): the engines' new version (what their samples will report).
-function Ahead:synced(version)
-  self.syncs = self.syncs + 1
-  if version ~= nil then self.versions[tostring(version)] = self.syncs end
+function Ahead:synced(version) self.versions:synced(version) end
+
+-- ---- fully asynchronous ------------------------------------------------------------------
+
+local Full = {}
+Full.__index = Full
+
+--- A fully asynchronous driver over a job: opts.max_staleness (K, in weight versions),
+--- opts.policy (drop | keep | wait, rl.rollout.stream's); a step takes the job's
+--- rollout_batch_size groups, and at most that many × (K + 1) are held.
+function M.fully_async(job, opts)
+  opts = opts or {}
+  local n = job.opt.rollout_batch_size
+  local stream = require("rl.rollout.stream").new(job.rollout, { capacity = n * ((opts.max_staleness or 0) + 1),
+    max_staleness = opts.max_staleness, policy = opts.policy, data = job.data })
+  return setmetatable({ job = job, stream = stream, n = n, versions = versions() }, Full)
 end
 
--- Versions between each trained token's sampling and the policy that trains on it.
-function Ahead:staleness(samples)
-  local lo, hi, sum, n, per = math.huge, -math.huge, 0, 0, {}
-  for _, s in ipairs(samples) do
-    for _, v in ipairs(s:token_weight_versions()) do
-      if v then
-        if self.versions[v] == nil then self.versions[v] = 0 end  -- the engines' first version
-        local st = self.syncs - self.versions[v]
-        lo, hi, sum, n = math.min(lo, st), math.max(hi, st), sum + st, n + 1
-        per[v] = (per[v] or 0) + 1
-      end
-    end
-  end
-  local m = {}
-  if n > 0 then m["async/staleness_min"], m["async/staleness_mean"], m["async/staleness_max"] = lo, sum / n, hi end
-  for v, c in pairs(per) do m["async/tokens_version_" .. v] = c end
-  return m
+-- The data a checkpoint keeps (every group not trained put back) and the stop, with the job.
+function Full:_register()
+  local st = self.stream
+  self.job:rollout_ahead(function(trained) return st:data_state(trained) end, function() st:stop("stopping") end)
 end
+
+--- Starts the engines generating for steps from `rollout_id` on (from the job's data,
+--- under their current weights).
+function Full:start(rollout_id)
+  self.stream:start(rollout_id)
+  self.last_take = rl.now()
+  self:_register()
+end
+
+--- The groups of step `rollout_id`, once enough are done (the trainer waits meanwhile:
+--- perf/rollout_wait_time); the step's async metrics: staleness of its tokens, tokens per
+--- version, dropped and kept over-stale groups, and since the last step's take: the
+--- engines' idle time and share (no group generating), the trainer's idle share.
+function Full:take(rollout_id)
+  local t0 = rl.now()
+  local groups, extra = self.stream:take(rollout_id, self.n)
+  local t1 = rl.now()
+  local period = math.max(t1 - self.last_take, 1e-9)
+  self.last_take = t1
+  local _, samples = self.job:take_rollout(rollout_id, { groups = groups, extra = extra, seconds = period,
+                                                         waited = t1 - t0 })
+  self:_register()
+  local m = self.job.step_metrics
+  for k, v in pairs(self.versions:metrics(samples)) do m[k] = v end
+  local idle = self.stream:idle_time()
+  m["async/engine_idle_time"] = idle
+  m["async/engine_idle_fraction"] = math.min(idle / period, 1)
+  m["async/trainer_idle_fraction"] = math.min((t1 - t0) / period, 1)
+  m["async/max_staleness"] = self.stream.max_staleness
+  return groups, samples
+end
+
+--- After job:sync(): the engines' new version; the groups trained into it free their places.
+--- With --use-tis, a step whose importance weights' effective sample size fell below half
+--- the tokens is said once per run (the behaviour policy drifts from the proximal one).
+function Full:synced(version)
+  self.versions:synced(version)
+  self.stream:set_version(self.versions.syncs)
+  local ess = self.job.step_metrics["train/tis_ess"]
+  if ess and ess < 0.5 and not self.ess_warned then
+    self.ess_warned = true
+    require("rl.log").warn(("train/tis_ess %.2f: the importance weights rest on a few tokens (an off-policy "
+      .. "collapse starts so); a smaller --max-staleness or --staleness-policy wait keeps the samples closer to "
+      .. "the policy"):format(ess))
+  end
+end
+
+--- Stops the generation (the end of the run, or a stop).
+function Full:stop() self.stream:stop("stopping") end
 
 return M

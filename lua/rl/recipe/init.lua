@@ -105,6 +105,10 @@ local function fill_defaults(opt, default_model, world_size)
   end
   check_numbers(opt)
   M.check_limits(opt)
+  if opt.engine_cpus and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
+    rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process: "
+      .. "--trainer-cpus places both)")
+  end
 end
 
 local function flag(k) return "--" .. k:gsub("_", "-") end
@@ -226,7 +230,7 @@ end
 -- rl.engine.start's options from the flags (a group's backend, model and overrides go on top).
 local function engine_options(opt, job)
   local eo = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
-               max_running_requests = opt.max_running_requests }
+               max_running_requests = opt.max_running_requests, cpus = opt.engine_cpus }
   if opt.rollout_backend == "vllm" then   -- --vllm-<flag> V: vLLM's --<flag> V
     eo.backend, eo.vllm_args, eo.python = "vllm", opt.vllm_args, opt.vllm_python
   end
@@ -405,6 +409,12 @@ function M.setup(opt, setup_opts)
     require("rl.recipe.engines").check_capacity(opt, job, job.engine_opts)
   end
   rl.torch.set_num_threads(opt.threads)
+  if opt.trainer_cpus then   -- every thread of this process, LibTorch's pool included
+    local ok, err = pcall(rl.process.set_cpus, opt.trainer_cpus)
+    if not ok then rl.args.usage_error("--trainer-cpus: " .. tostring(err):gsub("^.-set_cpus: ", "")) end
+    log.info("trainer pinned to CPUs %s (%d LibTorch threads); engines on %s", opt.trainer_cpus, opt.threads,
+      opt.engine_cpus or (opt.engine_mode == "process" and rl.process.unpinned_cpus()) or "the trainer's")
+  end
   rl.torch.manual_seed(opt.rollout_seed)
   load_inputs(opt, job)
   job.trainer, job.resumed = make_trainer(opt, job)

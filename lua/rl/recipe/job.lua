@@ -69,8 +69,7 @@ function Job:rollout_step(rollout_id)
   self.times = {}
   -- the step in flight: a stop before it has trained puts the data back where it began
   self.step_state = { id = rollout_id, data_state = self.data and self.data:state() }
-  if self.health then self.health:step_start(rollout_id) end
-  if self.faults then self.faults:step_start(rollout_id) end
+  self:step_start(rollout_id)
   if opt.progress then
     self.bar = rl.progress.new { label = "rollout", unit = "samples",
                                  total = opt.rollout_batch_size * opt.n_samples_per_prompt }
@@ -84,13 +83,21 @@ function Job:rollout_step(rollout_id)
   return groups, samples
 end
 
+-- A step begins: the health monitor's and the fault drills' step (their events and
+-- drills are the step's).
+function Job:step_start(rollout_id)
+  if self.health then self.health:step_start(rollout_id) end
+  if self.faults then self.faults:step_start(rollout_id) end
+end
+
 --- A rollout generated in the background (rl.recipe.async) becomes the step's, as
 --- rollout_step's would: r = {groups, extra, seconds (how long it ran, beside the
 --- training), waited (how long the step waited for it: perf/rollout_wait_time, part of
 --- perf/total_step_time), data_state (the data before it drew its prompts)}.
 function Job:take_rollout(rollout_id, r)
   self.step_state = { id = rollout_id, data_state = r.data_state }
-  self.ahead_data_state = nil
+  self.ahead = nil
+  self:step_start(rollout_id)
   local samples = {}
   for _, g in ipairs(r.groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
   self.times = { rollout_wait = r.waited or 0 }
@@ -102,8 +109,32 @@ end
 
 --- A rollout started ahead of its step (rl.recipe.async) drew its prompts from the data
 --- in `data_state`: a checkpoint written before that step trains resumes from there, so
---- its prompts are drawn again, none lost and none trained twice.
-function Job:rollout_ahead(data_state) self.ahead_data_state = data_state end
+--- its prompts are drawn again, none lost and none trained twice. data_state may be a
+--- function(trained) -> state (continuous generation: the data with every untrained
+--- group put back; trained: whether the step in flight has trained); stop, a function
+--- that stops the generation in the background (a stopped or failed run calls it first).
+function Job:rollout_ahead(data_state, stop) self.ahead = { data_state = data_state, stop = stop } end
+
+-- The data as a checkpoint keeps them: where the rollout ahead began, if one runs.
+function Job:data_state()
+  local a = self.ahead
+  if a and type(a.data_state) == "function" then return a.data_state(self.step_state and self.step_state.trained) end
+  return a and a.data_state or self.data:state()
+end
+
+-- A stopped or failed run: the generation in the background stops, and the data go back
+-- to where the step in flight began (when it did not train) or the rollout ahead did.
+function Job:put_back_data()
+  local a, st = self.ahead, self.step_state
+  if a and a.stop then a.stop() end
+  if not self.data then return end
+  if st and not st.trained and st.data_state then
+    self.data:load_state(st.data_state)
+  elseif a and a.data_state then
+    self.data:load_state(self:data_state())
+  end
+  self.ahead = nil
+end
 
 --- Step 3: trains on the batch (with a micro-batch bar; data parallel: each rank on a
 --- length-balanced share). The trainer checks batch.advantage_estimator against its
@@ -250,7 +281,7 @@ end
 function Job:save_checkpoint(rollout_id)
   local opt = self.opt
   local r, err = self.trainer:save(opt.save, { extra = { next_rollout = rollout_id + 1,
-    data = self.ahead_data_state or self.data:state() } })
+    data = self:data_state() } })
   if not r then
     self.save_failures = (self.save_failures or 0) + 1
     return nil, ("the checkpoint of step %d was not written: %s (%s)"):format(rollout_id,
@@ -395,11 +426,10 @@ function Job:shutdown(phase, when)
   end
   if self.rollout then self.rollout:cancel_pending("stopping") end
   local st = self.step_state
+  self:put_back_data()   -- the prompts not trained are drawn again after a resume
   if st and st.trained and not st.logged then
     self:log_step()
   elseif st and not st.trained and st.data_state then
-    self.data:load_state(st.data_state)   -- its prompts are drawn again after a resume
-    self.ahead_data_state = nil           -- and those of a rollout started ahead of it
     log.info(("step %d did not train (stopped %s %s): its samples are dropped, the data are back where it began")
       :format(st.id, when or "in", phase or "the step"))
   end
@@ -507,7 +537,7 @@ function Job:fail(err)
     pcall(function() self.metrics:log(m, "rollout/failed_step") end)
     if self.metrics.jsonl_path then written[#written + 1] = "metrics " .. self.metrics.jsonl_path end
   end
-  if st and not st.trained and st.data_state then self.data:load_state(st.data_state) end
+  self:put_back_data()
   if self.opt.save and self.last_completed and self.last_saved ~= self.last_completed then
     local ok, serr = self:save_checkpoint(self.last_completed)
     if ok then written[#written + 1] = "checkpoint " .. self.last_checkpoint .. " (the last completed step)"

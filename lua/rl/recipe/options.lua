@@ -80,6 +80,10 @@ local FLAGS = {
     help = "sequences an engine decodes at once (default: 256 default model, the engine's 64 otherwise)" },
   { name = "threads", type = "int", help = "LibTorch threads (default: the machine's cores)" },
   -- placement (docs/recipes.md#placement)
+  { name = "engine_cpus", type = "string",
+    help = "pin each engine process to these CPUs (\"0-3,6\"; --engine-mode process, or vLLM's OpenMP threads)" },
+  { name = "trainer_cpus", type = "string",
+    help = "pin the trainer (this process) to these CPUs: with --engine-cpus, engines and trainer on separate cores" },
   { name = "device", type = "string", default = "auto",
     help = "the trainer's device: auto (the first GPU when there is one, else cpu), cpu, cuda, cuda:N" },
   { name = "rollout_device", type = "string",

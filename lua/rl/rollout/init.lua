@@ -416,4 +416,5 @@ for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_ur
 end
 
 return require("rl._lazy")(M, { filters = "rl.rollout.filters", metrics = "rl.rollout.metrics",
-                               train_data = "rl.rollout.train_data", sleep = "rl.rollout.sleep" })
+                               train_data = "rl.rollout.train_data", sleep = "rl.rollout.sleep",
+                               stream = "rl.rollout.stream" })
