@@ -7,6 +7,7 @@
 #include "host/attach_client.hpp"
 #include "host/cli.hpp"
 #include "host/launcher.hpp"
+#include "host/slurm_env.hpp"
 
 int main(int argc, char** argv) {
   rl::CliResult cli = rl::parse_cli(argc, argv);
@@ -22,6 +23,14 @@ int main(int argc, char** argv) {
   // While this is the only thread: children (engines, routers, ranks) inherit
   // the run's admin token through the environment, never through argv.
   rl::export_admin_token();
+  // `srun rlhost ...`: torchrun's variables from Slurm's, so everything below sees one
+  // convention. A bad Slurm variable is an error naming it.
+  try {
+    if (const std::string said = rl::adopt_slurm_env(); !said.empty()) std::fprintf(stderr, "%s\n", said.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rlhost: %s\n", e.what());
+    return 2;
+  }
   if (cli.host.nproc) {
     const char* ws = std::getenv("WORLD_SIZE");
     if (!ws || !*ws) return rl::run_nproc(*cli.host.nproc, cli.host.argv0);

@@ -181,6 +181,47 @@ class DataParallel(RlhostTestCase):
         self.assertIn("rendezvous of 2 ranks", p.stderr)
         self.assertIn("timeout 2 s", p.stderr)
 
+    def test_srun_tasks_are_ranks(self):
+        # Two tasks as `srun --ntasks 2 rlhost ...` starts them on one node: Slurm's
+        # variables only (no torchrun ones); the master is the step's first node and the
+        # port derives from the job id. They train as --nproc 2's ranks do.
+        port = None
+        for cand in range(29000, 29400):   # a free port 20000 + job id % 20000 can name
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", cand))
+                    port = cand
+                    break
+                except OSError:
+                    continue
+        self.assertIsNotNone(port)
+        two = os.path.join(self.dir, "srun")
+        os.makedirs(two)
+        e = dict(self.env)
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            e.pop(k, None)
+        e.update({"SLURM_JOB_ID": str(port - 20000 + 40000), "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",
+                  "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "127.0.0.1",
+                  "SLURM_JOB_NODELIST": "127.0.0.1", "SLURM_NODEID": "0"})
+        procs = []
+        for rank in range(2):
+            env = dict(e, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank))
+            procs.append(subprocess.Popen([BIN, "--no-control", SCRIPT, "train", two], env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        self.procs.extend(procs)
+        outs = [p.communicate(timeout=180) for p in procs]
+        for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+            self.assertEqual(p.returncode, 0, out + err)
+            self.assertIn("rank %d of 2 trained on 4 samples" % rank, out)
+            self.assertIn("rlhost: srun task %d of 2 (local %d): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 "
+                          "and MASTER_PORT=%d from Slurm's variables" % (rank, rank, port), err)
+        w = [read_safetensors(os.path.join(two, "rank%d" % r, "model.safetensors")) for r in range(2)]
+        self.assertEqual(max_diff(w[0], w[1]), 0.0, "ranks hold identical weights")
+        # a bad Slurm variable is an error naming it, before anything runs
+        p, _ = self.run_rlhost([SCRIPT, "init", self.dir], env=dict(e, SLURM_PROCID="5", SLURM_LOCALID="0"))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("SLURM_PROCID='5' is not an integer in [0, 1]", p.stderr)
+
     def test_nproc_usage(self):
         p, _ = self.run_rlhost(["--nproc", "0", SCRIPT])
         self.assertEqual(p.returncode, 2)

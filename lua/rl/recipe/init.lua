@@ -94,7 +94,9 @@ local function fill_defaults(opt, default_model, world_size)
   def("eval_temperature", opt.rollout_temperature)  -- slime: eval_temperature falls back to rollout_temperature
   def("lr", default_model and 2e-4 or 1e-6)
   def("micro_batch_size", 16)
-  def("threads", math.max(1, math.floor(nproc() / world_size)))   -- the cores shared by the local ranks
+  -- the cores shared by this host's ranks (torchrun's and srun's LOCAL_WORLD_SIZE across hosts)
+  local local_ranks = tonumber(os.getenv("LOCAL_WORLD_SIZE") or "") or world_size
+  def("threads", math.max(1, math.floor(nproc() / math.max(local_ranks, 1))))
   -- the default model is tiny: a whole rollout batch decodes in one wave
   if default_model then def("max_running_requests", 256) end
   def("eval_interval", default_model and 10 or false)
