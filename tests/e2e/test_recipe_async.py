@@ -88,6 +88,23 @@ class AsyncRecipe(TinyModel, RlhostTestCase):
         self.procs.append(p)
         return p
 
+    def kill_after_checkpoints(self, ckpt, n, *extra):
+        """Runs the recipe (dumps in DIR/b) until n steps are checkpointed, then kills it
+        with SIGKILL; returns the steps its last checkpoint holds."""
+        p = self.start_recipe("--num-rollout", "1000", "--save", ckpt, "--save-interval", "1", *extra,
+                              "--save-debug-rollout-data", self.dir + "/b/rollout_{rollout_id}.pt")
+        latest = ckpt + "/latest_checkpointed_iteration.txt"
+
+        def steps_saved():
+            if not os.path.exists(latest):
+                return 0
+            with open(latest) as f:
+                return int(f.read() or 0)
+        support.wait_for(lambda: steps_saved() >= n, timeout=180, what="%d checkpointed steps" % n)
+        p.kill()
+        p.wait(timeout=30)
+        return steps_saved()
+
     def prompts(self, path):
         return [s["prompt"] for s in lua_json(self, self.write("prompts.lua", DUMP_PROMPTS), path)]
 
@@ -128,19 +145,7 @@ class AsyncRecipe(TinyModel, RlhostTestCase):
         # The same run killed with SIGKILL once two steps are checkpointed (the rollout of the
         # next step is in flight or done, its prompts drawn), then resumed.
         ckpt = self.dir + "/ckpt"
-        p = self.start_recipe("--num-rollout", "1000", "--save", ckpt, "--save-interval", "1",
-                              "--save-debug-rollout-data", self.dir + "/b/rollout_{rollout_id}.pt")
-        latest = ckpt + "/latest_checkpointed_iteration.txt"
-        def steps_saved():
-            if not os.path.exists(latest):
-                return 0
-            with open(latest) as f:
-                return int(f.read() or 0)
-        support.wait_for(lambda: steps_saved() >= 2, timeout=180, what="two checkpointed steps")
-        p.kill()
-        p.wait(timeout=30)
-        with open(latest) as f:
-            done = int(f.read())
+        done = self.kill_after_checkpoints(ckpt, 2)
         self.run_recipe("--num-rollout", "5", "--load", ckpt, "--save", ckpt,
                         "--save-debug-rollout-data", self.dir + "/c/rollout_{rollout_id}.pt")
         got = [self.prompts(self.dir + "/b/rollout_%d.pt" % k) for k in range(done)] + \
@@ -187,19 +192,8 @@ class AsyncRecipe(TinyModel, RlhostTestCase):
         rm = self.write("slow.lua", SLOW_THIRD)
         flags = ["--async-mode", "fully-async", "--max-staleness", "2", "--staleness-policy", "wait",
                  "--custom-rm-path", rm + ":reward"]
-        p = self.start_recipe("--num-rollout", "1000", "--save", ckpt, "--save-interval", "1", *flags,
-                              "--save-debug-rollout-data", self.dir + "/b/rollout_{rollout_id}.pt")
-        latest = ckpt + "/latest_checkpointed_iteration.txt"
-        def steps_saved():
-            if not os.path.exists(latest):
-                return 0
-            with open(latest) as f:
-                return int(f.read() or 0)
-        support.wait_for(lambda: steps_saved() >= 3, timeout=180, what="three checkpointed steps")
-        p.kill()   # groups generating, done and waiting, and taken by the next step are lost with it
-        p.wait(timeout=30)
-        with open(latest) as f:
-            done = int(f.read())
+        # groups generating, done and waiting, and taken by the next step are lost with it
+        done = self.kill_after_checkpoints(ckpt, 3, *flags)
         self.run_recipe("--num-rollout", str(done + 4), "--load", ckpt, *flags,
                         "--save-debug-rollout-data", self.dir + "/c/rollout_{rollout_id}.pt")
         script = self.write("indices.lua", DUMP_INDICES)
