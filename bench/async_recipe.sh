@@ -4,12 +4,13 @@
 # on the default model: wall time, the median step, the summed train / rollout / wait
 # times, engine and trainer busy shares, held-out accuracy against minutes (evaluated every
 # EVAL steps), the time each mode takes to reach the accuracy lock-step ends at, and the
-# ratios to lock-step; an SVG of accuracy against time (bench/async_recipe_table.py). On 2
-# cores the engine is its own process with one thread, pinned to one core, and the trainer
-# is pinned to the other (--engine-mode process --threads 1 --engine-cpus 1 --trainer-cpus
-# 0), so the two really run at once.
-#   STEPS=10 EVAL=5 ROUNDS=1 MODES="off one-step-off fully-async:1 fully-async:2" \
-#     PLOT=/tmp/async.svg bench/async_recipe.sh [extra recipe flags]
+# ratios to lock-step; an SVG of accuracy against time (bench/async_recipe_table.py).
+# Lock-step runs as the main job does (a thread engine; each phase has every core in
+# turn); in the overlapped modes the engine is its own process with one thread, pinned to
+# one core, and the trainer is pinned to the other (--engine-mode process --threads 1
+# --engine-cpus 1 --trainer-cpus 0 on 2 cores), so the two really run at once.
+#   STEPS=10 EVAL=5 ROUNDS=1 MODES="off off-pinned one-step-off fully-async:1 fully-async:2" \
+#     PLOT=/tmp/async.svg KEEP=/tmp/async-runs bench/async_recipe.sh [extra recipe flags]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${RLHOST_BIN:-${BUILD:-$root/build}/rlhost}"
@@ -19,16 +20,28 @@ modes="${MODES:-off one-step-off fully-async:1 fully-async:2}"
 n=$(nproc)
 pin=()
 [ "$n" -ge 2 ] && pin=(--engine-cpus "$((n - 1))" --trainer-cpus "0-$((n - 2))")
-out="$(mktemp -d -t rlhost-async-bench-XXXXXX)"
-trap 'rm -rf "$out"' EXIT
+if [ -n "${KEEP:-}" ]; then   # KEEP=DIR: the runs' metrics and logs stay there
+  out="$KEEP"
+  mkdir -p "$out"
+else
+  out="$(mktemp -d -t rlhost-async-bench-XXXXXX)"
+  trap 'rm -rf "$out"' EXIT
+fi
 for r in $(seq 1 "$rounds"); do
   for mode in $modes; do
-    flags=(--async-mode "${mode%%:*}")
+    # Lock-step gets the main job's own placement (a thread engine, every core for each
+    # phase in turn); the overlapped modes an engine process and the trainer on separate
+    # cores. off-pinned: lock-step with the overlapped modes' placement, for reference.
+    case "$mode" in
+      off) flags=(--async-mode off) ;;
+      off-pinned) flags=(--async-mode off --engine-mode process --threads 1 "${pin[@]}") ;;
+      *) flags=(--async-mode "${mode%%:*}" --engine-mode process --threads 1 "${pin[@]}") ;;
+    esac
     [[ "$mode" == *:* ]] && flags+=(--max-staleness "${mode#*:}")
     d="$out/${mode/:/-k}-$r"
     t0=$(date +%s.%N)
     "$bin" --no-control "$root/recipes/grpo_gsm8k_async.lua" "${flags[@]}" --num-rollout "$steps" \
-      --engine-mode process --threads 1 "${pin[@]}" --eval-interval "$every" --no-progress --metrics-dir "$d" "$@" \
+      --eval-interval "$every" --no-progress --metrics-dir "$d" "$@" \
       > "$d.log" 2>&1 || { tail -20 "$d.log"; exit 1; }
     t1=$(date +%s.%N)
     echo "RESULT mode=$mode round=$r wall_s=$(python3 -c "print(round($t1 - $t0, 1))") dir=$d"

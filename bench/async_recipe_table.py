@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The table (and optionally an SVG) of bench/async_recipe.sh: per mode and round, the
 summed step times, the median step, engine and trainer busy shares, held-out accuracy at
-each eval against seconds since the run's first record, the seconds to reach the
-accuracy lock-step ends at; then each mode's ratios to lock-step. Standard library only.
+each eval against seconds since the run's first record, the seconds until the running mean
+of 3 evals reaches the accuracy lock-step ends at (the mean of its last 3); then each mode's
+ratios to lock-step. Standard library only.
 
     python3 bench/async_recipe_table.py results.txt [plot.svg]
 """
@@ -32,8 +33,22 @@ def busy(steps, key):
     return statistics.mean(vals) if vals else float("nan")
 
 
+SMOOTH = 3   # evals in the running mean (one eval of 500 prompts at temperature 1 moves by ~2 points)
+
+
+def smoothed(curve):
+    """The running mean of the last SMOOTH evals, at each eval's time."""
+    return [(t, sum(a for _, a in curve[max(0, i - SMOOTH + 1):i + 1]) / (i + 1 - max(0, i - SMOOTH + 1)))
+            for i, (t, _) in enumerate(curve)]
+
+
 def reach(curve, target):
-    return next((t for t, a in curve if a >= target - 1e-9), None)
+    """Seconds until the smoothed accuracy first reaches target (None: never)."""
+    return next((t for t, a in smoothed(curve) if a >= target - 1e-9), None)
+
+
+def final(curve):
+    return smoothed(curve)[-1][1] if curve else float("nan")
 
 
 def svg(curves, path):
@@ -71,7 +86,8 @@ def main():
     for r in rows:
         steps, curve = load(r)
         runs.append((r, steps, curve))
-    targets = [c[-1][1] for r, _, c in runs if r["mode"] == "off" and c]
+    # the target: lock-step's final accuracy, the mean of its last SMOOTH evals
+    targets = [final(c) for r, _, c in runs if r["mode"] == "off" and c]
     target = statistics.median(targets) if targets else None
     by = {}
     for r, steps, curve in runs:
@@ -87,9 +103,10 @@ def main():
               f"{sums['perf/rollout_wait_time']:.1f}); median step (1+) {med:.2f} s; staleness max {stale}; "
               f"busy engine {eng:.2f} trainer {trn:.2f}")
         print(f"{mode:>14} round {r['round']}: held-out " + ", ".join(f"{a:.3f}@{t:.0f}s" for t, a in curve)
+              + f"; final (mean of last {SMOOTH}) {final(curve):.3f}"
               + (f"; reaches {target:.3f} at {t_reach:.0f} s" if t_reach is not None else
                  (f"; never reaches {target:.3f}" if target is not None else "")))
-        by.setdefault(mode, []).append((float(r["wall_s"]), med, t_reach, curve[-1][1] if curve else float("nan")))
+        by.setdefault(mode, []).append((float(r["wall_s"]), med, t_reach, final(curve)))
     if "off" in by:
         w0 = statistics.median(x[0] for x in by["off"])
         s0 = statistics.median(x[1] for x in by["off"])

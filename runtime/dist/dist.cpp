@@ -12,6 +12,7 @@
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL)
@@ -60,12 +61,17 @@ std::optional<GroupOptions> options_from_env() {
   if (port && *port) o.master_port = env_int("MASTER_PORT", port, 1, 65535);
   if (addr && *addr) o.master_addr = addr;
   if (const char* lr = std::getenv("LOCAL_RANK"); lr && *lr) o.device_index = env_int("LOCAL_RANK", lr, 0, 1 << 16);
+  if (const char* as = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); as && (!std::strcmp(as, "True") ||
+                                                                          !std::strcmp(as, "true") || !std::strcmp(as, "1")))
+    o.agent_store = true;
+  if (const char* rc = std::getenv("TORCHELASTIC_RESTART_COUNT"); rc && *rc)
+    o.store_prefix = "rlhost/attempt_" + std::to_string(env_int("TORCHELASTIC_RESTART_COUNT", rc, 0, 1 << 20)) + "/";
   return o;
 }
 
 struct ProcessGroup::Impl {
   GroupOptions o;
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> store;  // the TCPStore, under the options' prefix
   c10::intrusive_ptr<c10d::Backend> backend;
   torch::Device device = torch::kCPU;
   std::mutex mu;  // one collective at a time from this process
@@ -126,21 +132,26 @@ ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
   if (g.backend == "nccl") impl_->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(g.device_index));
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(g.master_port);
-  so.isServer = g.rank == 0;
+  const bool server = g.rank == 0 && !g.agent_store;  // under torchrun its agent serves the store
+  so.isServer = server;
   so.numWorkers = std::nullopt;
   so.waitWorkers = false;
   so.timeout = impl_->timeout();
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
   try {
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(g.master_addr, so);
+    tcp = c10::make_intrusive<c10d::TCPStore>(g.master_addr, so);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
     const std::string at = g.master_addr + ":" + std::to_string(g.master_port);
-    throw Error(impl_->where(g.rank == 0 ? "starting the store on " + at : "connecting to the store at " + at) + ": " +
-                    msg,
-                g.rank == 0 ? "is the port in use?" : "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
+    throw Error(impl_->where(server ? "starting the store on " + at : "connecting to the store at " + at) + ": " + msg,
+                server ? "is the port in use?"
+                       : g.agent_store ? "is torchrun's agent running and MASTER_ADDR/MASTER_PORT right?"
+                                       : "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
   }
-  if (g.rank == 0) g.master_port = impl_->store->getPort();
+  if (server) g.master_port = tcp->getPort();
+  if (g.store_prefix.empty()) impl_->store = tcp;
+  else impl_->store = c10::make_intrusive<c10d::PrefixStore>(g.store_prefix + g.name, tcp);
 }
 
 // NCCL needs an explicit shutdown (torch warns at exit otherwise, and may hang on a

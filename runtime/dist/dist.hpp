@@ -30,11 +30,18 @@ struct GroupOptions {
   std::string backend = "gloo";  // gloo | nccl (a CUDA build) | auto (nccl when a GPU is there)
   int device_index = 0;        // nccl: the GPU of this rank (LOCAL_RANK)
   std::string name = "default";  // in error messages
+  // torchrun (TORCHELASTIC_USE_AGENT_STORE): MASTER_ADDR:MASTER_PORT is its agent's
+  // store, which every rank joins as a client (rank 0 starts none).
+  bool agent_store = false;
+  // Keys under this prefix (torchrun: "rlhost/attempt_<TORCHELASTIC_RESTART_COUNT>/"),
+  // so that they never meet the agent's own keys or a restarted attempt the last one's.
+  std::string store_prefix;
 };
 
-// torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK.
-// nullopt when WORLD_SIZE is unset; throws rl::Error naming a missing or bad
-// variable (WORLD_SIZE=2 without MASTER_PORT, RANK >= WORLD_SIZE, ...).
+// torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK,
+// TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT. nullopt when WORLD_SIZE
+// is unset; throws rl::Error naming a missing or bad variable (WORLD_SIZE=2 without
+// MASTER_PORT, RANK >= WORLD_SIZE, ...).
 std::optional<GroupOptions> options_from_env();
 
 class ProcessGroup {

@@ -106,6 +106,15 @@ describe("trace timeline", function()
     end)
   end
 
+  it("generate spans name the weights a response was sampled under", function()
+    local a = rl.rollout.generate_trace_attrs({ weight_version = "3", weight_version_spans = { { 0, "3" } } })
+    eq(a.weight_version, "3")
+    eq(a.weight_version_spans, nil)   -- one version: said once
+    a = rl.rollout.generate_trace_attrs({ weight_version = "4", weight_version_spans = { { 0, "3" }, { 17, "4" } } })
+    eq(a.weight_version, "4")
+    eq(a.weight_version_spans, "0:3,17:4")   -- swapped mid-response: where each began
+  end)
+
   it("counts rows as slime does and keeps the dump's total beside it", function()
     local dir = src .. "/tests/data/trace_timeline/"
     local res = assert(rl.timeline.build(dir .. "malformed.pt"))

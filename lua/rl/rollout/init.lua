@@ -182,6 +182,15 @@ function M.generate_trace_attrs(meta, info)
     attrs.router_overhead_s = off
   end
   if info.worker then attrs.worker = info.worker end
+  -- the weights it was sampled under: one version, or where each began when the engine
+  -- swapped weights during the request ("0:3,17:4": tokens 0-16 under 3, 17- under 4)
+  if meta.weight_version ~= nil and meta.weight_version ~= json.null then attrs.weight_version = tostring(meta.weight_version) end
+  local spans = meta.weight_version_spans
+  if type(spans) == "table" and #spans > 1 then
+    local parts = {}
+    for _, sp in ipairs(spans) do parts[#parts + 1] = tostring(sp[1]) .. ":" .. tostring(sp[2]) end
+    attrs.weight_version_spans = table.concat(parts, ",")
+  end
   for _, ph in ipairs { { "queue_time", "engine_queue" }, { "prefill_time", "engine_prefill" },
                         { "decode_time", "engine_decode" } } do
     local d = tonumber(meta[ph[1]])
