@@ -15,17 +15,23 @@ import subprocess
 NET = "198.18.0"
 
 
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
 def available():
-    """None when namespaces can be made here, else why not."""
+    """None when namespaces can be made here (one is made and removed to find out), else
+    why not."""
     if not shutil.which("ip"):
         return "iproute2's `ip` is not installed (apt install iproute2)"
     if os.geteuid() != 0:
         return "making network namespaces needs root (CAP_NET_ADMIN)"
+    probe = "rlhost-probe-%x" % os.getpid()
+    r = _ip("netns", "add", probe, check=False)
+    _ip("netns", "del", probe, check=False)
+    if r.returncode != 0:
+        return "`ip netns add` failed here: %s (a container needs CAP_NET_ADMIN and CAP_SYS_ADMIN)" % r.stderr.strip()
     return None
-
-
-def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
 
 
 class Host:

@@ -38,7 +38,10 @@ def srun_env(base, hosts, rank, job_id=4242):
     return e
 
 
-@requires(netns.available() is None, "network namespaces", str(netns.available()))
+WHY_NOT = netns.available()
+
+
+@requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
 class TwoHosts(TinyModel, RlhostTestCase):
     tmp_prefix = "rlhost-multihost-"
 
