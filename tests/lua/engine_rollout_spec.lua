@@ -171,6 +171,22 @@ describe("rl.rollout over the router and a real engine", function()
     for i, s in ipairs(res.stories.samples) do eq(res2.stories.samples[i].response, s.response) end
   end, { timeout = 120 })
 
+  it("an eval set's own reward scores its samples only, while training groups are scored beside it", function()
+    local p = parts()
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = p.router.url, tokenizer = p.tok, reward = function() return 1 end,
+      rollout_max_response_len = 8, n_samples_per_prompt = 2, rollout_batch_size = 2, data = ds }
+    local train = rl.spawn(function()   -- a training group generated while the eval runs
+      return ro:generate_and_rm_group(ds:get_samples(1, 2)[1], ro:sampling_params(), false)
+    end)
+    -- a slow eval reward keeps the eval open while the training group is scored
+    local res = ro:eval(0, { { name = "own", data = ds, reward = function() rl.sleep(0.5); return 7 end } })
+    for _, r in ipairs(res.own.rewards) do eq(r, 7) end
+    for _, s in ipairs(train:wait()) do eq(s.reward, 1) end
+    local after = ro:generate_and_rm_group(ds:get_samples(1, 2)[1], ro:sampling_params(), false)
+    for _, s in ipairs(after) do eq(s.reward, 1) end
+  end, { timeout = 120 })
+
   it("keeps failures per sample: a reward error, an unreachable engine", function()
     local p = parts()
     local ds = rl.data.load(p.path, { label_key = "label" })

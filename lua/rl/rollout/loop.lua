@@ -293,8 +293,11 @@ function M.eval(self, rollout_id, datasets)
     local nps = d.n_samples_per_eval_prompt or 1
     local tasks, samples = {}, {}
     local prompts = d.data.prompts or d.data
-    local saved_reward = self.reward
-    if d.reward then self.reward = type(d.reward) == "string" and require("rl.rewards").get(d.reward) or d.reward end
+    -- a dataset's own reward goes with its samples, not through self.reward: a fully
+    -- asynchronous rollout keeps scoring training groups with the training reward meanwhile
+    local eval_reward = d.reward and (type(d.reward) == "string" and require("rl.rewards").get(d.reward) or d.reward)
+    local by_sample = setmetatable({}, { __mode = "k" })
+    self._eval_rewards = eval_reward and by_sample or nil
     local index = 0
     for gi, base in ipairs(prompts) do
       for j = 1, nps do
@@ -304,6 +307,7 @@ function M.eval(self, rollout_id, datasets)
         local p = params
         if self.deterministic then p = copy(params); p.sampling_seed = self.rollout_seed + j - 1 end
         samples[#samples + 1] = s
+        if eval_reward then by_sample[s] = eval_reward end
         tasks[#tasks + 1] = task.spawn_named("eval", function() return self:generate_and_rm(s, p, true) end)
       end
     end
@@ -311,7 +315,7 @@ function M.eval(self, rollout_id, datasets)
       local ok, r = pcall(t.wait, t)
       if ok and r then samples[i] = r end
     end
-    self.reward = saved_reward
+    self._eval_rewards = nil
     local rs, tr = {}, {}
     for i, s in ipairs(samples) do
       rs[i] = require("rl.rewards").value(s, self.reward_key or nil) or json.null
