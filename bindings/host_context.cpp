@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/cpu_set.hpp"
 #include "bindings/trampoline.hpp"
 
 namespace rl::lua {
@@ -105,10 +106,11 @@ int OpThread::start(lua_State* L, std::function<std::string()> fn) {
   HostContext* c = &HostContext::get(L);
   const uint64_t op = c->new_op();
   busy->store(true);
-  job = std::thread([c, alive = alive, busy = busy, op, fn = std::move(fn)] {
+  job = std::thread([c, alive = alive, busy = busy, op, cpus = cpus, fn = std::move(fn)] {
     bool ok = true;
     std::string text;
     try {
+      if (!cpus.empty()) pin_thread(cpus);
       text = fn();
     } catch (const std::exception& e) {
       ok = false;

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "base/event_loop.hpp"
 
@@ -75,6 +76,7 @@ struct OpThread {
   std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
   std::thread job;
+  std::vector<int> cpus;  // non-empty: each job's thread (and the threads it starts) runs on these
 
   bool is_busy() const { return busy->load(); }
   void join() {

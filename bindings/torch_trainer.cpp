@@ -13,6 +13,8 @@
 //   handle:shm_write(layout_json, buffer) -> op  every parameter into an engine's shared-memory buffer
 //   handle:shm_forget(id)                  unmaps that engine's file
 //   handle:step(), handle:lr()
+//   handle:set_cpus(list|nil)              its jobs' thread (and the LibTorch threads that
+//                                          thread starts) runs on these CPUs; nil: anywhere
 //   handle:save(root, iteration|nil, meta_json) -> op ("done", {path, iteration, files, seconds})
 //   handle:load(dir, weights) -> op ("done", trainer_state.json)
 //   _trainer.checkpoint_resolve(path) -> dir, trainer_state_json | nil, err
@@ -28,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/cpu_set.hpp"
 #include "base/live_objects.hpp"
 #include "bindings/host_context.hpp"
 #include "bindings/torch_module.hpp"
@@ -370,6 +373,24 @@ int l_progress(lua_State* L) {
   return 2;
 }
 
+int l_set_cpus(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    box.worker.cpus.clear();
+    return 0;
+  }
+  const std::string spec(arg::string(L, 2, "list"));
+  std::vector<int> cpus;
+  try {
+    cpus = parse_cpu_list(spec);
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(2, "list", e.what());
+  }
+  check_cpus_exist(cpus);
+  box.worker.cpus = std::move(cpus);
+  return 0;
+}
+
 }  // namespace
 
 void open_trainer(lua_State* L, int t) {
@@ -379,7 +400,7 @@ void open_trainer(lua_State* L, int t) {
       {"save", entry<l_save>},   {"load", entry<l_load>},
       {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},
       {"send_weights", entry<l_send_weights>}, {"shm_write", entry<l_shm_write>},
-      {"shm_forget", entry<l_shm_forget>},
+      {"shm_forget", entry<l_shm_forget>}, {"set_cpus", entry<l_set_cpus>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<destroy_udata<TrainerBox>>);
   static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>},

@@ -69,10 +69,9 @@ std::vector<int> allowed_cpus() {
   return out;
 }
 
-void pin_process(const std::vector<int>& cpus) {
-  if (cpus.empty()) throw std::invalid_argument("pin_process: no CPU given");
+void check_cpus_exist(const std::vector<int>& cpus) {
   // The machine's CPUs (a set may also widen a mask narrowed before: the kernel checks it
-  // against the cpuset, below).
+  // against the cpuset when it is applied).
   const long ncpu = sysconf(_SC_NPROCESSORS_CONF);
   std::vector<int> missing;
   for (int c : cpus)
@@ -80,9 +79,35 @@ void pin_process(const std::vector<int>& cpus) {
   if (!missing.empty())
     throw std::runtime_error("CPU " + format_cpu_list(missing) + " does not exist (this machine has CPUs 0-" +
                              std::to_string(ncpu - 1) + ")");
+}
+
+namespace {
+
+cpu_set_t to_set(const std::vector<int>& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : cpus) CPU_SET(c, &set);
+  return set;
+}
+
+std::string set_error(const std::vector<int>& cpus, const std::string& who) {
+  return "sched_setaffinity: " + (errno == EINVAL ? "none of CPUs " + format_cpu_list(cpus) + " is in this process's cpuset"
+                                                  : who + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+void pin_thread(const std::vector<int>& cpus) {
+  if (cpus.empty()) throw std::invalid_argument("pin_thread: no CPU given");
+  check_cpus_exist(cpus);
+  const cpu_set_t set = to_set(cpus);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error(set_error(cpus, "this thread"));
+}
+
+void pin_process(const std::vector<int>& cpus) {
+  if (cpus.empty()) throw std::invalid_argument("pin_process: no CPU given");
+  check_cpus_exist(cpus);
+  const cpu_set_t set = to_set(cpus);
   // Every thread of the process: /proc/self/task lists them. A thread that ends between
   // the listing and the call (ESRCH) needs no pinning.
   DIR* d = opendir("/proc/self/task");
@@ -92,11 +117,10 @@ void pin_process(const std::vector<int>& cpus) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     const pid_t tid = static_cast<pid_t>(std::atol(e->d_name));
     if (sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH && failed.empty())
-      failed = errno == EINVAL ? "none of CPUs " + format_cpu_list(cpus) + " is in this process's cpuset"
-                               : "thread " + std::to_string(tid) + ": " + std::strerror(errno);
+      failed = set_error(cpus, "thread " + std::to_string(tid));
   }
   closedir(d);
-  if (!failed.empty()) throw std::runtime_error("sched_setaffinity: " + failed);
+  if (!failed.empty()) throw std::runtime_error(failed);
 }
 
 }  // namespace rl

@@ -26,4 +26,11 @@ std::vector<int> allowed_cpus();
 // that could not be pinned and why.
 void pin_process(const std::vector<int>& cpus);
 
+// Pins the calling thread to `cpus`; the threads it starts later (an OpenMP team it leads,
+// say) inherit it. Throws as pin_process does.
+void pin_thread(const std::vector<int>& cpus);
+
+// Throws std::runtime_error naming the CPUs of `cpus` this machine does not have.
+void check_cpus_exist(const std::vector<int>& cpus);
+
 }  // namespace rl

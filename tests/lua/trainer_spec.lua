@@ -64,6 +64,41 @@ describe("rl.trainer", function()
     os.execute("rm -rf '" .. dir .. "'")
   end, { timeout = 120 })
 
+  it("runs its work on the CPUs set_cpus names; the event loop stays where it was", function()
+    local dir = assert(rl.model.init { config = TINY, seed = 3, dir = tmpdir() })
+    local tr = rl.trainer.new { model = dir, loss = { loss_type = "sft_loss" }, optimizer = { lr = 1e-3 } }
+    local all = rl.process.cpus()
+    local last = all:match("(%d+)$")
+    tr:set_cpus(last)
+    local b = batch_of({ { 5, 6, 7, 8, 9, 10 }, { 11, 12, 13, 14, 15, 16 } }, 3, { 0, 0 })
+    local pid, done, seen = rl.process.pid(), false, {}
+    local trainer_task = rl.spawn(function()
+      for _ = 1, 15 do assert(tr:train(b)) end
+      done = true
+    end)
+    while not done do   -- the threads of this process and their CPUs while the trainer works
+      for tid in io.popen("ls /proc/" .. pid .. "/task"):lines() do
+        local f = io.open(("/proc/%d/task/%s/status"):format(pid, tid))
+        local st = f and f:read("*a")
+        if f then f:close() end
+        local cpus = st and st:match("Cpus_allowed_list:%s*(%S+)")
+        if cpus then seen[cpus] = (seen[cpus] or 0) + 1 end
+      end
+      rl.sleep(0.001)
+    end
+    trainer_task:wait()
+    if last ~= all then ok(seen[last], "a thread ran on CPU " .. last .. " only: " .. rl.json.encode(seen)) end
+    ok(seen[all], "the event loop's thread kept every CPU")
+    eq(rl.process.cpus(), all)
+    tr:set_cpus(nil)   -- anywhere again
+    assert(tr:train(b))
+    local okc, err = pcall(tr.set_cpus, tr, "2-1")
+    ok(not okc and tostring(err):find("descending", 1, true), err)
+    okc, err = pcall(tr.set_cpus, tr, "1023")
+    ok(not okc and tostring(err):find("does not exist", 1, true), err)
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 120 })
+
   it("GRPO raises the log-probs of rewarded responses and lowers the others", function()
     local dir = assert(rl.model.init { config = TINY, seed = 5, dir = tmpdir() })
     local tr = rl.trainer.new { model = dir, loss = { advantage_estimator = "grpo" },

@@ -56,6 +56,11 @@ function Trainer:train(batch, opts) end
 ---@return integer total
 function Trainer:progress() end
 
+--- Runs the trainer's work (its helper thread and the LibTorch threads it starts) on these
+--- CPUs ("0-3,6"; nil: anywhere); the event loop stays where it is.
+---@param list string|nil
+function Trainer:set_cpus(list) end
+
 ---@param batch rl.trainer.Batch
 ---@return number[][]
 function Trainer:logprobs(batch) end

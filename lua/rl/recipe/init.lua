@@ -411,15 +411,15 @@ function M.setup(opt, setup_opts)
     require("rl.recipe.engines").check_capacity(opt, job, job.engine_opts)
   end
   rl.torch.set_num_threads(opt.threads)
-  if opt.trainer_cpus then   -- every thread of this process, LibTorch's pool included
-    local ok, err = pcall(rl.process.set_cpus, opt.trainer_cpus)
-    if not ok then rl.args.usage_error("--trainer-cpus: " .. tostring(err):gsub("^.-set_cpus: ", "")) end
-    log.info("trainer pinned to CPUs %s (%d LibTorch threads); engines on %s", opt.trainer_cpus, opt.threads,
-      opt.engine_cpus or (opt.engine_mode == "process" and rl.process.unpinned_cpus()) or "the trainer's")
-  end
   rl.torch.manual_seed(opt.rollout_seed)
   load_inputs(opt, job)
   job.trainer, job.resumed = make_trainer(opt, job)
+  if opt.trainer_cpus then   -- its helper thread and the LibTorch threads it starts; the event loop floats
+    local ok, err = pcall(job.trainer.set_cpus, job.trainer, opt.trainer_cpus)
+    if not ok then rl.args.usage_error("--trainer-cpus: " .. tostring(err):gsub("^.-set_cpus: ", "")) end
+    log.info("trainer pinned to CPUs %s (%d LibTorch threads); engines on %s", opt.trainer_cpus, opt.threads,
+      opt.engine_cpus or "any CPU")
+  end
   if job.is_main then   -- a training rank's whole loop is job:train_worker()
     if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
     job.start_rollout = job.resumed and job.resumed.next_rollout or 0

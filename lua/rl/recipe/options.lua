@@ -83,7 +83,8 @@ local FLAGS = {
   { name = "engine_cpus", type = "string",
     help = "pin each engine process to these CPUs (\"0-3,6\"; --engine-mode process, or vLLM's OpenMP threads)" },
   { name = "trainer_cpus", type = "string",
-    help = "pin the trainer (this process) to these CPUs: with --engine-cpus, engines and trainer on separate cores" },
+    help = "run the trainer's compute (its thread and LibTorch's) on these CPUs; with --engine-cpus, engines and "
+      .. "trainer on separate cores (the event loop is left to the scheduler)" },
   { name = "device", type = "string", default = "auto",
     help = "the trainer's device: auto (the first GPU when there is one, else cpu), cpu, cuda, cuda:N" },
   { name = "rollout_device", type = "string",

@@ -129,6 +129,19 @@ function Trainer:logprobs(batch) return self._h:response_logprobs(batch) end
 function Trainer:step() return self._h:step() end
 --- Micro-batches done and their total in the running (or last) train call.
 function Trainer:progress() return self._h:progress() end
+
+--- Runs the trainer's work — its helper thread, and the LibTorch threads that thread
+--- starts — on the CPUs of `list` ("0-3,6"; nil: anywhere). The calling process (its event
+--- loop: the rollout, HTTP, rewards) stays where it is. Raises naming a bad list or a CPU
+--- the machine lacks.
+function Trainer:set_cpus(list)
+  if list ~= nil and type(list) ~= "string" and type(list) ~= "number" then
+    error("rl.trainer.Trainer:set_cpus: bad argument #1 'list' (a CPU list such as \"0-3,6\" or nil expected, got "
+      .. type(list) .. ")", 2)
+  end
+  self._h:set_cpus(list ~= nil and tostring(list) or nil)
+  self.cpus = list ~= nil and tostring(list) or nil
+end
 function Trainer:lr() return self._h:lr() end
 
 -- ---- weights to the engines (rl.weight_sync) -----------------------------------
