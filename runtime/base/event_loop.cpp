@@ -136,16 +136,20 @@ void EventLoop::run_once(double max_wait_s) {
   const int timeout = next_timeout_ms(max_wait_s);
   int n = epoll_wait(epfd_, events_.data(), static_cast<int>(events_.size()), timeout);
   if (n < 0 && errno != EINTR) throw sys_error("epoll_wait");
+  // The wake-up is consumed before anything runs: a wakeup() from a signal handler or
+  // another thread while this iteration's work runs (a long Lua callback) writes again
+  // and so wakes the next epoll_wait, instead of being taken for the one consumed here.
+  for (int i = 0; i < n; ++i) {
+    if (events_[i].data.fd != wakefd_) continue;
+    uint64_t v;
+    while (::read(wakefd_, &v, sizeof v) > 0) {
+    }
+    wake_pending_ = false;
+  }
   if (on_iteration_) on_iteration_();
   for (int i = 0; i < n; ++i) {
     const int fd = events_[i].data.fd;
-    if (fd == wakefd_) {
-      uint64_t v;
-      while (::read(wakefd_, &v, sizeof v) > 0) {
-      }
-      wake_pending_ = false;
-      continue;
-    }
+    if (fd == wakefd_) continue;
     auto it = fds_.find(fd);
     if (it == fds_.end()) continue;  // unwatched by an earlier callback this round
     FdFn fn = it->second;            // copy: the callback may unwatch itself

@@ -88,6 +88,30 @@ TEST_CASE("wakeup() interrupts a long wait; run() can be called again") {
   CHECK(again);
 }
 
+TEST_CASE("a wakeup() while the iteration hook runs wakes the next wait too") {
+  // A signal handler calls wakeup() and the loop's hook handles the signal; a second
+  // signal arriving while the hook still handles the first must not be lost.
+  EventLoop loop;
+  std::atomic<int> pending{0};
+  int handled = 0;
+  loop.set_on_iteration([&] {
+    if (pending.exchange(0) == 0) return;
+    ++handled;
+    if (handled == 1) {  // the second "signal" arrives while the first is handled
+      pending = 1;
+      loop.wakeup();
+    }
+  });
+  pending = 1;
+  loop.wakeup();
+  loop.run_once(10);  // handles the first
+  const double t0 = EventLoop::now();
+  loop.run_once(10);  // the second woke it: no 10 s wait
+  CHECK(handled == 2);
+  CHECK(EventLoop::now() - t0 < 5.0);
+  loop.set_on_iteration(nullptr);
+}
+
 TEST_CASE("timers added by a timer callback run on a later iteration") {
   EventLoop loop;
   int depth = 0;
