@@ -69,13 +69,7 @@ int l_reap(lua_State* L) {
 }
 
 int l_set_cpus(lua_State* L) {
-  const std::string spec(arg::string(L, 1, "list"));
-  std::vector<int> cpus;
-  try {
-    cpus = parse_cpu_list(spec);
-  } catch (const std::invalid_argument& e) {
-    throw ArgError(1, "list", e.what());
-  }
+  const auto cpus = arg::cpu_list(L, 1, "list");
   pin_process(cpus);
   const std::string out = format_cpu_list(cpus);
   lua_pushlstring(L, out.data(), out.size());

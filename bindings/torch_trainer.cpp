@@ -30,7 +30,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/cpu_set.hpp"
 #include "base/live_objects.hpp"
 #include "bindings/host_context.hpp"
 #include "bindings/torch_module.hpp"
@@ -379,15 +378,7 @@ int l_set_cpus(lua_State* L) {
     box.worker.cpus.clear();
     return 0;
   }
-  const std::string spec(arg::string(L, 2, "list"));
-  std::vector<int> cpus;
-  try {
-    cpus = parse_cpu_list(spec);
-  } catch (const std::invalid_argument& e) {
-    throw ArgError(2, "list", e.what());
-  }
-  check_cpus_exist(cpus);
-  box.worker.cpus = std::move(cpus);
+  box.worker.cpus = arg::cpu_list(L, 2, "list");
   return 0;
 }
 

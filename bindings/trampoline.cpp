@@ -8,6 +8,8 @@
 #include <mutex>
 #include <vector>
 
+#include "base/cpu_set.hpp"
+
 namespace rl::lua {
 
 namespace {
@@ -120,6 +122,17 @@ std::string_view string(lua_State* L, int idx, const char* name) {
   size_t len = 0;
   const char* s = lua_tolstring(L, idx, &len);
   return {s, len};
+}
+
+std::vector<int> cpu_list(lua_State* L, int idx, const char* name) {
+  const std::string_view spec = string(L, idx, name);
+  try {
+    auto cpus = parse_cpu_list(spec);
+    check_cpus_exist(cpus);
+    return cpus;
+  } catch (const std::exception& e) {
+    throw ArgError(idx, name, e.what());
+  }
 }
 
 bool boolean(lua_State* L, int idx, const char* name) {

@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rl::lua {
 
@@ -151,6 +152,8 @@ std::optional<double> opt_number(lua_State* L, int idx, const char* name);
 std::optional<int64_t> opt_integer(lua_State* L, int idx, const char* name);
 std::optional<std::string_view> opt_string(lua_State* L, int idx, const char* name);
 std::optional<bool> opt_boolean(lua_State* L, int idx, const char* name);
+// A CPU list as taskset writes it ("0-3,6"): the CPUs, each one this machine has.
+std::vector<int> cpu_list(lua_State* L, int idx, const char* name);
 
 // Fields of an options table at `t` (absolute index); names like "opts.url".
 std::optional<std::string_view> field_string(lua_State* L, int t, const char* key, const char* table_name);

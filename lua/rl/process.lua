@@ -53,8 +53,8 @@ end
 
 --- Pins this whole process — every thread it has, and so those they start later — to the
 --- CPUs of `list` ("0-3,6", as taskset and Slurm write it); returns the list as applied.
---- Raises naming the list, or the CPUs this process may not use. Process-mode engines take
---- it as their `cpus` option; a recipe's --trainer-cpus pins the trainer with it.
+--- Raises naming the list, or the CPUs this process may not use. A process engine applies
+--- its `cpus` option with it (the trainer's own work: rl.trainer's tr:set_cpus).
 local unpinned   -- the CPUs before the first set_cpus
 function M.set_cpus(list)
   if type(list) ~= "string" and type(list) ~= "number" then

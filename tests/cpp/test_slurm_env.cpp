@@ -50,11 +50,11 @@ TEST_CASE("an srun task gets torchrun's variables; sbatch and torchrun do not", 
   CHECK(e->master_port == 20000 + 123456 % 20000);
 
   auto env = srun_task();  // MASTER_ADDR and MASTER_PORT given win
-  env["MASTER_ADDR"] = "10.0.0.5";
+  env["MASTER_ADDR"] = "198.18.0.5";
   env["MASTER_PORT"] = "29500";
   e = from(env);
   REQUIRE(e);
-  CHECK(e->master_addr == "10.0.0.5");
+  CHECK(e->master_addr == "198.18.0.5");
   CHECK(e->master_port == 29500);
 
   env = srun_task();  // the job's list and task count when the step's are missing

@@ -139,7 +139,7 @@ function Job:take_rollout(rollout_id, r) end
 --- A rollout started ahead of its step drew from the data in `data_state`: checkpoints written
 --- before that step trains resume from there. A function(trained) -> state gives it when a
 --- checkpoint is written (continuous generation: every untrained group put back); `stop`
---- stops the generation in the background when the run stops or fails.
+--- stops the generation in the background when the run stops or fails; nil: none runs ahead.
 ---@param data_state table|fun(trained: boolean): table|nil
 ---@param stop fun()|nil
 function Job:rollout_ahead(data_state, stop) end

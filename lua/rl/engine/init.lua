@@ -70,8 +70,8 @@ local function launch_process(opts)
   local argv = { "@self", "engine", "--model", opts.model, "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port=0" end
   for _, a in ipairs(options.argv(opts)) do argv[#argv + 1] = a end
-  -- A child inherits this process's CPUs: when a recipe pinned the trainer here
-  -- (--trainer-cpus), an engine without its own list gets the CPUs it had before.
+  -- A child inherits this process's CPUs: when rl.process.set_cpus pinned this process,
+  -- an engine without its own list gets the CPUs it had before.
   local unpinned = require("rl.process").unpinned_cpus()
   if opts.cpus == nil and unpinned then argv[#argv + 1] = "--cpus=" .. unpinned end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).

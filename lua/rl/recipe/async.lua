@@ -119,6 +119,7 @@ function Ahead:take(rollout_id)
   self.pending = nil
   local r = p.result
   r.waited = rl.now() - t0
+  self.job:rollout_ahead(nil)   -- it is this step's now (its data state goes with the step)
   local groups, samples = self.job:take_rollout(rollout_id, r)
   local m = self.job.step_metrics
   for k, v in pairs(self.versions:metrics(samples)) do m[k] = v end
@@ -152,18 +153,14 @@ function M.fully_async(job, opts)
   return setmetatable({ job = job, stream = stream, n = n, versions = versions() }, Full)
 end
 
--- The data a checkpoint keeps (every group not trained put back) and the stop, with the job.
-function Full:_register()
-  local st = self.stream
-  self.job:rollout_ahead(function(trained) return st:data_state(trained) end, function() st:stop("stopping") end)
-end
-
 --- Starts the engines generating for steps from `rollout_id` on (from the job's data,
---- under their current weights).
+--- under their current weights). The job's checkpoints keep the data with every group not
+--- trained put back; a stopped or failed run stops the generation.
 function Full:start(rollout_id)
-  self.stream:start(rollout_id)
+  local st = self.stream
+  st:start(rollout_id)
   self.last_take = rl.now()
-  self:_register()
+  self.job:rollout_ahead(function(trained) return st:data_state(trained) end, function() st:stop("stopping") end)
 end
 
 --- The groups of step `rollout_id`, once enough are done (the trainer waits meanwhile:
@@ -178,7 +175,6 @@ function Full:take(rollout_id)
   self.last_take = t1
   local _, samples = self.job:take_rollout(rollout_id, { groups = groups, extra = extra, seconds = period,
                                                          waited = t1 - t0 })
-  self:_register()
   local m = self.job.step_metrics
   for k, v in pairs(self.versions:metrics(samples)) do m[k] = v end
   local idle = self.stream:idle_time()

@@ -108,8 +108,8 @@ local function fill_defaults(opt, default_model, world_size)
   check_numbers(opt)
   M.check_limits(opt)
   if opt.engine_cpus and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
-    rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process: "
-      .. "--trainer-cpus places both)")
+    rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process, "
+      .. "its threads beside the trainer's)")
   end
 end
 

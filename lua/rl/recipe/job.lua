@@ -96,7 +96,6 @@ end
 --- perf/total_step_time), data_state (the data before it drew its prompts)}.
 function Job:take_rollout(rollout_id, r)
   self.step_state = { id = rollout_id, data_state = r.data_state }
-  self.ahead = nil
   self:step_start(rollout_id)
   local samples = {}
   for _, g in ipairs(r.groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
@@ -113,7 +112,10 @@ end
 --- function(trained) -> state (continuous generation: the data with every untrained
 --- group put back; trained: whether the step in flight has trained); stop, a function
 --- that stops the generation in the background (a stopped or failed run calls it first).
-function Job:rollout_ahead(data_state, stop) self.ahead = { data_state = data_state, stop = stop } end
+--- nil: no rollout runs ahead any more.
+function Job:rollout_ahead(data_state, stop)
+  self.ahead = data_state ~= nil and { data_state = data_state, stop = stop } or nil
+end
 
 -- The data as a checkpoint keeps them: where the rollout ahead began, if one runs.
 function Job:data_state()

@@ -278,7 +278,7 @@ end
 
 -- Runs the reward on one sample (traced reward_model), counting the outcome.
 function Rollout:_reward_one(sample, evaluation)
-  local fn = sample.reward_function or (evaluation and self._eval_rewards and self._eval_rewards[sample]) or self.reward
+  local fn = sample.reward_function or (evaluation and self._eval_reward) or self.reward
   if not fn then return end
   local busy_budget = not evaluation and self.max_busy_timeouts and self.max_busy_timeouts > 0 and self.max_busy_timeouts
   if busy_budget then

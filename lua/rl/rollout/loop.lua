@@ -24,6 +24,39 @@ local function first_index(group)
   return s and s.index or math.huge
 end
 local function by_first_index(a, b) return first_index(a) < first_index(b) end
+M.by_first_index = by_first_index   -- table.sort's order of groups (rl.rollout.stream too)
+
+--- The dynamic filter's drops so far ("zero_std_0.0 3, filtered 1", or "none").
+function M.filter_drops(self)
+  local drops = {}
+  for reason, c in pairs(self.counters.drops) do drops[#drops + 1] = ("%s %d"):format(reason, c) end
+  table.sort(drops)
+  return #drops > 0 and table.concat(drops, ", ") or "none"
+end
+
+M.FILTER_HINT = "do all rewards of a group come out equal? check the reward function, or turn the filter off "
+  .. "(--dynamic-sampling-filter none)"
+
+--- A step's rollout/ counts (slime's keys, and rlhost's failure budget's): the filter's
+--- drops, reward outcomes, generation failures, failed samples, prompts drawn.
+function M.step_metrics(self, rollout_id, budget, drawn)
+  local metrics = { ["rollout/rollout_id"] = rollout_id }
+  for reason, c in pairs(self.counters.drops) do metrics["rollout/dynamic_filter/drop_" .. reason] = c end
+  for outcome, c in pairs(self.counters.reward) do metrics["rollout/reward/" .. outcome] = c end
+  metrics["rollout/generate_failed"] = self.counters.failed
+  metrics["rollout/failed_samples"] = budget.failed
+  metrics["rollout/drawn_groups"] = drawn
+  if self.counters.busy_timeouts > 0 then metrics["rollout/reward/busy_timeout"] = self.counters.busy_timeouts end
+  return metrics
+end
+
+--- With --save-debug-rollout-data: the step's groups, flat, to its dump.
+function M.dump_groups(self, rollout_id, groups)
+  if not self.save_debug_rollout_data then return end
+  local flat = {}
+  for _, g in ipairs(groups) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
+  self:save_dump(rollout_id, flat)
+end
 
 -- Groups of the dumped samples, by group_index in order of first appearance.
 local function regroup(samples)
@@ -115,14 +148,9 @@ function M.generate_rollout(self, rollout_id, opts)
       self.drawn_groups = drawn
     end
     if remaining - #data <= 0 then   -- nothing in flight and the batch is not full
-      local drops = {}
-      for reason, c in pairs(self.counters.drops) do drops[#drops + 1] = ("%s %d"):format(reason, c) end
-      table.sort(drops)
       fail(("%d prompts drawn (--over-sampling-limit %g × --rollout-batch-size %d) and only %d of %d groups kept "
         .. "(dynamic filter drops: %s)"):format(drawn, self.over_sampling_limit, target, #data, target,
-        #drops > 0 and table.concat(drops, ", ") or "none"),
-        "do all rewards of a group come out equal? check the reward function, or turn the filter off "
-        .. "(--dynamic-sampling-filter none)")
+        M.filter_drops(self)), M.FILTER_HINT)
     end
     local group = done:pop()
     if group.stopping then error(group.stopping, 0) end
@@ -151,20 +179,10 @@ function M.generate_rollout(self, rollout_id, opts)
   if self.sample_filter then self.sample_filter(self, data) end
   if self.all_samples_process then self.all_samples_process(self, all_data, ds) end
   if self.partial_rollout and #aborted > 0 and ds.add_samples then ds:add_samples(aborted) end
-  local metrics = { ["rollout/rollout_id"] = rollout_id }
-  for reason, c in pairs(self.counters.drops) do metrics["rollout/dynamic_filter/drop_" .. reason] = c end
-  for outcome, c in pairs(self.counters.reward) do metrics["rollout/reward/" .. outcome] = c end
-  metrics["rollout/generate_failed"] = self.counters.failed
+  local metrics = M.step_metrics(self, rollout_id, budget, drawn)
   metrics["rollout/aborted_groups"] = #aborted
-  metrics["rollout/failed_samples"] = budget.failed
-  metrics["rollout/drawn_groups"] = drawn
-  if self.counters.busy_timeouts > 0 then metrics["rollout/reward/busy_timeout"] = self.counters.busy_timeouts end
   self.last_rollout_time = require("rl._core").loop.now() - t0
-  if self.save_debug_rollout_data then
-    local flat = {}
-    for _, g in ipairs(data) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
-    self:save_dump(rollout_id, flat)
-  end
+  M.dump_groups(self, rollout_id, data)
   return data, metrics, aborted
 end
 
@@ -293,11 +311,9 @@ function M.eval(self, rollout_id, datasets)
     local nps = d.n_samples_per_eval_prompt or 1
     local tasks, samples = {}, {}
     local prompts = d.data.prompts or d.data
-    -- a dataset's own reward goes with its samples, not through self.reward: a fully
-    -- asynchronous rollout keeps scoring training groups with the training reward meanwhile
-    local eval_reward = d.reward and (type(d.reward) == "string" and require("rl.rewards").get(d.reward) or d.reward)
-    local by_sample = setmetatable({}, { __mode = "k" })
-    self._eval_rewards = eval_reward and by_sample or nil
+    -- a dataset's own reward scores the eval's samples only (not through self.reward: a
+    -- fully asynchronous rollout keeps scoring training groups meanwhile)
+    self._eval_reward = d.reward and (type(d.reward) == "string" and require("rl.rewards").get(d.reward) or d.reward)
     local index = 0
     for gi, base in ipairs(prompts) do
       for j = 1, nps do
@@ -307,7 +323,6 @@ function M.eval(self, rollout_id, datasets)
         local p = params
         if self.deterministic then p = copy(params); p.sampling_seed = self.rollout_seed + j - 1 end
         samples[#samples + 1] = s
-        if eval_reward then by_sample[s] = eval_reward end
         tasks[#tasks + 1] = task.spawn_named("eval", function() return self:generate_and_rm(s, p, true) end)
       end
     end
@@ -315,7 +330,7 @@ function M.eval(self, rollout_id, datasets)
       local ok, r = pcall(t.wait, t)
       if ok and r then samples[i] = r end
     end
-    self._eval_rewards = nil
+    self._eval_reward = nil
     local rs, tr = {}, {}
     for i, s in ipairs(samples) do
       rs[i] = require("rl.rewards").value(s, self.reward_key or nil) or json.null

@@ -23,6 +23,7 @@ M.POLICIES = { drop = true, keep = true, wait = true }
 
 local function budget_mod() return require "rl.rollout.budget" end
 local function filters() return require "rl.rollout.filters" end
+local function loop() return require "rl.rollout.loop" end
 local function now() return require("rl._core").loop.now() end
 
 --- opts: capacity (groups, >= 1), max_staleness (versions, >= 0), policy (drop | keep |
@@ -50,7 +51,7 @@ function M.new(rollout, opts)
     room = task.queue(),  -- a token per freed place: the producer waits on it
     tasks = {},
     engine_idle = 0, idle_since = now(), busy_groups = 0,
-    counters = { dropped_stale = 0, kept_stale = 0, drawn = 0 },
+    counters = { dropped_stale = 0, drawn = 0 },
   }, Stream)
 end
 
@@ -68,8 +69,7 @@ function Stream:_admit()
   -- the step expected to take it (the one that does sets its own id at take)
   for _, smp in ipairs(g) do smp.rollout_id = self.next_id end
   self.seq = self.seq + 1
-  local e = { seq = self.seq, version = self.version, group = g, fresh = clone_group(g), state = "running",
-              admitted = now() }
+  local e = { seq = self.seq, version = self.version, group = g, fresh = clone_group(g), state = "running" }
   self.held[#self.held + 1] = e
   self.counters.drawn = self.counters.drawn + 1
   if self.busy_groups == 0 and self.idle_since then
@@ -87,7 +87,6 @@ function Stream:_admit()
       if r.reason == "stopping" then self.done:push({ stopping = r }) end
       return
     end
-    e.finished = now()
     self.done:push(e)
     if not ok then error(r, 0) end
   end)
@@ -138,7 +137,7 @@ end
 --- Versions between a group's admission and the weights a step would train it with now.
 function Stream:staleness(e) return self.version - e.version end
 
--- A finished group back from generation: budgets, the dynamic filter; true when kept.
+-- A finished group back from generation: budgets, the dynamic filter.
 function Stream:_arrived(e, budget, rollout_id)
   local ro = self.ro
   budget:add_group(e.group)
@@ -149,10 +148,9 @@ function Stream:_arrived(e, budget, rollout_id)
     local reason = out.reason or "filtered"
     ro.counters.drops[reason] = (ro.counters.drops[reason] or 0) + 1
     self:_release(e)
-    return false
+    return
   end
   e.state = "ready"
-  return true
 end
 
 function Stream:_fail(budget, rollout_id, why, hint)
@@ -173,26 +171,23 @@ function Stream:_select(n)
     end
     return nil
   end
+  local dropped = {}
   for _, e in ipairs(self.held) do
     if e.state == "ready" then
       if self:staleness(e) > k and self.policy == "drop" then
-        e.state = "dropped"
+        dropped[#dropped + 1] = e
       else
         ready[#ready + 1] = e
         if #ready == n then break end
       end
     end
   end
-  local dropped = {}
-  for _, e in ipairs(self.held) do if e.state == "dropped" then dropped[#dropped + 1] = e end end
   for _, e in ipairs(dropped) do
     self.counters.dropped_stale = self.counters.dropped_stale + 1
     self:_release(e)
   end
   return #ready == n and ready or nil
 end
-
-local function by_first_index(a, b) return (a[1].index or 0) < (b[1].index or 0) end
 
 --- The batch of step `rollout_id`: n groups (sorted by sample index) once n are eligible
 --- under the policy, and the step's metrics (rollout/ as a rollout step's, plus
@@ -207,15 +202,10 @@ function Stream:take(rollout_id, n)
   local batch = self:_select(n)
   while not batch do
     if self.counters.drawn - drawn0 > max_draw then
-      local drops = {}
-      for reason, c in pairs(ro.counters.drops) do drops[#drops + 1] = ("%s %d"):format(reason, c) end
-      table.sort(drops)
       self:_fail(budget, rollout_id, ("%d prompts drawn for this step (--over-sampling-limit %g × %d groups) and "
         .. "fewer than %d kept (dynamic filter drops: %s; over-stale groups dropped: %d)"):format(
-          self.counters.drawn - drawn0, ro.over_sampling_limit, n, n,
-          #drops > 0 and table.concat(drops, ", ") or "none", self.counters.dropped_stale),
-        "do all rewards of a group come out equal? check the reward function, or turn the filter off "
-        .. "(--dynamic-sampling-filter none)")
+          self.counters.drawn - drawn0, ro.over_sampling_limit, n, n, loop().filter_drops(ro),
+          self.counters.dropped_stale), loop().FILTER_HINT)
     end
     local e = self.done:pop()
     if e.stopping then error(e.stopping, 0) end
@@ -234,15 +224,9 @@ function Stream:take(rollout_id, n)
     for _, s in ipairs(e.group) do s.rollout_id = rollout_id end
     if self:staleness(e) > self.max_staleness then stale_kept = stale_kept + 1 end
   end
-  self.counters.kept_stale = self.counters.kept_stale + stale_kept
-  table.sort(groups, by_first_index)
+  table.sort(groups, loop().by_first_index)
   if ro.sample_filter then ro.sample_filter(ro, groups) end
-  local extra = { ["rollout/rollout_id"] = rollout_id }
-  for reason, c in pairs(ro.counters.drops) do extra["rollout/dynamic_filter/drop_" .. reason] = c end
-  for outcome, c in pairs(ro.counters.reward) do extra["rollout/reward/" .. outcome] = c end
-  extra["rollout/generate_failed"] = ro.counters.failed
-  extra["rollout/failed_samples"] = budget.failed
-  extra["rollout/drawn_groups"] = self.counters.drawn - drawn0
+  local extra = loop().step_metrics(ro, rollout_id, budget, self.counters.drawn - drawn0)
   extra["async/dropped_stale_groups"] = self.counters.dropped_stale
   extra["async/kept_stale_groups"] = stale_kept
   extra["async/groups_held"] = #self.held
@@ -250,11 +234,7 @@ function Stream:take(rollout_id, n)
   self.drawn_at_take = self.counters.drawn
   self.next_id = rollout_id + 1
   ro:reset_counters()
-  if ro.save_debug_rollout_data then
-    local flat = {}
-    for _, g in ipairs(groups) do for _, smp in ipairs(g) do flat[#flat + 1] = smp end end
-    ro:save_dump(rollout_id, flat)
-  end
+  loop().dump_groups(ro, rollout_id, groups)
   return groups, extra
 end
 
@@ -275,7 +255,7 @@ function Stream:data_state(trained)
   local st = self.data:state()
   local back = {}
   for _, e in ipairs(self.held) do
-    if e.state ~= "dropped" and not (trained and e.state == "taken") then
+    if not (trained and e.state == "taken") then
       local dg = {}
       for j, s in ipairs(e.fresh) do dg[j] = s:to_dict() end
       back[#back + 1] = dg

@@ -140,7 +140,6 @@ function Trainer:set_cpus(list)
       .. type(list) .. ")", 2)
   end
   self._h:set_cpus(list ~= nil and tostring(list) or nil)
-  self.cpus = list ~= nil and tostring(list) or nil
 end
 function Trainer:lr() return self._h:lr() end
 
