@@ -148,6 +148,7 @@ int l_parameters(lua_State* L) {
 // logprobs(ids, {temperature=1}) -> {lp_2, ..., lp_n}: log p(ids[i] | ids[1..i-1])
 int l_logprobs(lua_State* L) {
   auto& m = check_model(L, 1);
+  m.check_whole("rl.model:logprobs");
   const auto ids = ids_arg(L, 2, "ids");
   double temperature = 1.0;
   if (!lua_isnoneornil(L, 3)) {
@@ -163,6 +164,7 @@ int l_logprobs(lua_State* L) {
 // logits(ids) -> {{v_1..v_V} per position}: for tests and small models.
 int l_logits(lua_State* L) {
   auto& m = check_model(L, 1);
+  m.check_whole("rl.model:logits");
   const auto ids = ids_arg(L, 2, "ids");
   if (ids.empty()) throw ArgError(2, "ids", "at least 1 token id expected");
   torch::NoGradGuard no_grad;
@@ -178,6 +180,7 @@ int l_logits(lua_State* L) {
 // generate(ids, {max_new_tokens=16, stop_token_ids={...}}) -> new ids (greedy, KV cache)
 int l_generate(lua_State* L) {
   auto& m = check_model(L, 1);
+  m.check_whole("rl.model:generate");
   const auto ids = ids_arg(L, 2, "ids");
   int64_t max_new = 16;
   std::vector<int64_t> stops = m.config().eos_token_ids;
@@ -203,6 +206,7 @@ int l_generate(lua_State* L) {
 // save(dir, {dtype=, max_shard_bytes=}) -> true | nil, err
 int l_save(lua_State* L) {
   auto& m = check_model(L, 1);
+  m.check_whole("rl.model:save");
   const std::string dir(arg::string(L, 2, "dir"));
   auto dtype = m.options().dtype;
   size_t shard = size_t(5) << 30;

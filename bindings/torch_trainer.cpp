@@ -12,6 +12,9 @@
 //   handle:send_weights(group) -> op       broadcasts every parameter over it
 //   handle:shm_write(layout_json, buffer) -> op  every parameter into an engine's shared-memory buffer
 //   handle:shm_forget(id)                  unmaps that engine's file
+//   handle:save_model(dir, dtype|nil, max_shard_bytes|nil, driven) -> op   the policy as a HF directory
+//   handle:follow_gathers() -> op, handle:gathers_done() -> op   a sharded trainer's sync
+//                                          (ranks > 0 follow rank 0's gathers until done)
 //   handle:step(), handle:lr()
 //   handle:set_cpus(list|nil)              its jobs' thread (and the LibTorch threads that
 //                                          thread starts) runs on these CPUs; nil: anywhere
@@ -38,6 +41,7 @@
 #include "nn/shared_weights.hpp"
 #include "nn/weights.hpp"
 #include "trainer/checkpoint.hpp"
+#include "trainer/sharded_io.hpp"
 #include "dist/dist.hpp"
 #include "trainer/trainer.hpp"
 #include "trainer/trainer_options.hpp"
@@ -193,7 +197,17 @@ int l_sync(lua_State* L) {
   return start_job(L, box, [t, eng, version] {
     const auto t0 = std::chrono::steady_clock::now();
     torch::NoGradGuard ng;
-    engine::update_weights(*eng, t->policy().named_parameters(), version);
+    if (t->sharded()) {
+      // The engine swaps all its weights between two steps: the gathered units are
+      // staged here first (the one whole copy a sharded sync makes, what the engine takes).
+      nn::NamedTensors staged;
+      trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) {
+        for (const auto& [name, w] : unit) staged.emplace_back(name, w.clone());
+      });
+      engine::update_weights(*eng, staged, version);
+    } else {
+      engine::update_weights(*eng, t->policy().named_parameters(), version);
+    }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return json{{"success", true}, {"weight_version", eng->weight_version()}, {"seconds", dt}};
   });
@@ -202,7 +216,16 @@ int l_sync(lua_State* L) {
 int l_weight_meta(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   json names = json::array(), dtypes = json::array(), shapes = json::array();
-  for (const auto& [name, t] : box.trainer->policy().named_parameters()) {
+  // In the order the weights are sent: a sharded trainer's unit by unit.
+  const auto& params = box.trainer->policy().named_parameters();
+  std::vector<size_t> order;
+  for (const auto& unit : box.trainer->policy().parameter_units()) order.insert(order.end(), unit.begin(), unit.end());
+  if (!box.trainer->sharded()) {
+    order.resize(params.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  }
+  for (size_t i : order) {
+    const auto& [name, t] = params[i];
     names.push_back(name);
     dtypes.push_back(nn::dtype_config_name(t.scalar_type()));
     shapes.push_back(t.sizes().vec());
@@ -227,7 +250,8 @@ int l_send_weights(lua_State* L) {
   auto t = box.trainer;
   return start_job(L, box, [t, g] {
     const auto t0 = std::chrono::steady_clock::now();
-    dist::send_weights(*g, t->policy().named_parameters());
+    if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { dist::send_weights(*g, unit); });
+    else dist::send_weights(*g, t->policy().named_parameters());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return json{{"success", true}, {"seconds", dt}};
   });
@@ -254,7 +278,46 @@ int l_shm_write(lua_State* L) {
       if (!slot) slot = std::make_shared<nn::SharedWeightsWriter>(*layout);
       w = slot;
     }
-    w->write(static_cast<int>(buffer), t->policy().named_parameters());
+    if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { w->write_some(static_cast<int>(buffer), unit); });
+    else w->write(static_cast<int>(buffer), t->policy().named_parameters());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return json{{"success", true}, {"seconds", dt}};
+  });
+}
+
+// follow_gathers() -> op: ranks other than 0 of a sharded trainer, while rank 0 syncs.
+int l_follow_gathers(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto t = box.trainer;
+  return start_job(L, box, [t] { return json{{"success", true}, {"passes", trainer::follow_passes(*t)}}; });
+}
+
+// gathers_done() -> op: rank 0's end of a sync (follow_gathers returns on the others).
+int l_gathers_done(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto t = box.trainer;
+  return start_job(L, box, [t] {
+    trainer::passes_done(*t);
+    return json{{"success", true}};
+  });
+}
+
+// save_model(dir, dtype|nil, max_shard_bytes|nil, driven) -> op: the policy as a Hugging Face
+// directory. Sharded: a collective (every rank calls it), gathered unit by unit and
+// streamed into the files by rank 0 (the other ranks' dir is not written).
+int l_save_model(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  const std::string dir(arg::string(L, 2, "dir"));
+  auto dtype = box.trainer->policy().options().dtype;
+  if (auto d = arg::opt_string(L, 3, "dtype")) dtype = nn::parse_dtype(std::string(*d));
+  const auto shard = arg::opt_integer(L, 4, "max_shard_bytes");
+  if (shard && *shard <= 0) throw ArgError(4, "max_shard_bytes", "a positive integer expected");
+  const bool driven = lua_toboolean(L, 5);
+  auto t = box.trainer;
+  const size_t max_shard = shard ? static_cast<size_t>(*shard) : size_t(5) << 30;
+  return start_job(L, box, [t, dir, dtype, max_shard, driven] {
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer::save_policy(*t, dir, dtype, max_shard, driven);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return json{{"success", true}, {"seconds", dt}};
   });
@@ -392,6 +455,8 @@ void open_trainer(lua_State* L, int t) {
       {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},
       {"send_weights", entry<l_send_weights>}, {"shm_write", entry<l_shm_write>},
       {"shm_forget", entry<l_shm_forget>}, {"set_cpus", entry<l_set_cpus>},
+      {"save_model", entry<l_save_model>}, {"follow_gathers", entry<l_follow_gathers>},
+      {"gathers_done", entry<l_gathers_done>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<destroy_udata<TrainerBox>>);
   static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>},

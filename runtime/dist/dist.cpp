@@ -75,6 +75,7 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> backend;
   torch::Device device = torch::kCPU;
   std::mutex mu;  // one collective at a time from this process
+  bool no_reduce_scatter = false;  // the backend lacks it: all-reduce instead
   bool failed = false;  // a collective failed or timed out: abort (not shut down) on close
 
   std::string where(const std::string& op) const {
@@ -271,6 +272,70 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root, const s
     impl_->wait(impl_->backend->broadcast(one, bo), "broadcast of " + what);
     if (!direct) t.copy_(one[0]);
   }
+}
+
+ProcessGroup::Pending::Pending(ProcessGroup* g, std::string what, std::function<void()> wait)
+    : g_(g), what_(std::move(what)), wait_(std::move(wait)) {}
+
+ProcessGroup::Pending::~Pending() {
+  if (done_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log::warn("dist: " + what_ + " left unfinished: " + e.what());
+  }
+}
+
+void ProcessGroup::Pending::wait() {
+  if (done_) return;
+  done_ = true;
+  wait_();
+}
+
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::all_gather_async(const at::Tensor& out, const at::Tensor& in,
+                                                                      const std::string& what) {
+  connect();
+  if (!out.is_contiguous() || !in.is_contiguous() || out.numel() != in.numel() * world_size() ||
+      out.scalar_type() != in.scalar_type())
+    throw Error("dist: all-gather of " + what + ": the output must be contiguous and world_size times the input");
+  c10::intrusive_ptr<c10d::Work> work;
+  {
+    std::lock_guard lk(impl_->mu);
+    c10d::AllgatherOptions ao;
+    ao.timeout = impl_->timeout();
+    at::Tensor o = out, i = in;
+    work = impl_->backend->_allgather_base(o, i, ao);
+  }
+  const std::string op = "all-gather of " + what;
+  return std::make_shared<Pending>(this, op, [this, work, op] { impl_->wait(work, op); });
+}
+
+void ProcessGroup::reduce_scatter_sum(const at::Tensor& out, const at::Tensor& in, const std::string& what) {
+  connect();
+  if (!out.is_contiguous() || !in.is_contiguous() || in.numel() != out.numel() * world_size() ||
+      out.scalar_type() != in.scalar_type())
+    throw Error("dist: reduce-scatter of " + what + ": the input must be contiguous and world_size times the output");
+  c10::intrusive_ptr<c10d::Work> work;
+  if (!impl_->no_reduce_scatter) {
+    std::lock_guard lk(impl_->mu);
+    c10d::ReduceScatterOptions ro;
+    ro.timeout = impl_->timeout();
+    at::Tensor o = out, i = in;
+    try {
+      work = impl_->backend->_reduce_scatter_base(o, i, ro);
+    } catch (const c10::Error& e) {
+      // Gloo before PyTorch 2.1 has no reduce-scatter: an all-reduce of the whole
+      // input, of which this rank keeps its slice (twice the bytes on the wire).
+      if (std::string(e.what()).find("support") == std::string::npos) throw;
+      impl_->no_reduce_scatter = true;
+      log::warn("dist: group '" + impl_->o.name + "': the " + impl_->o.backend +
+                " backend has no reduce-scatter; using all-reduce (2x the traffic)");
+    }
+  }
+  if (work) return impl_->wait(work, "reduce-scatter of " + what);
+  std::vector<at::Tensor> whole{in.clone()};
+  allreduce_sum(whole, what);
+  out.copy_(whole[0].narrow(0, out.numel() * rank(), out.numel()));
 }
 
 void ProcessGroup::barrier() {

@@ -9,6 +9,7 @@
 // that includes c10d.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +70,16 @@ class ProcessGroup {
   void allreduce_mean_grads(const std::vector<at::Tensor>& params, const std::string& what);
   void broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what);
   void barrier();
+  // Sharded training (trainer/fsdp.hpp). `out` (world_size × in.numel(), contiguous)
+  // gets every rank's `in`, rank r's at r × in.numel(). Returns at once; the gather
+  // completes by Pending::wait (Gloo's and NCCL's own threads and streams move the
+  // bytes meanwhile). Collectives issued later queue behind it, in the same order
+  // on every rank.
+  class Pending;
+  std::shared_ptr<Pending> all_gather_async(const at::Tensor& out, const at::Tensor& in, const std::string& what);
+  // out (in.numel() / world_size) = the sum over ranks of this rank's slice of `in`.
+  void reduce_scatter_sum(const at::Tensor& out, const at::Tensor& in, const std::string& what);
+
   // A byte string from `root` to every rank (root's `blob` is returned everywhere).
   std::string broadcast_bytes(const std::string& blob, int root);
   // Rank i gets blobs[i] (blobs given on root only: world_size entries).
@@ -77,6 +88,23 @@ class ProcessGroup {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// An issued collective: wait() blocks until it is done (or throws rl::Error as any
+// collective of the group does); the destructor waits too, swallowing errors.
+class ProcessGroup::Pending {
+ public:
+  Pending(ProcessGroup* g, std::string what, std::function<void()> wait);
+  ~Pending();
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+  void wait();
+
+ private:
+  ProcessGroup* g_;
+  std::string what_;
+  std::function<void()> wait_;
+  bool done_ = false;
 };
 
 // The group rl.dist.init set up (data parallel): the trainer all-reduces gradients

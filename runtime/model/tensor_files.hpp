@@ -88,4 +88,41 @@ std::vector<std::filesystem::path> write_safetensors_dir(const std::filesystem::
                                                          size_t max_shard_bytes = size_t(5) << 30,
                                                          const std::map<std::string, std::string>& metadata = {});
 
+// What a streamed tensor will be: its bytes arrive later, through SafetensorsStream::write.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+// A Hugging Face safetensors directory written while its tensors arrive one at a
+// time (in the order of `specs`), never all in memory: the same files
+// write_safetensors_dir makes for the same tensors in that order (one
+// model.safetensors up to max_shard_bytes, else greedy shards plus
+// model.safetensors.index.json), except that within a file the data is in spec
+// order (aligned when every tensor has the same dtype). Specs are checked and
+// headers laid out up front; one file is open at a time; every file is written
+// to a temp name and renamed on finish(), which also removes stale files of an
+// earlier save. Destroyed unfinished, it leaves no file behind (the directory,
+// when it had to create it, stays) and an earlier save untouched.
+class SafetensorsStream {
+ public:
+  SafetensorsStream(const std::filesystem::path& dir, std::vector<TensorSpec> specs, size_t max_shard_bytes,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStream();
+  SafetensorsStream(const SafetensorsStream&) = delete;
+  SafetensorsStream& operator=(const SafetensorsStream&) = delete;
+
+  // The next tensor's bytes: `name` must be the next spec's and nbytes its size
+  // (rl::Error naming the tensor otherwise, and nothing written).
+  void write(const std::string& name, const void* data, size_t nbytes);
+  // After the last tensor: commits every file (and the index when sharded) and
+  // returns them as write_safetensors_dir does. Throws if tensors are missing.
+  std::vector<std::filesystem::path> finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace rl::model

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "nn/shared_weights.hpp"
 
 #include <fcntl.h>
@@ -252,6 +253,30 @@ void SharedWeightsWriter::write(int buffer, const std::vector<std::pair<std::str
     }
     auto dst = torch::from_blob(map_->at(base + t.offset), t.shape, t.stride,
                                 torch::TensorOptions().dtype(parse_dtype(t.dtype)));
+    copy_weight(dst, s.detach());
+  }
+}
+
+void SharedWeightsWriter::write_some(int buffer, const std::vector<std::pair<std::string, torch::Tensor>>& src) {
+  if (buffer < 0 || buffer >= layout_.buffers)
+    throw Error("shared weights: buffer " + std::to_string(buffer) + " does not exist (0.." +
+                std::to_string(layout_.buffers - 1) + ")");
+  torch::NoGradGuard ng;
+  const int64_t base = buffer * layout_.buffer_bytes;
+  for (const auto& [name, s] : src) {
+    const auto it = std::find_if(layout_.tensors.begin(), layout_.tensors.end(),
+                                 [&](const auto& t) { return t.name == name; });
+    if (it == layout_.tensors.end())
+      throw Error("shared weights: the trainer has '" + name + "' but the engine does not",
+                  "sync a trainer of the engine's model");
+    if (s.sizes().vec() != it->shape) {
+      std::ostringstream os;
+      os << "shared weights: '" << name << "' is " << s.sizes() << " in the trainer but " << c10::IntArrayRef(it->shape)
+         << " in the engine";
+      throw Error(os.str());
+    }
+    auto dst = torch::from_blob(map_->at(base + it->offset), it->shape, it->stride,
+                                torch::TensorOptions().dtype(parse_dtype(it->dtype)));
     copy_weight(dst, s.detach());
   }
 }

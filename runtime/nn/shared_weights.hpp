@@ -70,6 +70,9 @@ class SharedWeightsWriter {
   // Every layout tensor from `src` (same names and shapes; dtype converted): the
   // whole set, or rl::Error naming the first name missing on either side.
   void write(int buffer, const std::vector<std::pair<std::string, torch::Tensor>>& src);
+  // Some of them (a sharded trainer's gathered unit): each named tensor must be in the
+  // layout with its shape; the caller writes every one of them over its calls.
+  void write_some(int buffer, const std::vector<std::pair<std::string, torch::Tensor>>& src);
 
  private:
   std::shared_ptr<SharedMapping> map_;

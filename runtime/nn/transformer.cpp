@@ -54,24 +54,57 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   embed_ = get("model.embed_tokens.weight");
   final_norm_ = get("model.norm.weight");
   lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    Layer l;
-    l.input_norm = get(p + "input_layernorm.weight");
-    l.post_norm = get(p + "post_attention_layernorm.weight");
-    l.q_w = get(p + "self_attn.q_proj.weight"), l.q_b = get(p + "self_attn.q_proj.bias");
-    l.k_w = get(p + "self_attn.k_proj.weight"), l.k_b = get(p + "self_attn.k_proj.bias");
-    l.v_w = get(p + "self_attn.v_proj.weight"), l.v_b = get(p + "self_attn.v_proj.bias");
-    l.o_w = get(p + "self_attn.o_proj.weight"), l.o_b = get(p + "self_attn.o_proj.bias");
-    l.q_norm = get(p + "self_attn.q_norm.weight"), l.k_norm = get(p + "self_attn.k_norm.weight");
-    l.gate_w = get(p + "mlp.gate_proj.weight"), l.gate_b = get(p + "mlp.gate_proj.bias");
-    l.up_w = get(p + "mlp.up_proj.weight"), l.up_b = get(p + "mlp.up_proj.bias");
-    l.down_w = get(p + "mlp.down_proj.weight"), l.down_b = get(p + "mlp.down_proj.bias");
-    layers_.push_back(std::move(l));
-  }
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(make_layer(i, get));
   if (!embed_.defined() || !final_norm_.defined() || !lm_head_.defined())
     throw std::logic_error("Transformer: config.expected_tensors() lacks the embedding, final norm or lm_head");
   if (transposed) fuse_projections();
+}
+
+Transformer::Layer Transformer::make_layer(int64_t i, const std::function<torch::Tensor(const std::string&)>& get) const {
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  Layer l;
+  l.input_norm = get(p + "input_layernorm.weight");
+  l.post_norm = get(p + "post_attention_layernorm.weight");
+  l.q_w = get(p + "self_attn.q_proj.weight"), l.q_b = get(p + "self_attn.q_proj.bias");
+  l.k_w = get(p + "self_attn.k_proj.weight"), l.k_b = get(p + "self_attn.k_proj.bias");
+  l.v_w = get(p + "self_attn.v_proj.weight"), l.v_b = get(p + "self_attn.v_proj.bias");
+  l.o_w = get(p + "self_attn.o_proj.weight"), l.o_b = get(p + "self_attn.o_proj.bias");
+  l.q_norm = get(p + "self_attn.q_norm.weight"), l.k_norm = get(p + "self_attn.k_norm.weight");
+  l.gate_w = get(p + "mlp.gate_proj.weight"), l.gate_b = get(p + "mlp.gate_proj.bias");
+  l.up_w = get(p + "mlp.up_proj.weight"), l.up_b = get(p + "mlp.up_proj.bias");
+  l.down_w = get(p + "mlp.down_proj.weight"), l.down_b = get(p + "mlp.down_proj.bias");
+  return l;
+}
+
+std::vector<std::vector<size_t>> Transformer::parameter_units() const {
+  const int64_t L = config_.num_hidden_layers;
+  std::vector<std::vector<size_t>> units(static_cast<size_t>(L + (config_.tie_word_embeddings ? 2 : 3)));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& n = params_[i].first;
+    if (n == "model.embed_tokens.weight") {
+      units[0].push_back(i);
+    } else if (n == "model.norm.weight") {
+      units[static_cast<size_t>(L + 1)].push_back(i);
+    } else if (n == "lm_head.weight") {
+      units[static_cast<size_t>(L + 2)].push_back(i);
+    } else if (n.rfind("model.layers.", 0) == 0) {
+      const int64_t layer = std::stoll(n.substr(13));
+      units[static_cast<size_t>(layer + 1)].push_back(i);
+    } else {
+      throw std::logic_error("Transformer: parameter '" + n + "' belongs to no unit");
+    }
+  }
+  return units;
+}
+
+int Transformer::lm_head_unit() const {
+  return config_.tie_word_embeddings ? 0 : static_cast<int>(config_.num_hidden_layers + 2);
+}
+
+void Transformer::check_whole(const char* what) const {
+  if (hooks_)
+    throw std::logic_error(std::string(what) + ": the model's parameters are sharded over the trainer's ranks "
+                           "(train_backend = \"fsdp\"); the trainer gathers them: tr:save_model, tr:save, tr:sync");
 }
 
 // Re-homes each layer's q/k/v (and gate/up) weights and biases as views into one
@@ -127,6 +160,7 @@ std::unique_ptr<Transformer> Transformer::from_pretrained(const std::filesystem:
 }
 
 void Transformer::load(const model::TensorSet& tensors) {
+  check_whole("Transformer::load");
   model::validate_tensors(tensors, config_);
   torch::NoGradGuard no_grad;
   // Straight from the mapped files into the parameters (the set outlives the copies).
@@ -140,6 +174,7 @@ void Transformer::weights_changed() {
     std::lock_guard<std::mutex> lock(digest_mu_);
     ++weights_generation_;
   }
+  if (hooks_) return;  // sharded: nothing derived is kept
   if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
   // The inference layout's matrices, packed once here instead of per GEMM call.
   const bool pack = opts_.inference_layout && bi::active(embed_) && bi::packed_available();
@@ -180,6 +215,7 @@ const bi::PackedWeight& Transformer::lm_head_packed() {
 
 std::string Transformer::exact_weights_digest() {
   std::lock_guard<std::mutex> lock(digest_mu_);
+  if (hooks_) return {};  // sharded: the trainer gathers to digest (trainer/fsdp.hpp)
   if (digest_generation_ != weights_generation_) {
     digest_ = bi::active(embed_) && embed_.device().is_cpu() ? weights_digest(params_) : std::string();
     digest_generation_ = weights_generation_;
@@ -188,6 +224,7 @@ std::string Transformer::exact_weights_digest() {
 }
 
 void Transformer::init_random(uint64_t seed) {
+  check_whole("Transformer::init_random");
   const double std = config_.raw.value("initializer_range", 0.02);
   init_parameters(params_, seed, std);
   weights_changed();
@@ -288,13 +325,33 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
 template <class Attend>
 torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend) {
   auto [cos, sin] = rope_.lookup(positions, opts_.dtype);
-  for (const auto& l : layers_) {
+  std::vector<std::vector<size_t>> units;
+  if (hooks_) units = parameter_units();
+  for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) {
+    const Layer* lp = &layers_[static_cast<size_t>(i)];
+    Layer gathered;
+    const int unit = static_cast<int>(i + 1);
+    if (hooks_) {  // sharded: this layer's parameters, gathered for this use
+      const auto ts = hooks_->enter(unit);
+      const auto& idx = units[static_cast<size_t>(unit)];
+      gathered = make_layer(i, [&](const std::string& name) -> torch::Tensor {
+        for (size_t j = 0; j < idx.size(); ++j)
+          if (params_[idx[j]].first == name) return ts[j];
+        return {};
+      });
+      lp = &gathered;
+    }
+    const Layer& l = *lp;
     torch::Tensor k, v;
     auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v);
-    x = x + project(attend(q, k, v, &l - layers_.data()), l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
+    x = x + project(attend(q, k, v, i), l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
     x = x + mlp(l, rms_norm(x, l.post_norm));
+    if (hooks_) x = hooks_->leave(unit, x);
   }
-  return rms_norm(x, final_norm_);
+  if (!hooks_) return rms_norm(x, final_norm_);
+  const int norm_unit = static_cast<int>(layers_.size() + 1);
+  const auto ts = hooks_->enter(norm_unit);
+  return hooks_->leave(norm_unit, rms_norm(x, ts.at(0)));
 }
 
 torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::Tensor& positions) {
@@ -307,7 +364,9 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
   check_ids(input_ids, config_.vocab_size);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
-  auto x = embed_tokens(input_ids);
+  torch::Tensor x;
+  if (hooks_) x = hooks_->leave(0, torch::embedding(hooks_->enter(0).at(0), input_ids));
+  else x = embed_tokens(input_ids);
   return run_layers(x, pos, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t) {
     if (bi::active(q)) return bi::causal_attention(q, k, v, scale);
     auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
@@ -317,10 +376,12 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
 }
 
 torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {
+  check_whole("Transformer::logits");
   return project(hidden, lm_head_, torch::Tensor(), lm_head_p_);
 }
 
 TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, double temperature, bool with_entropy) {
+  check_whole("Transformer::sequence_logprobs");
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   if (T < 2) throw std::invalid_argument("sequence_logprobs: need at least 2 tokens per sequence");
   auto hidden = forward(input_ids).narrow(1, 0, T - 1).reshape({-1, config_.hidden_size});
@@ -448,6 +509,7 @@ MixedPlan plan_mixed(const CachedBatch& b, bool fast) {
 }  // namespace
 
 torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) {
+  check_whole("Transformer::forward_cached");
   torch::NoGradGuard no_grad;
   check_cached_batch(b, cache, config_.num_hidden_layers);
   const int64_t N = b.input_ids.size(0);
@@ -500,6 +562,7 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
 }
 
 void Transformer::save(const std::filesystem::path& dir, size_t max_shard_bytes) const {
+  check_whole("Transformer::save");
   save_model_dir(dir, config_, params_, opts_.dtype, max_shard_bytes);
 }
 

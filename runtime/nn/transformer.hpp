@@ -5,6 +5,7 @@
 // incremental forward over a paged KV cache for the engine.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,19 @@ class PackedCache {
   int64_t version_ = -1;
 };
 
+// Sharded training (trainer/fsdp.hpp): the parameters live elsewhere, in shards, and
+// each unit's are brought in just before it runs. Units (Transformer::parameter_units):
+// 0 the embedding, 1..L the decoder layers, L+1 the final norm, L+2 the lm_head
+// when it is not tied to the embedding.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Unit u's parameters for one use: the shapes and order parameter_units() gives.
+  virtual std::vector<torch::Tensor> enter(int unit) = 0;
+  // That use produced `out`; the forward goes on with the returned tensor.
+  virtual torch::Tensor leave(int unit, const torch::Tensor& out) = 0;
+};
+
 class Transformer {
  public:
   // Weights are allocated (uninitialised); fill them with load() or init_random().
@@ -84,6 +98,17 @@ class Transformer {
   // "": equal digests mean equal log-probs, bit for bit. Computed on first use after
   // each weights_changed() (one pass over the weights), then cached.
   std::string exact_weights_digest();
+
+  // Per unit (see UnitHooks), the indices into named_parameters() of its parameters.
+  std::vector<std::vector<size_t>> parameter_units() const;
+  int lm_head_unit() const;  // 0 when tied, else L + 2
+  // Sharded training: while hooks are set, forward() takes every unit's parameters
+  // from them, and the model's own parameter storage (released by the hooks' owner)
+  // must not be read: whatever would read it throws (check_whole).
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
+  UnitHooks* unit_hooks() const { return hooks_; }
+  // Throws std::logic_error naming `what` when the parameters are sharded.
+  void check_whole(const char* what) const;
 
   // Training path. input_ids [B, T] (right-padded), positions default arange(T).
   // Returns final-norm hidden states [B, T, H].
@@ -126,6 +151,8 @@ class Transformer {
   const bi::PackedWeight& panels(const bi::PackedWeight& p, PackedCache& cache, const torch::Tensor& w,
                                  const torch::Tensor& x) const;
   void fuse_projections();
+  // Layer i's tensors, each found by its checkpoint name through `get`.
+  Layer make_layer(int64_t i, const std::function<torch::Tensor(const std::string&)>& get) const;
   template <class Attend>
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend);
   torch::Tensor attention_inputs(const Layer& l, const torch::Tensor& x, const torch::Tensor& cos,
@@ -145,6 +172,7 @@ class Transformer {
   uint64_t weights_generation_ = 0, digest_generation_ = ~uint64_t(0);
   std::string digest_;
   RopeTable rope_;
+  UnitHooks* hooks_ = nullptr;
 };
 
 }  // namespace rl::nn

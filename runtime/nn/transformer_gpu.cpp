@@ -21,6 +21,7 @@ torch::Tensor gemm(const torch::Tensor& x, const torch::Tensor& w_in_out, const 
 }  // namespace
 
 torch::Tensor Transformer::forward_paged(const PagedBatch& b, KVCache& cache) {
+  check_whole("Transformer::forward_paged");
   torch::NoGradGuard no_grad;
   if (!gpu::available(embed_))
     throw std::invalid_argument("forward_paged: needs a CUDA build and a model on a CUDA device");

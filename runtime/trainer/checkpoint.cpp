@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -24,7 +25,9 @@
 #include "base/errors.hpp"
 #include "model/tensor_files.hpp"
 #include "nn/weights.hpp"
+#include "dist/dist.hpp"
 #include "trainer/checkpoint_state.hpp"
+#include "trainer/sharded_io.hpp"
 
 namespace rl::trainer {
 namespace {
@@ -171,10 +174,42 @@ void check_same_model(const model::ModelConfig& saved, const model::ModelConfig&
   differ("tie_word_embeddings", flag(saved.tie_word_embeddings), flag(mine.tie_word_embeddings));
 }
 
+// A sharded trainer's ranks save together: `fn` runs on every rank, then they agree
+// on the outcome, so that a rank that failed (a full disk) fails the save on all of
+// them at the same point instead of leaving the others in a collective.
+void agree(Trainer& t, const std::function<void()>& fn, const std::string& what) {
+  std::string err;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  auto* sm = t.sharded();
+  if (!sm || sm->world() == 1) {
+    if (!err.empty()) throw Error(err);
+    return;
+  }
+  auto g = dist::default_group();
+  std::vector<torch::Tensor> v{torch::zeros({sm->world()}, torch::kFloat64)};
+  v[0][sm->rank()] = err.empty() ? 0.0 : 1.0;
+  g->allreduce_sum(v, "the checkpoint's status (" + what + ")");
+  if (!err.empty()) throw Error("checkpoint: " + what + ": " + err);
+  for (int r = 0; r < sm->world(); ++r)
+    if (v[0][r].item<double>() > 0)
+      throw Error("checkpoint: " + what + ": rank " + std::to_string(r) + " failed (its log says why)",
+                  "fix that rank's disk or path and save again; the previous checkpoint is untouched");
+}
+
 // Writes everything into `dir` (a fresh temporary directory); returns the file names.
 std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const SaveRequest& req, int64_t iteration) {
   auto& m = t.policy();
-  {
+  if (t.sharded()) {
+    // Every rank: the model gathered unit by unit (rank 0 writes it) and its own AdamW
+    // shard; a failure anywhere fails the save on every rank at the same point.
+    agree(t, [&] { save_policy(t, dir, m.options().dtype, size_t(5) << 30); }, "writing the model");
+    agree(t, [&] { write_sharded_optimizer(t, dir); }, "writing the optimizer shards");
+    if (t.sharded()->rank() != 0) return {};
+  } else {
     torch::NoGradGuard ng;
     nn::save_model_dir(dir, m.config(), m.named_parameters(), m.options().dtype, size_t(5) << 30);
   }
@@ -188,7 +223,7 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
     }
   }
   test_pause("files");
-  write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
+  if (!t.sharded()) write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
 
   json files = json::object(), checksums = json::object();
   std::vector<std::string> names;
@@ -252,7 +287,53 @@ void recover_interrupted_saves(const fs::path& root) {
   if (changed) fsync_dir(root);
 }
 
+namespace {
+
+// Sharded trainers save together: rank 0 runs the protocol below and names the
+// temporary directory on the group ("dir:<path>"); the other ranks write their parts
+// into it (a directory every rank can reach: one machine, or a shared filesystem),
+// then learn the outcome ("ok", or "err:<why>").
+std::shared_ptr<dist::ProcessGroup> save_group(Trainer& t) {
+  return t.sharded() && t.sharded()->world() > 1 ? dist::default_group() : nullptr;
+}
+
+SaveResult save_checkpoint_here(Trainer& t, const fs::path& root, const SaveRequest& req, bool* announced);
+
+}  // namespace
+
 SaveResult save_checkpoint(Trainer& t, const fs::path& root, const SaveRequest& req) {
+  const auto g = save_group(t);
+  bool announced = false;
+  if (!g) return save_checkpoint_here(t, root, req, &announced);
+  const int64_t iteration = req.iteration >= 0 ? req.iteration : t.step();
+  if (g->rank() == 0) {
+    std::string err;
+    SaveResult r;
+    try {
+      r = save_checkpoint_here(t, root, req, &announced);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    if (!announced) g->broadcast_bytes("err:" + err, 0);
+    else g->broadcast_bytes(err.empty() ? "ok" : "err:" + err, 0);
+    if (!err.empty()) throw Error(err);
+    return r;
+  }
+  const std::string where = g->broadcast_bytes("", 0);
+  if (where.rfind("dir:", 0) != 0)
+    throw Error("checkpoint: rank 0 could not start the save: " + where.substr(4));
+  write_contents(t, where.substr(4), req, iteration);
+  const std::string outcome = g->broadcast_bytes("", 0);
+  if (outcome != "ok") throw Error("checkpoint: rank 0 could not finish the save: " + outcome.substr(4));
+  SaveResult r;
+  r.dir = root / iteration_dir_name(iteration);
+  r.iteration = iteration;
+  return r;
+}
+
+namespace {
+
+SaveResult save_checkpoint_here(Trainer& t, const fs::path& root, const SaveRequest& req, bool* announced) {
   const int64_t iteration = req.iteration >= 0 ? req.iteration : t.step();
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -273,6 +354,10 @@ SaveResult save_checkpoint(Trainer& t, const fs::path& root, const SaveRequest& 
   if (!fs::create_directory(tmp, ec) || ec)
     throw Error(tmp.string() + ": cannot create (" + (ec ? ec.message() : std::string("exists")) + ")");
 
+  if (const auto g = save_group(t)) {
+    g->broadcast_bytes("dir:" + tmp.string(), 0);
+    *announced = true;
+  }
   SaveResult r;
   r.dir = final_dir;
   r.iteration = iteration;
@@ -306,6 +391,8 @@ SaveResult save_checkpoint(Trainer& t, const fs::path& root, const SaveRequest& 
   fsync_dir(root);
   return r;
 }
+
+}  // namespace
 
 fs::path resolve_checkpoint(const fs::path& path) {
   std::error_code ec;
@@ -396,8 +483,19 @@ json load_checkpoint(Trainer& t, const fs::path& dir, bool weights) {
     tensors = model::read_safetensors_dir(dir);
     model::validate_tensors(tensors, m.config());
   }
-  auto slots = read_optimizer_state(dir / kOptimizerFile, m.named_parameters());
   const auto rng = parse_rng_state(st.value("rng", json(nullptr)), (dir / kStateFile).string());
+  if (t.sharded()) {
+    // Each rank reads the ranges it holds, from shard files of any world size or a
+    // replicated optimizer.pt (sharded_io.hpp).
+    if (weights) load_sharded_weights(t, tensors);
+    load_sharded_optimizer(t, dir);
+    t.set_step(static_cast<int64_t>(st["step"].get<double>()));
+    rng.apply();
+    return st;
+  }
+  // A replicated trainer reads a sharded checkpoint's optimizer too (every shard file).
+  auto slots = sharded_optimizer_world(dir) > 0 ? read_sharded_optimizer_whole(dir, m)
+                                                : read_optimizer_state(dir / kOptimizerFile, m.named_parameters());
 
   // Everything read and checked: from here on nothing is expected to fail.
   if (weights) m.load(tensors);

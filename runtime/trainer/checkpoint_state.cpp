@@ -40,6 +40,8 @@ std::string brief(const std::exception& e) {
 
 std::string key(const char* what, size_t i) { return std::string(what) + "/" + std::to_string(i); }
 
+}  // namespace
+
 // Writes through a file descriptor so the bytes can be fsync'd: the directory
 // rename that publishes a checkpoint must never expose data still in the page cache.
 //
@@ -89,7 +91,6 @@ void save_archive_synced(torch::serialize::OutputArchive& ar, const fs::path& fi
   if (::close(fd) != 0) throw_errno(file.string() + ": close failed");
 }
 
-}  // namespace
 
 void write_optimizer_state(torch::optim::AdamW& optim, const nn::NamedTensors& params, const fs::path& file) {
   torch::serialize::OutputArchive ar;

@@ -29,6 +29,10 @@ struct AdamWSlot {
 void write_optimizer_state(torch::optim::AdamW& optim, const nn::NamedTensors& params,
                            const std::filesystem::path& file);
 
+// Writes a LibTorch archive to `file` through a descriptor, fsync'd; a failed write
+// (a full disk) throws rl::Error naming the file, never aborts the process.
+void save_archive_synced(torch::serialize::OutputArchive& ar, const std::filesystem::path& file);
+
 // Reads `file` and checks it against `params`: same count, names and shapes.
 // Throws rl::Error naming the file (truncated or not an archive, another model)
 // with a hint. The tensors come back on the parameters' devices.

@@ -82,7 +82,16 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
                                 "; load it with dtype = \"float32\", or drop bf16 to train in the model's dtype");
   policy_->set_requires_grad(true);
   if (ref_) ref_->set_requires_grad(false);
-  for (auto& [name, t] : policy_->named_parameters()) params_.push_back(t);
+  if (opts_.sharded) {
+    // Every rank of the data-parallel group constructs its trainer: the shards are
+    // rank 0's values (a collective).
+    const auto group = dist::default_group();
+    fsdp_ = std::make_unique<ShardedModel>(policy_, group, true);
+    params_ = fsdp_->shards();
+    if (ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0)) ref_fsdp_ = std::make_unique<ShardedModel>(ref_, group, false);
+  } else {
+    for (auto& [name, t] : policy_->named_parameters()) params_.push_back(t);
+  }
   torch::optim::AdamWOptions ao(opts_.optim.lr);
   ao.betas({opts_.optim.beta1, opts_.optim.beta2}).eps(opts_.optim.eps).weight_decay(opts_.optim.weight_decay);
   optim_ = std::make_unique<torch::optim::AdamW>(params_, ao);
@@ -134,6 +143,41 @@ void average_metrics(dist::ProcessGroup& g, Metrics& m) {
 }  // namespace
 
 double Trainer::current_lr() const { return lr_at(step_); }
+
+double Trainer::state_bytes() const {
+  double n = 0;
+  for (const auto& p : params_) {
+    n += static_cast<double>(p.nbytes());
+    if (p.grad().defined()) n += static_cast<double>(p.grad().nbytes());
+  }
+  for (const auto& [key, st] : optim_->state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*st);
+    for (const auto* t : {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()})
+      if (t->defined()) n += static_cast<double>(t->nbytes());
+  }
+  return n;
+}
+
+ShardedModel* Trainer::sharded_of(const nn::Transformer& m) const {
+  if (fsdp_ && &m == policy_.get()) return fsdp_.get();
+  if (ref_fsdp_ && &m == ref_.get()) return ref_fsdp_.get();
+  return nullptr;
+}
+
+int64_t Trainer::agree_passes(int64_t mine) const {
+  if (!fsdp_ || fsdp_->world() == 1) return mine;
+  auto g = dist::default_group();
+  std::vector<torch::Tensor> t{torch::zeros({g->world_size()}, torch::kFloat64)};
+  t[0][g->rank()] = static_cast<double>(mine);
+  g->allreduce_sum(t, "the pass counts");
+  return static_cast<int64_t>(t[0].max().item<double>());
+}
+
+void Trainer::for_each_parameter_group(const std::function<void(const nn::NamedTensors&)>& fn) {
+  torch::NoGradGuard ng;
+  if (fsdp_) fsdp_->for_each_unit(fn);
+  else fn(policy_->named_parameters());
+}
 void Trainer::set_step(int64_t s) { step_ = s; }
 
 Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& idx) const {
@@ -196,8 +240,11 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
   auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
-  auto out = nn::token_logprobs(flat, m.lm_head_weight(), on_device(p.targets), opts_.temperature, with_entropy, 0, -1,
-                                &m.lm_head_packed());
+  // Sharded: the lm_head is gathered for this use (and again for its backward).
+  ShardedModel* sm = sharded_of(m);
+  auto out = nn::token_logprobs(flat, sm ? sm->lm_head() : m.lm_head_weight(), on_device(p.targets),
+                                opts_.temperature, with_entropy, 0, -1, sm ? nullptr : &m.lm_head_packed());
+  if (sm) out.logprobs = sm->lm_head_done(out.logprobs);
   auto index = on_device(p.cols);
   auto logp = torch::zeros({B * R}, out.logprobs.options()).index_put({index}, out.logprobs).view({B, R});
   if (entropy && with_entropy)
@@ -307,6 +354,17 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
     x.adv = compute_advantages_unnormalized(opts_.loss.estimator, ai);
     prep.push_back(std::move(x));
   }
+  // Sharded: as many no-grad passes as the rank with the most micro-batches.
+  if (fsdp_ && (need_ref || (!opts_.use_rollout_logprobs && opts_.kl_coef != 0.0))) {
+    const int64_t passes = agree_passes(static_cast<int64_t>(mbs.size()));
+    torch::NoGradGuard ng;
+    for (int64_t k = static_cast<int64_t>(mbs.size()); k < passes; ++k) {
+      const Packed pad = pack(b, mbs.front());
+      if (opts_.kl_coef != 0.0 && !opts_.use_rollout_logprobs && !pad.behaviour_logp.defined())
+        response_logp(*policy_, pad, false, nullptr);
+      if (need_ref) response_logp(*ref_, pad, false, nullptr);
+    }
+  }
   if (opts_.normalize_advantages) {
     std::vector<torch::Tensor> a, m;
     for (auto& x : prep) {
@@ -348,6 +406,13 @@ Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNor
     ++micro_done_;
     for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
   }
+  // Sharded: every rank runs as many forward/backward passes as the one with the most
+  // micro-batches (each is a collective); the padding passes add zero gradient.
+  if (fsdp_ && !prep.empty()) {
+    const int64_t passes = agree_passes(static_cast<int64_t>(prep.size()));
+    for (int64_t k = static_cast<int64_t>(prep.size()); k < passes; ++k)
+      (response_logp(*policy_, prep.front().p, false, nullptr) * 0.0).sum().backward();
+  }
   return m;
 }
 
@@ -356,9 +421,10 @@ Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNor
 // Returns the gradient norm before clipping.
 double Trainer::clip_and_step(const StepNorm& norm, Metrics& m) {
   if (norm.world > 1) {
-    norm.group->allreduce_mean_grads(params_, "gradients");
+    if (!fsdp_) norm.group->allreduce_mean_grads(params_, "gradients");  // sharded: reduce-scattered in backward
     average_metrics(*norm.group, m);
   }
+  if (fsdp_) return clip_and_step_sharded(norm);
   double grad_norm = 0;
   // On CUDA the same norm, clip and AdamW step in ATen's multi-tensor kernels
   // (optim_fused.hpp): a few launches instead of several per parameter.
@@ -376,6 +442,27 @@ double Trainer::clip_and_step(const StepNorm& norm, Metrics& m) {
   if (fused) fused_.step(*optim_);
   else optim_->step();
   policy_->weights_changed();
+  ++step_;
+  return grad_norm;
+}
+
+// Sharded: the global norm from every rank's shards (sum of squares, all-reduced),
+// torch's clip_grad_norm_ rule, and the AdamW step on the shards.
+double Trainer::clip_and_step_sharded(const StepNorm& norm) {
+  fsdp_->settle();
+  std::vector<torch::Tensor> sq{torch::tensor({fsdp_->local_grad_sq()}, torch::kFloat64)};
+  if (norm.world > 1) norm.group->allreduce_sum(sq, "the gradient norm");
+  const double grad_norm = std::sqrt(sq[0].item<double>());
+  if (opts_.optim.clip_grad > 0) {
+    const double coef = opts_.optim.clip_grad / (grad_norm + 1e-6);
+    if (coef < 1) {
+      torch::NoGradGuard ng;
+      for (auto& p : params_)
+        if (p.grad().defined()) p.grad().mul_(coef);
+    }
+  }
+  if (!params_.empty() && params_.front().is_cuda()) fused_.step(*optim_);
+  else optim_->step();
   ++step_;
   return grad_norm;
 }
@@ -400,6 +487,14 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   m["train/lr"] = lr;
   m["train/global_batch_size"] = norm.global_count;
   m["train/num_microbatches"] = static_cast<double>(mbs.size());
+  if (fsdp_) {
+    const auto st = fsdp_->take_stats();
+    m["perf/fsdp_gather_wait_time"] = st.gather_wait_s;
+    m["perf/fsdp_reduce_scatter_time"] = st.reduce_scatter_s;
+    m["perf/fsdp_gathers"] = static_cast<double>(st.gathers);
+    m["perf/fsdp_gathered_bytes"] = st.gathered_bytes;
+  }
+  m["perf/trainer_state_bytes"] = state_bytes();
   m["perf/actor_train_time"] = dt;
   m["perf/actor_train_tok_per_s"] = dt > 0 ? norm.tokens / dt : 0.0;
   return m;
@@ -549,7 +644,7 @@ std::vector<std::vector<float>> Trainer::behaviour_logprobs(const TrainBatch& b,
 // ranks take the same number of steps (else they would wait on each other).
 int64_t Trainer::prepare_data_parallel(dist::ProcessGroup& g, int64_t n) {
   const int world = g.world_size();
-  if (!params_broadcast_) {
+  if (!params_broadcast_ && !fsdp_) {  // sharded: the shards were rank 0's from the start
     torch::NoGradGuard ng;
     g.broadcast(params_, 0, "the initial parameters");
     policy_->weights_changed();
@@ -584,8 +679,12 @@ std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b) 
 std::vector<std::vector<float>> Trainer::response_logprobs(const TrainBatch& b, const std::vector<int64_t>& idx) {
   torch::NoGradGuard ng;
   std::vector<std::vector<float>> out(b.tokens.size());
-  if (idx.empty()) return out;
-  for (const auto& mb : micro_batches(b, idx)) {
+  const auto mbs = idx.empty() ? std::vector<std::vector<int64_t>>{} : micro_batches(b, idx);
+  // Sharded: a collective; a rank with fewer micro-batches (or none) pads with passes
+  // over its first sample.
+  const int64_t passes = agree_passes(static_cast<int64_t>(mbs.size()));
+  for (int64_t k = static_cast<int64_t>(mbs.size()); k < passes; ++k) response_logp(*policy_, pack(b, {0}), false, nullptr);
+  for (const auto& mb : mbs) {
     Packed p = pack(b, mb);
     auto lp = response_logp(*policy_, p, false, nullptr).to(torch::kCPU).contiguous();
     const auto acc = lp.accessor<float, 2>();

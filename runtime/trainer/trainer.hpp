@@ -5,6 +5,7 @@
 // Knows nothing of Lua; bindings/torch_trainer.cpp wraps it.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "nn/transformer.hpp"
+#include "trainer/fsdp.hpp"
 #include "trainer/optim_fused.hpp"
 #include "trainer/losses.hpp"
 
@@ -58,6 +60,9 @@ struct TrainerOptions {
   // float32 (the master weights); forward passes run under autocast, so matmuls and
   // attention compute in bfloat16 (RMSNorm, softmax and the loss in float32).
   bool bf16 = false;
+  // slime's --train-backend fsdp: parameters, gradients and AdamW state sharded over
+  // the data-parallel group (trainer/fsdp.hpp; the reference model's parameters too).
+  bool sharded = false;
 };
 
 // One rollout's train data (rl.rollout.train_data.convert): per sample, the token ids
@@ -110,12 +115,19 @@ class Trainer {
   std::vector<std::vector<float>> response_logprobs(const TrainBatch& batch, const std::vector<int64_t>& idx);
 
   nn::Transformer& policy() { return *policy_; }
+  // Sharded (train_backend = fsdp): the policy's shards; null when replicated.
+  ShardedModel* sharded() { return fsdp_.get(); }
+  // The policy's parameters, whole, to fn: one call with all of them (replicated), or
+  // one per unit, gathered (sharded: a collective, every rank must call it).
+  void for_each_parameter_group(const std::function<void(const nn::NamedTensors&)>& fn);
   const std::shared_ptr<nn::Transformer>& policy_ptr() const { return policy_; }
   int64_t step() const { return step_; }
   double current_lr() const;
   torch::optim::AdamW& optimizer() { return *optim_; }
   const TrainerOptions& options() const { return opts_; }
   void set_step(int64_t s);  // after loading a checkpoint
+  // This rank's parameters, gradients and AdamW state in bytes (sharded: its shards).
+  double state_bytes() const;
   // Micro-batches trained (forward + backward) so far in the current train() call
   // and their total: safe to read from another thread while train() runs.
   std::pair<int64_t, int64_t> progress() const { return {micro_done_.load(), micro_total_.load()}; }
@@ -134,6 +146,7 @@ class Trainer {
                                               const StepNorm& norm);
   Metrics accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm);
   double clip_and_step(const StepNorm& norm, Metrics& m);
+  double clip_and_step_sharded(const StepNorm& norm);
   // Per sample: 1 when its rollout log-probs are provably this policy's own.
   std::vector<char> rollout_is_policy(const TrainBatch& b);
   // The policy's log-probs of every sample before this train() call (old_logprobs);
@@ -147,6 +160,11 @@ class Trainer {
 
   std::shared_ptr<nn::Transformer> policy_, ref_;
   TrainerOptions opts_;
+  std::unique_ptr<ShardedModel> fsdp_, ref_fsdp_;  // train_backend = fsdp
+  // Sharded: every rank runs the same number of passes; a rank with fewer micro-batches
+  // pads with passes over `pad` whose results it drops (they contribute zero gradient).
+  int64_t agree_passes(int64_t mine) const;
+  ShardedModel* sharded_of(const nn::Transformer& m) const;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
   FusedAdamW fused_;  // the same AdamW step in multi-tensor kernels, for CUDA parameters

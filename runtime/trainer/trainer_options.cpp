@@ -112,6 +112,12 @@ TrainerOptions trainer_options_from_json(const json& j) {
       {"global_batch_size", [&](const json& v, const std::string& k) { o.global_batch_size = integer(v, k); }},
       {"micro_batch_size", [&](const json& v, const std::string& k) { o.micro_batch_size = integer(v, k); }},
       {"bf16", [&](const json& v, const std::string& k) { o.bf16 = boolean(v, k); }},
+      {"train_backend", [&](const json& v, const std::string& k) {
+         const std::string t = str(v, k);
+         if (t == "fsdp") o.sharded = true;
+         else if (t == "replicated") o.sharded = false;
+         else throw std::invalid_argument("trainer option 'train_backend': replicated or fsdp expected, got '" + t + "'");
+       }},
       {"fp16", [&](const json& v, const std::string& k) {
          if (boolean(v, k))
            throw std::invalid_argument("trainer option 'fp16': float16 mixed precision needs loss scaling, which is "
@@ -182,6 +188,7 @@ json trainer_options_to_json(const TrainerOptions& o) {
       {"global_batch_size", o.global_batch_size},
       {"micro_batch_size", o.micro_batch_size},
       {"bf16", o.bf16},
+      {"train_backend", o.sharded ? "fsdp" : "replicated"},
       {"fp16", false},
       {"max_tokens_per_gpu", o.max_tokens_per_micro_batch},
   };

@@ -333,6 +333,184 @@ TEST_CASE("safetensors: write rejects inconsistent tensors and leaves nothing be
   CHECK_THAT(error_of([&] { write_safetensors(dir / "no" / "such" / "x.safetensors", {}); }), Contains("cannot create"));
 }
 
+namespace {
+
+// float32 tensors, as a sharded trainer streams them layer by layer; 92 bytes in all.
+Sample float_tensors() {
+  Sample s;
+  s.buffers.reserve(16);
+  s.add("model.embed_tokens.weight", DType::F32, {3, 2}, 1);       // 24 bytes
+  s.add("model.layers.0.mlp.weight", DType::F32, {4, 3}, 2);       // 48: past a 40-byte shard, alone
+  s.add("model.layers.0.norm.weight", DType::F32, {2}, 3);         // 8
+  s.add("model.layers.0.attn.weight", DType::F32, {1, 0}, 4);      // empty
+  s.add("model.layers.1.norm.weight", DType::F32, {}, 5);          // scalar, 4
+  s.add("lm_head.weight", DType::F32, {2, 1}, 6);                  // 8
+  return s;
+}
+
+std::vector<TensorSpec> specs_of(const std::vector<TensorToWrite>& tensors) {
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  return specs;
+}
+
+std::vector<fs::path> stream_all(const fs::path& dir, const std::vector<TensorToWrite>& tensors, size_t max_shard_bytes,
+                                 const std::map<std::string, std::string>& metadata = {}) {
+  SafetensorsStream out(dir, specs_of(tensors), max_shard_bytes, metadata);
+  for (const auto& t : tensors) out.write(t.name, t.data, t.nbytes);
+  return out.finish();
+}
+
+json file_header(const fs::path& file) {
+  const auto bytes = rl::test::read_bytes(file);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  return json::parse(std::string(reinterpret_cast<const char*>(bytes.data()) + 8, n));
+}
+
+std::string file_text(const fs::path& file) {
+  const auto bytes = rl::test::read_bytes(file);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: stream writes one model.safetensors that reads back", "[safetensors][stream]") {
+  rl::test::TempDir dir("st-stream");
+  Sample s = float_tensors();
+  const auto written = stream_all(dir / "out", s.tensors, size_t(1) << 30, {{"step", "7"}});
+  CHECK(written == std::vector<fs::path>{dir / "out" / "model.safetensors"});
+  CHECK(rl::test::list_dir(dir / "out") == std::vector<std::string>{"model.safetensors"});  // no temp file left
+
+  // Same header as write_safetensors but data in spec order, still 8-byte padded.
+  const auto bytes = rl::test::read_bytes(written[0]);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);
+  const json header = file_header(written[0]);
+  CHECK(header.at("__metadata__") == json{{"format", "pt"}, {"step", "7"}});
+  CHECK(header.at("model.embed_tokens.weight").at("data_offsets") == json{0, 24});
+  CHECK(header.at("model.layers.0.mlp.weight").at("data_offsets") == json{24, 72});
+  CHECK(header.at("lm_head.weight").at("data_offsets") == json{84, 92});
+  CHECK(bytes.size() == 8 + n + 92);
+
+  auto set = read_safetensors_dir(dir / "out");
+  check_same(set, s.tensors);  // names, dtypes, shapes, bytes, alignment
+  CHECK(set.metadata.at("step") == "7");
+
+  // No tensors at all: a valid, empty file.
+  stream_all(dir / "empty", {}, 1);
+  CHECK(read_safetensors_dir(dir / "empty").tensors.empty());
+}
+
+TEST_CASE("safetensors: stream shards like write_safetensors_dir", "[safetensors][stream]") {
+  rl::test::TempDir dir("st-stream-shard");
+  Sample s = float_tensors();
+  const auto ref = write_safetensors_dir(dir / "ref", s.tensors, 40);
+  const auto got = stream_all(dir / "got", s.tensors, 40);
+
+  REQUIRE(got.size() == ref.size());
+  REQUIRE(got.size() == 4);  // 24 | 48 (past the limit, alone) | 8+0+4+8, and the index
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].filename() == ref[i].filename());
+  CHECK(got.back().filename() == "model.safetensors.index.json");
+  CHECK(rl::test::list_dir(dir / "got") == rl::test::list_dir(dir / "ref"));
+  // Same weight_map and total_size: the index is the same file.
+  CHECK(file_text(got.back()) == file_text(ref.back()));
+  const json index = json::parse(file_text(got.back()));
+  CHECK(index.at("weight_map").at("model.layers.0.mlp.weight") == "model-00002-of-00003.safetensors");
+
+  // Each shard holds its tensors in spec order.
+  const json first = file_header(got[0]);
+  CHECK(first.at("model.embed_tokens.weight").at("data_offsets") == json{0, 24});
+
+  check_same(read_safetensors_dir(dir / "got"), s.tensors);
+  check_same(read_safetensors_dir(dir / "got" / "model.safetensors.index.json"), s.tensors);
+}
+
+TEST_CASE("safetensors: stream names the tensor on order, size and missing errors", "[safetensors][stream]") {
+  rl::test::TempDir dir("st-stream-bad");
+  Sample s = float_tensors();
+  const auto& t = s.tensors;
+  {
+    SafetensorsStream out(dir.path(), specs_of(t), 40);
+    CHECK_THAT(error_of([&] { out.write(t[1].name, t[1].data, t[1].nbytes); }),
+               Contains("expected tensor 'model.embed_tokens.weight' next, got 'model.layers.0.mlp.weight'"));
+    CHECK_THAT(error_of([&] { out.write(t[0].name, t[0].data, 20); }),
+               Contains("tensor 'model.embed_tokens.weight': got 20 bytes but F32 [3,2] needs 24"));
+    CHECK_THAT(error_of([&] { out.write(t[0].name, nullptr, t[0].nbytes); }), Contains("data is null"));
+    CHECK_THAT(error_of([&] { out.finish(); }),
+               Contains("tensor 'model.embed_tokens.weight' was never written (nor 5 after it)"));
+    // A rejected write writes nothing: the stream goes on.
+    for (size_t i = 0; i + 1 < t.size(); ++i) out.write(t[i].name, t[i].data, t[i].nbytes);
+    CHECK_THAT(error_of([&] { out.finish(); }), Contains("tensor 'lm_head.weight' was never written (hint:"));
+    out.write(t.back().name, t.back().data, t.back().nbytes);
+    CHECK_THAT(error_of([&] { out.write("extra", t[0].data, 4); }), Contains("tensor 'extra' comes after all 6 tensors"));
+    out.finish();
+    CHECK_THAT(error_of([&] { out.finish(); }), Contains("already finished"));
+  }
+  check_same(read_safetensors_dir(dir.path()), s.tensors);
+
+  // Specs are checked as write_safetensors checks tensors, before any file is made.
+  const fs::path none = dir / "none";
+  auto spec_error = [&](std::vector<TensorSpec> specs) {
+    return error_of([&] { SafetensorsStream(none, std::move(specs), 40); });
+  };
+  CHECK_THAT(spec_error({{"w", DType::F32, {2}}, {"w", DType::F32, {2}}}), Contains("tensor 'w' is given twice"));
+  CHECK_THAT(spec_error({{"__metadata__", DType::F32, {2}}}), Contains("reserved"));
+  CHECK_THAT(spec_error({{"", DType::F32, {2}}}), Contains("a tensor has an empty name"));
+  CHECK_THAT(spec_error({{"w", DType::F32, {2, -3}}}), Contains("tensor 'w': negative dimension -3"));
+  CHECK_THAT(spec_error({{"w", DType::F32, {int64_t(1) << 62, 8}}}), Contains("tensor 'w': shape overflows"));
+  CHECK_THAT(spec_error({{"w", DType::F32, {int64_t(1) << 62}}}), Contains("tensor 'w': shape overflows"));
+  CHECK_THAT(error_of([&] { SafetensorsStream(none, {}, 0); }), Contains("max_shard_bytes must be positive"));
+  CHECK_FALSE(fs::exists(none));
+}
+
+TEST_CASE("safetensors: an unfinished stream leaves no file and the earlier save intact", "[safetensors][stream]") {
+  rl::test::TempDir dir("st-stream-abort");
+  Sample s = float_tensors();
+  write_safetensors_dir(dir.path(), s.tensors);
+  rl::test::write_text(dir / "notes.txt", "keep me");
+  const auto before = rl::test::list_dir(dir.path());
+  const auto single = rl::test::read_bytes(dir / "model.safetensors");
+
+  for (size_t max : {size_t(1) << 30, size_t(40)}) {
+    INFO("max_shard_bytes " << max);
+    {
+      SafetensorsStream out(dir.path(), specs_of(s.tensors), max);
+      for (size_t i = 0; i < 4; ++i) out.write(s.tensors[i].name, s.tensors[i].data, s.tensors[i].nbytes);
+      // Mid-save: only temp names, never a final one, whatever shard has been completed.
+      for (const auto& name : rl::test::list_dir(dir.path()))
+        if (name != "notes.txt" && name != "model.safetensors") CHECK(name.find(".tmp.") != std::string::npos);
+      CHECK_THAT(error_of([&] { out.finish(); }), Contains("was never written"));
+    }
+    CHECK(rl::test::list_dir(dir.path()) == before);
+    CHECK(rl::test::read_bytes(dir / "model.safetensors") == single);
+  }
+  check_same(read_safetensors_dir(dir.path()), s.tensors);
+}
+
+TEST_CASE("safetensors: stream removes stale files of an earlier save", "[safetensors][stream]") {
+  rl::test::TempDir dir("st-stream-stale");
+  Sample s = float_tensors();
+  rl::test::write_text(dir / "notes.txt", "keep me");
+  rl::test::write_text(dir / "model-1-of-2.safetensors", "not an HF shard name: keep");
+  stream_all(dir.path(), s.tensors, 40);
+  CHECK(fs::exists(dir / "model-00003-of-00003.safetensors"));
+
+  // One file now: the shards and index go, nothing else.
+  CHECK(stream_all(dir.path(), s.tensors, size_t(1) << 30) == std::vector<fs::path>{dir / "model.safetensors"});
+  CHECK(rl::test::list_dir(dir.path()) ==
+        std::vector<std::string>{"model-1-of-2.safetensors", "model.safetensors", "notes.txt"});
+  check_same(read_safetensors_dir(dir.path()), s.tensors);
+
+  // And sharded again: the single file goes (it would shadow the index).
+  stream_all(dir.path(), s.tensors, 40);
+  CHECK_FALSE(fs::exists(dir / "model.safetensors"));
+  CHECK(fs::exists(dir / "model.safetensors.index.json"));
+  check_same(read_safetensors_dir(dir.path()), s.tensors);
+  CHECK_FALSE(has_tmp_files(dir.path()));
+}
+
 TEST_CASE("safetensors: header parser fuzz (mutations, truncations, random JSON)", "[safetensors][fuzz]") {
   Sample s = sample_tensors();
   rl::test::TempDir dir("st-fuzz");

@@ -1,4 +1,5 @@
--- Driven by test_trainer_dist.py: `rlhost [--nproc N] dist_train.lua MODE OUT_DIR`.
+-- Driven by test_trainer_dist.py: `rlhost [--nproc N] dist_train.lua MODE OUT_DIR [BACKEND]`
+-- (BACKEND: the trainer's train_backend, replicated by default, or fsdp).
 --   train: a tiny random Llama, two GRPO optimiser steps (token-mean loss, whitened
 --          advantages) on one fixed global batch of 8 samples; rank 0 splits it
 --          (rl.rollout.train_data.split) and scatters the parts. Each rank writes
@@ -7,7 +8,7 @@
 --   sleep: both ranks print "ready R" and sleep (the test sends Ctrl-C to the launcher).
 --   stall: rank 1 sleeps while rank 0's barrier times out (2 s).
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
-local mode, out = arg[1], arg[2]
+local mode, out, backend = arg[1], arg[2], arg[3] or "replicated"
 
 local TINY = {
   architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
@@ -66,17 +67,28 @@ local part = batch
 if ws > 1 then
   part = rl.dist.scatter_object(rl.dist.is_main() and rl.rollout.train_data.split(batch, ws) or nil)
 end
-local tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2, clip_grad = 0.5 }, micro_batch_size = 2,
-  calculate_per_token_loss = true, normalize_advantages = true }
+-- DIST_LOAD: resume from that checkpoint (any backend, any world size) and train one
+-- step; DIST_SAVE: save a checkpoint there after training (sharded: every rank saves
+-- together; replicated: rank 0).
+local load_from, save_to = os.getenv("DIST_LOAD"), os.getenv("DIST_SAVE")
+local tr
+if load_from then
+  tr = assert(rl.trainer.load(load_from, { train_backend = backend }))
+else
+  tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2, clip_grad = 0.5 }, micro_batch_size = 2,
+    calculate_per_token_loss = true, normalize_advantages = true, train_backend = backend }
+end
 local steps, stats = {}, nil
-for s = 1, 2 do
+for s = 1, load_from and 1 or 2 do
   local m
   m, stats = assert(tr:train(part))
   steps[s] = { loss = m["train/loss"], grad_norm = m["train/grad_norm"], pg_loss = m["train/pg_loss"],
-               global_batch_size = m["train/global_batch_size"] }
+               global_batch_size = m["train/global_batch_size"], state_bytes = m["perf/trainer_state_bytes"] }
 end
 -- every rank's per-sample stats of the last step, on rank 0 (what the recipe puts in traces)
 local gathered = rl.dist.gather_object(stats)
+rl.dist.barrier()
+if save_to and (tr:is_sharded() or rl.dist.is_main()) then assert(tr:save(save_to)) end
 rl.dist.barrier()
 local r = rl.dist.rank()
 assert(tr:save_model(("%s/rank%d"):format(out, r)))

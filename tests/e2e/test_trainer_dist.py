@@ -84,7 +84,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-class DataParallel(RlhostTestCase):
+class LaunchesRanks:
+    """run_rlhost: `rlhost --no-control ARGS` with no launcher variables inherited."""
+
     def run_rlhost(self, args, env=None, timeout=180):
         e = dict(self.env)
         for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
@@ -94,6 +96,8 @@ class DataParallel(RlhostTestCase):
         p = subprocess.run([BIN, "--no-control"] + args, env=e, capture_output=True, text=True, timeout=timeout)
         return p, time.time() - t0
 
+
+class DataParallel(LaunchesRanks, RlhostTestCase):
     def test_two_ranks_equal_one_process(self):
         one, two = os.path.join(self.dir, "one"), os.path.join(self.dir, "two")
         os.makedirs(one)

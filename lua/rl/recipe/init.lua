@@ -212,7 +212,7 @@ local function make_trainer(opt, job)
     loss = loss, optimizer = optimizer,
     global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
-    old_logprobs = opt.old_logprobs,
+    old_logprobs = opt.old_logprobs, train_backend = opt.train_backend,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
   }
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
@@ -327,7 +327,7 @@ local function start_serving(opt, job)
   job.engines, job.router = start_engines(opt, job)
   job.health = require("rl.recipe.health").from_options(opt, job)
   job.faults = require("rl.recipe.faults").from_options(opt, job)
-  if job.resumed then assert(job.trainer:sync(job.engines)) end
+  if job.resumed then assert(job:with_trainer_ranks("sync", function() return job.trainer:sync(job.engines) end)) end
 end
 
 -- Metric sinks, the hang watchdog and the trainer's live /metrics (--metrics-port).

@@ -179,13 +179,13 @@ function Job:sync()
   if not self.engines then return end
   local tr = self.trainer
   if self.offloaded then self:timed("onload", engines.onload_weights, self) end
-  local r, serr
-  if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
-    local drills = self.faults and function() self.faults:sync_start() end
-    r, serr = self:timed("sync", self.health.sync_weights, self.health, tr, { after_probes = drills })
-  else
-    r, serr = self:timed("sync", tr.sync, tr, self.engines)
-  end
+  local r, serr = self:with_trainer_ranks("sync", function()
+    if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
+      local drills = self.faults and function() self.faults:sync_start() end
+      return self:timed("sync", self.health.sync_weights, self.health, tr, { after_probes = drills })
+    end
+    return self:timed("sync", tr.sync, tr, self.engines)
+  end)
   if self.offloaded then self:timed("onload", engines.onload_kv, self) end
   if not r then error("weight sync failed: " .. tostring(serr), 0) end
   self.step_metrics["rollout/weight_version"] = tonumber(r.weight_version) or tr:step()
@@ -203,17 +203,40 @@ function Job:sync()
   return r
 end
 
+--- Data parallel with a sharded trainer (--train-backend fsdp): every rank takes part in
+--- rank 0's weight syncs and checkpoints (each gathers layers with it). Rank 0 tells the
+--- others (`kind`: "sync"; "save" or "logprobs" with the call's arguments, which they
+--- make too) and runs fn while they follow; otherwise fn alone. Returns fn's results.
+function Job:with_trainer_ranks(kind, fn, args)
+  if self.world_size <= 1 or not self.trainer:is_sharded() then return fn() end
+  local msgs = { false }
+  for r = 2, self.world_size do msgs[r] = { [kind] = args or true } end
+  rl.dist.scatter_object(msgs)
+  if kind ~= "sync" then return fn() end    -- save, logprobs: a collective every rank calls
+  return self.trainer:lead(fn)
+end
+
 --- A data-parallel rank > 0: trains on the share rank 0 scatters each step (the
---- trainer all-reduces the gradients), until rank 0 finishes.
+--- trainer all-reduces the gradients), until rank 0 finishes. A sharded trainer also
+--- joins rank 0's weight syncs and checkpoints.
 function Job:train_worker()
   local tr = self.trainer
   while true do
     local msg = rl.dist.scatter_object(nil)
     if msg.stop then break end
-    local m, stats = tr:train(msg.batch)
-    if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(stats)), 0) end
-    rl.dist.gather_object(stats)   -- rank 0 puts them in its samples' traces
-    self.step_metrics = m
+    if msg.sync then
+      assert(tr:follow())
+    elseif msg.logprobs then
+      tr:logprobs(msg.logprobs)
+    elseif msg.save then
+      local r, err = tr:save(msg.save.dir, msg.save.opts)
+      if not r then log.warn(("rank %d: checkpoint: %s"):format(self.rank, tostring(err))) end
+    else
+      local m, stats = tr:train(msg.batch)
+      if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(stats)), 0) end
+      rl.dist.gather_object(stats)   -- rank 0 puts them in its samples' traces
+      self.step_metrics = m
+    end
   end
   log.info(("rank %d: done after trainer step %d"):format(self.rank, tr:step()))
 end
@@ -282,8 +305,9 @@ end
 -- now); true, or nil and a message naming what failed and the checkpoint that stays.
 function Job:save_checkpoint(rollout_id)
   local opt = self.opt
-  local r, err = self.trainer:save(opt.save, { extra = { next_rollout = rollout_id + 1,
-    data = self:data_state() } })
+  local sopts = { extra = { next_rollout = rollout_id + 1, data = self:data_state() } }
+  local r, err = self:with_trainer_ranks("save", function() return self.trainer:save(opt.save, sopts) end,
+    { dir = opt.save, opts = sopts })
   if not r then
     self.save_failures = (self.save_failures or 0) + 1
     return nil, ("the checkpoint of step %d was not written: %s (%s)"):format(rollout_id,

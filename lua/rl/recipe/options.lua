@@ -11,6 +11,7 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "advantage_estimator", "kl_coef", "use_kl_loss", "kl_loss_coef", "kl_loss_type", "entropy_coef",
   "calculate_per_token_loss", "eps_clip", "eps_clip_high", "lr", "weight_decay", "clip_grad", "bf16",
   "micro_batch_size", "max_tokens_per_gpu", "old_logprobs", "use_tis", "tis_mode", "tis_clip_low", "tis_clip",
+  "train_backend",
 }, {
   kl_loss_type = { default = "low_var_kl" },
   lr = { no_default = true, help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },

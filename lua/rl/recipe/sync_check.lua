@@ -32,8 +32,10 @@ function M.run(job, tolerance)
     local tokens, resp, lps = {}, {}, {}
     for j, t in ipairs(ids) do tokens[j] = t end
     for j, it in ipairs(items) do tokens[#ids + j], resp[j], lps[j] = it[2], 1, it[1] end
-    local mine = job.trainer:logprobs { tokens = { tokens }, response_lengths = { #items }, rewards = { 0 },
-                                        total_lengths = { #tokens }, loss_masks = { resp } }
+    local b = { tokens = { tokens }, response_lengths = { #items }, rewards = { 0 }, total_lengths = { #tokens },
+                loss_masks = { resp } }
+    -- a sharded trainer's log-probs are a collective: the other ranks compute them too
+    local mine = job:with_trainer_ranks("logprobs", function() return job.trainer:logprobs(b) end, b)
     for j, lp in ipairs(lps) do
       local d = math.abs(lp - mine[1][j])
       if d > worst then worst = d end

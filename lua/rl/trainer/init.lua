@@ -161,9 +161,38 @@ function Trainer:weight_source()
     forget_shm = function(_, id) h:shm_forget(id) end,
     join_group = function(_, group) return done(h:group_connect(group)) end,
     broadcast = function(_, group) return done(h:send_weights(group)) end,
-    save = function(_, dir) return model:save(dir) end,
+    save = function(_, dir)
+      if not self:is_sharded() then return model:save(dir) end
+      return done(h:save_model(dir, nil, nil, true))   -- rank 0 drives the gathers (Trainer:sync)
+    end,
   }
 end
+
+--- Sharded over data-parallel ranks: rank 0 runs fn (any number of syncs to engines)
+--- while the other ranks follow (Trainer:follow); they are released when fn returns or
+--- fails. fn's results, or its error raised again. Elsewhere just fn().
+function Trainer:lead(fn)
+  local dist = require "rl.dist"
+  if not (self:is_sharded() and dist.world_size() > 1 and dist.is_main()) then return fn() end
+  self._leading = true
+  local res = (function(...) return { n = select("#", ...), ... } end)(pcall(fn))
+  self._leading = false
+  local d, derr = task.await_json(self._h:gathers_done(), "rl.trainer.Trainer:lead")
+  if not res[1] then error(res[2], 0) end
+  if not d then return nil, derr end
+  return unpack(res, 2, res.n)
+end
+
+--- Ranks other than 0 of a sharded trainer: joins each gather rank 0 makes for its
+--- engines (Trainer:sync, Trainer:lead) until it is done. → true or nil, err.
+function Trainer:follow()
+  local r, err = task.await_json(self._h:follow_gathers(), "rl.trainer.Trainer:follow")
+  if not r then return nil, err end
+  return true
+end
+
+--- True when the trainer shards its state over the data-parallel ranks (train_backend = "fsdp").
+function Trainer:is_sharded() return self.options.train_backend == "fsdp" end
 
 local function sender(self)
   self._sender = self._sender or require("rl.weight_sync").sender(self:weight_source())
@@ -202,18 +231,43 @@ function Trainer:sync(engines, opts)
     end
   end
   local version = tostring(opts.version or self:step())
-  if not require("rl.dist").is_main() then return { seconds = 0, weight_version = version, skipped = true } end
+  local dist = require "rl.dist"
+  local sharded = self:is_sharded() and dist.world_size() > 1
+  if not dist.is_main() then
+    -- A sharded trainer's weights are gathered a unit at a time, every gather a
+    -- collective: this rank joins each pass rank 0 makes for its engines.
+    if sharded then
+      local r, err = self:follow()
+      if not r then return nil, err end
+    end
+    return { seconds = 0, weight_version = version, skipped = true }
+  end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.version = version
-  local r, err = sender(self):push(engines, o, fname)
+  local ok, r, err = pcall(sender(self).push, sender(self), engines, o, fname)
+  if sharded and not self._leading then   -- the other ranks leave follow_gathers, whatever happened here
+    local d, derr = task.await_json(self._h:gathers_done(), fname)
+    if ok and not d then r, err = nil, derr end
+  end
+  if not ok then error(r, 0) end
   if not r then return nil, fname .. ": " .. err end
   self.weight_version = r.weight_version
   return r
 end
 
---- Writes the policy as a Hugging Face directory (config.json + safetensors).
-function Trainer:save_model(dir, opts) return self.model:save(dir, opts) end
+--- Writes the policy as a Hugging Face directory (config.json + safetensors). opts:
+--- {dtype, max_shard_bytes}. Sharded (train_backend = "fsdp"): every rank calls it; the
+--- layers are gathered in turn and rank 0 writes `dir` (the other ranks' dir is unused).
+function Trainer:save_model(dir, opts)
+  if not self:is_sharded() then return self.model:save(dir, opts) end
+  task.need_task("rl.trainer.Trainer:save_model")
+  opts = opts or {}
+  local r, err = task.await_json(self._h:save_model(dir, opts.dtype, opts.max_shard_bytes, false),
+    "rl.trainer.Trainer:save_model")
+  if not r then return nil, err end
+  return true
+end
 
 -- ---- checkpoints (docs/trainer.md, "Checkpoints") ----------------------------------
 
