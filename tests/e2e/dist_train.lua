@@ -8,6 +8,11 @@
 --   sleep: both ranks print "ready R" and sleep (the test sends Ctrl-C to the launcher).
 --   stall: rank 1 sleeps while rank 0's barrier times out (2 s).
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
+--   sync:  a sharded trainer (BACKEND fsdp) trains a step, then rank 0 pushes its weights
+--          to a thread and a process engine by one method while the other ranks follow
+--          the gathers, for each method in turn; after each, the engines' log-probs of a
+--          continuation against the trainer's (a collective). Rank 0 writes
+--          OUT_DIR/sync.json.
 local mode, out, backend = arg[1], arg[2], arg[3] or "replicated"
 
 local TINY = {
@@ -58,6 +63,49 @@ for i = 1, 8 do
   batch.tokens[i], batch.response_lengths[i], batch.loss_masks[i] = toks, resp, mask
   batch.rewards[i] = (i % 2 == 0 and 1 or -1) * (0.5 + i / 10)
   batch.total_lengths[i] = #toks
+end
+
+if mode == "sync" then
+  local dir = rl.dist.broadcast_object(rl.dist.is_main() and assert(rl.model.init { config = TINY, seed = 7 }) or nil)
+  local tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2 }, micro_batch_size = 2, train_backend = backend }
+  local part = rl.dist.scatter_object(rl.dist.is_main() and rl.rollout.train_data.split(batch, rl.dist.world_size()) or nil)
+  local engines = rl.dist.is_main() and { assert(rl.engine.start { model = dir, threads = 1 }),
+                                          assert(rl.engine.start { model = dir, threads = 1, mode = "process" }) }
+  local ids = { 1, 11, 21, 41, 52 }
+  local report = {}
+  for _, method in ipairs { "auto", "shm", "distributed", "disk" } do
+    assert(tr:train(part))   -- new weights for each method to deliver
+    local r = assert(tr:sync(engines or {}, { method = method ~= "auto" and method or nil, version = method,
+                                              timeout = 60 }))
+    -- each engine's greedy continuation and its log-probs, scored by the trainer
+    local gaps = {}
+    for i = 1, 2 do
+      local toks, lps
+      if engines then
+        local out = assert(engines[i]:generate { input_ids = ids, return_logprob = true,
+          sampling_params = { temperature = 0, max_new_tokens = 4, ignore_eos = true } })
+        toks, lps = { unpack(ids) }, {}
+        for j, it in ipairs(out.meta_info.output_token_logprobs) do toks[#toks + 1], lps[j] = it[2], it[1] end
+      end
+      local b = rl.dist.broadcast_object(engines and { tokens = { toks }, response_lengths = { #lps }, rewards = { 0 },
+                                                       loss_masks = { { 1, 1, 1, 1 } } } or nil)
+      local mine = tr:logprobs(b)   -- every rank: a sharded trainer's log-probs are a collective
+      if engines then
+        local worst = 0
+        for j, lp in ipairs(lps) do worst = math.max(worst, math.abs(lp - mine[1][j])) end
+        gaps[i] = worst
+      end
+    end
+    if engines then
+      report[method] = { methods = r.methods, versions = r.versions, gaps = gaps,
+                         served = { engines[1]:stats().weight_version, engines[2]:weight_receiver():version() } }
+    end
+  end
+  if engines then
+    for _, e in ipairs(engines) do e:stop() end
+    write(out .. "/sync.json", rl.json.encode(report))
+  end
+  return
 end
 
 local ws = rl.dist.world_size()

@@ -45,11 +45,12 @@ WHY_NOT = netns.available()
 class TwoHosts(TinyModel, RlhostTestCase):
     tmp_prefix = "rlhost-multihost-"
 
-    def run_on(self, hosts, argv_of, timeout=240):
+    def run_on(self, hosts, argv_of, timeout=240, env=None):
         """argv_of(rank) on each host at once; (code, stdout, stderr) per rank."""
         procs = []
         for r, h in enumerate(hosts):
-            procs.append(h.popen([BIN, "--no-control", *argv_of(r)], env=srun_env(self.env, hosts, r), text=True,
+            procs.append(h.popen([BIN, "--no-control", *argv_of(r)], env=dict(srun_env(self.env, hosts, r), **(env or {})),
+                                 text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.dir))
         self.procs.extend(procs)
         outs = [p.communicate(timeout=timeout) for p in procs]
@@ -74,6 +75,27 @@ class TwoHosts(TinyModel, RlhostTestCase):
         diff = max_diff(w[0], local)
         print("two hosts vs two local ranks: max |weight diff| %.3g" % diff)
         self.assertLessEqual(diff, 1e-6)
+
+    def test_sharded_training_across_two_hosts(self):
+        # --train-backend fsdp's trainer across the namespace network: the same step as
+        # two local ranks, and a checkpoint each host writes its optimizer shard of.
+        out, ck = os.path.join(self.dir, "fsdp"), os.path.join(self.dir, "ckpt")
+        os.makedirs(out)
+        with netns.Hosts(2) as hosts:
+            res = self.run_on(hosts, lambda r: [SCRIPT, "train", out, "fsdp"], env={"DIST_SAVE": ck})
+        for code, o, e in res:
+            self.assertEqual(code, 0, o + e[-4000:])
+        local = os.path.join(self.dir, "local")
+        os.makedirs(local)
+        p = subprocess.run([BIN, "--no-control", "--nproc", "2", SCRIPT, "train", local, "fsdp"], capture_output=True,
+                           text=True, timeout=180, env={k: v for k, v in self.env.items() if k not in LAUNCH_VARS})
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        diff = max_diff(read_safetensors(os.path.join(out, "rank0", "model.safetensors")),
+                        read_safetensors(os.path.join(local, "rank0", "model.safetensors")))
+        print("sharded, two hosts vs two local ranks: max |weight diff| %.3g" % diff)
+        self.assertLessEqual(diff, 1e-6)
+        for r in range(2):
+            self.assertTrue(os.path.exists(os.path.join(ck, "iter_0000002", "optimizer.shard_%d_of_2.pt" % r)))
 
     def test_torchrun_across_two_hosts(self):
         # The real launcher: one torchrun agent per host, c10d rendezvous on host 0's

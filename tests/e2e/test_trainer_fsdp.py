@@ -10,6 +10,9 @@ trainer, on the same tiny model and batch as test_trainer_dist.py (dist_train.lu
   over 2 and 4 ranks, a 2-rank sharded one resumed replicated and over 4 ranks, each
   trains its next step to the replicated continuation's weights within 1e-6 (the
   AdamW moments came across: a lost moment moves weights by ~lr = 1e-2);
+* rank 0 pushes a sharded trainer's weights to a thread and a process engine by every
+  method (memory, shm, c10d broadcast, disk) while rank 1 joins the gathers; after a
+  train step before each, both engines' log-probs equal the trainer's bit for bit;
 * the sharded checkpoint's model directory, written by rank 0 a layer at a time,
   loads in Hugging Face transformers with the same tensors.
 
@@ -72,6 +75,23 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
                                ("ck_sh2", 2, "fsdp"), ("ck_sh2", 4, "fsdp")):
             got = self.train("%s_%s%d" % (ck, backend, n), n, backend, {"DIST_LOAD": "%s/%s" % (d, ck)})
             self.assert_same_training(cont, got, "%s resumed %s over %d ranks" % (ck, backend, n))
+
+    def test_every_sync_method_from_a_sharded_trainer(self):
+        out = os.path.join(self.dir, "sync")
+        os.makedirs(out)
+        p, _ = self.run_rlhost(["--nproc", "2", SCRIPT, "sync", out, "fsdp"])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr[-4000:])
+        with open(os.path.join(out, "sync.json")) as f:
+            report = json.load(f)
+        want = {"auto": ["memory", "shm"], "shm": ["shm", "shm"], "distributed": ["distributed", "distributed"],
+                "disk": ["disk", "disk"]}
+        for method, methods in want.items():
+            r = report[method]
+            self.assertEqual(r["methods"], methods, method)
+            self.assertEqual(r["versions"], [method, method], method)
+            self.assertEqual(r["served"], [method, method], method)
+            # a step trained before each sync: an engine that missed it would differ
+            self.assertEqual(r["gaps"], [0, 0], "%s: engine vs sharded trainer log-probs" % method)
 
     @support.requires(transformers is not None,
                       "torch and transformers (Python) are needed: %s" % (IMPORT_ERROR if transformers is None else ""),
