@@ -55,6 +55,16 @@ std::string hex(uint64_t a, uint64_t b) {
 
 }  // namespace
 
+std::string add_digests(const std::string& x, const std::string& y) {
+  const auto halves = [](const std::string& d) {
+    if (d.size() != 32) throw std::invalid_argument("add_digests: '" + d + "' is not a 32-hex-digit digest");
+    return std::pair<uint64_t, uint64_t>{std::stoull(d.substr(0, 16), nullptr, 16), std::stoull(d.substr(16), nullptr, 16)};
+  };
+  const auto [xa, xb] = halves(x);
+  const auto [ya, yb] = halves(y);
+  return hex(xa + ya, xb + yb);
+}
+
 std::string weights_digest(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
   uint64_t a = 0, b = 0;
   for (const auto& [name, t] : params) {

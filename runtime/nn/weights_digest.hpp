@@ -20,6 +20,10 @@ namespace rl::nn {
 // Throws std::invalid_argument for a tensor that is not float32 on the CPU.
 std::string weights_digest(const std::vector<std::pair<std::string, torch::Tensor>>& params);
 
+// The digest of the union of two disjoint sets of tensors, from their digests (the
+// sums add): how a sharded trainer digests its model one gathered unit at a time.
+std::string add_digests(const std::string& x, const std::string& y);
+
 // The digest a request's log-probs carry: the weights' digest and the temperature the
 // log-probs are of (1 for greedy requests), folded into one 32-hex-digit string.
 std::string logprob_digest(const std::string& weights, double temperature);

@@ -9,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "dist/dist.hpp"
+#include "nn/batch_invariant_ops.hpp"
 #include "nn/weights_digest.hpp"
 
 namespace rl::trainer {
@@ -178,7 +179,10 @@ void Trainer::for_each_parameter_group(const std::function<void(const nn::NamedT
   if (fsdp_) fsdp_->for_each_unit(fn);
   else fn(policy_->named_parameters());
 }
-void Trainer::set_step(int64_t s) { step_ = s; }
+void Trainer::set_step(int64_t s) {
+  step_ = s;
+  digest_step_ = -1;  // the weights may have changed with it (a checkpoint)
+}
 
 Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& idx) const {
   Packed p;
@@ -595,13 +599,30 @@ Metrics Trainer::train(const TrainBatch& b) {
   return last;
 }
 
+// A sharded policy's weights digest: each gathered unit's, added (the digest is a sum
+// over elements); a collective, cached until the next optimiser step.
+std::string Trainer::sharded_digest() {
+  if (digest_step_ == step_) return digest_;
+  std::string d;
+  bool exact = true;
+  fsdp_->for_each_unit([&](const nn::NamedTensors& unit) {
+    for (const auto& [name, t] : unit) exact = exact && t.device().is_cpu() && nn::bi::active(t);
+    if (exact) d = d.empty() ? nn::weights_digest(unit) : nn::add_digests(d, nn::weights_digest(unit));
+  });
+  digest_ = exact ? d : std::string();
+  digest_step_ = step_;
+  return digest_;
+}
+
 std::vector<char> Trainer::rollout_is_policy(const TrainBatch& b) {
   std::vector<char> out(b.tokens.size(), 0);
+  // Sharded: the digest is a collective, so every rank takes it whatever its batch holds.
+  if (fsdp_ && opts_.old_logprobs != OldLogprobs::recompute && !opts_.bf16) sharded_digest();
   if (opts_.old_logprobs == OldLogprobs::recompute || b.logprob_digests.empty() || b.rollout_log_probs.empty() ||
       opts_.bf16)
     return out;
   // "" unless the policy computes with the batch-invariant kernels (float32 on the CPU).
-  const std::string mine = policy_->exact_weights_digest();
+  const std::string mine = fsdp_ ? sharded_digest() : policy_->exact_weights_digest();
   if (mine.empty()) return out;
   const std::string want = nn::logprob_digest(mine, opts_.temperature);
   for (size_t i = 0; i < out.size(); ++i) out[i] = b.logprob_digests[i] == want;

@@ -165,6 +165,9 @@ class Trainer {
   // pads with passes over `pad` whose results it drops (they contribute zero gradient).
   int64_t agree_passes(int64_t mine) const;
   ShardedModel* sharded_of(const nn::Transformer& m) const;
+  std::string sharded_digest();
+  std::string digest_;          // sharded_digest's, as of optimiser step digest_step_
+  int64_t digest_step_ = -1;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
   FusedAdamW fused_;  // the same AdamW step in multi-tensor kernels, for CUDA parameters

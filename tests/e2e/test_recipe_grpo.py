@@ -293,26 +293,31 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
     def test_sharded_trainer_ranks(self):
         # --train-backend fsdp: both ranks hold half the trainer state and join rank 0's
         # syncs (shared memory to a process engine), weight checks and checkpoints; the
-        # engine answers with the trainer's log-probs exactly, and a resume continues.
+        # engine answers with the trainer's log-probs exactly, its rollout log-probs serve
+        # as the old ones (--old-logprobs check), and a resume continues.
         d = self.dir
         r = self.run_recipe("--num-rollout", "2", "--train-backend", "fsdp", "--engine-mode", "process",
-                            "--check-weight-update-equal", "--use-kl-loss", "--save", d + "/ck",
+                            "--check-weight-update-equal", "--use-kl-loss", "--global-batch-size", "4",
+                            "--old-logprobs", "check", "--save", d + "/ck",
                             "--metrics-dir", d + "/m", host_args=("--nproc", "2"))
         self.assertIn("weight sync to 1 engine(s): shm", r.stdout + r.stderr)
-        self.assertIn("rank 1: done after trainer step 2", r.stdout + r.stderr)
+        self.assertIn("rank 1: done after trainer step 4", r.stdout + r.stderr)   # 2 optimiser steps a rollout
         steps = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual(len(steps), 2)
         for m in steps:
             self.assertEqual(m["train/train_rollout_logprob_abs_diff"], 0.0)
             self.assertEqual(m["rollout/weight_sync_logprob_abs_diff"], 0.0)
             self.assertGreater(m["perf/fsdp_gathers"], 0)
+            # two optimiser steps per rollout: the behaviour log-probs are the engine's, proved
+            # by the weights digest the sharded trainer adds up unit by unit (and checked equal)
+            self.assertEqual(m["train/old_logprobs_from_rollout"], 1.0)
         for rank in range(2):
-            self.assertTrue(os.path.exists(d + "/ck/iter_0000002/optimizer.shard_%d_of_2.pt" % rank))
+            self.assertTrue(os.path.exists(d + "/ck/iter_0000004/optimizer.shard_%d_of_2.pt" % rank))
         # the same checkpoint resumed sharded (thread engine: the weights in memory)
         r = self.run_recipe("--num-rollout", "3", "--train-backend", "fsdp", "--use-kl-loss", "--load", d + "/ck",
                             "--save", d + "/ck", "--metrics-dir", d + "/m2", host_args=("--nproc", "2"))
-        self.assertIn("rank 1: done after trainer step 3", r.stdout + r.stderr)
-        self.assertTrue(os.path.exists(d + "/ck/iter_0000003/optimizer.shard_1_of_2.pt"))
+        self.assertIn("rank 1: done after trainer step 6", r.stdout + r.stderr)
+        self.assertTrue(os.path.exists(d + "/ck/iter_0000006/optimizer.shard_1_of_2.pt"))
 
     def test_ctrl_c_saves_and_exits_130(self):
         d = self.dir
