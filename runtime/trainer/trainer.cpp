@@ -8,6 +8,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "base/log_text.hpp"
 #include "dist/dist.hpp"
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/weights_digest.hpp"
@@ -90,6 +91,16 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
     fsdp_ = std::make_unique<ShardedModel>(policy_, group, true);
     params_ = fsdp_->shards();
     if (ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0)) ref_fsdp_ = std::make_unique<ShardedModel>(ref_, group, false);
+    int64_t mine = 0, all = 0;
+    for (size_t u = 0; u < fsdp_->units().size(); ++u) {
+      const auto [b, e] = fsdp_->range(u);
+      mine += e - b;
+      all += fsdp_->units()[u].numel;
+    }
+    log::info("trainer: sharded (train_backend fsdp) over " + std::to_string(fsdp_->world()) + " rank(s), " +
+              std::to_string(fsdp_->units().size()) + " units: rank " + std::to_string(fsdp_->rank()) + " holds " +
+              std::to_string(mine) + " of " + std::to_string(all) + " parameters" +
+              (fsdp_->world() == 1 ? " (one rank: no smaller than replicated; launch with --nproc N or torchrun)" : ""));
   } else {
     for (auto& [name, t] : policy_->named_parameters()) params_.push_back(t);
   }
