@@ -83,9 +83,20 @@ void push_model(lua_State* L, std::shared_ptr<nn::Transformer> model) {
 int l_load(lua_State* L) {
   const std::string path(arg::string(L, 1, "path"));
   const auto opts = options_arg(L, 2, "opts");
+  // weights = false: the parameters allocated but not read (a sharded trainer fills its
+  // slices from the files itself; the untouched pages cost no memory).
+  bool weights = true;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "weights");
+    if (lua_isboolean(L, -1)) weights = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   std::shared_ptr<nn::Transformer> model;
   try {
-    model = nn::Transformer::from_pretrained(path, opts);
+    if (!weights && std::filesystem::is_directory(path))
+      model = std::make_shared<nn::Transformer>(model::ModelConfig::load(path), opts);
+    else
+      model = nn::Transformer::from_pretrained(path, opts);
   } catch (const std::exception& e) {
     return fail(L, e.what());
   }

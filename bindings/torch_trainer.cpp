@@ -3,7 +3,8 @@
 // op (the calling task waits; the event loop, the REPL and servers keep going);
 // a trainer runs one such job at a time.
 //
-//   _trainer.trainer_new(policy, ref|nil, opts_json) -> handle
+//   _trainer.trainer_new(policy, ref|nil, opts_json, policy_dir|nil, ref_dir|nil) -> handle
+//                                          (the dirs: a sharded trainer's skeletons' files)
 //   handle:train(batch) -> op ("done", metrics_json)
 //   handle:sync(engine, version|nil) -> op ("done", json)   in-memory weights to a thread-mode engine
 //   handle:response_logprobs(batch) -> {{...}, ...}
@@ -151,7 +152,7 @@ int start_job(lua_State* L, TrainerBox& box, std::function<json()> fn) {
   return box.worker.start(L, [fn = std::move(fn)] { return fn().dump(); });
 }
 
-// trainer_new(policy, ref|nil, opts_json) -> handle (bad options raise)
+// trainer_new(policy, ref|nil, opts_json, policy_dir|nil, ref_dir|nil) -> handle (bad options raise)
 int l_new(lua_State* L) {
   auto policy = model_from(L, 1);
   std::shared_ptr<nn::Transformer> ref;
@@ -163,7 +164,10 @@ int l_new(lua_State* L) {
   } catch (const std::exception& e) {
     throw ArgError(3, "opts", std::string("JSON text expected: ") + e.what());
   }
-  auto t = std::make_shared<trainer::Trainer>(policy, ref, trainer::trainer_options_from_json(j));
+  trainer::ShardSources sources;  // sharded: each rank reads its slices from these directories
+  if (auto d = arg::opt_string(L, 4, "policy_dir")) sources.policy = std::string(*d);
+  if (auto d = arg::opt_string(L, 5, "ref_dir")) sources.ref = std::string(*d);
+  auto t = std::make_shared<trainer::Trainer>(policy, ref, trainer::trainer_options_from_json(j), sources);
   void* mem = lua_newuserdata(L, sizeof(TrainerBox));
   auto* box = new (mem) TrainerBox();
   box->trainer = std::move(t);

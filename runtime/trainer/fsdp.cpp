@@ -1,5 +1,7 @@
 #include "trainer/fsdp.hpp"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -74,7 +76,7 @@ struct GatherUnit : torch::autograd::Function<GatherUnit> {
 };
 
 ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_ptr<dist::ProcessGroup> group,
-                           bool trainable)
+                           bool trainable, const model::TensorSet* source)
     : model_(std::move(model)), group_(std::move(group)) {
   if (!model_) throw std::invalid_argument("fsdp: no model");
   if (model_->unit_hooks()) throw std::invalid_argument("fsdp: the model is sharded already (one trainer per model)");
@@ -85,6 +87,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
     rank_ = group_->rank();
   }
   torch::NoGradGuard ng;
+  if (source) model::validate_tensors(*source, model_->config());
   const auto& params = model_->named_parameters();
   for (const auto& idx : model_->parameter_units()) {
     Unit u;
@@ -96,9 +99,23 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
       u.numel += t.numel();
     }
     u.shard = std::max<int64_t>(1, (u.numel + world_ - 1) / world_);
+    const auto& first = params[idx.at(0)].second;
+    if (source) {  // this rank's slice straight from the mapped files
+      u.local = torch::zeros({u.shard}, first.options().requires_grad(false));
+      const int64_t b = std::min(u.numel, u.shard * rank_), e = std::min(u.numel, u.shard * (rank_ + 1));
+      for (size_t j = 0; j < idx.size(); ++j) {
+        const int64_t pb = u.offsets[j], pe = pb + params[idx[j]].second.numel();
+        const int64_t lo = std::max(b, pb), hi = std::min(e, pe);
+        if (hi <= lo) continue;
+        const auto src = nn::tensor_over_view(*source->find(u.names[j])).reshape({-1});
+        u.local.narrow(0, lo - b, hi - lo).copy_(src.narrow(0, lo - pb, hi - lo));
+      }
+      if (trainable) u.local.requires_grad_(true);
+      units_.push_back(std::move(u));
+      continue;
+    }
     // Rank 0's values everywhere (as the replicated trainer broadcasts them), this
     // rank's slice kept.
-    const auto& first = params[idx.at(0)].second;
     auto flat = torch::zeros({u.shard * world_}, first.options().requires_grad(false));
     for (size_t j = 0; j < idx.size(); ++j)
       flat.narrow(0, u.offsets[j], params[idx[j]].second.numel()).copy_(params[idx[j]].second.reshape({-1}));
@@ -113,6 +130,9 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
   // The model's own copy goes: from here its forward takes each unit from the shards.
   for (const auto& [name, t] : params) release(t.storage());
   model_->set_unit_hooks(this);
+  // The freed copy (and the whole units staged above) back to the system now: glibc
+  // keeps freed heap pages otherwise, and they would count against this rank for good.
+  malloc_trim(0);
 }
 
 ShardedModel::~ShardedModel() {

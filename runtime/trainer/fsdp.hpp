@@ -25,6 +25,7 @@
 
 #include "nn/transformer.hpp"
 #include "dist/dist.hpp"
+#include "model/tensor_files.hpp"
 #include "nn/weights.hpp"
 
 namespace rl::trainer {
@@ -35,7 +36,11 @@ class ShardedModel : public nn::UnitHooks {
   // releases the model's own parameter storage and installs itself as the model's
   // UnitHooks. `group` null: one rank (shards are the whole units). `trainable`: the
   // shards require gradients (the policy; not the reference model).
-  ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_ptr<dist::ProcessGroup> group, bool trainable);
+  // `source` (a model directory's tensors, mapped): each rank copies its own slices from
+  // it instead, and nothing is broadcast or read whole (the model may be a skeleton
+  // whose parameters were never filled).
+  ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_ptr<dist::ProcessGroup> group, bool trainable,
+               const model::TensorSet* source = nullptr);
   ~ShardedModel() override;
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;

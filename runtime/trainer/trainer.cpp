@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include <ATen/autocast_mode.h>
@@ -67,8 +68,11 @@ struct Trainer::Packed {
   int64_t tokens = 0;           // real tokens (prompt + response)
 };
 
-Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts)
+Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts,
+                 const ShardSources& sources)
     : policy_(std::move(policy)), ref_(std::move(ref)), opts_(std::move(opts)) {
+  if (!opts_.sharded && (!sources.policy.empty() || !sources.ref.empty()))
+    throw std::invalid_argument("trainer: weights from files are for a sharded trainer (train_backend = fsdp)");
   if (!policy_) throw std::invalid_argument("trainer: no policy model");
   if (policy_->options().inference_layout)
     throw std::invalid_argument("trainer: the policy uses the engine's inference layout; load it for training");
@@ -88,9 +92,20 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
     // Every rank of the data-parallel group constructs its trainer: the shards are
     // rank 0's values (a collective).
     const auto group = dist::default_group();
-    fsdp_ = std::make_unique<ShardedModel>(policy_, group, true);
+    const auto files = [](const std::string& dir) {
+      return dir.empty() ? std::optional<model::TensorSet>() : model::read_safetensors_dir(dir);
+    };
+    {
+      const auto src = files(sources.policy);  // mapped while the slices are copied
+      fsdp_ = std::make_unique<ShardedModel>(policy_, group, true, src ? &*src : nullptr);
+    }
     params_ = fsdp_->shards();
-    if (ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0)) ref_fsdp_ = std::make_unique<ShardedModel>(ref_, group, false);
+    if (ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0)) {
+      const auto src = files(sources.ref);
+      ref_fsdp_ = std::make_unique<ShardedModel>(ref_, group, false, src ? &*src : nullptr);
+    } else if (!sources.ref.empty()) {
+      throw std::invalid_argument("trainer: a reference skeleton without use_kl_loss or kl_coef");
+    }
     int64_t mine = 0, all = 0;
     for (size_t u = 0; u < fsdp_->units().size(); ++u) {
       const auto [b, e] = fsdp_->range(u);

@@ -90,11 +90,19 @@ struct SampleStats {
   int64_t step = 0;          // the optimiser step (1-based) that used it
 };
 
+// Sharded training: model directories whose files each rank reads its own slices from
+// (the models handed to the trainer are then skeletons, never filled). Empty: the
+// shards are cut from the models' values, rank 0's broadcast.
+struct ShardSources {
+  std::string policy, ref;
+};
+
 class Trainer {
  public:
   // ref may be null (needed for use_kl_loss or kl_coef != 0). The policy's
   // parameters are trained in place.
-  Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts);
+  Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts,
+          const ShardSources& sources = {});
 
   // Trains on the batch: ceil(n / global_batch_size) optimiser steps. With a
   // data-parallel group (dist::default_group(), world_size W > 1) the batch is this

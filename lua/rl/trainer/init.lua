@@ -23,9 +23,10 @@ Trainer.__index = Trainer
 
 local function native() return require("rl.torch")._trainer end
 
-local function as_model(v, what, dtype, device)
+-- skeleton: parameters allocated, not read (a sharded trainer reads its slices itself).
+local function as_model(v, what, dtype, device, skeleton)
   if type(v) == "string" then
-    local m, err = require("rl.model").load(v, { dtype = dtype, device = device })
+    local m, err = require("rl.model").load(v, { dtype = dtype, device = device, weights = not skeleton })
     if not m then error(("rl.trainer.new: %s: %s"):format(what, err), 3) end
     return m
   end
@@ -36,6 +37,8 @@ end
 
 local options = require "rl.trainer.options"   -- every option, declared once
 
+local function is_dir(path) return path:sub(-5) ~= ".gguf" end   -- a model directory, not a GGUF file
+
 --- A trainer. opts: model (directory or rl.model; trained in place), ref (a
 --- directory, an rl.model, or true = a frozen copy of model's checkpoint), loss
 --- and optimizer (tables of options), dtype, and the batch options
@@ -45,21 +48,28 @@ function M.new(opts)
   if type(opts) ~= "table" then error("rl.trainer.new: bad argument #1 'opts' (table expected)", 2) end
   if opts.model == nil then error("rl.trainer.new: opts.model is required (a model directory or an rl.model)", 2) end
   local flat = options.flatten(opts, "rl.trainer.new")
-  local model = as_model(opts.model, "model", opts.dtype, opts.device)
-  local ref
+  -- Sharded, from a directory: each rank reads only its own slices of the files, so no
+  -- rank ever holds the whole model (the handles are skeletons).
+  local sharded = flat.train_backend == "fsdp"
+  local function from_files(v) return sharded and type(v) == "string" and is_dir(v) end
+  local model = as_model(opts.model, "model", opts.dtype, opts.device, from_files(opts.model))
+  local ref, ref_src
   if opts.ref == true then
     if type(opts.model) ~= "string" then
       error("rl.trainer.new: ref = true needs model to be a directory (or pass ref = <directory>)", 2)
     end
-    ref = as_model(opts.model, "ref", opts.dtype, opts.device)
+    ref_src = opts.model
   elseif opts.ref then
-    ref = as_model(opts.ref, "ref", opts.dtype, opts.device)
+    ref_src = opts.ref
   end
+  local need_ref = flat.use_kl_loss or (flat.kl_coef or 0) ~= 0
+  if ref_src then ref = as_model(ref_src, "ref", opts.dtype, opts.device, need_ref and from_files(ref_src)) end
   -- Data parallel (rlhost --nproc N, torchrun): join the group from the environment
   -- first; the trainer all-reduces gradients over it.
   require("rl.dist").ensure()
   local handle = require("rl.model").handle
-  local h = native().trainer_new(handle(model), ref and handle(ref), json.encode(flat))
+  local h = native().trainer_new(handle(model), ref and handle(ref), json.encode(flat),
+    from_files(opts.model) and opts.model or nil, ref_src and need_ref and from_files(ref_src) and ref_src or nil)
   -- Where the weights came from: checkpoints copy tokenizer files from model_dir and
   -- record ref_dir so that a resumed run gets the same reference model.
   local model_dir = type(opts.model) == "string" and opts.model or model.path
@@ -348,13 +358,14 @@ function M.load(path, opts)
   for k, v in pairs(options.flatten(opts, fname)) do o[k] = v end
   local dtype = opts.dtype or st.dtype
   local model, err = opts.model or dir, nil
-  if type(model) == "string" then
+  local sharded = o.train_backend == "fsdp"
+  if type(model) == "string" and not sharded then   -- sharded: rl.trainer.new reads each rank's slices
     model, err = require("rl.model").load(model, { dtype = dtype, device = opts.device })
     if not model then return nil, ("%s: model %s: %s"):format(fname, tostring(opts.model or dir), err) end
   end
   local ref = opts.ref
   if ref == nil or ref == true then ref = sources.ref end
-  if type(ref) == "string" then
+  if type(ref) == "string" and not sharded then
     local r, rerr = require("rl.model").load(ref, { dtype = dtype, device = opts.device })
     if not r then
       local from = type(opts.ref) == "string" and "opts.ref" or "sources.ref in trainer_state.json"
@@ -364,7 +375,8 @@ function M.load(path, opts)
     ref = r
   end
   o.model, o.ref, o.dtype = model, ref or nil, dtype
-  local tr = M.new(o)
+  local made, tr = pcall(M.new, o)
+  if not made then return nil, ("%s: %s"):format(fname, tostring(tr)) end
   local extra, rerr = restore(tr, dir, opts.model ~= nil, fname)
   if extra == nil then return nil, fname .. ": " .. tostring(rerr) end
   return tr, extra
