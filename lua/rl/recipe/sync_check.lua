@@ -34,8 +34,9 @@ function M.run(job, tolerance)
     for j, it in ipairs(items) do tokens[#ids + j], resp[j], lps[j] = it[2], 1, it[1] end
     local b = { tokens = { tokens }, response_lengths = { #items }, rewards = { 0 }, total_lengths = { #tokens },
                 loss_masks = { resp } }
-    -- a sharded trainer's log-probs are a collective: the other ranks compute them too
-    local mine = job:with_trainer_ranks("logprobs", function() return job.trainer:logprobs(b) end, b)
+    -- a sharded trainer's log-probs are a collective: the job's other ranks compute them too
+    local function score() return job.trainer:logprobs(b) end
+    local mine = job.with_trainer_ranks and job:with_trainer_ranks("logprobs", score, b) or score()
     for j, lp in ipairs(lps) do
       local d = math.abs(lp - mine[1][j])
       if d > worst then worst = d end
