@@ -113,25 +113,22 @@ void write_optimizer_state(torch::optim::AdamW& optim, const nn::NamedTensors& p
   save_archive_synced(ar, file);
 }
 
-std::vector<std::optional<AdamWSlot>> read_optimizer_state(const fs::path& file, const nn::NamedTensors& params) {
+std::vector<std::string> open_archive(torch::serialize::InputArchive& ar, const fs::path& file, const char* format_name,
+                                      const std::string& what) {
   const std::string where = file.string();
-  const std::string other_model_hint =
-      "the checkpoint was saved from another model; resume with the model it was saved from "
-      "(rl.trainer.load(dir) without opts.model uses the checkpoint's own)";
-  torch::serialize::InputArchive ar;
   c10::IValue format, names_v;
   try {
     ar.load_from(where, torch::kCPU);
     ar.read("format", format);
     ar.read("names", names_v);
   } catch (const std::exception& e) {
-    throw Error(where + ": cannot read the optimizer state (" + brief(e) + ")",
-                "the file is truncated or is not an rlhost optimizer archive; load an earlier iter_* directory");
+    throw Error(where + ": cannot read the " + what + " state (" + brief(e) + ")",
+                "the file is truncated or is not an rlhost " + what + " archive; load an earlier iter_* directory");
   }
-  if (!format.isString() || format.toStringRef() != kFormat)
-    throw Error(where + ": not an rlhost optimizer archive (format " +
+  if (!format.isString() || format.toStringRef() != format_name)
+    throw Error(where + ": not an rlhost " + what + " archive (format " +
                     (format.isString() ? "'" + format.toStringRef() + "'" : std::string("missing")) + ", expected '" +
-                    kFormat + "')");
+                    format_name + "')");
   std::vector<std::string> names;
   if (names_v.isList())
     for (const auto& v : names_v.toListRef())
@@ -139,6 +136,16 @@ std::vector<std::optional<AdamWSlot>> read_optimizer_state(const fs::path& file,
   if (!names_v.isList() || names.size() != names_v.toListRef().size())
     throw Error(where + ": 'names' is not a list of parameter names",
                 "the file is damaged; load an earlier iter_* directory");
+  return names;
+}
+
+std::vector<std::optional<AdamWSlot>> read_optimizer_state(const fs::path& file, const nn::NamedTensors& params) {
+  const std::string where = file.string();
+  const std::string other_model_hint =
+      "the checkpoint was saved from another model; resume with the model it was saved from "
+      "(rl.trainer.load(dir) without opts.model uses the checkpoint's own)";
+  torch::serialize::InputArchive ar;
+  const auto names = open_archive(ar, file, kFormat, "optimizer");
   if (names.size() != params.size())
     throw Error(where + ": the optimizer state holds " + std::to_string(names.size()) +
                     " parameters, the trainer's model has " + std::to_string(params.size()),

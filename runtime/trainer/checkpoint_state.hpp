@@ -33,6 +33,11 @@ void write_optimizer_state(torch::optim::AdamW& optim, const nn::NamedTensors& p
 // (a full disk) throws rl::Error naming the file, never aborts the process.
 void save_archive_synced(torch::serialize::OutputArchive& ar, const std::filesystem::path& file);
 
+// Opens an rlhost archive (`file`) into `ar` and checks its "format" is `format`; returns
+// its "names" (the parameter names). Throws rl::Error naming the file and `what` ("optimizer").
+std::vector<std::string> open_archive(torch::serialize::InputArchive& ar, const std::filesystem::path& file,
+                                      const char* format, const std::string& what);
+
 // Reads `file` and checks it against `params`: same count, names and shapes.
 // Throws rl::Error naming the file (truncated or not an archive, another model)
 // with a hint. The tensors come back on the parameters' devices.

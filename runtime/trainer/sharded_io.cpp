@@ -130,21 +130,7 @@ Layout layout_of(const nn::Transformer& m) {
 std::vector<std::optional<Piece>> read_shard_file(const fs::path& file, const Layout& l) {
   const std::string where = file.string();
   torch::serialize::InputArchive ar;
-  c10::IValue format, names_v;
-  try {
-    ar.load_from(where, torch::kCPU);
-    ar.read("format", format);
-    ar.read("names", names_v);
-  } catch (const std::exception& e) {
-    throw Error(where + ": cannot read the sharded optimizer state (" + std::string(e.what()).substr(0, 200) + ")",
-                "the file is truncated or damaged; load an earlier iter_* directory");
-  }
-  if (!format.isString() || format.toStringRef() != kShardFormat)
-    throw Error(where + ": not an rlhost sharded optimizer archive", "load an earlier iter_* directory");
-  std::vector<std::string> names;
-  if (names_v.isList())
-    for (const auto& v : names_v.toListRef())
-      if (v.isString()) names.push_back(v.toStringRef());
+  const auto names = open_archive(ar, file, kShardFormat, "sharded optimizer");
   std::vector<std::string> mine;
   for (const auto& u : l.names) mine.insert(mine.end(), u.begin(), u.end());
   if (names != mine)
