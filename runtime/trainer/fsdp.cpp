@@ -51,6 +51,13 @@ struct ShardedModel::Use {
   std::shared_ptr<dist::ProcessGroup::Pending> pending;
 };
 
+// A tensor over a use's (regrown) storage with its own version counter: gathers write
+// into it without autograd seeing the saved views change.
+torch::Tensor ShardedModel::alias(const Use& use, const Unit& u) {
+  return torch::from_blob(use.storage.mutable_data(), {static_cast<int64_t>(use.nbytes / u.local.element_size())},
+                          u.local.options().requires_grad(false));
+}
+
 struct ShardedModel::Prefetch {
   int unit = -1;
   torch::Tensor full;
@@ -87,7 +94,6 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
     rank_ = group_->rank();
   }
   torch::NoGradGuard ng;
-  if (source) model::validate_tensors(*source, model_->config());
   const auto& params = model_->named_parameters();
   for (const auto& idx : model_->parameter_units()) {
     Unit u;
@@ -97,19 +103,13 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
       u.shapes.push_back(t.sizes().vec());
       u.offsets.push_back(u.numel);
       u.numel += t.numel();
+      u.split.push_back(t.numel());
     }
     u.shard = std::max<int64_t>(1, (u.numel + world_ - 1) / world_);
+    if (const int64_t pad = u.shard * world_ - u.numel; pad > 0) u.split.push_back(pad);
     const auto& first = params[idx.at(0)].second;
-    if (source) {  // this rank's slice straight from the mapped files
+    if (source) {  // filled below, by load(): this rank's slices straight from the mapped files
       u.local = torch::zeros({u.shard}, first.options().requires_grad(false));
-      const int64_t b = std::min(u.numel, u.shard * rank_), e = std::min(u.numel, u.shard * (rank_ + 1));
-      for (size_t j = 0; j < idx.size(); ++j) {
-        const int64_t pb = u.offsets[j], pe = pb + params[idx[j]].second.numel();
-        const int64_t lo = std::max(b, pb), hi = std::min(e, pe);
-        if (hi <= lo) continue;
-        const auto src = nn::tensor_over_view(*source->find(u.names[j])).reshape({-1});
-        u.local.narrow(0, lo - b, hi - lo).copy_(src.narrow(0, lo - pb, hi - lo));
-      }
       if (trainable) u.local.requires_grad_(true);
       units_.push_back(std::move(u));
       continue;
@@ -127,6 +127,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
     if (trainable) u.local.requires_grad_(true);
     units_.push_back(std::move(u));
   }
+  if (source) load(*source);
   // The model's own copy goes: from here its forward takes each unit from the shards.
   for (const auto& [name, t] : params) release(t.storage());
   model_->set_unit_hooks(this);
@@ -155,6 +156,22 @@ std::pair<int64_t, int64_t> ShardedModel::range(size_t u) const {
   return {b, e};
 }
 
+void ShardedModel::load(const model::TensorSet& tensors) {
+  model::validate_tensors(tensors, model_->config());
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    auto& u = units_[i];
+    const auto [b, e] = range(i);
+    for (size_t j = 0; j < u.names.size(); ++j) {
+      const int64_t pb = u.offsets[j], pe = pb + u.split[j];
+      const int64_t lo = std::max(b, pb), hi = std::min(e, pe);
+      if (hi <= lo) continue;
+      const auto src = nn::tensor_over_view(*tensors.find(u.names[j])).reshape({-1});
+      u.local.narrow(0, lo - b, hi - lo).copy_(src.narrow(0, lo - pb, hi - lo));
+    }
+  }
+}
+
 int ShardedModel::next_in_forward(int unit) const {
   const int layers = static_cast<int>(model_->config().num_hidden_layers);
   if (unit <= layers) return unit + 1;          // embedding, layers: the next layer, then the final norm
@@ -175,8 +192,7 @@ torch::Tensor ShardedModel::gather(int unit, int64_t use_id) {
       ahead_.reset();
     }
     full = torch::empty({u.shard * world_}, u.local.options().requires_grad(false));
-    if (world_ == 1) full.copy_(u.local.detach());
-    else wait_gather(*issue_gather(u, full));
+    fill(u, full);
   }
   if (const int next = next_in_forward(unit); next >= 0 && world_ > 1) {
     auto& n = units_.at(static_cast<size_t>(next));
@@ -196,11 +212,7 @@ torch::Tensor ShardedModel::gather(int unit, int64_t use_id) {
 
 std::vector<torch::Tensor> ShardedModel::views(int unit, const torch::Tensor& full) const {
   const auto& u = units_.at(static_cast<size_t>(unit));
-  std::vector<int64_t> sizes;
-  for (size_t i = 0; i < u.names.size(); ++i)
-    sizes.push_back((i + 1 < u.names.size() ? u.offsets[i + 1] : u.numel) - u.offsets[i]);
-  if (const int64_t pad = u.shard * world_ - u.numel; pad > 0) sizes.push_back(pad);
-  auto parts = full.split_with_sizes(sizes);
+  auto parts = full.split_with_sizes(u.split);
   std::vector<torch::Tensor> out;
   for (size_t i = 0; i < u.names.size(); ++i) out.push_back(parts[i].view(u.shapes[i]));
   return out;
@@ -260,9 +272,7 @@ void ShardedModel::refill(int64_t use_id) {
     use.pending.reset();
   } else if (!use.filled) {
     regrow(use.storage, use.nbytes);
-    auto alias = torch::from_blob(use.storage.mutable_data(), {u.shard * world_}, u.local.options().requires_grad(false));
-    if (world_ == 1) alias.copy_(u.local.detach());
-    else wait_gather(*issue_gather(u, alias));
+    fill(u, alias(use, u));
   }
   use.filled = true;
   prefetch_refill(use_id);
@@ -278,8 +288,7 @@ void ShardedModel::prefetch_refill(int64_t below) {
     if (!use.refill || use.filled || use.pending) continue;
     const auto& u = units_[static_cast<size_t>(use.unit)];
     regrow(use.storage, use.nbytes);
-    auto alias = torch::from_blob(use.storage.mutable_data(), {u.shard * world_}, u.local.options().requires_grad(false));
-    use.pending = issue_gather(u, alias);
+    use.pending = issue_gather(u, alias(use, u));
     return;
   }
 }
@@ -323,8 +332,7 @@ void ShardedModel::for_each_unit(const std::function<void(const nn::NamedTensors
   for (size_t i = 0; i < units_.size(); ++i) {
     const auto& u = units_[i];
     auto full = torch::empty({u.shard * world_}, u.local.options().requires_grad(false));
-    if (world_ == 1) full.copy_(u.local.detach());
-    else wait_gather(*issue_gather(u, full));
+    fill(u, full);
     const auto v = views(static_cast<int>(i), full);
     nn::NamedTensors named;
     for (size_t j = 0; j < v.size(); ++j) named.emplace_back(u.names[j], v[j]);
@@ -336,6 +344,11 @@ std::shared_ptr<dist::ProcessGroup::Pending> ShardedModel::issue_gather(const Un
   ++stats_.gathers;
   stats_.gathered_bytes += static_cast<double>(full.nbytes());
   return group_->all_gather_async(full, u.local.detach(), "the parameters of " + u.names.front());
+}
+
+void ShardedModel::fill(const Unit& u, const torch::Tensor& full) {
+  if (world_ == 1) full.copy_(u.local.detach());
+  else wait_gather(*issue_gather(u, full));
 }
 
 void ShardedModel::wait_gather(dist::ProcessGroup::Pending& p) {

@@ -51,6 +51,7 @@ class ShardedModel : public nn::UnitHooks {
     std::vector<int64_t> offsets;  // of each parameter in the unit's flat vector
     int64_t numel = 0;             // parameters in the unit (the flat vector, unpadded)
     int64_t shard = 0;             // elements per rank: ceil(numel / world)
+    std::vector<int64_t> split;    // the gathered vector's pieces: each parameter's numel, then the padding
     torch::Tensor local;           // this rank's [shard] (zeros past numel)
   };
   const std::vector<Unit>& units() const { return units_; }
@@ -60,6 +61,9 @@ class ShardedModel : public nn::UnitHooks {
   std::vector<torch::Tensor> shards() const;
   // This rank's part of unit u's flat vector: [begin, end) (end <= numel).
   std::pair<int64_t, int64_t> range(size_t u) const;
+  // This rank's slices copied from a model directory's tensors (mapped): nothing is
+  // read whole. Validates the set against the model's config first.
+  void load(const model::TensorSet& tensors);
 
   // nn::UnitHooks (the model's forward calls them).
   std::vector<torch::Tensor> enter(int unit) override;
@@ -89,6 +93,7 @@ class ShardedModel : public nn::UnitHooks {
 
  private:
   struct Use;  // one gathered copy of a unit, from its gather to its release
+  static torch::Tensor alias(const Use& use, const Unit& u);
   friend struct GatherUnit;
   torch::Tensor gather(int unit, int64_t use_id);             // called by GatherUnit::forward
   torch::Tensor reduce_grad(int64_t use_id, const torch::Tensor& grad_full);  // its backward
@@ -112,6 +117,7 @@ class ShardedModel : public nn::UnitHooks {
   // Issues a gather of unit u's shards into `full` (counted in stats_).
   std::shared_ptr<dist::ProcessGroup::Pending> issue_gather(const Unit& u, const torch::Tensor& full);
   void wait_gather(dist::ProcessGroup::Pending& p);  // timed into stats_.gather_wait_s
+  void fill(const Unit& u, const torch::Tensor& full);  // the whole unit into `full`, now
 };
 
 }  // namespace rl::trainer

@@ -318,21 +318,7 @@ std::vector<std::optional<AdamWSlot>> read_sharded_optimizer_whole(const fs::pat
 void load_sharded_weights(Trainer& t, const model::TensorSet& tensors) {
   auto* sm = t.sharded();
   if (!sm) throw std::logic_error("load_sharded_weights: the trainer is not sharded");
-  model::validate_tensors(tensors, t.policy().config());
-  torch::NoGradGuard ng;
-  const auto shards = sm->shards();
-  for (size_t u = 0; u < shards.size(); ++u) {
-    const auto& unit = sm->units()[u];
-    const auto [b, e] = sm->range(u);
-    for (size_t j = 0; j < unit.names.size(); ++j) {
-      const int64_t pb = unit.offsets[j];
-      const int64_t pe = j + 1 < unit.names.size() ? unit.offsets[j + 1] : unit.numel;
-      const int64_t lo = std::max(b, pb), hi = std::min(e, pe);
-      if (hi <= lo) continue;
-      const auto src = nn::tensor_over_view(*tensors.find(unit.names[j])).reshape({-1});
-      shards[u].narrow(0, lo - b, hi - lo).copy_(src.narrow(0, lo - pb, hi - lo));
-    }
-  }
+  sm->load(tensors);
   t.policy().weights_changed();
 }
 

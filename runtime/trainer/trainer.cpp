@@ -320,6 +320,7 @@ struct Trainer::StepNorm {
   double global_count = 0;    // the whole step's samples
   double loss_divisor = 0;    // global_divisor / world: what each rank's losses are divided by
   int64_t tokens = 0;         // this rank's tokens (throughput)
+  int64_t passes = 0;         // sharded: forward/backward passes per rank this step (agree_passes)
 };
 
 Trainer::StepNorm Trainer::step_normaliser(const TrainBatch& b, const std::vector<int64_t>& idx) const {
@@ -385,11 +386,11 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
     prep.push_back(std::move(x));
   }
   // Sharded: as many no-grad passes as the rank with the most micro-batches.
-  if (fsdp_ && (need_ref || (!opts_.use_rollout_logprobs && opts_.kl_coef != 0.0))) {
-    const int64_t passes = agree_passes(static_cast<int64_t>(mbs.size()));
+  if (fsdp_ && norm.passes > static_cast<int64_t>(mbs.size()) &&
+      (need_ref || (!opts_.use_rollout_logprobs && opts_.kl_coef != 0.0))) {
     torch::NoGradGuard ng;
-    for (int64_t k = static_cast<int64_t>(mbs.size()); k < passes; ++k) {
-      const Packed pad = pack(b, mbs.front());
+    const Packed pad = pack(b, mbs.front());
+    for (int64_t k = static_cast<int64_t>(mbs.size()); k < norm.passes; ++k) {
       if (opts_.kl_coef != 0.0 && !opts_.use_rollout_logprobs && !pad.behaviour_logp.defined())
         response_logp(*policy_, pad, false, nullptr);
       if (need_ref) response_logp(*ref_, pad, false, nullptr);
@@ -439,8 +440,7 @@ Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNor
   // Sharded: every rank runs as many forward/backward passes as the one with the most
   // micro-batches (each is a collective); the padding passes add zero gradient.
   if (fsdp_ && !prep.empty()) {
-    const int64_t passes = agree_passes(static_cast<int64_t>(prep.size()));
-    for (int64_t k = static_cast<int64_t>(prep.size()); k < passes; ++k)
+    for (int64_t k = static_cast<int64_t>(prep.size()); k < norm.passes; ++k)
       (response_logp(*policy_, prep.front().p, false, nullptr) * 0.0).sum().backward();
   }
   return m;
@@ -500,7 +500,9 @@ double Trainer::clip_and_step_sharded(const StepNorm& norm) {
 Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>& idx) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto mbs = micro_batches(b, idx);
-  const StepNorm norm = step_normaliser(b, idx);
+  StepNorm norm = step_normaliser(b, idx);
+  // Sharded: the micro-batch passes every rank runs (the most any rank has), agreed once.
+  norm.passes = agree_passes(static_cast<int64_t>(mbs.size()));
   auto prep = prepare_micro_batches(b, mbs, norm);
   const double lr = lr_at(step_);
   for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
