@@ -1,7 +1,7 @@
 // rl._core.process: child processes (rl.process, process-mode rl.engine and rl.router,
 // vLLM servers), each in its own process group, dying with us (base/child_process.hpp).
 //
-//   _core.process.spawn(argv, opts?) -> pid | nil, err   opts.log (stdout+stderr appended),
+//   _core.process.spawn(argv, opts?) -> pid | nil, err   opts.log (stdout+stderr appended), opts.env ({NAME = value}),
 //       opts.death_signal (default 9); argv[1] = "@self" runs this rlhost binary
 //   _core.process.kill(pid, sig) -> bool (its group)
 //   _core.process.reap(pid) -> nil | exit code (128 + signal when killed)
@@ -38,6 +38,22 @@ int l_spawn(lua_State* L) {
       if (*v < 0 || *v > 64) throw ArgError(2, "opts.death_signal", "a signal number (0 = none) expected");
       co.death_signal = static_cast<int>(*v);
     }
+    lua_getfield(L, 2, "env");   // {NAME = value}: set in the child's environment (secrets: not on argv)
+    if (lua_istable(L, -1)) {
+      lua_pushnil(L);
+      while (lua_next(L, -2) != 0) {
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+          throw ArgError(2, "opts.env", "a table of NAME = value strings expected");
+        std::string name = lua_tostring(L, -2);
+        if (name.empty() || name.find('=') != std::string::npos)
+          throw ArgError(2, "opts.env", "'" + name + "' is not a variable name");
+        co.env.push_back(name + "=" + lua_tostring(L, -1));
+        lua_pop(L, 1);
+      }
+    } else if (!lua_isnil(L, -1)) {
+      throw ArgError(2, "opts.env", std::string("table or nil expected, got ") + arg::type_name(L, -1));
+    }
+    lua_pop(L, 1);
   } else if (!lua_isnoneornil(L, 2)) {
     throw ArgError(2, "opts", std::string("table or nil expected, got ") + arg::type_name(L, 2));
   }

@@ -11,6 +11,10 @@
 //   handle:scatter(list|nil, root) -> op ("done", bytes)
 //   handle:set_default()                  the trainer all-reduces over it
 //   handle:rank(), handle:world_size(), handle:port(), handle:close()
+//   _dist.store_new(name, timeout_s) -> store   a client of the job's store (MASTER_ADDR:MASTER_PORT)
+//   store:set(key, value) -> op ("done", "")    store:get(key) -> op ("done", JSON {v = value} or {})
+//   store:add(key, delta) -> op ("done", the sum)   store:close()
+//   _dist.local_address(towards, ifname?) -> address   where the job's other hosts reach this one
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -25,6 +29,7 @@
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "dist/dist.hpp"
+#include "net/host_address.hpp"
 
 namespace rl::lua {
 namespace {
@@ -182,6 +187,91 @@ int l_close(lua_State* L) {
   return 0;
 }
 
+// ---- the job's store ------------------------------------------------------------------
+
+const char kStoreMt = 0;
+
+struct StoreBox : LiveObject {
+  std::shared_ptr<dist::KeyValueStore> store;
+  OpThread worker;
+  void close() {
+    worker.stop();
+    store.reset();
+  }
+  ~StoreBox() { close(); }
+};
+
+StoreBox& check_store(lua_State* L, int idx) {
+  return *static_cast<StoreBox*>(check_udata(L, idx, &kStoreMt, "store", "rl.dist store handle"));
+}
+
+int store_job(lua_State* L, StoreBox& box, std::function<std::string()> fn) {
+  if (!box.store) throw ArgError(1, "store", "closed");
+  if (box.worker.is_busy()) throw ArgError(1, "store", "busy with another call (one at a time)");
+  return box.worker.start(L, std::move(fn));
+}
+
+int l_store_new(lua_State* L) {
+  const std::string name(arg::string(L, 1, "name"));
+  const double timeout = arg::opt_number(L, 2, "timeout").value_or(30.0);
+  auto o = dist::options_from_env();
+  if (!o) throw ArgError(1, "name", "the job's store needs WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a distributed job)");
+  auto store = std::make_shared<dist::KeyValueStore>(*o, name, timeout);
+  void* mem = lua_newuserdata(L, sizeof(StoreBox));
+  auto* box = new (mem) StoreBox();
+  box->store = std::move(store);
+  registry_get(L, &kStoreMt);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+int l_store_set(lua_State* L) {
+  StoreBox& box = check_store(L, 1);
+  auto st = box.store;
+  std::string key(arg::string(L, 2, "key")), value(arg::string(L, 3, "value"));
+  return store_job(L, box, [st, key = std::move(key), value = std::move(value)] {
+    st->set(key, value);
+    return std::string();
+  });
+}
+
+int l_store_get(lua_State* L) {
+  StoreBox& box = check_store(L, 1);
+  auto st = box.store;
+  std::string key(arg::string(L, 2, "key"));
+  return store_job(L, box, [st, key = std::move(key)] {
+    auto v = st->get(key);
+    json j = json::object();
+    if (v) j["v"] = *v;
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  });
+}
+
+int l_store_add(lua_State* L) {
+  StoreBox& box = check_store(L, 1);
+  auto st = box.store;
+  std::string key(arg::string(L, 2, "key"));
+  const int64_t delta = arg::integer(L, 3, "delta");
+  return store_job(L, box, [st, key = std::move(key), delta] { return std::to_string(st->add(key, delta)); });
+}
+
+int l_store_close(lua_State* L) {
+  check_store(L, 1).close();
+  return 0;
+}
+
+int l_local_address(lua_State* L) {
+  const std::string towards(arg::string(L, 1, "towards"));
+  const std::string ifname(arg::opt_string(L, 2, "ifname").value_or(""));
+  try {
+    const std::string a = net::local_address(towards, ifname);
+    lua_pushlstring(L, a.data(), a.size());
+    return 1;
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<dist::ProcessGroup> group_from(lua_State* L, int idx) {
@@ -197,7 +287,15 @@ void open_dist(lua_State* L, int t) {
       {"world_size", entry<l_world_size>}, {"port", entry<l_port>},      {"close", entry<l_close>},
   };
   make_metatable(L, &kGroupMt, "rl.dist.Group:", methods, std::size(methods), entry<destroy_udata<GroupBox>>);
-  static const Reg regs[] = {{"env", entry<l_env>}, {"group_new", entry<l_group_new>}};
+  static const Reg store_methods[] = {
+      {"set", entry<l_store_set>}, {"get", entry<l_store_get>}, {"add", entry<l_store_add>},
+      {"close", entry<l_store_close>}};
+  make_metatable(L, &kStoreMt, "rl.dist.Store:", store_methods, std::size(store_methods),
+                 entry<destroy_udata<StoreBox>>);
+  static const Reg regs[] = {{"env", entry<l_env>},
+                             {"group_new", entry<l_group_new>},
+                             {"store_new", entry<l_store_new>},
+                             {"local_address", entry<l_local_address>}};
   register_functions(L, t, "rl.dist.", regs);
 }
 

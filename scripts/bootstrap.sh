@@ -15,7 +15,7 @@ set -euo pipefail
 APT_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache git
   luajit libluajit-5.1-dev
-  libspdlog-dev catch2 libcurl4-openssl-dev nlohmann-json3-dev libcpp-httplib-dev libreadline-dev
+  libspdlog-dev catch2 libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcpp-httplib-dev libreadline-dev
   python3 python3-pip
 )
 TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; this is the tested one

@@ -184,6 +184,62 @@ function M.gather_object(obj, root)
   return me == root and out or nil
 end
 
+-- ---- the job's store ----------------------------------------------------------------
+
+local Store = {}
+Store.__index = Store
+
+local function store_call(self, fname, method, ...)
+  task.need_task(fname)
+  self.lock:acquire()   -- the native handle runs one call at a time
+  local ok, text, err = pcall(function(...) return task.await_json(self._h[method](self._h, ...), fname, true) end, ...)
+  self.lock:release()
+  if not ok then error(text, 0) end
+  if text == nil then return nil, fname .. ": " .. tostring(err) end
+  return text
+end
+
+--- Sets key to value (a string). → true, or nil and why.
+function Store:set(key, value)
+  local r, err = store_call(self, "rl.dist.Store:set", "set", key, value)
+  return r and true, err
+end
+
+--- The key's value, or nil when no one set it (never waits for it); nil, why on failure.
+function Store:get(key)
+  local text, err = store_call(self, "rl.dist.Store:get", "get", key)
+  if not text then return nil, err end
+  return json.decode(text).v
+end
+
+--- Adds delta (an integer) to the counter at key (0 when new). → the sum, or nil, why.
+function Store:add(key, delta)
+  local text, err = store_call(self, "rl.dist.Store:add", "add", key, delta or 1)
+  return text and tonumber(text), err
+end
+
+function Store:close() self._h:close() end
+
+--- The job's key-value store — the c10d store every rank already reaches (rank 0's, or
+--- torchrun's agent's) — with keys under `name` of its own, apart from the groups'
+--- (rl.recipe.hosts publishes engines there). Its own connection: a collective in flight
+--- never delays it. Each call waits at most `timeout` seconds (default 30). A job of
+--- one process has no store: an error.
+function M.store(name, timeout)
+  if type(name) ~= "string" or name == "" then
+    error("rl.dist.store: bad argument #1 'name' (a non-empty string expected)", 2)
+  end
+  return setmetatable({ _h = native().store_new(name, timeout or 30), lock = task.semaphore(1) }, Store)
+end
+
+--- The address the job's other hosts reach this one at: GLOO_SOCKET_IFNAME's interface's,
+--- else this host's address on the route to `towards` (default MASTER_ADDR); 127.0.0.1 on
+--- one host. → the address, or nil and why.
+function M.host_address(towards)
+  local ifname = os.getenv("GLOO_SOCKET_IFNAME")
+  return native().local_address(towards or os.getenv("MASTER_ADDR") or "127.0.0.1", ifname ~= "" and ifname or nil)
+end
+
 --- Leaves the group (the trainer stops all-reducing). Idempotent.
 function M.destroy()
   if state.group then state.group:close() end

@@ -206,22 +206,25 @@ local function drop_group(self)
   g.handle:close()
 end
 
--- The source's job and one request per receiver, concurrently; → true or nil, the first
--- error (the engines' first: they say more than a timeout).
+-- The source's job and one request per receiver, concurrently (in sequence, the
+-- first engine's join would wait for a rendezvous the others never reach); → the
+-- engines' replies, or nil and the first error (the engines' first: they say more than a
+-- timeout).
 local function overlap(job, receivers, request)
   local tasks = {}
   for i, rx in ipairs(receivers) do
     tasks[i] = task.spawn(function() return { request(i, rx) } end)
   end
   local okk, jerr = job()
-  local first
+  local first, replies = nil, {}
   for i, t in ipairs(tasks) do
     local r = t:wait()
+    replies[i] = r[1]
     if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r[2])) end
   end
   if first then return nil, first end
   if not okk then return nil, "trainer: " .. tostring(jerr) end
-  return true
+  return replies
 end
 
 -- c10d: one group of the source (rank 0) and the engines (ranks 1..n), made on the first
@@ -252,14 +255,14 @@ local function push_distributed(self, receivers, version, o)
     end
   end
   local g, meta = self.group, self.source:meta()
-  local okk, err = overlap(function() return self.source:broadcast(g.handle) end, receivers, function(_, rx)
+  local replies, err = overlap(function() return self.source:broadcast(g.handle) end, receivers, function(_, rx)
     return rx:receive_distributed(meta, g.name, version, timeout + 10)
   end)
-  if not okk then
+  if not replies then
     drop_group(self)
     return nil, "update_weights_from_distributed: " .. err
   end
-  return true
+  return replies
 end
 
 --- Forgets what the sender keeps for the engine at `url` (its shared-memory file): the
@@ -384,9 +387,12 @@ function Sender:push(targets, opts, fname)
   local t0 = now()
   local methods, versions, errors = {}, {}, {}
   if method == "distributed" then
-    local okk, err = push_distributed(self, receivers, version, opts)
-    if not okk then return nil, err end
-    for i = 1, #receivers do methods[i], versions[i] = "distributed", version end
+    local replies, err = push_distributed(self, receivers, version, opts)
+    if not replies then return nil, err end
+    for i = 1, #receivers do   -- the version each engine says it serves now
+      local v = type(replies[i]) == "table" and replies[i].weight_version
+      methods[i], versions[i] = "distributed", v ~= nil and tostring(v) or version
+    end
     return { seconds = now() - t0, weight_version = version, methods = methods, versions = versions, errors = errors }
   end
   local dir

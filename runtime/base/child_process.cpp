@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "base/errors.hpp"
@@ -24,7 +25,8 @@ std::mutex g_mu;
 std::map<pid_t, bool> g_children;  // pid -> has its own process group
 
 // In the forked child: only async-signal-safe calls until exec.
-[[noreturn]] void exec_child(char* const* argv, const char* log, const ChildOptions& o, pid_t parent, int err_fd) {
+[[noreturn]] void exec_child(char* const* argv, char* const* envp, const char* log, const ChildOptions& o, pid_t parent,
+                             int err_fd) {
   auto die = [err_fd](int code) {
     const int e = errno;
     const int msg[2] = {code, e};
@@ -47,8 +49,9 @@ std::map<pid_t, bool> g_children;  // pid -> has its own process group
     if (fd < 0) die(4);
     if (::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) die(4);
   }
-  ::execve(argv[0], argv, environ);
+  ::execve(argv[0], argv, envp);
   die(5);
+  ::_exit(127);  // not reached (die exits)
 }
 
 const char* step_name(int code) {
@@ -70,6 +73,21 @@ pid_t spawn_child(const std::vector<std::string>& argv, const ChildOptions& opts
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const char* log = opts.log_path.empty() ? nullptr : opts.log_path.c_str();
+  // Our environment with opts.env's entries replacing those of the same name.
+  std::vector<char*> envp;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const auto name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const auto& o : opts.env) replaced = replaced || std::string_view(o).substr(0, name.size()) == name;
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const auto& o : opts.env) {
+    if (o.find('=') == std::string::npos || o.front() == '=')
+      throw Error("spawn " + argv[0] + ": bad environment entry (NAME=value expected)");
+    envp.push_back(const_cast<char*>(o.c_str()));
+  }
+  envp.push_back(nullptr);
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw_errno("spawn " + argv[0] + ": pipe");
   const pid_t parent = ::getpid();
@@ -84,7 +102,7 @@ pid_t spawn_child(const std::vector<std::string>& argv, const ChildOptions& opts
   }
   if (pid == 0) {
     ::close(pipefd[0]);
-    exec_child(args.data(), log, opts, parent, pipefd[1]);
+    exec_child(args.data(), envp.data(), log, opts, parent, pipefd[1]);
   }
   ::close(pipefd[1]);
   if (opts.own_group) ::setpgid(pid, pid);  // also here: no window where signal_child misses the group

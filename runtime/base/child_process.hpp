@@ -27,9 +27,12 @@ struct ChildOptions {
   std::string log_path;   // "" = inherit stdout/stderr
   bool own_group = true;  // setpgid(0, 0)
   int death_signal = 9;   // SIGKILL; 0 = none
+  // "NAME=value" entries set in the child's environment on top of ours (a secret for
+  // the child goes here, never on argv, which every user can read in /proc).
+  std::vector<std::string> env;
 };
 
-// Starts argv[0] (a path, no PATH search) with argv and our environment.
+// Starts argv[0] (a path, no PATH search) with argv and our environment (plus opts.env).
 // Throws rl::Error naming the program when it cannot be started (fork, or exec
 // failing in the child: the reason comes back over a pipe).
 pid_t spawn_child(const std::vector<std::string>& argv, const ChildOptions& opts = {});

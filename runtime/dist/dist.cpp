@@ -412,6 +412,64 @@ void set_default_group(std::shared_ptr<ProcessGroup> g) {
   }
 }
 
+// ---- the job's key-value store ---------------------------------------------------------
+
+struct KeyValueStore::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::string at;
+  std::mutex mu;
+  template <class F>
+  auto run(const std::string& op, const std::string& key, F&& f) {
+    std::lock_guard lk(mu);
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+      throw Error("dist: store " + op + " of '" + key + "' at " + at + ": " + msg, "is rank 0 (the controller) still running?");
+    }
+  }
+};
+
+KeyValueStore::KeyValueStore(const GroupOptions& o, const std::string& name, double timeout_s)
+    : impl_(std::make_unique<Impl>()) {
+  if (o.master_port <= 0) throw Error("dist: the job's store needs master_port (MASTER_PORT)");
+  impl_->at = o.master_addr + ":" + std::to_string(o.master_port);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(o.master_port);
+  so.isServer = false;
+  so.waitWorkers = false;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    throw Error("dist: connecting to the job's store at " + impl_->at + ": " + msg,
+                "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
+  }
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>(o.store_prefix + "rlhost/kv/" + name, tcp);
+}
+
+KeyValueStore::~KeyValueStore() = default;
+
+void KeyValueStore::set(const std::string& key, const std::string& value) {
+  impl_->run("set", key, [&] { impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+}
+
+std::optional<std::string> KeyValueStore::get(const std::string& key) {
+  return impl_->run("get", key, [&]() -> std::optional<std::string> {
+    if (!impl_->store->check({key})) return std::nullopt;
+    const auto v = impl_->store->get(key);
+    return std::string(v.begin(), v.end());
+  });
+}
+
+int64_t KeyValueStore::add(const std::string& key, int64_t delta) {
+  return impl_->run("add", key, [&] { return impl_->store->add(key, delta); });
+}
+
 // ---- weight sync -----------------------------------------------------------------------
 
 void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params) {

@@ -107,6 +107,29 @@ class ProcessGroup::Pending {
   bool done_ = false;
 };
 
+// A client of a job's c10d store — rank 0's TCPStore at master_addr:master_port, or
+// torchrun's agent store — with keys of its own under "<store_prefix>rlhost/kv/<name>/",
+// apart from every group's: a multi-host job's hosts find each other's engines there
+// (lua/rl/recipe/hosts.lua). Its own connection, so that a collective in flight on a
+// group never delays it. Every call waits at most the timeout and throws rl::Error
+// naming the key and the store.
+class KeyValueStore {
+ public:
+  KeyValueStore(const GroupOptions& o, const std::string& name, double timeout_s);
+  ~KeyValueStore();
+  KeyValueStore(const KeyValueStore&) = delete;
+  KeyValueStore& operator=(const KeyValueStore&) = delete;
+  void set(const std::string& key, const std::string& value);
+  // The value, or nullopt when no one set the key (never waits for it).
+  std::optional<std::string> get(const std::string& key);
+  // Adds delta to a counter (0 when new) and returns the sum.
+  int64_t add(const std::string& key, int64_t delta);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The group rl.dist.init set up (data parallel): the trainer all-reduces gradients
 // over it when world_size > 1. Null when none.
 std::shared_ptr<ProcessGroup> default_group();

@@ -30,13 +30,19 @@ std::optional<int> wait_exit(pid_t pid, double seconds = 10) {
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
+rl::ChildOptions logging_to(const std::string& path) {
+  rl::ChildOptions o;
+  o.log_path = path;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("spawn_child: own group, /dev/null stdin, private log, exit codes", "[child_process]") {
   const auto dir = std::filesystem::temp_directory_path() / ("rlhost-child-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string log = (dir / "out.log").string();
-  const pid_t pid = rl::spawn_child({"/bin/sh", "-c", "echo out; echo err >&2; read x || echo eof; exit 7"}, {log});
+  const pid_t pid = rl::spawn_child({"/bin/sh", "-c", "echo out; echo err >&2; read x || echo eof; exit 7"}, logging_to(log));
   CHECK(::getpgid(pid) == pid);
   CHECK(wait_exit(pid) == 7);
   std::ifstream in(log);
@@ -50,9 +56,34 @@ TEST_CASE("spawn_child: own group, /dev/null stdin, private log, exit codes", "[
 
   CHECK_THROWS_WITH(rl::spawn_child({"/nonexistent/prog"}), Catch::Contains("cannot start '/nonexistent/prog'") &&
                                                                 Catch::Contains("No such file"));
-  CHECK_THROWS_WITH(rl::spawn_child({"/bin/true"}, {(dir / "no" / "such" / "dir.log").string()}),
+  CHECK_THROWS_WITH(rl::spawn_child({"/bin/true"}, logging_to((dir / "no" / "such" / "dir.log").string())),
                     Catch::Contains("log file"));
   CHECK(rl::live_children().empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("spawn_child: opts.env sets the child's variables on top of ours, not on argv", "[child_process]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("rlhost-child-env-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string log = (dir / "out.log").string();
+  ::setenv("RLHOST_TEST_KEEP", "kept", 1);
+  ::setenv("RLHOST_TEST_SECRET", "old", 1);
+  rl::ChildOptions o;
+  o.log_path = log;
+  o.env = {"RLHOST_TEST_SECRET=s3cret=x", "RLHOST_TEST_NEW=new"};
+  const pid_t pid = rl::spawn_child(
+      {"/bin/sh", "-c", "echo $RLHOST_TEST_KEEP $RLHOST_TEST_SECRET $RLHOST_TEST_NEW; env | grep -c RLHOST_TEST_SECRET"},
+      o);
+  CHECK(wait_exit(pid) == 0);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CHECK(ss.str() == "kept s3cret=x new\n1\n");   // replaced, not doubled
+  CHECK(std::string(std::getenv("RLHOST_TEST_SECRET")) == "old");   // ours unchanged
+  o.env = {"=bad"};
+  CHECK_THROWS_WITH(rl::spawn_child({"/bin/true"}, o), Catch::Contains("NAME=value"));
+  ::unsetenv("RLHOST_TEST_KEEP");
+  ::unsetenv("RLHOST_TEST_SECRET");
   std::filesystem::remove_all(dir);
 }
 

@@ -4,6 +4,7 @@
 --   rlhost engine --model /models/Qwen3-0.6B --port 30000
 --   rlhost engine --model DIR --port 0 --ready-file /tmp/engine.url   # for parents that spawn it
 --   rlhost engine --model DIR --host 0.0.0.0 --api-key SECRET          # remote: control needs the key
+--   RLHOST_API_KEY=SECRET rlhost engine --model DIR --host 10.1.2.3   # the same, the key off argv
 --
 -- The flags are rl.engine.start's options in kebab-case; docs/engine.md lists
 -- the endpoints.
@@ -14,6 +15,8 @@ local opt = rl.args(options.cli_spec {
 })
 rl.script = "engine"  -- usage errors say `rlhost engine`, not the path of this file
 options.check_cli(opt)
+-- A parent passes the key in the environment, where other users cannot read it (argv they can).
+if opt.api_key == nil and (os.getenv("RLHOST_API_KEY") or "") ~= "" then opt.api_key = os.getenv("RLHOST_API_KEY") end
 
 rl.engine.forward_sigterm()  -- SIGTERM stops gracefully, like Ctrl-C
 

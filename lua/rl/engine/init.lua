@@ -69,13 +69,16 @@ local function launch_process(opts)
   local log = opts.log_file or (dir .. ".log")
   local argv = { "@self", "engine", "--model", opts.model, "--ready-file", ready }
   if opts.port == nil then argv[#argv + 1] = "--port=0" end
-  for _, a in ipairs(options.argv(opts)) do argv[#argv + 1] = a end
+  -- the api key goes by the environment ($RLHOST_API_KEY), never on argv (readable by every user)
+  local flags = {}
+  for k, v in pairs(opts) do if k ~= "api_key" then flags[k] = v end end
+  for _, a in ipairs(options.argv(flags)) do argv[#argv + 1] = a end
   -- A child inherits this process's CPUs: when rl.process.set_cpus pinned this process,
   -- an engine without its own list gets the CPUs it had before.
   local unpinned = require("rl.process").unpinned_cpus()
   if opts.cpus == nil and unpinned then argv[#argv + 1] = "--cpus=" .. unpinned end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
-  local pid, err = proc.spawn(argv, { log = log })
+  local pid, err = proc.spawn(argv, { log = log, env = opts.api_key and { RLHOST_API_KEY = opts.api_key } or nil })
   if not pid then return nil, "rl.engine.start: " .. err end
   local eng = setmetatable({ mode = "process", pid = pid, log_file = log, _api_key = opts.api_key }, Engine)
   local deadline = now() + (opts.ready_timeout or 300)

@@ -19,7 +19,7 @@ M.NATIVE = {
   { name = "served_model_name", type = "string", help = "name in /v1/models and metrics (default: the directory name)" },
   { name = "host", type = "string", default = "127.0.0.1", help = "bind address; non-loopback needs --api-key" },
   { name = "port", type = "int", default = 0, cli_default = 30000, min = 0, max = 65535, help = "port (0: any free one)" },
-  { name = "api_key", type = "string", help = "Bearer token for control endpoints (required off loopback)" },
+  { name = "api_key", type = "string", help = "Bearer token for control endpoints (required off loopback; a parent passes it as $RLHOST_API_KEY)" },
   { name = "dtype", type = "string", default = "auto", choices = { "auto", "float32", "bfloat16", "float16" } },
   { name = "device", type = "string", cli_default = "cpu", help = "cpu | cuda | cuda:N (rl.engine.start's default: rl.device.default())" },
   { name = "max_running_requests", type = "int", default = 64, min = 1, help = "sequences decoding at once" },

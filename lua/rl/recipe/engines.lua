@@ -402,7 +402,7 @@ function M.start(opt, job, base_opts)
     by_name[m.name] = g
     local urls = {}
     for k, e in ipairs(g.engines) do urls[k] = e.url end
-    local router, rerr = rl.router.start { workers = urls }
+    local router, rerr = rl.router.start { workers = urls, policy = opt.router_policy }
     if not router then
       stop_all(groups)
       error(("router of group '%s' did not start: %s"):format(m.name, tostring(rerr)), 0)

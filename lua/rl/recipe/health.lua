@@ -169,6 +169,8 @@ local function external_round(self, tasks)
     local eng = engine_of(st)
     if eng and eng.url then owned[eng.url] = true end
   end
+  -- other hosts' engines are rl.recipe.hosts' to watch (their hosts restart them)
+  for url in pairs(self.job.hosts and self.job.hosts:urls() or {}) do owned[url] = true end
   for _, w in ipairs(workers) do
     listed[w.url] = true
     if not owned[w.url] and not self.external[w.url] then

@@ -52,7 +52,7 @@ local NUMERIC = {
   { "weight_decay", "number", 0 }, { "clip_grad", "number", 0 }, { "eps_clip", "number", 0 },
   { "eps_clip_high", "number", 0 }, { "kl_coef", "number", 0 }, { "kl_loss_coef", "number", 0 },
   { "entropy_coef", "number" }, { "dist_timeout", "number", 0, nil, lo_open = true },
-  { "check_weight_update_tolerance", "number", 0 }, { "rollout_health_check_first_wait", "number", 0 },
+  { "check_weight_update_tolerance", "number", 0 }, { "host_lost_timeout", "number", 0, nil, lo_open = true }, { "rollout_health_check_first_wait", "number", 0 },
   { "rollout_health_check_interval", "number", 0, nil, lo_open = true },
   { "rollout_health_check_timeout", "number", 0, nil, lo_open = true },
 }
@@ -107,6 +107,7 @@ local function fill_defaults(opt, default_model, world_size)
   end
   check_numbers(opt)
   M.check_limits(opt)
+  require("rl.recipe.hosts").check_options(opt)   -- --rollout-num-gpus-per-node
   if opt.engine_cpus and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
     rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process, "
       .. "its threads beside the trainer's)")
@@ -325,9 +326,22 @@ local function start_serving(opt, job)
     require("rl.recipe.faults").parse(opt.fault_injection, require("rl.recipe.engines").plan(opt, job))
   end
   job.engines, job.router = start_engines(opt, job)
+  local hosts = require "rl.recipe.hosts"
+  if hosts.role(opt) == "controller" then   -- the other hosts' engines, registered as they come
+    job.hosts = hosts.controller(job.router, hosts.host_count() - 1,
+      { lost_timeout = opt.host_lost_timeout, ready_timeout = opt.dist_timeout })
+    -- an engine joins at once while the trainer holds the weights it loaded (no step yet)
+    job.hosts:wait_ready(function() return not job.resumed and job.trainer:step() == 0 end)
+  end
   job.health = require("rl.recipe.health").from_options(opt, job)
   job.faults = require("rl.recipe.faults").from_options(opt, job)
-  if job.resumed then assert(job:with_trainer_ranks("sync", function() return job.trainer:sync(job.engines) end)) end
+  if job.resumed then
+    assert(job:with_trainer_ranks("sync", function()
+      local r = assert(job.trainer:sync(job.engines))
+      if job.hosts then job.hosts:sync(job.trainer, r.weight_version) end
+      return r
+    end))
+  end
 end
 
 -- Metric sinks, the hang watchdog and the trainer's live /metrics (--metrics-port).
@@ -419,6 +433,9 @@ function M.setup(opt, setup_opts)
     if not ok then rl.args.usage_error("--trainer-cpus: " .. tostring(err):gsub("^.-set_cpus: ", "")) end
     log.info("trainer pinned to CPUs %s (%d LibTorch threads); engines on %s", opt.trainer_cpus, opt.threads,
       opt.engine_cpus or "any CPU")
+  end
+  if not job.is_main and require("rl.recipe.hosts").role(opt) == "host" then   -- this host's engines
+    job.node = require("rl.recipe.hosts").host(engine_options(opt, job), opt.rollout_num_gpus_per_node)
   end
   if job.is_main then   -- a training rank's whole loop is job:train_worker()
     if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end

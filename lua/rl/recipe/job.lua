@@ -179,12 +179,20 @@ function Job:sync()
   if not self.engines then return end
   local tr = self.trainer
   if self.offloaded then self:timed("onload", engines.onload_weights, self) end
+  local remote
   local r, serr = self:with_trainer_ranks("sync", function()
-    if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
-      local drills = self.faults and function() self.faults:sync_start() end
-      return self:timed("sync", self.health.sync_weights, self.health, tr, { after_probes = drills })
-    end
-    return self:timed("sync", tr.sync, tr, self.engines)
+    return self:timed("sync", function()
+      local lr, lerr
+      if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
+        local drills = self.faults and function() self.faults:sync_start() end
+        lr, lerr = self.health:sync_weights(tr, { after_probes = drills })
+      else
+        lr, lerr = tr:sync(self.engines)
+      end
+      -- engines on other hosts (--rollout-num-gpus-per-node): one c10d broadcast to them all
+      if lr and self.hosts then remote = self.hosts:sync(tr, lr.weight_version) end
+      return lr, lerr
+    end)
   end)
   if self.offloaded then self:timed("onload", engines.onload_kv, self) end
   if not r then error("weight sync failed: " .. tostring(serr), 0) end
@@ -196,9 +204,24 @@ function Job:sync()
       require("rl.recipe.sync_check").run(self, self.opt.check_weight_update_tolerance)
   end
   local how = table.concat(r.methods or {}, ", ")
+  if remote and #remote.urls > 0 then how = how .. (how ~= "" and ", " or "") .. "distributed to other hosts" end
   if how ~= self.sync_methods then  -- said once, and again when it changes
     self.sync_methods = how
-    log.info("weight sync to %d engine(s): %s (%.3f s)", #self.engines, how, r.seconds or 0)
+    log.info("weight sync to %d engine(s): %s (%.3f s)", #self.engines + (remote and #remote.urls or 0), how,
+      r.seconds or 0)
+  end
+  if remote then   -- every engine's own answer: the version it serves now
+    r.remote = remote
+    self.step_metrics["rollout/engines/remote_synced"] = #remote.urls
+    self.step_metrics["perf/update_weights_remote_time"] = remote.seconds
+    local agree = true
+    for _, v in ipairs(remote.versions) do agree = agree and tostring(v) == tostring(r.weight_version) end
+    for _, v in ipairs(r.versions or {}) do agree = agree and tostring(v) == tostring(r.weight_version) end
+    self.step_metrics["rollout/engines/versions_agree"] = agree and 1 or 0
+    if not agree then
+      log.warn("after the weight sync the engines serve different versions: local %s, other hosts %s (want %s)",
+        table.concat(r.versions or {}, ","), table.concat(remote.versions, ","), tostring(r.weight_version))
+    end
   end
   return r
 end
@@ -238,6 +261,7 @@ function Job:train_worker()
       self.step_metrics = m
     end
   end
+  if self.node then self.node:stop() end   -- this host's engines (--rollout-num-gpus-per-node)
   log.info(("rank %d: done after trainer step %d"):format(self.rank, tr:step()))
 end
 
@@ -268,6 +292,12 @@ function Job:log_step()
   if self.health then
     for k, v in pairs(self.health:metrics()) do m[k] = v end
     note = self.health:step_note()
+  end
+  if self.hosts then   -- engines per host on the step line
+    local serving = 0
+    for _, n in pairs(self.hosts:per_host()) do serving = serving + n end
+    m["rollout/engines/remote_serving"] = serving
+    note = note .. self.hosts:step_note(self.hosts.addr, #(self.engines or {}))
   end
   self.metrics.console_format = function(mm, key) return console_line(mm, key) .. note end
   self.metrics:log(m, "rollout/step")
@@ -517,6 +547,7 @@ function Job:finish(last_rollout)
   if self.metrics_server then self.metrics_server:stop() end
   rl.watchdog.stop()
   if self.health then self.health:stop() end
+  if self.hosts then self.hosts:stop() end
   if self.groups then engines.stop(self) else
     if self.router then self.router:stop() end
     for _, eng in ipairs(self.engines or {}) do eng:stop() end

@@ -68,6 +68,14 @@ local FLAGS = {
   { name = "eval_max_prompts", type = "int", help = "evaluate on the first N prompts of each eval set" },
   -- engines
   { name = "num_engines", type = "int", default = 1, help = "inference engines behind the router" },
+  { name = "router_policy", type = "string", default = "cache_aware",
+    help = "slime's --router-policy: how the router spreads requests over engines (round_robin, random, least_load, "
+      .. "power_of_two, cache_aware, consistent_hashing; docs/router.md)" },
+  { name = "rollout_num_gpus_per_node", type = "int",
+    help = "slime's: engines on every host of a multi-host job (each host's first rank starts them; rank 0's router "
+      .. "fronts them all; on the CPU it counts engines). Default: engines on rank 0's host only" },
+  { name = "host_lost_timeout", type = "number", default = 60,
+    help = "seconds without a heartbeat from another host's engines before the run ends (--rollout-num-gpus-per-node)" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
     help = "thread: engines in this process (weights handed over in memory); process: child processes" },
   { name = "rollout_backend", choices = { "native", "vllm" }, default = "native",

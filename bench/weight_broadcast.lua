@@ -1,0 +1,29 @@
+-- The trainer's weights to engines on another host by c10d broadcast (rl.weight_sync's
+-- "distributed": what a multi-host job does for remote engines) and by files (the
+-- fallback: a safetensors directory every engine reads), timed per push; run by
+-- bench/weight_broadcast.sh on host 0 of two network namespaces.
+--   rlhost bench/weight_broadcast.lua MODEL MASTER_ADDR ROUNDS URL...
+local model, addr, rounds = arg[1], arg[2], tonumber(arg[3])
+local urls = {}
+for i = 4, #arg do urls[#urls + 1] = arg[i] end
+rl.torch.set_num_threads(1)
+local tr = rl.trainer.new { model = model }
+local bytes = 0
+local meta = tr:weight_source():meta()
+for i, shape in ipairs(meta.shapes) do
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  bytes = bytes + n * (meta.dtypes[i]:match("16") and 2 or 4)
+end
+local function time(method, v)
+  local t0 = rl.now()
+  assert(tr:sync(urls, { method = method, version = v, master_address = addr, timeout = 300 }))
+  return rl.now() - t0
+end
+time("distributed", "warm")   -- forms the group (rendezvous of the trainer and every engine)
+local out = { tensors = #meta.names, bytes = bytes, engines = #urls, distributed = {}, disk = {} }
+for r = 1, rounds do
+  out.distributed[r] = time("distributed", "d" .. r)
+  out.disk[r] = time("disk", "f" .. r)
+end
+print(rl.json.encode(out))

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Weights to engines on another host: rl.weight_sync's c10d broadcast (what a multi-host
+# job does for remote engines, docs/distributed.md) against PyTorch's raw c10d broadcast
+# of the same bytes over the same link, and against the files fallback. Two "hosts":
+# network namespaces on a bridge this script makes (198.18.0.0/24, a test range), torn
+# down on exit; ENGINES engines on host 1, the trainer on host 0. Needs root and iproute2.
+#   SHAPE=42m ENGINES=2 ROUNDS=5 bench/weight_broadcast.sh [build-dir]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+bin="$build/rlhost"
+shape="${SHAPE:-42m}" engines="${ENGINES:-2}" rounds="${ROUNDS:-5}" python="${PYTHON:-python3}"
+[ -x "$bin" ] || { echo "weight_broadcast.sh: no rlhost binary at $bin" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "weight_broadcast.sh: making network namespaces needs root" >&2; exit 2; }
+# shellcheck source=bench/llama_shapes.sh
+source "$root/bench/llama_shapes.sh"
+model="$(bench_model "$shape" "$build")"
+tag="wb$$" out="$(mktemp -d "${TMPDIR:-/tmp}/rlhost-weight-broadcast-XXXXXX")"
+ns=("$tag-0" "$tag-1") addr=(198.18.0.1 198.18.0.2) dev=("${tag}v0" "${tag}v1")
+cleanup() {
+  for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for i in 0 1; do ip netns del "${ns[$i]}" 2>/dev/null || true; ip link del "${dev[$i]}p" 2>/dev/null || true; done
+  ip link del "${tag}br" 2>/dev/null || true
+}
+trap cleanup EXIT
+ip link add "${tag}br" type bridge && ip link set "${tag}br" up
+for i in 0 1; do
+  ip netns add "${ns[$i]}"
+  ip link add "${dev[$i]}" type veth peer name "${dev[$i]}p"
+  ip link set "${dev[$i]}p" master "${tag}br" && ip link set "${dev[$i]}p" up
+  ip link set "${dev[$i]}" netns "${ns[$i]}"
+  ip -n "${ns[$i]}" addr add "${addr[$i]}/24" dev "${dev[$i]}"
+  ip -n "${ns[$i]}" link set "${dev[$i]}" up && ip -n "${ns[$i]}" link set lo up
+done
+export RLHOST_ADMIN_TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+urls=()
+for e in $(seq 1 "$engines"); do
+  GLOO_SOCKET_IFNAME="${dev[1]}" RLHOST_API_KEY="$RLHOST_ADMIN_TOKEN" ip netns exec "${ns[1]}" \
+    "$bin" engine --model "$model" --host "${addr[1]}" --port 0 --threads 1 --ready-file "$out/e$e.url" \
+    >"$out/engine$e.log" 2>&1 &
+done
+for e in $(seq 1 "$engines"); do
+  for _ in $(seq 1 600); do grep -q '^http' "$out/e$e.url" 2>/dev/null && break; sleep 0.2; done
+  urls+=("$(cat "$out/e$e.url")")
+done
+echo "# $(date -u +%FT%TZ) $shape, $engines engine(s) on host 1, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg)"
+GLOO_SOCKET_IFNAME="${dev[0]}" ip netns exec "${ns[0]}" "$bin" --no-control "$root/bench/weight_broadcast.lua" \
+  "$model" "${addr[0]}" "$rounds" "${urls[@]}" | tail -1 >"$out/rlhost.json"
+bytes="$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$out/rlhost.json")"
+port=29555
+for e in $(seq 1 "$engines"); do
+  GLOO_SOCKET_IFNAME="${dev[1]}" ip netns exec "${ns[1]}" "$python" "$root/bench/weight_broadcast_peer.py" \
+    "$e" "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" >/dev/null 2>"$out/peer$e.log" &
+done
+GLOO_SOCKET_IFNAME="${dev[0]}" ip netns exec "${ns[0]}" "$python" "$root/bench/weight_broadcast_peer.py" \
+  0 "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" >"$out/raw.json"
+"$python" - "$out/rlhost.json" "$out/raw.json" <<'PY'
+import json, statistics, sys
+r, raw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["raw"]
+med = lambda xs: statistics.median(xs)
+gb = r["bytes"] / 1e9
+d, f, w = med(r["distributed"]), med(r["disk"]), med(raw)
+print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds" % (r["tensors"], r["bytes"] / 1e6, r["engines"], len(raw)))
+print("| path | s | GB/s (bytes sent once) | raw c10d / path |")
+print("|---|---|---|---|")
+print("| raw c10d broadcast (PyTorch, one flat tensor) | %.3f | %.2f | 1.00x |" % (w, gb / w))
+print("| rl.weight_sync distributed (rlhost) | %.3f | %.2f | **%.2fx** |" % (d, gb / d, w / d))
+print("| rl.weight_sync disk (safetensors, shared path) | %.3f | %.2f | %.2fx |" % (f, gb / f, w / f))
+PY
+echo "# logs: $out"

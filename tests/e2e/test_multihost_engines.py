@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Engines on every host (--rollout-num-gpus-per-node): each "host" is a network namespace
+this test makes (tests/e2e/netns.py, 198.18.0.0/24); rank 0 (the controller) on host 0,
+rank 1 on host 1, started by two real torchrun agents (or with srun's variables).
+
+* A GRPO job with one engine per host: both engines serve samples of every step; after
+  each weight sync every engine reports the trainer's version; host 1 gets the run's
+  admin token only sealed through the store (its own RLHOST_ADMIN_TOKEN differs, and no
+  engine's command line holds the token).
+* kill -9 of host 1's engine during step 2: its host restarts it, it rejoins at the next
+  weight sync, and every step keeps its full batch with no sample twice.
+* Four engines on two hosts take the trainer's weights by one c10d broadcast, init and
+  update fanned out concurrently: no deadlock, every engine at the new version.
+
+Root (CAP_NET_ADMIN) and iproute2 are needed: without them the tests are skipped saying
+so (a failure under CI=true). Every namespace and link is removed at the end.
+
+    RLHOST_BIN=build/rlhost python3 tests/e2e/test_multihost_engines.py
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import BIN, SOURCE_DIR, RlhostTestCase, lua_json, read_jsonl, requires, wait_for  # noqa: E402
+import support  # noqa: E402
+import netns  # noqa: E402
+from test_multihost import LAUNCH_VARS, srun_env  # noqa: E402
+from test_recipe_grpo import TinyModel  # noqa: E402
+
+RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
+PROMPTS, N = 4, 4
+
+# Per sample of a dump: its index and the engine (router worker) that generated it.
+DUMP_SAMPLES = r"""
+local d = assert(rl.dump.load(arg[1]))
+local function worker(t)
+  if type(t) ~= "table" then return nil end
+  if type(t.attrs) == "table" and t.attrs.worker then return t.attrs.worker end
+  for _, v in pairs(t) do local w = worker(v) if w then return w end end
+end
+local out = {}
+for i, s in ipairs(d.samples) do out[i] = { index = s.index, worker = worker(s.trace) } end
+print(rl.json.encode(out))
+"""
+
+# A trainer's weights to every engine URL of argv[2..] by c10d broadcast (master on
+# argv[1]), twice: the first push makes the group (init), the second reuses it (update).
+PUSH = r"""
+local tr = rl.trainer.new { model = arg[1] }
+local urls = {}
+for i = 3, #arg do urls[#urls + 1] = arg[i] end
+local out = {}
+for _, v in ipairs { "5", "6" } do
+  local r = assert(tr:sync(urls, { method = "distributed", version = v, master_address = arg[2], timeout = 60 }))
+  local seen = {}
+  for i, u in ipairs(urls) do
+    local info = rl.json.decode(assert(rl.http.get(u .. "/get_model_info")).body)
+    seen[i] = tostring(info.weight_version)
+  end
+  out[#out + 1] = { methods = r.methods, replied = r.versions, served = seen }
+end
+print(rl.json.encode(out))
+"""
+
+WHY_NOT = netns.available()
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def engine_pids():
+    """pid -> command line of every `rlhost engine` process on this machine."""
+    out = {}
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(p, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1] == b"engine" and argv[0].endswith(b"rlhost"):
+            out[int(p.split("/")[2])] = b" ".join(argv).decode(errors="replace")
+    return out
+
+
+@requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
+class EnginesOnEveryHost(TinyModel, RlhostTestCase):
+    tmp_prefix = "rlhost-multihost-engines-"
+
+    def flags(self, d, *extra, reward_wait=0):
+        m = self.model
+        # a reward that varies within groups; reward_wait stretches each step (the kill lands in one)
+        rm = self.write("reward.lua", "return { reward = function(s) rl.sleep(%g) return #s.response %% 2 end }\n"
+                        % reward_wait)
+        return [RECIPE, "--custom-rm-path", rm + ":reward", "--hf-checkpoint", m, "--prompt-data", m + "/data/train.jsonl",
+                "--rollout-batch-size", str(PROMPTS), "--n-samples-per-prompt", str(N), "--rollout-max-response-len", "24",
+                "--dynamic-sampling-filter", "none", "--threads", "1", "--lr", "1e-3", "--no-progress",
+                "--eval-interval", "1000", "--dist-timeout", "120", "--rollout-num-gpus-per-node", "1",
+                "--router-policy", "round_robin",
+                "--metrics-dir", os.path.join(d, "m"), "--save-debug-rollout-data", os.path.join(d, "dump/r_{rollout_id}.pt"),
+                *extra]
+
+    def host_env(self, hosts, rank):
+        """Host 0 keeps the test's admin token; host 1 has a token of its own."""
+        e = srun_env(self.env, hosts, rank)
+        if rank > 0:
+            e["RLHOST_ADMIN_TOKEN"] = "another-host-token-" + os.urandom(8).hex()
+        return e
+
+    def start(self, hosts, d, *extra, torchrun=False, reward_wait=0):
+        procs = []
+        for r, h in enumerate(hosts):
+            if torchrun:
+                tr = shutil.which("torchrun")
+                if not tr:
+                    support.missing("torchrun", "pip install torch (scripts/bootstrap.sh --test-deps)")
+                env = {k: v for k, v in self.host_env(hosts, r).items() if k not in LAUNCH_VARS and not k.startswith("SLURM_")}
+                argv = [tr, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                        "--rdzv-endpoint", hosts[0].addr + ":29400", "--rdzv-id", "rlhost-engines", "--local-addr", h.addr,
+                        "--rdzv-conf", "is_host=%d" % (r == 0), "--max-restarts", "0", "--no-python",
+                        BIN, "--no-control", *self.flags(d, *extra, reward_wait=reward_wait)]
+            else:
+                env = self.host_env(hosts, r)
+                argv = [BIN, "--no-control", *self.flags(d, *extra, reward_wait=reward_wait)]
+            log = open(os.path.join(d, "host%d.log" % r), "w")
+            self.addCleanup(log.close)
+            procs.append(h.popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir))
+        self.procs.extend(procs)
+        return procs
+
+    def finish(self, procs, d, timeout=360):
+        codes = [p.wait(timeout=timeout) for p in procs]
+        logs = [read(os.path.join(d, "host%d.log" % r)) for r in range(len(procs))]
+        return codes, logs
+
+    def samples(self, d, step):
+        return lua_json(self, self.write("dump_samples.lua", DUMP_SAMPLES), os.path.join(d, "dump/r_%d.pt" % step))
+
+    def check_steps(self, d, steps, hosts):
+        rows = [x for x in read_jsonl(os.path.join(d, "m", "metrics.jsonl")) if "rollout/step" in x]
+        self.assertEqual([x["rollout/step"] for x in rows], list(range(steps)))
+        seen, workers = set(), {}
+        for step in range(steps):
+            s = self.samples(d, step)
+            self.assertEqual(len(s), PROMPTS * N, "step %d keeps its full batch" % step)
+            ids = {x["index"] for x in s}
+            self.assertEqual(len(ids), PROMPTS * N, "step %d: a sample twice" % step)
+            self.assertFalse(ids & seen, "step %d: a sample of an earlier step again" % step)
+            seen |= ids
+            for x in s:
+                host = next((h.addr for h in hosts if x.get("worker") and "//%s:" % h.addr in x["worker"]), "rank 0's" if x.get("worker") else "?")
+                workers.setdefault(step, {}).setdefault(host, 0)
+                workers[step][host] += 1
+        return rows, workers
+
+    def test_grpo_with_engines_on_both_hosts(self):
+        d = os.path.join(self.dir, "run")
+        os.makedirs(d)
+        cmdlines = {}
+        stop = threading.Event()
+
+        def watch():   # the engines' command lines while they run
+            while not stop.is_set():
+                cmdlines.update(engine_pids())
+                time.sleep(0.2)
+        with netns.Hosts(2) as hosts:
+            w = threading.Thread(target=watch)
+            w.start()
+            try:
+                procs = self.start(hosts, d, "--num-rollout", "3", torchrun=True)
+                codes, logs = self.finish(procs, d)
+            finally:
+                stop.set()
+                w.join()
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        rows, workers = self.check_steps(d, 3, hosts)
+        print("samples per host and step:", workers)
+        for step in range(3):   # the remote engine served every step (rank 0's thread engine too)
+            self.assertGreater(workers[step].get(hosts[1].addr, 0), 0, "step %d: %s" % (step, workers[step]))
+        for x in rows:
+            self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+            self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
+            self.assertEqual(x["train/global_batch_size"], PROMPTS * N, x)
+        self.assertIn("engines on 1 other host(s): %s: 1" % hosts[1].addr, logs[0])
+        self.assertRegex(logs[0], r"engines %s 1, %s 1" % (hosts[0].addr, hosts[1].addr))
+        self.assertIn("1 engine(s) on this host (%s)" % hosts[1].addr, logs[1])
+        remote = [c for c in cmdlines.values() if "--host=%s" % hosts[1].addr in c or "--host %s" % hosts[1].addr in c]
+        self.assertTrue(remote, "host 1's engine process was seen: %s" % cmdlines)
+        for c in cmdlines.values():
+            self.assertNotIn(self.admin_token, c, "a token on an engine's command line")
+
+    def test_remote_engine_killed_during_a_step(self):
+        d = os.path.join(self.dir, "kill")
+        os.makedirs(d)
+        with netns.Hosts(2) as hosts:
+            procs = self.start(hosts, d, "--num-rollout", "8", "--rollout-max-response-len", "48", reward_wait=0.4)
+            metrics = os.path.join(d, "m", "metrics.jsonl")
+
+            def step_done(k):
+                return os.path.exists(metrics) and any(x.get("rollout/step") == k for x in read_jsonl(metrics))
+            wait_for(lambda: step_done(1) or any(p.poll() is not None for p in procs), timeout=240,
+                     what="step 1 to end")
+            victims = [pid for pid, c in engine_pids().items() if hosts[1].addr in c]
+            self.assertEqual(len(victims), 1, "%s\n%s" % (engine_pids(), "\n".join(
+                read(os.path.join(d, "host%d.log" % r))[-3000:] for r in range(2))))
+            os.kill(victims[0], 9)
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        self.assertRegex(logs[1], r"engine 1 of this host \(\S+\) exited with status 137; starting it again")
+        self.assertIn("engine 1 of this host serves again at", logs[1])
+        rows, workers = self.check_steps(d, 8, hosts)
+        print("samples per host and step:", workers)
+        self.assertEqual(rows[-1]["rollout/engines/remote_serving"], 1, "the restarted engine is back in the router")
+        self.assertGreater(workers[7].get(hosts[1].addr, 0), 0, "the restarted engine serves the last step\n"
+                           + logs[0][-6000:])
+
+    def test_concurrent_sync_to_four_engines_on_two_hosts(self):
+        script = self.write("push.lua", PUSH)
+        with netns.Hosts(2) as hosts:
+            urls = []
+            for i in range(4):
+                h = hosts[i % 2]
+                ready = os.path.join(self.dir, "engine%d.url" % i)
+                env = dict(self.env, GLOO_SOCKET_IFNAME=h.dev, RLHOST_API_KEY=self.admin_token)
+                log = open(os.path.join(self.dir, "engine%d.log" % i), "w")
+                self.addCleanup(log.close)
+                self.procs.append(h.popen([BIN, "engine", "--model", self.model, "--host", h.addr, "--port", "0",
+                                           "--threads", "1", "--ready-file", ready], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT))
+                urls.append(ready)
+            for i, ready in enumerate(urls):
+                wait_for(lambda: os.path.exists(ready) and read(ready).strip().startswith("http"), timeout=120,
+                         what="engine %d to serve" % i)
+            urls = [read(u).strip() for u in urls]
+            r = hosts[0].run([BIN, "--no-control", script, self.model, hosts[0].addr, *urls], capture_output=True,
+                             text=True, timeout=180, env=dict(self.env, GLOO_SOCKET_IFNAME=hosts[0].dev))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-4000:])
+        rounds = json.loads(r.stdout.strip().splitlines()[-1])
+        print("engines:", urls, "\nrounds:", rounds)
+        self.assertEqual(sorted({u.split("//")[1].split(":")[0] for u in urls}), [hosts[0].addr, hosts[1].addr])
+        for got, v in zip(rounds, ("5", "6")):
+            self.assertEqual(got["methods"], ["distributed"] * 4)
+            self.assertEqual(got["replied"], [v] * 4)
+            self.assertEqual(got["served"], [v] * 4)
+
+
+if __name__ == "__main__":
+    support.main()
