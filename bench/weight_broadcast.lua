@@ -15,15 +15,18 @@ for i, shape in ipairs(meta.shapes) do
   for _, d in ipairs(shape) do n = n * d end
   bytes = bytes + n * (meta.dtypes[i]:match("16") and 2 or 4)
 end
-local function time(method, v)
+local bucket = require("rl.recipe.hosts").BUCKET_BYTES   -- what a multi-host job sends with
+local function time(method, v, b)
   local t0 = rl.now()
-  assert(tr:sync(urls, { method = method, version = v, master_address = addr, timeout = 300 }))
+  assert(tr:sync(urls, { method = method, version = v, master_address = addr, timeout = 300, bucket_bytes = b }))
   return rl.now() - t0
 end
 time("distributed", "warm")   -- forms the group (rendezvous of the trainer and every engine)
-local out = { tensors = #meta.names, bytes = bytes, engines = #urls, distributed = {}, disk = {} }
+local out = { tensors = #meta.names, bytes = bytes, engines = #urls, bucket = bucket, distributed = {},
+              per_tensor = {}, disk = {} }
 for r = 1, rounds do
-  out.distributed[r] = time("distributed", "d" .. r)
+  out.distributed[r] = time("distributed", "d" .. r, bucket)
+  out.per_tensor[r] = time("distributed", "t" .. r, 0)
   out.disk[r] = time("disk", "f" .. r)
 end
 print(rl.json.encode(out))

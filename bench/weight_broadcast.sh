@@ -60,12 +60,13 @@ import json, statistics, sys
 r, raw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["raw"]
 med = lambda xs: statistics.median(xs)
 gb = r["bytes"] / 1e9
-d, f, w = med(r["distributed"]), med(r["disk"]), med(raw)
+d, t, f, w = med(r["distributed"]), med(r["per_tensor"]), med(r["disk"]), med(raw)
 print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds" % (r["tensors"], r["bytes"] / 1e6, r["engines"], len(raw)))
 print("| path | s | GB/s (bytes sent once) | raw c10d / path |")
 print("|---|---|---|---|")
 print("| raw c10d broadcast (PyTorch, one flat tensor) | %.3f | %.2f | 1.00x |" % (w, gb / w))
-print("| rl.weight_sync distributed (rlhost) | %.3f | %.2f | **%.2fx** |" % (d, gb / d, w / d))
+print("| rl.weight_sync distributed, %d MiB buckets (what a job sends) | %.3f | %.2f | **%.2fx** |" % (r["bucket"] / 2**20, d, gb / d, w / d))
+print("| rl.weight_sync distributed, a broadcast per tensor (SGLang's way) | %.3f | %.2f | %.2fx |" % (t, gb / t, w / t))
 print("| rl.weight_sync disk (safetensors, shared path) | %.3f | %.2f | %.2fx |" % (f, gb / f, w / f))
 PY
 echo "# logs: $out"

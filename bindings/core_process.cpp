@@ -5,13 +5,19 @@
 //       opts.death_signal (default 9); argv[1] = "@self" runs this rlhost binary
 //   _core.process.kill(pid, sig) -> bool (its group)
 //   _core.process.reap(pid) -> nil | exit code (128 + signal when killed)
+//   _core.process.exit_now(code, grace?)   children stopped, output flushed, _exit(code): no unwinding
 //   _core.process.set_cpus(list) -> list   pins this whole process to a CPU list ("0-3,6")
 //   _core.process.cpus() -> list           the CPUs this process may run on
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "base/child_process.hpp"
+#include <spdlog/spdlog.h>
+
 #include "base/cpu_set.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/trampoline.hpp"
@@ -84,6 +90,21 @@ int l_reap(lua_State* L) {
   return 1;
 }
 
+// Ends the process now with `code`: children stopped (SIGTERM, SIGKILL after
+// `grace` s), output flushed, no destructors run — for a run that cannot unwind (its
+// main task waits in a collective with a host that is gone, which a normal exit would
+// join for the whole collective timeout).
+int l_exit_now(lua_State* L) {
+  const auto code = arg::integer(L, 1, "code");
+  if (code < 0 || code > 255) throw ArgError(1, "code", "an exit status 0-255 expected");
+  const double grace = arg::opt_number(L, 2, "grace").value_or(5.0);
+  rl::stop_children(grace);
+  spdlog::default_logger_raw()->flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(static_cast<int>(code));
+}
+
 int l_set_cpus(lua_State* L) {
   const auto cpus = arg::cpu_list(L, 1, "list");
   pin_process(cpus);
@@ -104,7 +125,7 @@ void open_process(lua_State* L, int t) {
   static const Reg regs[] = {
       {"set_cpus", entry<l_set_cpus>},
       {"cpus", entry<l_cpus>},
-      {"spawn", entry<l_spawn>},
+      {"spawn", entry<l_spawn>}, {"exit_now", entry<l_exit_now>},
       {"kill", entry<l_kill>},
       {"reap", entry<l_reap>},
   };

@@ -10,7 +10,7 @@
 //   handle:response_logprobs(batch) -> {{...}, ...}
 //   handle:weight_meta() -> {names, dtypes, shapes} json (what /update_weights_from_distributed takes)
 //   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
-//   handle:send_weights(group) -> op       broadcasts every parameter over it
+//   handle:send_weights(group, bucket_bytes?) -> op   broadcasts every parameter over it (bucketed)
 //   handle:shm_write(layout_json, buffer) -> op  every parameter into an engine's shared-memory buffer
 //   handle:shm_forget(id)                  unmaps that engine's file
 //   handle:save_model(dir, dtype|nil, max_shard_bytes|nil, driven) -> op   the policy as a HF directory
@@ -252,10 +252,13 @@ int l_send_weights(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   auto g = group_from(L, 2);
   auto t = box.trainer;
-  return start_job(L, box, [t, g] {
+  const int64_t bucket = arg::opt_integer(L, 3, "bucket_bytes").value_or(0);
+  if (bucket < 0) throw ArgError(3, "bucket_bytes", ">= 0 expected (0: a broadcast per tensor)");
+  if (bucket > 0 && t->sharded()) throw ArgError(3, "bucket_bytes", "a sharded trainer sends a tensor at a time (0)");
+  return start_job(L, box, [t, g, bucket] {
     const auto t0 = std::chrono::steady_clock::now();
     if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { dist::send_weights(*g, unit); });
-    else dist::send_weights(*g, t->policy().named_parameters());
+    else dist::send_weights(*g, t->policy().named_parameters(), bucket);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return json{{"success", true}, {"seconds", dt}};
   });

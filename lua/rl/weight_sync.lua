@@ -29,7 +29,8 @@
 --   src:write_shm(layout_json, buffer) -> true | nil, err   (every tensor into that buffer, in the engine's layout)
 --   src:forget_shm(id)                 -- unmap an engine's shared file
 --   src:join_group(group)              -> true | nil, err   (rank 0 of a c10d group, rl.dist.new_group)
---   src:broadcast(group)               -> true | nil, err
+--   src:broadcast(group, bucket_bytes) -> true | nil, err   (bucket_bytes: dist::weight_buckets; 0 a tensor at a time)
+--   src:can_bucket()                   -> bool (optional: false sends a tensor at a time whatever is asked)
 --   src:save(dir)                      -> true | nil, err   (a Hugging Face directory)
 local json = require "rl.json"
 local task = require "rl.task"
@@ -139,9 +140,12 @@ end
 
 --- c10d, step 2 (/update_weights_from_distributed): receives every tensor of `meta`
 --- ({names, dtypes, shapes}) by broadcast from rank 0 of group `group_name`, then swaps.
-function Receiver:receive_distributed(meta, group_name, version, timeout)
+--- bucket_bytes (rlhost's engines; SGLang's take a tensor per broadcast): the sender packs
+--- consecutive tensors of one dtype into flat buffers of at most that many bytes.
+function Receiver:receive_distributed(meta, group_name, version, timeout, bucket_bytes)
   return self:post("/update_weights_from_distributed", { names = meta.names, dtypes = meta.dtypes,
-    shapes = meta.shapes, group_name = group_name, flush_cache = true, weight_version = version }, timeout)
+    shapes = meta.shapes, group_name = group_name, flush_cache = true, weight_version = version,
+    bucket_bytes = (bucket_bytes or 0) > 0 and bucket_bytes or nil }, timeout)
 end
 
 --- Leaves a c10d group (/destroy_weights_update_group), best effort.
@@ -255,8 +259,10 @@ local function push_distributed(self, receivers, version, o)
     end
   end
   local g, meta = self.group, self.source:meta()
-  local replies, err = overlap(function() return self.source:broadcast(g.handle) end, receivers, function(_, rx)
-    return rx:receive_distributed(meta, g.name, version, timeout + 10)
+  local bucket = o.bucket_bytes or 0
+  if self.source.can_bucket and not self.source:can_bucket() then bucket = 0 end
+  local replies, err = overlap(function() return self.source:broadcast(g.handle, bucket) end, receivers, function(_, rx)
+    return rx:receive_distributed(meta, g.name, version, timeout + 10, bucket)
   end)
   if not replies then
     drop_group(self)
@@ -364,6 +370,8 @@ end
 --- takes). opts: version (string, required), method ("auto" | "shm" | "disk" |
 --- "distributed"), timeout (s, default 120), master_address, master_port, backend (c10d),
 --- tmp_dir (where "disk" writes its directory; default /dev/shm, else $TMPDIR),
+--- bucket_bytes ("distributed" to rlhost engines: tensors packed into broadcasts of at most
+--- that many bytes; default 0, one per tensor, as SGLang's endpoint takes them),
 --- keep_going (a failed engine does not stop the others), guard (function(i, receiver)
 --- called as engine i's transfer starts; may return a function called when it ends).
 --- → {seconds, weight_version, methods, versions, errors} (per engine: how it got them,

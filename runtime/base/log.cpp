@@ -3,7 +3,10 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <cstdlib>
 #include <stdexcept>
@@ -21,6 +24,20 @@ std::optional<spdlog::level::level_enum> parse_level(std::string_view name) {
   if (s == "critical") return spdlog::level::critical;
   if (s == "off") return spdlog::level::off;
   return std::nullopt;
+}
+
+// "[<host name> r<RANK>] " in a job of several processes (torchrun, srun: WORLD_SIZE > 1),
+// so that the lines of one host's log, or of every host's gathered in one place, say
+// where they come from; the engines a rank starts inherit its prefix. Empty for one
+// process and under `rlhost --nproc`, whose launcher prefixes each line itself.
+std::string rank_prefix() {
+  const char* ws = std::getenv("WORLD_SIZE");
+  const char* rank = std::getenv("RANK");
+  if (!ws || std::atoi(ws) <= 1 || !rank || !*rank) return "";
+  if (const char* p = std::getenv("RLHOST_LINES_PREFIXED"); p && *p) return "";
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || !*host) std::snprintf(host, sizeof host, "?");
+  return std::string("[") + host + " r" + rank + "] ";
 }
 
 void init(std::optional<std::string> level) {
@@ -42,8 +59,8 @@ void init(std::optional<std::string> level) {
   auto logger = spdlog::get("rlhost");
   if (!logger) {
     logger = spdlog::stderr_color_mt("rlhost");
-    // time, level, source (file:line when known), message
-    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+    // time, [host rank] in a multi-process job, level, source (file:line when known), message
+    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] " + rank_prefix() + "[%^%l%$] %v");
     spdlog::set_default_logger(logger);
   }
   logger->set_level(lvl);

@@ -16,6 +16,8 @@ std::optional<spdlog::level::level_enum> parse_level(std::string_view name);
 // Installs the stderr logger. Level: `level` if given, else $RLHOST_LOG_LEVEL,
 // else info. Throws std::invalid_argument naming the bad value.
 void init(std::optional<std::string> level = std::nullopt);
+// Every line's "[<host> r<RANK>] " in a job of several processes (see log.cpp).
+std::string rank_prefix();
 void set_level(spdlog::level::level_enum level);
 spdlog::level::level_enum level();
 

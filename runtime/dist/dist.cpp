@@ -64,10 +64,38 @@ std::optional<GroupOptions> options_from_env() {
   if (const char* as = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); as && (!std::strcmp(as, "True") ||
                                                                           !std::strcmp(as, "true") || !std::strcmp(as, "1")))
     o.agent_store = true;
-  if (const char* rc = std::getenv("TORCHELASTIC_RESTART_COUNT"); rc && *rc)
-    o.store_prefix = "rlhost/attempt_" + std::to_string(env_int("TORCHELASTIC_RESTART_COUNT", rc, 0, 1 << 20)) + "/";
   return o;
 }
+
+namespace {
+
+// Under torchrun the agent's store outlives the workers: a restarted attempt must not
+// read the last one's keys (a dead rank's Gloo address). TORCHELASTIC_RESTART_COUNT
+// cannot tell attempts apart — an agent restarting its workers for another host's
+// failure keeps its count ("membership changes do not count as retries") while the
+// failed host's agent counts one more — so the attempt is counted in the store itself:
+// every worker adds 1 to a counter when it first groups, and attempt k is made of
+// adds k*W+1 .. (k+1)*W. Once per process. (A worker that dies before its first group
+// would shift the count; it dies before any training, and the next attempt's
+// rendezvous then times out naming the group.)
+std::mutex g_attempt_mu;
+std::string g_attempt_prefix;
+
+std::string attempt_prefix(const GroupOptions& o) {
+  std::lock_guard lk(g_attempt_mu);
+  if (!g_attempt_prefix.empty()) return g_attempt_prefix;
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(o.master_port);
+  so.isServer = false;
+  so.waitWorkers = false;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+  const int64_t n = tcp->add("rlhost/workers_started", 1);
+  g_attempt_prefix = "rlhost/attempt_" + std::to_string((n - 1) / std::max(o.world_size, 1)) + "/";
+  return g_attempt_prefix;
+}
+
+}  // namespace
 
 struct ProcessGroup::Impl {
   GroupOptions o;
@@ -133,6 +161,10 @@ ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
   if (g.backend == "nccl") impl_->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(g.device_index));
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(g.master_port);
+  // torchrun (TORCHELASTIC_USE_AGENT_STORE): a group at its agent's address joins that store
+  if (auto env = options_from_env(); env && env->agent_store && env->master_port == g.master_port &&
+                                     env->master_addr == g.master_addr)
+    g.agent_store = true;
   const bool server = g.rank == 0 && !g.agent_store;  // under torchrun its agent serves the store
   so.isServer = server;
   so.numWorkers = std::nullopt;
@@ -151,6 +183,7 @@ ProcessGroup::ProcessGroup(GroupOptions o) : impl_(std::make_unique<Impl>()) {
                                        : "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
   }
   if (server) g.master_port = tcp->getPort();
+  if (g.agent_store && g.store_prefix.empty()) g.store_prefix = attempt_prefix(g);
   if (g.store_prefix.empty()) impl_->store = tcp;
   else impl_->store = c10::make_intrusive<c10d::PrefixStore>(g.store_prefix + g.name, tcp);
 }
@@ -182,7 +215,10 @@ void ProcessGroup::connect() {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else
         opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      opts->threads = 1;
+      // The job's data-parallel group: one thread keeps its collectives in issue order on
+      // two cores. A weight-sync group moves large tensors one way, and two threads carry
+      // them ~1.6x faster over a host link (bench/weight_broadcast.sh).
+      opts->threads = g.name == "default" ? 1 : 2;
       im.backend = c10::make_intrusive<c10d::ProcessGroupGloo>(im.store, g.rank, g.world_size, opts);
     } else {
 #if defined(RLHOST_WITH_CUDA) && defined(USE_C10D_NCCL)
@@ -449,7 +485,8 @@ KeyValueStore::KeyValueStore(const GroupOptions& o, const std::string& name, dou
     throw Error("dist: connecting to the job's store at " + impl_->at + ": " + msg,
                 "is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
   }
-  impl_->store = c10::make_intrusive<c10d::PrefixStore>(o.store_prefix + "rlhost/kv/" + name, tcp);
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>(
+      (o.agent_store ? attempt_prefix(o) : std::string()) + "rlhost/kv/" + name, tcp);
 }
 
 KeyValueStore::~KeyValueStore() = default;
@@ -472,37 +509,83 @@ int64_t KeyValueStore::add(const std::string& key, int64_t delta) {
 
 // ---- weight sync -----------------------------------------------------------------------
 
-void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::string>& dtypes,
+                                                      const std::vector<int64_t>& bytes, int64_t bucket_bytes) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t i = 0;
+  while (i < bytes.size()) {
+    size_t j = i + 1;
+    int64_t sum = bytes[i];
+    if (bucket_bytes > 0)
+      while (j < bytes.size() && dtypes[j] == dtypes[i] && sum + bytes[j] <= bucket_bytes) sum += bytes[j++];
+    out.emplace_back(i, j);
+    i = j;
+  }
+  return out;
+}
+
+void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                  int64_t bucket_bytes) {
   torch::NoGradGuard ng;
+  std::vector<std::string> dtypes;
+  std::vector<int64_t> bytes;
   for (const auto& [name, t] : params) {
-    std::vector<at::Tensor> one{t.detach()};
-    g.broadcast(one, 0, "weight " + name);
+    dtypes.emplace_back(c10::toString(t.scalar_type()));
+    bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
+  }
+  for (const auto& [b, e] : weight_buckets(dtypes, bytes, bucket_bytes)) {
+    if (e - b == 1) {
+      std::vector<at::Tensor> one{params[b].second.detach()};
+      g.broadcast(one, 0, "weight " + params[b].first);
+      continue;
+    }
+    std::vector<at::Tensor> flat;
+    for (size_t k = b; k < e; ++k) flat.push_back(params[k].second.detach().reshape({-1}));
+    std::vector<at::Tensor> one{torch::cat(flat)};
+    g.broadcast(one, 0, "weights " + params[b].first + " .. " + params[e - 1].first);
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta) {
+std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
+                                                                int64_t bucket_bytes) {
   const size_t n = meta.names.size();
   if (meta.dtypes.size() != n || meta.shapes.size() != n)
     throw Error("update_weights_from_distributed: names, dtypes and shapes differ in length (" + std::to_string(n) +
                 ", " + std::to_string(meta.dtypes.size()) + ", " + std::to_string(meta.shapes.size()) + ")");
+  if (bucket_bytes < 0) throw Error("update_weights_from_distributed: bucket_bytes must be >= 0");
   torch::NoGradGuard ng;
-  std::vector<std::pair<std::string, at::Tensor>> got;
-  got.reserve(n);
+  std::vector<torch::ScalarType> types(n);
+  std::vector<std::string> dtypes(n);
+  std::vector<int64_t> numels(n), bytes(n);
   for (size_t i = 0; i < n; ++i) {
     std::string dt = meta.dtypes[i];
     if (dt.rfind("torch.", 0) == 0) dt = dt.substr(6);
-    torch::ScalarType st;
     try {
-      st = nn::parse_dtype(dt);
+      types[i] = nn::parse_dtype(dt);
     } catch (const std::exception& e) {
       throw Error("update_weights_from_distributed: dtypes[" + std::to_string(i) + "] ('" + meta.dtypes[i] +
                   "'): " + e.what());
     }
-    for (int64_t d : meta.shapes[i])
+    numels[i] = 1;
+    for (int64_t d : meta.shapes[i]) {
       if (d < 0) throw Error("update_weights_from_distributed: shapes[" + std::to_string(i) + "] has a negative size");
-    std::vector<at::Tensor> one{torch::empty(meta.shapes[i], torch::TensorOptions().dtype(st))};
-    g.broadcast(one, 0, "weight " + meta.names[i]);
-    got.emplace_back(meta.names[i], one[0]);
+      numels[i] *= d;
+    }
+    dtypes[i] = c10::toString(types[i]);
+    bytes[i] = numels[i] * static_cast<int64_t>(c10::elementSize(types[i]));
+  }
+  std::vector<std::pair<std::string, at::Tensor>> got;
+  got.reserve(n);
+  for (const auto& [b, e] : weight_buckets(dtypes, bytes, bucket_bytes)) {
+    int64_t total = 0;
+    for (size_t k = b; k < e; ++k) total += numels[k];
+    std::vector<at::Tensor> one{torch::empty({total}, torch::TensorOptions().dtype(types[b]))};
+    g.broadcast(one, 0, e - b == 1 ? "weight " + meta.names[b] : "weights " + meta.names[b] + " .. " + meta.names[e - 1]);
+    int64_t off = 0;
+    for (size_t k = b; k < e; ++k) {
+      got.emplace_back(meta.names[k], one[0].narrow(0, off, numels[k]).view(meta.shapes[k]));
+      off += numels[k];
+    }
   }
   return got;
 }

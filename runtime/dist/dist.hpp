@@ -34,13 +34,14 @@ struct GroupOptions {
   // torchrun (TORCHELASTIC_USE_AGENT_STORE): MASTER_ADDR:MASTER_PORT is its agent's
   // store, which every rank joins as a client (rank 0 starts none).
   bool agent_store = false;
-  // Keys under this prefix (torchrun: "rlhost/attempt_<TORCHELASTIC_RESTART_COUNT>/"),
-  // so that they never meet the agent's own keys or a restarted attempt the last one's.
+  // Keys under this prefix (torchrun: "rlhost/attempt_<k>/", k counted in the agent's
+  // store, dist.cpp), so that they never meet the agent's own keys or a restarted
+  // attempt the last one's. Set for a group at the agent store's address.
   std::string store_prefix;
 };
 
 // torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK,
-// TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT. nullopt when WORLD_SIZE
+// TORCHELASTIC_USE_AGENT_STORE. nullopt when WORLD_SIZE
 // is unset; throws rl::Error naming a missing or bad variable (WORLD_SIZE=2 without
 // MASTER_PORT, RANK >= WORLD_SIZE, ...).
 std::optional<GroupOptions> options_from_env();
@@ -143,12 +144,20 @@ struct WeightMeta {
   std::vector<std::vector<int64_t>> shapes;
 };
 
-// The trainer's side (rank 0): broadcasts each tensor in order.
-void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params);
+// Both sides cut the tensors, in order, into the same buckets: consecutive tensors of
+// one dtype packed into one flat buffer of at most bucket_bytes (a larger tensor goes
+// alone), one broadcast per bucket. bucket_bytes 0: one broadcast per tensor (what
+// SGLang's endpoint takes). Returns [begin, end) index ranges.
+std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::string>& dtypes,
+                                                      const std::vector<int64_t>& bytes, int64_t bucket_bytes);
+// The trainer's side (rank 0): broadcasts the tensors in order, bucketed.
+void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                  int64_t bucket_bytes = 0);
 // The engine's side: receives every tensor of `meta` in order (generation may go on
-// meanwhile) and returns them under their names, in their sent dtype and shape; the
-// engine copies them into its weights (engine/engine_dist.hpp). Throws rl::Error
-// naming a bad name, dtype or shape.
-std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta);
+// meanwhile), with the sender's bucket_bytes, and returns them under their names, in
+// their sent dtype and shape; the engine copies them into its weights
+// (engine/engine_dist.hpp). Throws rl::Error naming a bad name, dtype or shape.
+std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
+                                                                int64_t bucket_bytes = 0);
 
 }  // namespace rl::dist

@@ -1,13 +1,25 @@
 #include "engine/engine_dist.hpp"
 
+#include <chrono>
+
+#include "base/log_text.hpp"
+#include <cstdio>
 #include "dist/dist.hpp"
 #include "engine/engine_weights.hpp"
 
 namespace rl::engine {
 
 void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMeta& meta,
-                     const std::optional<std::string>& weight_version) {
-  update_weights(engine, dist::receive_weights(g, meta), weight_version);
+                     const std::optional<std::string>& weight_version, int64_t bucket_bytes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto tensors = dist::receive_weights(g, meta, bucket_bytes);
+  const auto t1 = std::chrono::steady_clock::now();
+  update_weights(engine, tensors, weight_version);
+  const auto t2 = std::chrono::steady_clock::now();
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "engine: weights received in %.3f s, installed in %.3f s",
+                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
+  log::info(buf);
 }
 
 }  // namespace rl::engine

@@ -5,6 +5,7 @@
 // prefix cache and sets the weight version. Throws rl::Error naming a bad name,
 // dtype or shape. LibTorch-free header: the engine's HTTP server calls it.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -17,7 +18,8 @@ namespace rl::engine {
 
 class Engine;
 
+// bucket_bytes: the sender's (dist::weight_buckets; 0 = a broadcast per tensor).
 void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMeta& meta,
-                     const std::optional<std::string>& weight_version);
+                     const std::optional<std::string>& weight_version, int64_t bucket_bytes = 0);
 
 }  // namespace rl::engine

@@ -132,8 +132,16 @@ void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) 
                      "expected: " + e.what());
   }
   const std::optional<std::string> version = weight_version_field(body, ep);
+  // rlhost's extension: the sender packs consecutive tensors into buckets of this size
+  int64_t bucket_bytes = 0;
+  if (body.contains("bucket_bytes") && !body["bucket_bytes"].is_null()) {
+    const auto& b = body["bucket_bytes"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 0)
+      throw BadRequest(std::string(ep) + ": bucket_bytes must be an integer >= 0 (0: a broadcast per tensor)");
+    bucket_bytes = b.get<int64_t>();
+  }
   try {
-    receive_weights(*engine_, *g, meta, version);
+    receive_weights(*engine_, *g, meta, version, bucket_bytes);
   } catch (const std::exception& e) {
     const bool broken = std::string(e.what()).rfind("dist:", 0) == 0;
     if (broken) {

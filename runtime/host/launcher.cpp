@@ -118,6 +118,7 @@ pid_t spawn_rank(const std::vector<std::string>& args, int rank, int nproc, int 
   ::setenv("GROUP_RANK", "0", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("RLHOST_LINES_PREFIXED", "1", 1);   // this launcher prefixes "[rank R]": no second prefix
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -76,6 +77,25 @@ def read(path):
         return f.read()
 
 
+def rank_pids():
+    """pid -> command line of every rlhost rank (a recipe run, not an engine)."""
+    out = {}
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(p, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[0].endswith(b"rlhost") and argv[1] == b"--no-control":
+            out[int(p.split("/")[2])] = b" ".join(argv).decode(errors="replace")
+    return out
+
+
+def netns_of(pid):
+    r = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True)
+    return r.stdout.strip()
+
+
 def engine_pids():
     """pid -> command line of every `rlhost engine` process on this machine."""
     out = {}
@@ -114,7 +134,7 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
             e["RLHOST_ADMIN_TOKEN"] = "another-host-token-" + os.urandom(8).hex()
         return e
 
-    def start(self, hosts, d, *extra, torchrun=False, reward_wait=0):
+    def start(self, hosts, d, *extra, torchrun=False, reward_wait=0, max_restarts=0):
         procs = []
         for r, h in enumerate(hosts):
             if torchrun:
@@ -124,7 +144,7 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
                 env = {k: v for k, v in self.host_env(hosts, r).items() if k not in LAUNCH_VARS and not k.startswith("SLURM_")}
                 argv = [tr, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                         "--rdzv-endpoint", hosts[0].addr + ":29400", "--rdzv-id", "rlhost-engines", "--local-addr", h.addr,
-                        "--rdzv-conf", "is_host=%d" % (r == 0), "--max-restarts", "0", "--no-python",
+                        "--rdzv-conf", "is_host=%d" % (r == 0), "--max-restarts", str(max_restarts), "--no-python",
                         BIN, "--no-control", *self.flags(d, *extra, reward_wait=reward_wait)]
             else:
                 env = self.host_env(hosts, r)
@@ -136,8 +156,17 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         return procs
 
     def finish(self, procs, d, timeout=360):
-        codes = [p.wait(timeout=timeout) for p in procs]
+        end = time.time() + timeout
+        codes = []
+        for p in procs:
+            try:
+                codes.append(p.wait(timeout=max(1, end - time.time())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
         logs = [read(os.path.join(d, "host%d.log" % r)) for r in range(len(procs))]
+        if None in codes:
+            raise AssertionError("the job did not end within %d s:\n%s" % (timeout, "\n".join(
+                "--- host %d (end):\n%s" % (r, logs[r][-5000:]) for r in range(len(procs)))))
         return codes, logs
 
     def samples(self, d, step):
@@ -193,6 +222,10 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         self.assertIn("engines on 1 other host(s): %s: 1" % hosts[1].addr, logs[0])
         self.assertRegex(logs[0], r"engines %s 1, %s 1" % (hosts[0].addr, hosts[1].addr))
         self.assertIn("1 engine(s) on this host (%s)" % hosts[1].addr, logs[1])
+        name = socket.gethostname()   # every log line says its host and rank (the namespaces share the name)
+        for r in range(2):
+            lines = [x for x in logs[r].splitlines() if x.startswith("[20")]
+            self.assertTrue(lines and all("] [%s r%d] [" % (name, r) in x for x in lines), (r, lines[:5]))
         remote = [c for c in cmdlines.values() if "--host=%s" % hosts[1].addr in c or "--host %s" % hosts[1].addr in c]
         self.assertTrue(remote, "host 1's engine process was seen: %s" % cmdlines)
         for c in cmdlines.values():
@@ -223,6 +256,70 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         self.assertEqual(rows[-1]["rollout/engines/remote_serving"], 1, "the restarted engine is back in the router")
         self.assertGreater(workers[7].get(hosts[1].addr, 0), 0, "the restarted engine serves the last step\n"
                            + logs[0][-6000:])
+
+    def test_host_lost_then_torchrun_restarts_from_the_checkpoint(self):
+        # Host 1's rank killed (-9; its engines die with it) after step 2 is saved: the
+        # controller's run ends, torchrun's agents (--max-restarts 1) start every rank again,
+        # and the job resumes from the last checkpoint: every step done once in the end,
+        # every sample of the data trained at most once.
+        d = os.path.join(self.dir, "restart")
+        os.makedirs(d)
+        ck = os.path.join(d, "ckpt")
+        with netns.Hosts(2) as hosts:
+            procs = self.start(hosts, d, "--num-rollout", "6", "--save", ck, "--load", ck, "--save-interval", "1",
+                               torchrun=True, reward_wait=0.3, max_restarts=1)
+            latest = os.path.join(ck, "latest_checkpointed_iteration.txt")
+            wait_for(lambda: (os.path.exists(latest) and read(latest).strip() not in ("", "0", "1"))
+                     or any(p.poll() is not None for p in procs), timeout=240, what="the checkpoint of step 2")
+            victim = [pid for pid, c in rank_pids().items() if netns_of(pid) == hosts[1].ns]
+            self.assertEqual(len(victim), 1, rank_pids())
+            os.kill(victim[0], 9)
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-6000:]))
+        self.assertRegex(logs[0], r"resumed from \S+: trainer step \d+, next rollout [1-5]")
+        print("\n".join(x[-240:] for x in logs[0].splitlines()
+                        if any(k in x for k in ("resumed", "lost", "failed", "Restarting", "restart", "rlhost:"))))
+        rows = [x for x in read_jsonl(os.path.join(d, "m", "metrics.jsonl")) if "rollout/step" in x]
+        steps = [x["rollout/step"] for x in rows]
+        print("steps logged, both attempts:", steps)
+        # the step in flight at the kill had not logged: the second attempt does it, once
+        self.assertEqual(steps, list(range(6)))
+        seen = set()
+        for step in range(6):   # each step's dump is the attempt that completed it
+            ids = {x["index"] for x in self.samples(d, step)}
+            self.assertEqual(len(ids), PROMPTS * N)
+            self.assertFalse(ids & seen, "step %d trains a sample of an earlier step" % step)
+            seen |= ids
+
+    def test_host_that_stops_beating_ends_the_run(self):
+        # Host 1's rank stopped (SIGSTOP: its connections stay open, so no collective
+        # fails): its heartbeat lapses and the controller ends the run naming the host,
+        # long before the 120 s collective timeout.
+        d = os.path.join(self.dir, "stop")
+        os.makedirs(d)
+        with netns.Hosts(2) as hosts:
+            procs = self.start(hosts, d, "--num-rollout", "50", "--host-lost-timeout", "3", reward_wait=0.2)
+            metrics = os.path.join(d, "m", "metrics.jsonl")
+            wait_for(lambda: (os.path.exists(metrics) and any(x.get("rollout/step") == 1 for x in read_jsonl(metrics)))
+                     or any(p.poll() is not None for p in procs), timeout=240, what="step 1 to end")
+            t0 = time.time()
+            procs[1].send_signal(0)
+            victim = [pid for pid, c in rank_pids().items() if netns_of(pid) == hosts[1].ns]
+            self.assertEqual(len(victim), 1, rank_pids())
+            os.kill(victim[0], 19)   # SIGSTOP
+            try:
+                code = procs[0].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:
+                os.kill(victim[0], 9)
+            took = time.time() - t0
+            procs[1].wait(timeout=60)
+        log = read(os.path.join(d, "host0.log"))
+        self.assertEqual(code, 1, log[-4000:])
+        self.assertRegex(log, r"host %s \(rank 1\) lost: no heartbeat for [3-9] s" % hosts[1].addr.replace(".", "\\."))
+        print("the run ended %.1f s after the stop" % took)
 
     def test_concurrent_sync_to_four_engines_on_two_hosts(self):
         script = self.write("push.lua", PUSH)

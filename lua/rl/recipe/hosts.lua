@@ -25,6 +25,8 @@ local json = require "rl.json"
 local M = {}
 
 local BEAT = 1.0   -- seconds between a host's heartbeats (and the controller's polls)
+--- Weights to remote engines go in broadcasts of at most this many bytes (bench/weight_broadcast.sh).
+M.BUCKET_BYTES = 64 * 2 ^ 20
 
 local function key(slot, what) return ("host/%d/%s"):format(slot, what) end
 
@@ -192,8 +194,9 @@ function M.controller(router, n_hosts, opts)
       if not ok and not self.stopped and not task.is_cancelled(err) then
         self.failure = tostring(err)
         log.error("engines of other hosts: %s", self.failure)
-        if self.on_lost then self.on_lost(self.failure) end
-        return
+        -- the main task may wait in a collective with that host for --dist-timeout, which
+        -- an orderly exit would sit out: end now (engines stopped, logs flushed)
+        require("rl._core").process.exit_now(1)
       end
       task.sleep(BEAT / 2)
     end
@@ -350,7 +353,7 @@ function Controller:sync(tr, version, timeout)
     local rxs = {}
     for i, e in ipairs(live) do rxs[i] = e.receiver end
     local r, err = tr:sync(rxs, { method = "distributed", version = version, master_address = self.addr,
-                                  timeout = timeout or 120 })
+                                  timeout = timeout or 120, bucket_bytes = M.BUCKET_BYTES })
     if r then
       local urls = {}
       for i, e in ipairs(live) do

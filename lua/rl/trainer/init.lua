@@ -170,7 +170,9 @@ function Trainer:weight_source()
     write_shm = function(_, layout, buffer) return done(h:shm_write(layout, buffer)) end,
     forget_shm = function(_, id) h:shm_forget(id) end,
     join_group = function(_, group) return done(h:group_connect(group)) end,
-    broadcast = function(_, group) return done(h:send_weights(group)) end,
+    broadcast = function(_, group, bucket_bytes) return done(h:send_weights(group, bucket_bytes)) end,
+    -- a sharded trainer gathers and sends a unit at a time: one broadcast per tensor
+    can_bucket = function() return not self:is_sharded() end,
     save = function(_, dir)
       if not self:is_sharded() then return model:save(dir) end
       return done(h:save_model(dir, nil, nil, true))   -- rank 0 drives the gathers (Trainer:sync)
@@ -216,7 +218,7 @@ function Trainer:forget_engine(url)
 end
 
 local SYNC_OPTS = { version = true, method = true, timeout = true, master_address = true, master_port = true,
-                    backend = true, tmp_dir = true, keep_going = true, guard = true }
+                    backend = true, tmp_dir = true, keep_going = true, guard = true, bucket_bytes = true }
 
 --- Hands the current weights to engines (one or a list: rl.engines, vLLM engines,
 --- rl.weight_sync receivers, engine server URLs) through rl.weight_sync. opts: a version,
@@ -237,7 +239,7 @@ function Trainer:sync(engines, opts)
   for k in pairs(opts) do
     if not SYNC_OPTS[k] then
       error(("%s: bad argument 'opts.%s' (unknown option; version, method, timeout, master_address, master_port, "
-        .. "backend, tmp_dir, keep_going, guard)"):format(fname, tostring(k)), 2)
+        .. "backend, tmp_dir, keep_going, guard, bucket_bytes)"):format(fname, tostring(k)), 2)
     end
   end
   local version = tostring(opts.version or self:step())
