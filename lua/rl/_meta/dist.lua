@@ -63,4 +63,39 @@ function dist.destroy() end
 ---@return userdata handle with :port() and :close()
 function dist.new_group(opts) end
 
+---@class rl.dist.Store
+local Store = {}
+--- Sets key to value. → true, or nil and why.
+---@param key string
+---@param value string
+---@return true|nil ok
+---@return string? err
+function Store:set(key, value) end
+--- The key's value, or nil when no one set it (never waits); nil, why on failure.
+---@param key string
+---@return string|nil value
+---@return string? err
+function Store:get(key) end
+--- Adds delta to the counter at key (0 when new). → the sum, or nil, why.
+---@param key string
+---@param delta? integer
+---@return integer|nil sum
+---@return string? err
+function Store:add(key, delta) end
+function Store:close() end
+
+--- The job's key-value store (its c10d store: rank 0's, or torchrun's agent's, per
+--- attempt), keys under rlhost/kv/<name>/ apart from the groups'; its own connection.
+---@param name string
+---@param timeout? number seconds per call (30)
+---@return rl.dist.Store
+function dist.store(name, timeout) end
+
+--- The address the job's other hosts reach this one at (GLOO_SOCKET_IFNAME's interface,
+--- else the route to `towards`, default MASTER_ADDR; 127.0.0.1 on one host).
+---@param towards? string
+---@return string|nil address
+---@return string? err
+function dist.host_address(towards) end
+
 return dist

@@ -61,6 +61,7 @@ function Receiver:cancel_pending() end
 ---@field backend? "gloo"|"nccl" distributed
 ---@field tmp_dir? string disk: where the weights' directory goes (default /dev/shm, else $TMPDIR)
 ---@field keep_going? boolean a failed engine does not stop the others (its versions[i] is false)
+---@field bucket_bytes? integer distributed, rlhost engines: consecutive tensors of one dtype per broadcast, at most this many bytes (0: one per tensor)
 ---@field guard? fun(i: integer, rx: rl.weight_sync.Receiver): (fun()|nil) called as engine i's transfer starts; what it returns is called when it ends
 
 ---@class rl.weight_sync.PushResult

@@ -25,6 +25,7 @@ local json = require "rl.json"
 local M = {}
 
 local BEAT = 1.0   -- seconds between a host's heartbeats (and the controller's polls)
+local SILENT_BEATS = 3   -- beats missed before a host's engines leave the router
 --- Weights to remote engines go in broadcasts of at most this many bytes (bench/weight_broadcast.sh).
 M.BUCKET_BYTES = 64 * 2 ^ 20
 
@@ -224,11 +225,29 @@ function Controller:poll()
     if h then
       local beat = must(self.store:add(key(slot, "beat"), 0))
       if beat ~= h.beat then
+        if h.silent then   -- beating again: its engines rejoin at the next weight sync
+          h.silent = false
+          log.warn("host %s (rank %d) beats again after %.1f s; its engines rejoin at the next weight sync", h.addr,
+            h.rank, now - h.beat_at)
+        end
         h.beat, h.beat_at = beat, now
       elseif h.generation > 0 and now - h.beat_at > self.lost_timeout then
         error(("host %s (rank %d) lost: no heartbeat for %.0f s (--host-lost-timeout); the run ends (resume it "
           .. "from its last checkpoint with --load; torchrun --max-restarts does so itself)"):format(h.addr, h.rank,
           now - h.beat_at), 0)
+      elseif h.generation > 0 and not h.silent and now - h.beat_at > SILENT_BEATS * BEAT then
+        -- a host that misses a few beats serves no more requests until it beats again
+        h.silent = true
+        for _, u in ipairs(h.urls) do
+          local e = self.by_url[u]
+          if e and e.state == "serving" then
+            self.router:remove(u)
+            e.state = "pending"
+            self.events[#self.events + 1] = ("%s engine %d out (no heartbeat)"):format(h.addr, e.index)
+          end
+        end
+        log.warn("host %s (rank %d): no heartbeat for %.1f s; its engines leave the router (the run ends after "
+          .. "%g s without one: --host-lost-timeout)", h.addr, h.rank, now - h.beat_at, self.lost_timeout)
       end
       local rec = self.store:get(key(slot, "engines"))
       if rec then self:take(h, json.decode(rec)) end
@@ -325,7 +344,9 @@ end
 -- for their host's restart, out of the router). Sorted by URL: the c10d group's order.
 function Controller:live()
   local list = {}
-  for _, e in pairs(self.by_url) do list[#list + 1] = e end
+  for _, e in pairs(self.by_url) do
+    if not e.host.silent then list[#list + 1] = e end   -- a silent host's engines wait for its beat
+  end
   table.sort(list, function(a, b) return a.url < b.url end)
   local alive = task.wait_all((function()
     local ts = {}
