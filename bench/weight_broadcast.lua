@@ -15,14 +15,15 @@ for i, shape in ipairs(meta.shapes) do
   for _, d in ipairs(shape) do n = n * d end
   bytes = bytes + n * (meta.dtypes[i]:match("16") and 2 or 4)
 end
-local bucket = require("rl.recipe.hosts").BUCKET_BYTES   -- what a multi-host job sends with
+local job_bucket = require("rl.recipe.hosts").BUCKET_BYTES   -- what a multi-host job sends with
+local bucket = 64 * 2 ^ 20                                      -- the bucketed option beside it
 local function time(method, v, b)
   local t0 = rl.now()
   assert(tr:sync(urls, { method = method, version = v, master_address = addr, timeout = 300, bucket_bytes = b }))
   return rl.now() - t0
 end
 time("distributed", "warm")   -- forms the group (rendezvous of the trainer and every engine)
-local out = { tensors = #meta.names, bytes = bytes, engines = #urls, bucket = bucket, distributed = {},
+local out = { tensors = #meta.names, bytes = bytes, engines = #urls, bucket = bucket, job_bucket = job_bucket, distributed = {},
               per_tensor = {}, disk = {} }
 for r = 1, rounds do
   out.distributed[r] = time("distributed", "d" .. r, bucket)

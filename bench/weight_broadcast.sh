@@ -65,8 +65,10 @@ print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds" % (r["tensors"],
 print("| path | s | GB/s (bytes sent once) | raw c10d / path |")
 print("|---|---|---|---|")
 print("| raw c10d broadcast (PyTorch, one flat tensor) | %.3f | %.2f | 1.00x |" % (w, gb / w))
-print("| rl.weight_sync distributed, %d MiB buckets (what a job sends) | %.3f | %.2f | **%.2fx** |" % (r["bucket"] / 2**20, d, gb / d, w / d))
-print("| rl.weight_sync distributed, a broadcast per tensor (SGLang's way) | %.3f | %.2f | %.2fx |" % (t, gb / t, w / t))
+job = r["job_bucket"] == 0
+print("| rl.weight_sync distributed, a broadcast per tensor (SGLang's way%s) | %.3f | %.2f | %s%.2fx%s |" % (
+    "; what a job sends" if job else "", t, gb / t, "**" if job else "", w / t, "**" if job else ""))
+print("| rl.weight_sync distributed, %d MiB buckets (`bucket_bytes`) | %.3f | %.2f | %.2fx |" % (r["bucket"] / 2**20, d, gb / d, w / d))
 print("| rl.weight_sync disk (safetensors, shared path) | %.3f | %.2f | %.2fx |" % (f, gb / f, w / f))
 PY
 echo "# logs: $out"

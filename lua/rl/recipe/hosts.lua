@@ -26,8 +26,10 @@ local M = {}
 
 local BEAT = 1.0   -- seconds between a host's heartbeats (and the controller's polls)
 local SILENT_BEATS = 3   -- beats missed before a host's engines leave the router
---- Weights to remote engines go in broadcasts of at most this many bytes (bench/weight_broadcast.sh).
-M.BUCKET_BYTES = 64 * 2 ^ 20
+--- Weights to remote engines: a broadcast per tensor (0), or tensors packed into
+--- broadcasts of at most this many bytes. 64 MiB buckets measured no faster than a
+--- broadcast per tensor over a host link (bench/weight_broadcast.sh), so 0.
+M.BUCKET_BYTES = 0
 
 local function key(slot, what) return ("host/%d/%s"):format(slot, what) end
 
@@ -131,10 +133,19 @@ function Host:run(eopts)
   for k, l in ipairs(launches) do self.engines[k] = l.engine end
   log.info("%d engine(s) on this host (%s): %s", self.n, self.addr, table.concat(self:urls(), ", "))
   self:publish()
+  -- the beat has a task of its own: restarting an engine (a big model loads for minutes)
+  -- must not look like a lost host
+  self.beat_task = task.spawn_named("heartbeat of this host", function()
+    while not self.stopped do
+      -- a store that does not answer (rank 0 ending the run) is the controller's to judge
+      local ok, err = pcall(self.store.add, self.store, key(self.slot, "beat"), 1)
+      if not ok and not task.is_cancelled(err) then log.debug("heartbeat: %s", tostring(err)) end
+      task.sleep(BEAT)
+    end
+  end)
   while not self.stopped do
-    self.store:add(key(self.slot, "beat"), 1)
     self:restart_dead()
-    task.sleep(BEAT)
+    task.sleep(BEAT / 2)
   end
 end
 
@@ -167,7 +178,9 @@ end
 function Host:stop()
   if self.stopped then return end
   self.stopped = true
-  if self.task and not self.task:done() then self.task:cancel("stopping") end
+  for _, t in ipairs { self.task, self.beat_task } do
+    if t and not t:done() then t:cancel("stopping") end
+  end
   for _, e in ipairs(self.engines) do pcall(e.stop, e) end
   pcall(self.store.close, self.store)
 end
