@@ -231,6 +231,30 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         for c in cmdlines.values():
             self.assertNotIn(self.admin_token, c, "a token on an engine's command line")
 
+    def test_files_for_the_remote_engines(self):
+        # --remote-weight-sync disk: the other host's engine reads the weights from a
+        # directory every host mounts (here the machine's own filesystem), every step.
+        d = os.path.join(self.dir, "files")
+        shared = os.path.join(self.dir, "shared")
+        os.makedirs(d)
+        os.makedirs(shared)
+        with netns.Hosts(2) as hosts:
+            procs = self.start(hosts, d, "--num-rollout", "3", "--remote-weight-sync", "disk",
+                               "--remote-weights-dir", shared)
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        rows, workers = self.check_steps(d, 3, hosts)
+        for x in rows:
+            self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+        self.assertIn("memory, disk to other hosts", logs[0])
+        self.assertEqual(os.listdir(shared), [], "each step's weight directory is removed after the sync")
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--remote-weight-sync", "disk"], capture_output=True,
+                           text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--remote-weight-sync disk needs --remote-weights-dir", r.stderr)
+
     def test_remote_engine_killed_during_a_step(self):
         d = os.path.join(self.dir, "kill")
         os.makedirs(d)

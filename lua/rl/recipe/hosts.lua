@@ -56,7 +56,26 @@ end
 --- Checks the flags of a multi-host engine job (a usage error naming the flag).
 function M.check_options(opt)
   local n = opt.rollout_num_gpus_per_node
-  if not n then return end
+  if opt.remote_weights_dir then   -- every host reads it; the controller writes there
+    local probe = opt.remote_weights_dir:gsub("/+$", "") .. ("/.rlhost-check-%d"):format(rl.process.pid())
+    local okw = require("rl._fs").write_file(probe, "x")
+    os.remove(probe)
+    if not okw then
+      rl.args.usage_error(("--remote-weights-dir %s: cannot write there (hint: a directory on a filesystem every "
+        .. "host of the job mounts)"):format(opt.remote_weights_dir))
+    end
+  end
+  if opt.remote_weight_sync == "disk" and not opt.remote_weights_dir then
+    rl.args.usage_error("--remote-weight-sync disk needs --remote-weights-dir DIR (a directory every host reads: "
+      .. "a shared filesystem)")
+  end
+  if not n then
+    if opt.remote_weights_dir or opt.remote_weight_sync ~= "distributed" then
+      rl.args.usage_error("--remote-weight-sync and --remote-weights-dir are for engines on other hosts "
+        .. "(hint: add --rollout-num-gpus-per-node N)")
+    end
+    return
+  end
   if n < 1 or n % 1 ~= 0 then
     rl.args.usage_error(("--rollout-num-gpus-per-node must be an integer >= 1 (got %s)"):format(tostring(n)))
   end
@@ -193,12 +212,14 @@ M.Controller = Controller
 
 --- The controller's side: router (the policy's), the number of other hosts to wait for,
 --- opts {lost_timeout (s, a host whose beat stops that long ends the run), ready_timeout
---- (s, for every host's engines to serve), timeout (store calls)}. Call :wait_ready()
+--- (s, for every host's engines to serve), timeout (store calls), method ("distributed"
+--- or "disk"), files_dir (a directory every host reads: the files fallback)}. Call :wait_ready()
 --- before the first rollout.
 function M.controller(router, n_hosts, opts)
   opts = opts or {}
   local self = setmetatable({ router = router, expected = n_hosts, hosts = {}, by_url = {},
-    lost_timeout = opts.lost_timeout or 60, ready_timeout = opts.ready_timeout or 600, events = {} }, Controller)
+    lost_timeout = opts.lost_timeout or 60, ready_timeout = opts.ready_timeout or 600, events = {},
+    files_dir = opts.files_dir, method = opts.method or "distributed" }, Controller)
   self.store = rl.dist.store("engines", opts.timeout)
   self.addr = must(rl.dist.host_address())
   self.token = require("rl._core").admin.token()
@@ -373,37 +394,45 @@ function Controller:live()
   return out
 end
 
---- The trainer's weights to every live remote engine by one c10d broadcast (the trainer
+--- The trainer's weights to every live remote engine: by one c10d broadcast (the trainer
 --- rank 0 of a group with them; their /init_weights_update_group and
---- /update_weights_from_distributed calls concurrently). `version`: the local engines'.
---- Pending engines join the router after it. A failure drops the engines that stopped
---- answering and tries once more; a second failure takes every remote engine out until
---- the next sync (the run goes on with the others). → {urls, versions, seconds}.
+--- /update_weights_from_distributed calls concurrently), or, with a files directory every
+--- host reads (--remote-weights-dir), as files when the broadcast fails or always
+--- (--remote-weight-sync disk). `version`: the local engines'. Pending engines join the
+--- router after it. A failure drops the engines that stopped answering and tries once
+--- more; then every remote engine waits out of the router until the next sync (the run
+--- goes on with the others). → {urls, versions, methods, seconds}.
 function Controller:sync(tr, version, timeout)
   local t0 = rl.now()
-  for attempt = 1, 2 do
-    local live = self:live()
-    if #live == 0 then return { urls = {}, versions = {}, seconds = rl.now() - t0 } end
+  local function push(live, method)
     local rxs = {}
     for i, e in ipairs(live) do rxs[i] = e.receiver end
-    local r, err = tr:sync(rxs, { method = "distributed", version = version, master_address = self.addr,
-                                  timeout = timeout or 120, bucket_bytes = M.BUCKET_BYTES })
+    return tr:sync(rxs, { method = method, version = version, master_address = self.addr, timeout = timeout or 120,
+                          bucket_bytes = method == "distributed" and M.BUCKET_BYTES or nil,
+                          tmp_dir = method == "disk" and self.files_dir or nil })
+  end
+  local methods = self.method == "disk" and { "disk", "disk" } or { "distributed", self.files_dir and "disk" or "distributed" }
+  for attempt = 1, 2 do
+    local live = self:live()
+    if #live == 0 then return { urls = {}, versions = {}, methods = {}, seconds = rl.now() - t0 } end
+    local r, err = push(live, methods[attempt])
     if r then
       local urls = {}
       for i, e in ipairs(live) do
         urls[i] = e.url
         if e.state == "pending" then self:admit(e) end
       end
-      return { urls = urls, versions = r.versions, seconds = rl.now() - t0 }
+      return { urls = urls, versions = r.versions, methods = r.methods, seconds = rl.now() - t0 }
     end
-    log.warn("weight sync to the other hosts' engines failed (attempt %d of 2): %s", attempt, tostring(err))
+    log.warn("weight sync to the other hosts' engines (%s) failed (attempt %d of 2): %s", methods[attempt], attempt,
+      tostring(err))
   end
   for url, e in pairs(self.by_url) do
     if e.state == "serving" then self.router:remove(url) end
     e.state = "pending"
   end
   self.events[#self.events + 1] = "remote engines out until the next sync"
-  return { urls = {}, versions = {}, seconds = rl.now() - t0, failed = true }
+  return { urls = {}, versions = {}, methods = {}, seconds = rl.now() - t0, failed = true }
 end
 
 --- Engines per host for the step line and metrics: {["<addr>"] = serving count}.

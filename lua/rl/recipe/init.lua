@@ -329,7 +329,8 @@ local function start_serving(opt, job)
   local hosts = require "rl.recipe.hosts"
   if hosts.role(opt) == "controller" then   -- the other hosts' engines, registered as they come
     job.hosts = hosts.controller(job.router, hosts.host_count() - 1,
-      { lost_timeout = opt.host_lost_timeout, ready_timeout = opt.dist_timeout })
+      { lost_timeout = opt.host_lost_timeout, ready_timeout = opt.dist_timeout, method = opt.remote_weight_sync,
+        files_dir = opt.remote_weights_dir })
     -- an engine joins at once while the trainer holds the weights it loaded (no step yet)
     job.hosts:wait_ready(function() return not job.resumed and job.trainer:step() == 0 end)
   end

@@ -204,7 +204,9 @@ function Job:sync()
       require("rl.recipe.sync_check").run(self, self.opt.check_weight_update_tolerance)
   end
   local how = table.concat(r.methods or {}, ", ")
-  if remote and #remote.urls > 0 then how = how .. (how ~= "" and ", " or "") .. "distributed to other hosts" end
+  if remote and #remote.urls > 0 then
+    how = how .. (how ~= "" and ", " or "") .. (remote.methods[1] or "distributed") .. " to other hosts"
+  end
   if how ~= self.sync_methods then  -- said once, and again when it changes
     self.sync_methods = how
     log.info("weight sync to %d engine(s): %s (%.3f s)", #self.engines + (remote and #remote.urls or 0), how,

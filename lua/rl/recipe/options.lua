@@ -74,6 +74,11 @@ local FLAGS = {
   { name = "rollout_num_gpus_per_node", type = "int",
     help = "slime's: engines on every host of a multi-host job (each host's first rank starts them; rank 0's router "
       .. "fronts them all; on the CPU it counts engines). Default: engines on rank 0's host only" },
+  { name = "remote_weight_sync", choices = { "distributed", "disk" }, default = "distributed",
+    help = "how other hosts' engines get the weights: distributed (one c10d broadcast; files from "
+      .. "--remote-weights-dir when it fails) or disk (always files from --remote-weights-dir)" },
+  { name = "remote_weights_dir", type = "string",
+    help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync" },
   { name = "host_lost_timeout", type = "number", default = 60,
     help = "seconds without a heartbeat from another host's engines before the run ends (--rollout-num-gpus-per-node)" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
