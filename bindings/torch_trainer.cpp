@@ -11,6 +11,7 @@
 //   handle:weight_meta() -> {names, dtypes, shapes} json (what /update_weights_from_distributed takes)
 //   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
 //   handle:send_weights(group, bucket_bytes?) -> op   broadcasts every parameter over it (bucketed)
+//   handle:replica_digest() -> op {digest}   the policy's weights digest ("" unless exact; sharded: "")
 //   handle:shm_write(layout_json, buffer) -> op  every parameter into an engine's shared-memory buffer
 //   handle:shm_forget(id)                  unmaps that engine's file
 //   handle:save_model(dir, dtype|nil, max_shard_bytes|nil, driven) -> op   the policy as a HF directory
@@ -239,6 +240,12 @@ int l_weight_meta(lua_State* L) {
   return 1;
 }
 
+int l_replica_digest(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto t = box.trainer;
+  return start_job(L, box, [t] { return json{{"digest", t->replica_digest()}}; });
+}
+
 int l_group_connect(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   auto g = group_from(L, 2);
@@ -460,7 +467,7 @@ void open_trainer(lua_State* L, int t) {
       {"step", entry<l_step>},   {"lr", entry<l_lr>},  {"progress", entry<l_progress>},
       {"save", entry<l_save>},   {"load", entry<l_load>},
       {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},
-      {"send_weights", entry<l_send_weights>}, {"shm_write", entry<l_shm_write>},
+      {"send_weights", entry<l_send_weights>}, {"replica_digest", entry<l_replica_digest>}, {"shm_write", entry<l_shm_write>},
       {"shm_forget", entry<l_shm_forget>}, {"set_cpus", entry<l_set_cpus>},
       {"save_model", entry<l_save_model>}, {"follow_gathers", entry<l_follow_gathers>},
       {"gathers_done", entry<l_gathers_done>},

@@ -642,6 +642,8 @@ std::string Trainer::sharded_digest() {
   return digest_;
 }
 
+std::string Trainer::replica_digest() { return fsdp_ ? std::string() : policy_->exact_weights_digest(); }
+
 std::vector<char> Trainer::rollout_is_policy(const TrainBatch& b) {
   std::vector<char> out(b.tokens.size(), 0);
   // Sharded: the digest is a collective, so every rank takes it whatever its batch holds.

@@ -99,6 +99,10 @@ struct ShardSources {
 
 class Trainer {
  public:
+  // The policy's weights digest (nn/weights_digest.hpp), "" unless it computes with the
+  // exact kernels: data-parallel replicas compare theirs after each step. Not for a
+  // sharded trainer (its ranks hold shards, and its digest is a collective).
+  std::string replica_digest();
   // ref may be null (needed for use_kl_loss or kl_coef != 0). The policy's
   // parameters are trained in place.
   Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts,

@@ -143,6 +143,7 @@ class TwoHosts(TinyModel, RlhostTestCase):
         self.assertEqual([x["rollout/step"] for x in rows], [0, 1, 2])
         for x in rows:   # both ranks' samples were trained: the step's batch is 2 × 4 samples
             self.assertEqual(x["train/global_batch_size"], 8, x)
+            self.assertEqual(x["train/replica_weights_equal"], 1, "bitwise-equal replicas after every step")
         self.assertGreater(max(x["train/grad_norm"] for x in rows), 0, "the steps moved the weights")
 
 

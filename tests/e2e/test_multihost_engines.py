@@ -219,6 +219,7 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
             self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
             self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
             self.assertEqual(x["train/global_batch_size"], PROMPTS * N, x)
+            self.assertEqual(x["train/replica_weights_equal"], 1, "the two hosts' trainers hold the same weights")
         self.assertIn("engines on 1 other host(s): %s: 1" % hosts[1].addr, logs[0])
         self.assertRegex(logs[0], r"engines %s 1, %s 1" % (hosts[0].addr, hosts[1].addr))
         self.assertIn("1 engine(s) on this host (%s)" % hosts[1].addr, logs[1])

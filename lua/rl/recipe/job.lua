@@ -164,9 +164,22 @@ function Job:train(batch)
     self.last_completed = self.step_state.id
   end
   if self.world_size > 1 then   -- the other ranks' per-sample stats into their samples' traces
-    local stats = rl.dist.gather_object(nil)
+    local got = rl.dist.gather_object(nil)
     for r = 2, self.world_size do
-      if theirs[r] then rl.trainer.trace_samples(theirs[r], stats[r]) end
+      if theirs[r] then rl.trainer.trace_samples(theirs[r], got[r].stats) end
+    end
+    -- replicas (not shards) must hold the same weights after every step, to the bit
+    local mine = not tr:is_sharded() and tr:replica_digest() or ""
+    if mine ~= "" then
+      local differ = {}
+      for r = 2, self.world_size do
+        if got[r].digest ~= mine then differ[#differ + 1] = ("rank %d"):format(r - 1) end
+      end
+      m["train/replica_weights_equal"] = #differ == 0 and 1 or 0
+      if #differ > 0 then
+        log.warn("after trainer step %d the weights of %s differ from rank 0's (digest %s): the replicas diverged",
+          tr:step(), table.concat(differ, ", "), mine)
+      end
     end
   end
   for k, v in pairs(m) do self.step_metrics[k] = v end
@@ -259,7 +272,8 @@ function Job:train_worker()
     else
       local m, stats = tr:train(msg.batch)
       if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(stats)), 0) end
-      rl.dist.gather_object(stats)   -- rank 0 puts them in its samples' traces
+      -- rank 0 puts the stats in its samples' traces and compares the replicas' weights
+      rl.dist.gather_object { stats = stats, digest = not tr:is_sharded() and tr:replica_digest() or "" }
       self.step_metrics = m
     end
   end

@@ -203,6 +203,15 @@ function Trainer:follow()
   return true
 end
 
+--- The policy's weights digest (32 hex digits; the same values give the same digest
+--- whatever their layout), "" unless it computes with the exact kernels, and "" for a
+--- sharded trainer: data-parallel replicas compare theirs after each step.
+function Trainer:replica_digest()
+  local r, err = task.await_json(self._h:replica_digest(), "rl.trainer.Trainer:replica_digest")
+  if not r then return nil, err end
+  return r.digest
+end
+
 --- True when the trainer shards its state over the data-parallel ranks (train_backend = "fsdp").
 function Trainer:is_sharded() return self.options.train_backend == "fsdp" end
 
