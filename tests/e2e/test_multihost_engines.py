@@ -236,12 +236,12 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         # --remote-weight-sync disk: the other host's engine reads the weights from a
         # directory every host mounts (here the machine's own filesystem), every step.
         d = os.path.join(self.dir, "files")
-        shared = os.path.join(self.dir, "shared")
+        common = os.path.join(self.dir, "common")   # a directory both hosts mount
         os.makedirs(d)
-        os.makedirs(shared)
+        os.makedirs(common)
         with netns.Hosts(2) as hosts:
             procs = self.start(hosts, d, "--num-rollout", "3", "--remote-weight-sync", "disk",
-                               "--remote-weights-dir", shared)
+                               "--remote-weights-dir", common)
             codes, logs = self.finish(procs, d)
         for r in range(2):
             self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
@@ -250,7 +250,7 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
             self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
             self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
         self.assertIn("memory, disk to other hosts", logs[0])
-        self.assertEqual(os.listdir(shared), [], "each step's weight directory is removed after the sync")
+        self.assertEqual(os.listdir(common), [], "each step's weight directory is removed after the sync")
         r = subprocess.run([BIN, "--no-control", RECIPE, "--remote-weight-sync", "disk"], capture_output=True,
                            text=True, timeout=60, env=self.env)
         self.assertEqual(r.returncode, 2, r.stderr)
