@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <atomic>
+
 #ifdef RLHOST_WITH_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -24,6 +26,14 @@ TorchInfo torch_info() {
   info.cuda_devices = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
   info.num_threads = at::get_num_threads();
   info.num_interop_threads = at::get_num_interop_threads();
+  // One task per thread; the highest thread id that ran one is how wide our kernels go.
+  std::atomic<int> widest{0};
+  at::parallel_for(0, info.num_threads, 1, [&](int64_t, int64_t) {
+    const int id = at::get_thread_num() + 1;
+    for (int w = widest.load(); w < id && !widest.compare_exchange_weak(w, id);) {
+    }
+  });
+  info.kernel_threads = widest.load();
   return info;
 }
 

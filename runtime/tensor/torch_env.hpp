@@ -16,6 +16,9 @@ struct TorchInfo {
   int nccl_version = 0;          // ncclGetVersion(), e.g. 22807 (CUDA builds only)
   int num_threads = 0;         // intra-op threads
   int num_interop_threads = 0;
+  // Threads an at::parallel_for in our own code runs on: num_threads when the
+  // runtime was built with the parallel backend's flags (cmake/Torch.cmake), else 1.
+  int kernel_threads = 0;
 };
 
 TorchInfo torch_info();
