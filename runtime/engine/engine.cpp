@@ -25,6 +25,7 @@
 #include "engine/step_batch.hpp"
 #include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
+#include "tensor/torch_env.hpp"
 
 namespace rl::engine {
 
@@ -62,27 +63,6 @@ std::string random_rid(std::mt19937_64& rng) {
   return s;
 }
 
-// Runs fn on a thread of its own (with the engine's intra-op thread count) and
-// waits; fn's exception is rethrown here. Why: loading runs at::parallel_for (and
-// ATen's kernels do), and libgomp keeps a pool of worker threads per thread that
-// ever started a parallel region. An idle pool left with the creating thread still
-// counts: with more pool threads than CPUs libgomp barely spins at its barriers, so
-// the scheduler thread's workers go to sleep after every kernel and are woken for
-// the next (measured on 2 cores: ~180 context switches per decode step, -20 %
-// tokens/s). A thread that ends takes its pool with it.
-void on_own_thread(int threads, const std::function<void()>& fn) {
-  std::exception_ptr error;
-  std::thread([&] {
-    try {
-      if (threads > 0) at::set_num_threads(threads);
-      fn();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }).join();
-  if (error) std::rethrow_exception(error);
-}
-
 }  // namespace
 
 EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
@@ -95,10 +75,11 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   if (!fs::exists(opts_.model))
     throw Error("engine: model path " + opts_.model.string() + " does not exist",
                 "give a Hugging Face model directory (config.json + *.safetensors) or a .gguf file");
-  // On the CPU, the model's load and the KV cache's allocation on a passing thread
-  // (on_own_thread); a GPU engine builds on the caller's thread (its current device).
+  // On the CPU, the model's load and the KV cache's allocation run on a passing
+  // thread, so the caller keeps no OpenMP pool beside the scheduler thread's
+  // (tensor/torch_env.hpp); a GPU engine builds on the caller's thread (its device).
   const bool cpu = opts_.device == "cpu" || opts_.device.rfind("cpu:", 0) == 0;
-  if (cpu) on_own_thread(opts_.threads, [&] { runner_ = std::make_unique<ModelRunner>(opts_); });
+  if (cpu) tensor::run_on_passing_thread(opts_.threads, [&] { runner_ = std::make_unique<ModelRunner>(opts_); });
   else runner_ = std::make_unique<ModelRunner>(opts_);
   const auto& cfg = runner_->config();
   context_length_ = opts_.context_length > 0 ? opts_.context_length : cfg.max_position_embeddings;
@@ -129,7 +110,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   if (opts_.overlap_schedule != "auto" && opts_.overlap_schedule != "on" && opts_.overlap_schedule != "off")
     throw Error("engine: overlap_schedule must be auto, on or off, got '" + opts_.overlap_schedule + "'");
   overlap_ = opts_.overlap_schedule == "on" || (opts_.overlap_schedule == "auto" && runner_->async());
-  if (cpu) on_own_thread(opts_.threads, [&] { runner_->allocate_cache(num_blocks_, opts_.block_size); });
+  if (cpu) tensor::run_on_passing_thread(opts_.threads, [&] { runner_->allocate_cache(num_blocks_, opts_.block_size); });
   else runner_->allocate_cache(num_blocks_, opts_.block_size);
   weight_version_ = opts_.weight_version;
   rid_rng_.seed(std::random_device{}());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <string>
 
 namespace rl::tensor {
@@ -22,6 +23,15 @@ struct TorchInfo {
 };
 
 TorchInfo torch_info();
+
+// Runs fn on a new thread with `threads` intra-op threads (0: LibTorch's setting) and
+// waits for it; fn's exception is rethrown here. For parallel work on a thread that
+// lives on: libgomp keeps a worker pool per thread that ever started a parallel
+// region, and with more pool threads than CPUs it barely spins at its barriers, so
+// the threads that do compute (the engine's scheduler) sleep and are woken at every
+// kernel (~180 times per decode step at 2 threads on 2 cores). A thread that ends
+// takes its pool with it.
+void run_on_passing_thread(int threads, const std::function<void()>& fn);
 void set_num_threads(int n);  // throws c10::Error for n <= 0 (LibTorch's own check)
 void manual_seed(uint64_t seed);
 
