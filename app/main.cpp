@@ -7,6 +7,7 @@
 #include "host/attach_client.hpp"
 #include "host/cli.hpp"
 #include "host/launcher.hpp"
+#include "host/openmp_env.hpp"
 #include "host/slurm_env.hpp"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   // While this is the only thread: children (engines, routers, ranks) inherit
   // the run's admin token through the environment, never through argv.
   rl::export_admin_token();
+  rl::default_openmp_spin();
   // `srun rlhost ...`: torchrun's variables from Slurm's, so everything below sees one
   // convention. A bad Slurm variable is an error naming it.
   try {

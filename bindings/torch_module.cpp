@@ -11,7 +11,7 @@ namespace {
 
 int l_info(lua_State* L) {
   const auto info = rl::tensor::torch_info();
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 9);
   set_string(L, "version", info.version);
   set_bool(L, "cuda_built", info.cuda_built);
   set_bool(L, "cuda_available", info.cuda_available);
@@ -20,6 +20,7 @@ int l_info(lua_State* L) {
   set_number(L, "nccl_version", static_cast<double>(info.nccl_version));
   set_number(L, "num_threads", static_cast<double>(info.num_threads));
   set_number(L, "num_interop_threads", static_cast<double>(info.num_interop_threads));
+  set_number(L, "kernel_threads", static_cast<double>(info.kernel_threads));
   return 1;
 }
 

@@ -80,6 +80,24 @@ target_include_directories(rlhost::torch SYSTEM INTERFACE
 target_compile_definitions(rlhost::torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
 target_link_libraries(rlhost::torch INTERFACE
   "${RLHOST_TORCH_LIB_DIR}/libtorch_cpu.so" "${RLHOST_TORCH_LIB_DIR}/libc10.so")
+# at::parallel_for is a header template: with LibTorch's OpenMP backend it only
+# forks when the caller is itself compiled with OpenMP (_OPENMP defined); without
+# -fopenmp every parallel_for in our own kernels (the batch-invariant GEMMs,
+# attention, sampling) runs on the calling thread alone, whatever at::set_num_threads
+# says. The OpenMP runtime is LibTorch's own libgomp where the wheel bundles one, so
+# the process has one thread pool.
+file(STRINGS "${RLHOST_TORCH_ROOT}/include/ATen/Config.h" _at_omp REGEX "#define AT_PARALLEL_OPENMP 1")
+if(_at_omp)
+  target_compile_options(rlhost::torch INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:-fopenmp>")
+  file(GLOB _torch_gomp "${RLHOST_TORCH_LIB_DIR}/libgomp*.so*")
+  if(_torch_gomp)
+    list(GET _torch_gomp 0 _torch_gomp)
+    target_link_libraries(rlhost::torch INTERFACE "${_torch_gomp}")
+  else()
+    target_link_options(rlhost::torch INTERFACE "$<$<LINK_LANGUAGE:CXX>:-fopenmp>")
+  endif()
+  message(STATUS "rlhost: LibTorch parallel backend OpenMP: our kernels built with -fopenmp (runtime ${_torch_gomp})")
+endif()
 # libtorch_cpu of a CUDA wheel needs libcudart from the nvidia wheels; its own
 # RPATH finds them at run time, and -rpath-link lets the linker find them too.
 target_link_options(rlhost::torch INTERFACE

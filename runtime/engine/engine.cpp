@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <random>
@@ -24,6 +25,7 @@
 #include "engine/step_batch.hpp"
 #include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
+#include "tensor/torch_env.hpp"
 
 namespace rl::engine {
 
@@ -73,7 +75,12 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   if (!fs::exists(opts_.model))
     throw Error("engine: model path " + opts_.model.string() + " does not exist",
                 "give a Hugging Face model directory (config.json + *.safetensors) or a .gguf file");
-  runner_ = std::make_unique<ModelRunner>(opts_);
+  // On the CPU, the model's load and the KV cache's allocation run on a passing
+  // thread, so the caller keeps no OpenMP pool beside the scheduler thread's
+  // (tensor/torch_env.hpp); a GPU engine builds on the caller's thread (its device).
+  const bool cpu = opts_.device == "cpu" || opts_.device.rfind("cpu:", 0) == 0;
+  if (cpu) tensor::run_on_passing_thread(opts_.threads, [&] { runner_ = std::make_unique<ModelRunner>(opts_); });
+  else runner_ = std::make_unique<ModelRunner>(opts_);
   const auto& cfg = runner_->config();
   context_length_ = opts_.context_length > 0 ? opts_.context_length : cfg.max_position_embeddings;
   if (context_length_ <= 0) context_length_ = 4096;
@@ -103,7 +110,8 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   if (opts_.overlap_schedule != "auto" && opts_.overlap_schedule != "on" && opts_.overlap_schedule != "off")
     throw Error("engine: overlap_schedule must be auto, on or off, got '" + opts_.overlap_schedule + "'");
   overlap_ = opts_.overlap_schedule == "on" || (opts_.overlap_schedule == "auto" && runner_->async());
-  runner_->allocate_cache(num_blocks_, opts_.block_size);
+  if (cpu) tensor::run_on_passing_thread(opts_.threads, [&] { runner_->allocate_cache(num_blocks_, opts_.block_size); });
+  else runner_->allocate_cache(num_blocks_, opts_.block_size);
   weight_version_ = opts_.weight_version;
   rid_rng_.seed(std::random_device{}());
   if (opts_.served_model_name.empty())

@@ -4,6 +4,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <atomic>
+#include <exception>
+#include <thread>
+
 #ifdef RLHOST_WITH_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -24,7 +28,31 @@ TorchInfo torch_info() {
   info.cuda_devices = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
   info.num_threads = at::get_num_threads();
   info.num_interop_threads = at::get_num_interop_threads();
+  // One task per thread; the highest thread id that ran one is how wide our kernels
+  // go. On a passing thread, so asking leaves no OpenMP pool with the caller.
+  std::atomic<int> widest{0};
+  run_on_passing_thread(info.num_threads, [&] {
+    at::parallel_for(0, info.num_threads, 1, [&](int64_t, int64_t) {
+      const int id = at::get_thread_num() + 1;
+      for (int w = widest.load(); w < id && !widest.compare_exchange_weak(w, id);) {
+      }
+    });
+  });
+  info.kernel_threads = widest.load();
   return info;
+}
+
+void run_on_passing_thread(int threads, const std::function<void()>& fn) {
+  std::exception_ptr error;
+  std::thread([&] {
+    try {
+      if (threads > 0) at::set_num_threads(threads);
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
 }
 
 void set_num_threads(int n) { at::set_num_threads(n); }

@@ -6,6 +6,7 @@ describe("rl.torch", function()
     local info = rl.torch.info()
     ok(info.version:match("^%d+%.%d+%.%d+"), "version " .. tostring(info.version))
     ok(info.num_threads >= 1)
+    eq(info.kernel_threads, info.num_threads)  -- our kernels fork as wide as LibTorch's (cmake/Torch.cmake)
     eq(type(info.cuda_built), "boolean")
     if not info.cuda_available then eq(info.cuda_devices, 0) end
   end)

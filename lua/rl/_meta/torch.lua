@@ -10,6 +10,7 @@
 ---@field nccl_version integer ncclGetVersion() (0 in CPU builds)
 ---@field num_threads integer LibTorch intra-op threads
 ---@field num_interop_threads integer LibTorch inter-op threads
+---@field kernel_threads integer threads rlhost's own kernels run on (num_threads unless built without -fopenmp)
 
 ---@class rl.torch
 rl.torch = {}

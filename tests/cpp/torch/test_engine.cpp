@@ -379,8 +379,10 @@ CATCH_TEST_CASE("weights digest: by value whatever the layout, and any change of
 }
 
 CATCH_TEST_CASE("engine: a request's tokens and log-probs do not depend on what else is in the batch", "[engine]") {
-  auto run = [](int others) {
-    auto engine = Engine::create(stories_options());
+  auto run = [](int others, int threads = 1) {
+    auto opts = stories_options();
+    opts.threads = threads;
+    auto engine = Engine::create(opts);
     Collector c;
     auto r = request(prompt_of(17, 3), 30, 0.8, "me");
     r.params.seed = 9;
@@ -396,6 +398,10 @@ CATCH_TEST_CASE("engine: a request's tokens and log-probs do not depend on what 
   auto alone = run(0), crowded = run(7);
   CATCH_CHECK(alone.output_ids == crowded.output_ids);
   CATCH_CHECK(alone.output_logprobs == crowded.output_logprobs);
+  // Nor on the scheduler thread's intra-op thread count.
+  auto two = run(7, 2);
+  CATCH_CHECK(alone.output_ids == two.output_ids);
+  CATCH_CHECK(alone.output_logprobs == two.output_logprobs);
 }
 
 CATCH_TEST_CASE("engine: continuous batching, prefix sharing and preemption keep outputs exact", "[engine]") {
