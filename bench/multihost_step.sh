@@ -15,29 +15,15 @@ bin="$build/rlhost" steps="${STEPS:-8}" skip="${SKIP:-2}" python="${PYTHON:-pyth
 [ -x "$bin" ] || { echo "multihost_step.sh: no rlhost binary at $bin" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "multihost_step.sh: making network namespaces needs root" >&2; exit 2; }
 out="$(mktemp -d "${TMPDIR:-/tmp}/rlhost-multihost-step-XXXXXX")"
-tag="ms$$" ns=("$tag-0" "$tag-1") addr=(198.18.0.1 198.18.0.2) dev=("${tag}v0" "${tag}v1")
-cleanup() {
-  for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for i in 0 1; do ip netns del "${ns[$i]}" 2>/dev/null || true; ip link del "${dev[$i]}p" 2>/dev/null || true; done
-  ip link del "${tag}br" 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=bench/netns_hosts.sh
+source "$root/bench/netns_hosts.sh"
 flags=("$root/recipes/grpo_gsm8k.lua" --num-rollout "$steps" --eval-interval 100000 --no-progress --threads 1
        --router-policy round_robin --rollout-seed 7)
 export RLHOST_ADMIN_TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 echo "# $(date -u +%FT%TZ) $steps steps, load $(cut -d' ' -f1-3 /proc/loadavg)"
 env -u WORLD_SIZE -u RANK "$bin" --no-control --nproc 2 "${flags[@]}" --num-engines 2 --engine-mode process \
   --metrics-dir "$out/one" >"$out/one.log" 2>&1
-ip link add "${tag}br" type bridge && ip link set "${tag}br" up
-for i in 0 1; do
-  ip netns add "${ns[$i]}"
-  ip link add "${dev[$i]}" type veth peer name "${dev[$i]}p"
-  ip link set "${dev[$i]}p" master "${tag}br" && ip link set "${dev[$i]}p" up
-  ip link set "${dev[$i]}" netns "${ns[$i]}"
-  ip -n "${ns[$i]}" addr add "${addr[$i]}/24" dev "${dev[$i]}"
-  ip -n "${ns[$i]}" link set "${dev[$i]}" up && ip -n "${ns[$i]}" link set lo up
-done
+netns_hosts_up
 for r in 0 1; do
   env -u WORLD_SIZE -u RANK SLURM_JOB_ID=4343 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 \
     SLURM_STEP_TASKS_PER_NODE="1(x2)" SLURM_STEP_NODELIST="${addr[0]},${addr[1]}" SLURM_PROCID=$r SLURM_LOCALID=0 \

@@ -11,28 +11,13 @@ build="${1:-$root/build}"
 bin="$build/rlhost"
 shape="${SHAPE:-42m}" engines="${ENGINES:-2}" rounds="${ROUNDS:-5}" python="${PYTHON:-python3}"
 [ -x "$bin" ] || { echo "weight_broadcast.sh: no rlhost binary at $bin" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || { echo "weight_broadcast.sh: making network namespaces needs root" >&2; exit 2; }
 # shellcheck source=bench/llama_shapes.sh
 source "$root/bench/llama_shapes.sh"
 model="$(bench_model "$shape" "$build")"
-tag="wb$$" out="$(mktemp -d "${TMPDIR:-/tmp}/rlhost-weight-broadcast-XXXXXX")"
-ns=("$tag-0" "$tag-1") addr=(198.18.0.1 198.18.0.2) dev=("${tag}v0" "${tag}v1")
-cleanup() {
-  for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for i in 0 1; do ip netns del "${ns[$i]}" 2>/dev/null || true; ip link del "${dev[$i]}p" 2>/dev/null || true; done
-  ip link del "${tag}br" 2>/dev/null || true
-}
-trap cleanup EXIT
-ip link add "${tag}br" type bridge && ip link set "${tag}br" up
-for i in 0 1; do
-  ip netns add "${ns[$i]}"
-  ip link add "${dev[$i]}" type veth peer name "${dev[$i]}p"
-  ip link set "${dev[$i]}p" master "${tag}br" && ip link set "${dev[$i]}p" up
-  ip link set "${dev[$i]}" netns "${ns[$i]}"
-  ip -n "${ns[$i]}" addr add "${addr[$i]}/24" dev "${dev[$i]}"
-  ip -n "${ns[$i]}" link set "${dev[$i]}" up && ip -n "${ns[$i]}" link set lo up
-done
+out="$(mktemp -d "${TMPDIR:-/tmp}/rlhost-weight-broadcast-XXXXXX")"
+# shellcheck source=bench/netns_hosts.sh
+source "$root/bench/netns_hosts.sh"
+netns_hosts_up
 export RLHOST_ADMIN_TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 urls=()
 for e in $(seq 1 "$engines"); do

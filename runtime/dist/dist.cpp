@@ -81,16 +81,20 @@ namespace {
 std::mutex g_attempt_mu;
 std::string g_attempt_prefix;
 
-std::string attempt_prefix(const GroupOptions& o) {
-  std::lock_guard lk(g_attempt_mu);
-  if (!g_attempt_prefix.empty()) return g_attempt_prefix;
+// A client connection to the store at o.master_addr:o.master_port (rank 0's or the agent's).
+c10::intrusive_ptr<c10d::TCPStore> store_client(const GroupOptions& o, double timeout_s) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(o.master_port);
   so.isServer = false;
   so.waitWorkers = false;
-  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  auto tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
-  const int64_t n = tcp->add("rlhost/workers_started", 1);
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+}
+
+std::string attempt_prefix(const GroupOptions& o) {
+  std::lock_guard lk(g_attempt_mu);
+  if (!g_attempt_prefix.empty()) return g_attempt_prefix;
+  const int64_t n = store_client(o, o.timeout_s)->add("rlhost/workers_started", 1);
   g_attempt_prefix = "rlhost/attempt_" + std::to_string((n - 1) / std::max(o.world_size, 1)) + "/";
   return g_attempt_prefix;
 }
@@ -471,14 +475,9 @@ KeyValueStore::KeyValueStore(const GroupOptions& o, const std::string& name, dou
     : impl_(std::make_unique<Impl>()) {
   if (o.master_port <= 0) throw Error("dist: the job's store needs master_port (MASTER_PORT)");
   impl_->at = o.master_addr + ":" + std::to_string(o.master_port);
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(o.master_port);
-  so.isServer = false;
-  so.waitWorkers = false;
-  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   c10::intrusive_ptr<c10d::TCPStore> tcp;
   try {
-    tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    tcp = store_client(o, timeout_s);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);

@@ -77,8 +77,9 @@ def read(path):
         return f.read()
 
 
-def rank_pids():
-    """pid -> command line of every rlhost rank (a recipe run, not an engine)."""
+def rlhost_pids(engines):
+    """pid -> command line of every rlhost process on this machine: `rlhost engine`s
+    (engines=True), or ranks running a recipe (False)."""
     out = {}
     for p in glob.glob("/proc/[0-9]*/cmdline"):
         try:
@@ -86,28 +87,22 @@ def rank_pids():
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if len(argv) > 2 and argv[0].endswith(b"rlhost") and argv[1] == b"--no-control":
+        if len(argv) > 2 and argv[0].endswith(b"rlhost") and argv[1] == (b"engine" if engines else b"--no-control"):
             out[int(p.split("/")[2])] = b" ".join(argv).decode(errors="replace")
     return out
+
+
+def rank_pids():
+    return rlhost_pids(False)
+
+
+def engine_pids():
+    return rlhost_pids(True)
 
 
 def netns_of(pid):
     r = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True)
     return r.stdout.strip()
-
-
-def engine_pids():
-    """pid -> command line of every `rlhost engine` process on this machine."""
-    out = {}
-    for p in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            with open(p, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[1] == b"engine" and argv[0].endswith(b"rlhost"):
-            out[int(p.split("/")[2])] = b" ".join(argv).decode(errors="replace")
-    return out
 
 
 @requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
