@@ -164,6 +164,14 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
                 "--- host %d (end):\n%s" % (r, logs[r][-5000:]) for r in range(len(procs)))))
         return codes, logs
 
+    def wait_step(self, d, k, procs):
+        """Until step k's metrics are written (or a host's process ended)."""
+        metrics = os.path.join(d, "m", "metrics.jsonl")
+
+        def done():
+            return os.path.exists(metrics) and any(x.get("rollout/step") == k for x in read_jsonl(metrics))
+        wait_for(lambda: done() or any(p.poll() is not None for p in procs), timeout=240, what="step %d to end" % k)
+
     def samples(self, d, step):
         return lua_json(self, self.write("dump_samples.lua", DUMP_SAMPLES), os.path.join(d, "dump/r_%d.pt" % step))
 
@@ -256,12 +264,7 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         os.makedirs(d)
         with netns.Hosts(2) as hosts:
             procs = self.start(hosts, d, "--num-rollout", "8", "--rollout-max-response-len", "48", reward_wait=0.4)
-            metrics = os.path.join(d, "m", "metrics.jsonl")
-
-            def step_done(k):
-                return os.path.exists(metrics) and any(x.get("rollout/step") == k for x in read_jsonl(metrics))
-            wait_for(lambda: step_done(1) or any(p.poll() is not None for p in procs), timeout=240,
-                     what="step 1 to end")
+            self.wait_step(d, 1, procs)
             victims = [pid for pid, c in engine_pids().items() if hosts[1].addr in c]
             self.assertEqual(len(victims), 1, "%s\n%s" % (engine_pids(), "\n".join(
                 read(os.path.join(d, "host%d.log" % r))[-3000:] for r in range(2))))
@@ -320,9 +323,7 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         os.makedirs(d)
         with netns.Hosts(2) as hosts:
             procs = self.start(hosts, d, "--num-rollout", "50", "--host-lost-timeout", "8", reward_wait=0.2)
-            metrics = os.path.join(d, "m", "metrics.jsonl")
-            wait_for(lambda: (os.path.exists(metrics) and any(x.get("rollout/step") == 1 for x in read_jsonl(metrics)))
-                     or any(p.poll() is not None for p in procs), timeout=240, what="step 1 to end")
+            self.wait_step(d, 1, procs)
             t0 = time.time()
             procs[1].send_signal(0)
             victim = [pid for pid, c in rank_pids().items() if netns_of(pid) == hosts[1].ns]

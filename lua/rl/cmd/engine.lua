@@ -4,7 +4,7 @@
 --   rlhost engine --model /models/Qwen3-0.6B --port 30000
 --   rlhost engine --model DIR --port 0 --ready-file /tmp/engine.url   # for parents that spawn it
 --   rlhost engine --model DIR --host 0.0.0.0 --api-key SECRET          # remote: control needs the key
---   RLHOST_API_KEY=SECRET rlhost engine --model DIR --host 10.1.2.3   # the same, the key off argv
+--   RLHOST_API_KEY=SECRET rlhost engine --model DIR --host 198.18.0.5  # the same, the key off argv
 --
 -- The flags are rl.engine.start's options in kebab-case; docs/engine.md lists
 -- the endpoints.
