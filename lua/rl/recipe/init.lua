@@ -46,7 +46,10 @@ local NUMERIC = {
   { "save_interval", "int", 1 }, { "eval_interval", "int", 1 }, { "n_samples_per_eval_prompt", "int", 1 },
   { "eval_max_response_len", "int", 1 }, { "eval_max_prompts", "int", 1 }, { "max_running_requests", "int", 1 },
   { "max_tokens_per_gpu", "int", 1 }, { "rollout_top_k", "int", -1 }, { "rollout_seed", "int", 0 },
-  { "metrics_port", "int", 0, 65535 },
+  { "metrics_port", "int", 0, 65535 }, { "num_epoch", "int", 1 }, { "rollout_num_gpus", "int", 1 },
+  { "rollout_num_gpus_per_engine", "int", 1 }, { "sglang_router_port", "int", 1, 65535 },
+  { "sglang_router_request_timeout_secs", "number", 0, nil, lo_open = true },
+  { "load_debug_rollout_data_subsample", "number", 0, 1, lo_open = true },
   { "rollout_temperature", "number", 0 }, { "eval_temperature", "number", 0 },
   { "rollout_top_p", "number", 0, 1, lo_open = true }, { "lr", "number", 0, nil, lo_open = true },
   { "weight_decay", "number", 0 }, { "clip_grad", "number", 0 }, { "eps_clip", "number", 0 },
@@ -84,6 +87,7 @@ end
 -- minutes with these; a real checkpoint gets slime's.
 local function fill_defaults(opt, default_model, world_size)
   local function def(k, v) if opt[k] == nil then opt[k] = v end end
+  M.check_slime_flags(opt)
   def("rollout_batch_size", 16)
   -- default model: two optimiser steps per rollout (PPO clipping acts on the second)
   def("global_batch_size", default_model and math.floor(opt.rollout_batch_size * opt.n_samples_per_prompt / 2) or nil)
@@ -116,6 +120,113 @@ end
 
 local function flag(k) return "--" .. k:gsub("_", "-") end
 
+-- A value as Python's repr writes it (slime prints its argparse Namespace).
+local function py_repr(v)
+  if v == nil then return "None" elseif v == true then return "True" elseif v == false then return "False" end
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 1e15 then return ("%d"):format(v) end
+    return ("%.17g"):format(v)
+  end
+  if type(v) == "table" then
+    local keys, items = {}, {}
+    if v[1] ~= nil or next(v) == nil then
+      for i, x in ipairs(v) do items[i] = py_repr(x) end
+      return "[" .. table.concat(items, ", ") .. "]"
+    end
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for i, k in ipairs(keys) do   -- (--wandb-key and the like: never into a log)
+      local secret = tostring(k):match("key$") or tostring(k):match("token$") or tostring(k):match("password")
+      items[i] = py_repr(tostring(k)) .. ": " .. (secret and "'<redacted>'" or py_repr(v[k]))
+    end
+    return "{" .. table.concat(items, ", ") .. "}"
+  end
+  return "'" .. tostring(v):gsub("\\", "\\\\"):gsub("'", "\\'") .. "'"
+end
+
+--- The parsed flags as slime logs them: Namespace(key=value, ...), keys sorted.
+function M.args_line(opt)
+  local keys, parts = {}, {}
+  local na = {}   -- the not-applicable flags nobody gave stay out of it
+  for _, f in ipairs(require("rl.recipe.slime_flags").flags()) do na[f.name] = true end
+  for k, v in pairs(opt) do
+    local unset = v == false or (type(v) == "table" and next(v) == nil)
+    if type(k) == "string" and not (na[k] and unset) then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  for i, k in ipairs(keys) do
+    local secret = k:match("api_key") or k:match("_token$") or k:match("password") or k:match("secret")
+    parts[i] = k .. "=" .. (secret and "'<redacted>'" or py_repr(opt[k]))
+  end
+  return "Namespace(" .. table.concat(parts, ", ") .. ")"
+end
+
+--- slime's engine-count and debug flags, checked and turned into rlhost's: engines from
+--- --rollout-num-gpus / --rollout-num-gpus-per-engine, --load-debug-rollout-data implying
+--- --debug-train-only, and the combinations slime refuses.
+function M.check_slime_flags(opt)
+  local per = opt.rollout_num_gpus_per_engine or 1
+  if per ~= 1 then
+    rl.args.usage_error(("--rollout-num-gpus-per-engine %s: rlhost's engines run on one device each (tensor-parallel "
+      .. "engines do not exist yet) (hint: 1, and --rollout-num-gpus for the number of engines)"):format(tostring(per)))
+  end
+  if opt.rollout_num_gpus then
+    local n = math.floor(opt.rollout_num_gpus / per)
+    if opt.num_engines and opt.num_engines ~= n then
+      rl.args.usage_error(("--num-engines %d and --rollout-num-gpus %d disagree (engines = --rollout-num-gpus / "
+        .. "--rollout-num-gpus-per-engine; give one of them)"):format(opt.num_engines, opt.rollout_num_gpus))
+    end
+    opt.num_engines = n
+  end
+  if opt.num_engines == nil then opt.num_engines = 1 end
+  if opt.debug_rollout_only and opt.debug_train_only then
+    rl.args.usage_error("--debug-rollout-only and --debug-train-only exclude each other (one skips training, the other "
+      .. "generation)")
+  end
+  if opt.load_debug_rollout_data then opt.debug_train_only = true end   -- slime: replaying implies no engines
+  if opt.debug_train_only and not opt.load_debug_rollout_data then
+    rl.args.usage_error("--debug-train-only trains without engines on dumped rollouts: give --load-debug-rollout-data "
+      .. "PATH_WITH_{rollout_id} (written by --save-debug-rollout-data)")
+  end
+  if opt.load_debug_rollout_data_subsample and not opt.load_debug_rollout_data then
+    rl.args.usage_error("--load-debug-rollout-data-subsample needs --load-debug-rollout-data")
+  end
+  if opt.debug_rollout_only and opt.load_debug_rollout_data then
+    rl.args.usage_error("--debug-rollout-only generates rollouts; --load-debug-rollout-data replays them (give one)")
+  end
+  local ext = opt.rollout_external_engine_addrs or {}
+  if opt.rollout_external and #ext == 0 then
+    rl.args.usage_error("--rollout-external needs --rollout-external-engine-addrs HOST:PORT [HOST:PORT ...]")
+  end
+  if #ext > 0 and not opt.rollout_external then
+    rl.args.usage_error("--rollout-external-engine-addrs is used with --rollout-external (train against those engines)")
+  end
+  for _, a in ipairs(ext) do
+    local host, port = a:match("^%[?([^%]]-)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then
+      rl.args.usage_error(("--rollout-external-engine-addrs: '%s' is not HOST:PORT"):format(a))
+    end
+  end
+  if opt.rollout_external then
+    if opt.rollout_num_gpus and opt.rollout_num_gpus ~= #ext then
+      rl.args.usage_error(("--rollout-num-gpus %d but %d --rollout-external-engine-addrs"):format(opt.rollout_num_gpus, #ext))
+    end
+    opt.num_engines = #ext
+    if opt.sglang_config then rl.args.usage_error("--rollout-external and --sglang-config exclude each other") end
+  end
+  if opt.train_backend == "megatron" then   -- slime's default backend: rlhost's own trainer in its place
+    log.warn("--train-backend megatron: rlhost trains with its own trainer (replicated; --train-backend fsdp shards it)")
+    opt.train_backend = "replicated"
+  end
+  if opt.rollout_external and opt.use_fault_tolerance then
+    rl.args.usage_error("--use-fault-tolerance restarts engines rlhost started; --rollout-external's are not its own "
+      .. "(hint: supervise them where they run, and drop one of the flags)")
+  end
+  if opt.sglang_router_ip and not opt.sglang_router_port then
+    rl.args.usage_error("--sglang-router-ip needs --sglang-router-port (the running router's port)")
+  end
+end
+
 --- The failure budgets and time limits, checked (a usage error naming the flag).
 function M.check_limits(opt)
   for _, k in ipairs { "reward_timeout", "hook_timeout", "stop_grace", "over_sampling_limit" } do
@@ -138,7 +249,7 @@ end
 -- slime's (random.Random(--rollout-seed + epoch).shuffle), used for the training prompts
 -- under --rollout-shuffle; eval sets keep the file's order, as slime's do.
 local function load_data(opt, path, tok, what, shuffle)
-  local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key,
+  local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key, metadata_key = opt.metadata_key,
     apply_chat_template = opt.apply_chat_template, tokenizer = tok, shuffle = shuffle or false,
     seed = opt.rollout_seed })
   if not ds then rl.args.usage_error(("%s: %s"):format(what, tostring(err))) end
@@ -211,7 +322,9 @@ local function make_trainer(opt, job)
   local loss, optimizer = require("rl.trainer.options").from_flags(opt)
   local topts = {
     loss = loss, optimizer = optimizer,
-    global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
+    -- --use-dynamic-global-batch-size: each batch is one optimiser step, whatever its size
+    global_batch_size = not opt.use_dynamic_global_batch_size and opt.global_batch_size or nil,
+    micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
     old_logprobs = opt.old_logprobs, train_backend = opt.train_backend,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
@@ -247,30 +360,19 @@ local function start_engines(opt, job)
   job.groups, job.policy_group = groups, policy
   if policy then opt.num_engines = #policy.engines end   -- the rollout's concurrency follows the policy's
   local router = (policy or groups[1]).router
-  log.info("Router launched at %s", (router.url:gsub("^http://", "")))   -- the line the seed's profiling script greps
+  -- the router's metrics on a port of their own, as sglang-router's --prometheus-port (slime's --router-prometheus-port)
+  local prom, perr = rl.http.serve { port = opt.router_prometheus_port or 0, threads = 2, handler = function(req)
+    if req.path ~= "/metrics" then return { status = 404, body = "GET /metrics\n" } end
+    local text, err = router:metrics()
+    if not text then return { status = 502, body = "router metrics: " .. tostring(err) .. "\n" } end
+    return { headers = { ["content-type"] = "text/plain; version=0.0.4" }, body = text }
+  end }
+  if not prom then rl.args.usage_error("--router-prometheus-port: " .. tostring(perr)) end
+  job.router_prometheus = prom
+  -- the line the seed's profiling script greps (slime's words)
+  log.info("Router %s at %s, Prometheus port: %d", router.reused and "reused" or "launched",
+    (router.url:gsub("^http://", "")), prom:port())
   return policy and policy.engines or {}, router
-end
-
--- slime's --custom-rm-path: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default "reward").
-local function custom_reward(spec)
-  local file, fname = spec:match("^(.-%.lua):?([%w_]*)$")
-  local mod, fn
-  if file then
-    local chunk, err = require("rl._fs").load_source_file(file)   -- source text only
-    if not chunk then rl.args.usage_error("--custom-rm-path: " .. tostring(err)) end
-    local ok, m = pcall(chunk)
-    if not ok then rl.args.usage_error("--custom-rm-path " .. file .. ": " .. tostring(m)) end
-    mod, fn = m, fname ~= "" and fname or "reward"
-  else
-    local name, f = spec:match("^(.+)%.([%w_]+)$")
-    local ok, m = pcall(require, name or spec)
-    if not ok then rl.args.usage_error("--custom-rm-path " .. spec .. ": " .. tostring(m)) end
-    mod, fn = m, f or "reward"
-  end
-  if type(mod) ~= "table" or type(mod[fn]) ~= "function" then
-    rl.args.usage_error(("--custom-rm-path %s: no function '%s' (give FILE.lua:FUNCTION or MODULE.FUNCTION)"):format(spec, fn))
-  end
-  return mod[fn]
 end
 
 -- The reward: the recipe's (a function or an rl.rewards name, default gsm8k), else
@@ -282,7 +384,8 @@ local function choose_reward(opt, setup_opts)
     if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn):gsub("^[^:]*:%d+: ", "")) end
     reward = fn
   end
-  if opt.custom_rm_path then reward = custom_reward(opt.custom_rm_path) end
+  -- slime's --custom-rm-path: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default reward), reloadable
+  if opt.custom_rm_path then reward = require("rl.recipe.hooks").load("custom_rm_path", opt.custom_rm_path, "reward") end
   return reward
 end
 
@@ -312,10 +415,24 @@ local function load_inputs(opt, job)
       .. "(config.json) (hint: the tokenizer of another model?)"):format(job.model_dir, tok.vocab_size, shape.vocab))
   end
   job.tokenizer = tok
-  local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
-  if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
-  job.data = load_data(opt, prompts, tok, "--prompt-data", opt.rollout_shuffle)
+  job.data = require("rl.recipe.hooks").data_source(job.hooks, opt, tok)   -- --data-source-path
+  if not job.data then
+    local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
+    if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
+    job.data = load_data(opt, prompts, tok, "--prompt-data", opt.rollout_shuffle)
+  end
   job.eval_datasets = eval_sets(opt, job)
+  -- slime's get_num_rollout_per_epoch: --num-epoch passes over the prompts
+  if opt.num_rollout == nil and opt.num_epoch then
+    local size = job.data.size and job.data:size() or #(job.data.prompts or {})
+    opt.num_rollout = math.floor(size / opt.rollout_batch_size) * opt.num_epoch
+    if opt.num_rollout < 1 then
+      rl.args.usage_error(("--num-epoch %d: %d prompts make no rollout of --rollout-batch-size %d (hint: a smaller "
+        .. "batch, or --num-rollout)"):format(opt.num_epoch, size, opt.rollout_batch_size))
+    end
+    if job.is_main then log.info("--num-epoch %d: %d rollouts of %d prompts", opt.num_epoch, opt.num_rollout, size) end
+  end
+  if opt.num_rollout == nil then opt.num_rollout = 100 end
 end
 
 -- Engines behind routers, their health monitor and fault drills (none for a replay of
@@ -382,11 +499,14 @@ local function make_rollout(opt, job, reward, setup_opts)
     on_engine_failure = job.health and function() return job.health:await_engines() end or nil,
     reward_timeout = opt.reward_timeout, hook_timeout = opt.hook_timeout, max_failed_share = opt.max_failed_share,
     max_failed_samples = opt.max_failed_samples, max_busy_timeouts = opt.max_busy_timeouts,
-    over_sampling_limit = opt.over_sampling_limit,
+    over_sampling_limit = opt.over_sampling_limit, load_debug_rollout_data_subsample = opt.load_debug_rollout_data_subsample,
+    metric_options = job:metric_options(),
   }
   for k, v in pairs(setup_opts) do
     if not SETUP_ONLY[k] then ro_opts[k] = v end
   end
+  -- slime's hook flags (--rollout-function-path, ...) over the recipe's own
+  for k, v in pairs(require("rl.recipe.hooks").rollout_overrides(job.hooks, opt)) do ro_opts[k] = v end
   return rl.rollout.new(ro_opts)
 end
 
@@ -406,6 +526,11 @@ function M.setup(opt, setup_opts)
   setup_opts = setup_opts or {}
   local reward = choose_reward(opt, setup_opts)
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
+  job.hooks = require("rl.recipe.hooks").from_options(opt)   -- --rollout-function-path, ... (reloadable)
+  if rl.dist.rank() == 0 then
+    log.info("Args parsed: %s", M.args_line(opt))   -- slime's first line, which its users grep
+    require("rl.recipe.slime_flags").report(opt)   -- Megatron/Ray/W&B flags: not applicable, one line each
+  end
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
   -- engines, rollout, eval and checkpoints; every rank trains on its share.
   job.rank, job.world_size = rl.dist.rank(), rl.dist.world_size()
@@ -421,7 +546,7 @@ function M.setup(opt, setup_opts)
   end
   job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
   if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
-  if job.is_main and not opt.load_debug_rollout_data then   -- engines against the machine, before anything starts
+  if job.is_main and not opt.load_debug_rollout_data and not opt.rollout_external then   -- engines against the machine
     job.engine_opts = engine_options(opt, job)
     require("rl.recipe.engines").check_capacity(opt, job, job.engine_opts)
   end

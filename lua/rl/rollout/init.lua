@@ -46,6 +46,8 @@ local DEFAULTS = {
   -- lua/rl/engine/vllm.lua translates); weight_version: what their samples report
   backend = "native", weight_version = false,
   save_debug_rollout_data = false, load_debug_rollout_data = false, load_debug_rollout_data_subsample = false,
+  -- rl.rollout.metrics options of the eval pass (log_passrate, reward_key, ...)
+  metric_options = false,
 }
 local STEPS = { generate = true, generate_and_rm = true, generate_and_rm_group = true, generate_rollout = true,
                 abort = true, eval = true, group_reward = true }

@@ -59,9 +59,10 @@ M.BATCH = {
   { name = "bf16", type = "bool", default = false,
     help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
   { name = "fp16", type = "bool", help = "refused: float16 needs loss scaling" },
-  { name = "train_backend", type = "string", default = "replicated", choices = { "replicated", "fsdp" },
+  { name = "train_backend", type = "string", default = "replicated", choices = { "replicated", "fsdp", "megatron" },
     help = "replicated: every data-parallel rank holds the whole model, its gradients and AdamW state; fsdp: each "
-      .. "rank holds 1/N of them, gathering each layer for its forward and backward (docs/trainer.md, \"Sharded training\")" },
+      .. "rank holds 1/N of them, gathering each layer for its forward and backward (docs/trainer.md, \"Sharded training\"); "
+      .. "megatron: slime's name, run as replicated" },
 }
 
 --- What rl.trainer.new takes besides: the models and where they live.
