@@ -267,6 +267,9 @@ function Job:sync()
       if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
         local drills = self.faults and function() self.faults:sync_start() end
         lr, lerr = self.health:sync_weights(tr, { after_probes = drills })
+      elseif self.policy_group and self.policy_group.external and self.opt.remote_weights_dir then
+        -- --rollout-external on other machines: files where they read them (a shared file system)
+        lr, lerr = tr:sync(self.engines, { method = "disk", tmp_dir = self.opt.remote_weights_dir })
       else
         lr, lerr = tr:sync(self.engines)
       end

@@ -120,7 +120,8 @@ local FLAGS = {
     help = "how other hosts' engines get the weights: distributed (one c10d broadcast; files from "
       .. "--remote-weights-dir when it fails) or disk (always files from --remote-weights-dir)" },
   { name = "remote_weights_dir", type = "string",
-    help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync" },
+    help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync, and "
+      .. "for the weights of --rollout-external engines on other machines" },
   { name = "host_lost_timeout", type = "number", default = 60,
     help = "seconds without a heartbeat from another host's engines before the run ends (--rollout-num-gpus-per-node)" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",

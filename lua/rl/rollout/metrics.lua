@@ -45,12 +45,16 @@ local function reward_of(s, key)
 end
 
 -- str(round(x, 1)) as Python writes it: the double's exact value rounded half to even
--- (round(0.25, 1) is 0.2, round(0.35, 1) is 0.3 since 0.35 is below it), which C's
--- printf does too; then Python's repr of the rounded float.
+-- (round(0.25, 1) is 0.2, round(0.35, 1) is 0.3 since 0.35 is below it), which the C
+-- library's printf does too (LuaJIT's own string.format rounds a tie up: 0.3).
+local ffi = require "ffi"
+pcall(ffi.cdef, "int snprintf(char *s, size_t n, const char *format, ...);")
+local round_buf = ffi.new("char[64]")
 local function round1(x)
   if x ~= x then return "nan" end
   if x == math.huge then return "inf" elseif x == -math.huge then return "-inf" end
-  return ("%.1f"):format(x)   -- (from 1e16 on Python's repr has an exponent: no reward is that large)
+  ffi.C.snprintf(round_buf, 64, "%.1f", ffi.new("double", x))   -- (from 1e16 on Python's repr has an exponent:
+  return ffi.string(round_buf)                                   --  no reward is that large)
 end
 M.round1 = round1
 

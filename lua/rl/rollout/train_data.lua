@@ -12,7 +12,8 @@ local metrics = require "rl.rollout.metrics"
 local M = {}
 
 M.FIELDS = { "tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "group_indices",
-             "rollout_ids", "loss_masks", "rollout_log_probs", "logprob_digests", "total_lengths", "samples" }
+             "rollout_ids", "loss_masks", "rollout_log_probs", "logprob_digests", "total_lengths", "samples",
+             "round_number", "metadata", "teacher_log_probs" }
 
 local function mask_of(s)
   local m = {}
@@ -111,6 +112,26 @@ function M.convert(samples, opts)
     b.logprob_digests[i] = type(d) == "string" and d or ""
     if b.logprob_digests[i] ~= "" then has_digest = true end
   end
+  -- slime's optional keys, present when the first sample has them: metadata.round_number
+  -- (multi-turn), sample.train_metadata (as metadata), teacher_log_probs (on-policy distillation)
+  local first = keep[1]
+  local md1 = first and type(first.metadata) == "table" and first.metadata or {}
+  for i = 1, n do
+    local s, md = keep[i], type(keep[i].metadata) == "table" and keep[i].metadata or {}
+    if md1.round_number ~= nil then b.round_number[i] = md.round_number end
+    if first.train_metadata ~= nil and first.train_metadata ~= json.null then b.metadata[i] = s.train_metadata end
+    local t = s.teacher_log_probs
+    if type(first.teacher_log_probs) == "table" then
+      if type(t) ~= "table" or #t ~= s.response_length then
+        error(("rl.rollout.train_data: sample %s has %s teacher log-probs for %d response tokens (one per token)")
+          :format(tostring(s.index), type(t) == "table" and #t or "no", s.response_length), 0)
+      end
+      b.teacher_log_probs[i] = t
+    end
+  end
+  if n == 0 or md1.round_number == nil then b.round_number = nil end
+  if n == 0 or first.train_metadata == nil or first.train_metadata == json.null then b.metadata = nil end
+  if n == 0 or type(first.teacher_log_probs) ~= "table" then b.teacher_log_probs = nil end
   if not has_lp then b.rollout_log_probs = nil end
   if not has_lp or not has_digest then b.logprob_digests = nil end
   b.size = n
