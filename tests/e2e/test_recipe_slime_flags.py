@@ -392,6 +392,33 @@ print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
         out = self.run_recipe("--rollout-external", "--rollout-external-engine-addrs", "nohost", code=2)
         self.assertIn("'nohost' is not HOST:PORT", out)
 
+    def test_seed_scripts(self):
+        """The seeds' launch lines, on this machine's paths. 000 (the trace viewer): dumps with
+        --save-debug-rollout-data; 002 (SGLang profiling): slime's sleep rollout keeps engines and
+        router up, the router's line and /workers as its tools read them. (003, vime's script, runs
+        against real vLLM engines: tests/vllm/test_vllm_recipe.py.)"""
+        out = self.run_recipe("--num-rollout", "2", "--save-debug-rollout-data", self.dir + "/debug/rollout_{rollout_id}.pt",
+                              eval_=False)
+        self.assertNotIn("unknown option", out)
+        self.assertTrue(os.path.exists(self.dir + "/debug/rollout_1.pt"))
+        for path in ("slime.rollout.sleep_rollout.sleep", "vime.rollout.sleep_rollout.sleep"):
+            log_name = path.split(".")[0] + ".log"
+            p = self.start([RECIPE, *self.flags(eval_=False), "--rollout-function-path", path], log_name)
+            text = ""
+
+            def ready():
+                nonlocal text
+                with open(os.path.join(self.dir, log_name)) as f:
+                    text = f.read()
+                return re.search(r"Router launched at ([\d.]+:\d+), Prometheus port: \d+", text)
+            m = wait_for(ready, timeout=60, what="the router's line")
+            router = "http://" + m.group(1)
+            workers = json.load(urllib.request.urlopen(router + "/workers", timeout=5))["workers"]
+            self.assertEqual(len(workers), 1, text)
+            p.send_signal(2)
+            self.assertEqual(p.wait(timeout=60), 0, text[-3000:])   # a sleep ends cleanly on Ctrl-C
+            self.assertNotIn("rollout 0 |", text)   # asleep: no step ran
+
     def test_slime_launch_script_flags(self):
         """The seeds' vime/slime example (sleep rollout aside), on this machine's paths: every flag is
         rlhost's own or a not-applicable line; 2 steps run."""

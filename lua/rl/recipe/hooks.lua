@@ -45,8 +45,11 @@ M.ORDER = { "rollout_function_path", "eval_function_path", "custom_generate_func
 -- slime's own Python defaults: a launch script that names them gets rlhost's built-in.
 M.SLIME_DEFAULTS = {
   rollout_function_path = { ["slime.rollout.sglang_rollout.generate_rollout"] = "default",
-                            ["slime.rollout.sleep_rollout.sleep"] = "sleep" },
-  eval_function_path = { ["slime.rollout.sglang_rollout.generate_rollout"] = "default" },
+                            ["slime.rollout.sleep_rollout.sleep"] = "sleep",
+                            ["vime.rollout.vllm_rollout.generate_rollout"] = "default",   -- vime's (vLLM) names
+                            ["vime.rollout.sleep_rollout.sleep"] = "sleep" },
+  eval_function_path = { ["slime.rollout.sglang_rollout.generate_rollout"] = "default",
+                         ["vime.rollout.vllm_rollout.generate_rollout"] = "default" },
   data_source_path = { ["slime.rollout.data_source.RolloutDataSourceWithBuffer"] = "default",
                        ["slime.rollout.data_source.RolloutDataSource"] = "default" },
   dynamic_sampling_filter_path = {
