@@ -129,5 +129,41 @@ class VllmRecipeTest(vs.RlhostTestCase):
             self.assertTrue(vs.wait_group_gone(int(pid), 30), "vLLM processes of %s left after the run" % url)
 
 
+    def test_vime_launch_script(self):
+        """The seed's vime script (003: train.py with vLLM engines), flag for flag on this machine's paths,
+        the sleep rollout swapped for vime's default so that it runs 2 steps: no unknown option; the
+        Megatron/Ray flags each get their one not-applicable line; --vllm-<flag> reach vLLM's argv;
+        the requests' perf/request/* keys are recorded (vLLM's completions carry no timings)."""
+        d = self.dir
+        model = vs.default_model(self.env)
+        profile = json.dumps({"profiler": "torch", "torch_profiler_dir": d + "/vllm_profile", "max_iterations": 3,
+                              "ignore_frontend": True})
+        args = [vs.BIN, "--no-control", RECIPE, "--rollout-backend", "vllm",
+                "--train-backend", "megatron", "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1",
+                "--rollout-num-gpus", "1", "--rollout-num-gpus-per-engine", "1",
+                "--rollout-function-path", "vime.rollout.vllm_rollout.generate_rollout",
+                "--hf-checkpoint", model, "--ref-load", model, "--prompt-data", model + "/data/train.jsonl",
+                "--input-key", "question", "--label-key", "answer", "--apply-chat-template", "--rm-type", "deepscaler",
+                "--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "1",
+                "--rollout-max-response-len", "32", "--global-batch-size", "4",
+                "--vllm-gpu-memory-utilization", "0.7", "--vllm-profiler-config", profile,
+                "--metrics-dir", d + "/m", "--no-progress"]
+        p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=1800)
+        log = p.stderr + p.stdout
+        self.assertEqual(p.returncode, 0, log[-8000:])
+        self.assertNotIn("unknown option", log)
+        self.assertIn("--gpu-memory-utilization 0.7", log)
+        self.assertIn("--profiler-config", log)
+        for flag in ("--actor-num-nodes", "--actor-num-gpus-per-node", "--ref-load"):
+            self.assertEqual(log.count(flag + ": not applicable in rlhost: "), 1, flag)
+        self.assertIn("Args parsed: Namespace(", log)
+        self.assertRegex(log, r"Router launched at 127\.0\.0\.1:\d+, Prometheus port: \d+")
+        steps = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual([m["rollout/step"] for m in steps], [0, 1])
+        for m in steps:
+            self.assertEqual(m["perf/request/profiled_count"], m["perf/request/count"], m)
+            self.assertGreater(m["perf/request/e2e_latency/mean"], 0)
+
+
 if __name__ == "__main__":
     support.main()

@@ -105,6 +105,11 @@ local function fill_defaults(opt, default_model, world_size)
   if default_model then def("max_running_requests", 256) end
   def("eval_interval", default_model and 10 or false)
   def("eval_max_prompts", false)
+  if opt.n_samples_per_prompt == 1 and opt.dynamic_sampling_filter ~= "none" then
+    -- a group of one has no spread for the filter to see (slime keeps every group by default)
+    log.info("--n-samples-per-prompt 1: the dynamic sampling filter is off (a group of one has no reward spread)")
+    opt.dynamic_sampling_filter = "none"
+  end
   if opt.over_sampling_batch_size < opt.rollout_batch_size then
     rl.args.usage_error(("--over-sampling-batch-size (%d) must be >= --rollout-batch-size (%d)"):format(
       opt.over_sampling_batch_size, opt.rollout_batch_size))
