@@ -117,6 +117,7 @@ local function fill_defaults(opt, default_model, world_size)
   check_numbers(opt)
   M.check_limits(opt)
   require("rl.recipe.hosts").check_options(opt)   -- --rollout-num-gpus-per-node
+  require("rl.recipe.opd").check_options(opt)     -- --use-opd
   if opt.engine_cpus and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
     rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process, "
       .. "its threads beside the trainer's)")
@@ -333,6 +334,7 @@ local function make_trainer(opt, job)
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
     old_logprobs = opt.old_logprobs, train_backend = opt.train_backend,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
+    use_opd = opt.use_opd or nil, opd_kl_coef = opt.use_opd and opt.opd_kl_coef or nil,
   }
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
   local ckpt = checkpoint_in(opt.load)
@@ -572,6 +574,7 @@ function M.setup(opt, setup_opts)
     if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
     job.start_rollout = job.resumed and job.resumed.next_rollout or 0
     start_serving(opt, job)
+    job.opd = require("rl.recipe.opd").new(opt, job)   -- --use-opd: the teacher
     start_observing(opt, job)
     job.rollout = make_rollout(opt, job, reward, setup_opts)
   end

@@ -117,6 +117,9 @@ function Job:train_data(groups, opts)
   local opt, hooks = self.opt, self.hooks or {}
   local td = rl.rollout.train_data
   local samples = rl.rollout.metrics.flatten(groups)
+  if self.opd then   -- --use-opd: the teacher's log-prob of every sampled token
+    self:timed("opd_teacher", self.opd.score, self.opd, samples)
+  end
   local gbs = opt.global_batch_size
   if opt.use_dynamic_global_batch_size then   -- slime's: every sample, a multiple of the ranks, one step
     local n = 0

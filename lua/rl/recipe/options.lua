@@ -13,6 +13,7 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "micro_batch_size", "max_tokens_per_gpu", "old_logprobs", "use_tis", "tis_mode", "tis_clip_low", "tis_clip",
   "train_backend", "eps_clip_c", "use_unbiased_kl", "loss_type", "use_rollout_logprobs", "normalize_advantages",
   "min_lr", "adam_beta1", "adam_beta2", "adam_eps", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters",
+  "use_opd", "opd_kl_coef",
 }, {
   kl_loss_type = { default = "low_var_kl" },
   lr = { no_default = true, help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
@@ -77,6 +78,14 @@ local FLAGS = {
   -- loss and optimiser: rl.trainer's own options (lua/rl/trainer/options.lua), with the
   -- recipe's defaults where they differ
   TRAINER_FLAGS,
+  -- on-policy distillation (slime's --use-opd; rl.recipe.opd): --use-opd and --opd-kl-coef are the trainer's
+  { name = "opd_type", choices = { "megatron", "sglang" },
+    help = "where the teacher runs: megatron (in the trainer's process, --opd-teacher-load) or sglang (an engine: "
+      .. "--opd-teacher-url or --opd-teacher-group)" },
+  { name = "opd_teacher_load", type = "string", help = "the teacher's model directory (--opd-type megatron)" },
+  { name = "opd_teacher_url", type = "string", help = "an engine or router serving the teacher (--opd-type sglang)" },
+  { name = "opd_teacher_group", type = "string",
+    help = "a frozen engine group of --sglang-config serving the teacher (--opd-type sglang)" },
   { name = "dist_timeout", type = "number", default = 1800,
     help = "seconds a data-parallel collective may wait (ranks > 0 wait through rank 0's rollout and eval)" },
   -- checkpoints, dumps, eval

@@ -55,6 +55,10 @@ M.BATCH = {
       .. "unless equal bit for bit" },
   { name = "kl_coef", type = "number", default = 0.0, help = "KL penalty in the reward" },
   { name = "gamma", type = "number", default = 1.0 },
+  { name = "use_opd", type = "bool", default = false,
+    help = "on-policy distillation: each token's advantage minus opd_kl_coef × (logp − teacher logp) (needs "
+      .. "batch.teacher_log_probs)" },
+  { name = "opd_kl_coef", type = "number", default = 1.0, help = "weight of the distillation signal (--use-opd)" },
   { name = "normalize_advantages", type = "bool", help = "(default: false; true for reinforce++)" },
   { name = "bf16", type = "bool", default = false,
     help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
