@@ -86,8 +86,11 @@ end
 -- The options of rl.rollout.metrics the flags give.
 function Job:metric_options()
   local opt = self.opt
+  -- perf/tokens_per_gpu_per_sec divides by the rollout's devices: its GPUs, the CPU counting as one
+  local dev = tostring(self.placement and self.placement.engines or "cpu")
+  local gpus = dev:match("^cpu") and 1 or (opt.rollout_num_gpus or opt.num_engines)
   return { reward_key = opt.reward_key, estimator = opt.advantage_estimator, log_reward_category = opt.log_reward_category,
-           rollout_num_gpus = opt.num_engines, log_passrate = opt.log_passrate,
+           rollout_num_gpus = gpus, log_passrate = opt.log_passrate,
            n_samples_per_prompt = opt.n_samples_per_prompt }
 end
 
