@@ -213,10 +213,16 @@ class SlimeFlags(TinyModel, RlhostTestCase):
         lens = lua_json(self, self.write("lens.lua", r"""
 local d = assert(rl.dump.load(arg[1]))
 local out = {}
-for i, s in ipairs(d.samples) do out[i] = { len = s.response_length, group = s.group_index,
-  removed = s.remove_sample or false } end
+for i, s in ipairs(d.samples) do
+  local gsize
+  for _, e in ipairs(s.trace and s.trace.events or {}) do
+    if e.name == "generate_and_rm_group" and e.type == "span_start" then gsize = e.attrs and e.attrs.group_size end
+  end
+  out[i] = { len = s.response_length, group = s.group_index, removed = s.remove_sample or false, group_size = gsize }
+end
 print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
         self.assertTrue(all(x["len"] <= 3 for x in lens), lens)
+        self.assertTrue(all(x["group_size"] == 4 for x in lens), lens)   # slime's attr on the group's span
         # the dynamic filter kept the even groups only; the sample filter marked one per group
         self.assertTrue(all(x["group"] % 2 == 0 for x in lens), lens)
         self.assertGreater(steps[0]["rollout/dynamic_filter/drop_custom_odd"], 0)
@@ -268,7 +274,7 @@ print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
         self.assertNotIn("weight sync", out)
         self.assertIn("rollout/response_len/mean", steps[0])
         out = self.run_recipe("--debug-train-only", code=2)
-        self.assertIn("--debug-train-only trains without engines on dumped rollouts", out)
+        self.assertIn("--debug-train-only needs --load-debug-rollout-data: it trains without engines on dumped rollouts", out)
         out = self.run_recipe("--debug-train-only", "--debug-rollout-only", code=2)
         self.assertIn("exclude each other", out)
         os.rename(d + "/m", d + "/m_gen")

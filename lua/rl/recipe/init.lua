@@ -87,7 +87,7 @@ end
 -- minutes with these; a real checkpoint gets slime's.
 local function fill_defaults(opt, default_model, world_size)
   local function def(k, v) if opt[k] == nil then opt[k] = v end end
-  M.check_slime_flags(opt)
+  require("rl.recipe.slime_flags").check(opt)   -- slime's engine-count, debug, external and router flags
   def("rollout_batch_size", 16)
   -- default model: two optimiser steps per rollout (PPO clipping acts on the second)
   def("global_batch_size", default_model and math.floor(opt.rollout_batch_size * opt.n_samples_per_prompt / 2) or nil)
@@ -125,113 +125,6 @@ local function fill_defaults(opt, default_model, world_size)
 end
 
 local function flag(k) return "--" .. k:gsub("_", "-") end
-
--- A value as Python's repr writes it (slime prints its argparse Namespace).
-local function py_repr(v)
-  if v == nil then return "None" elseif v == true then return "True" elseif v == false then return "False" end
-  if type(v) == "number" then
-    if v == math.floor(v) and math.abs(v) < 1e15 then return ("%d"):format(v) end
-    return ("%.17g"):format(v)
-  end
-  if type(v) == "table" then
-    local keys, items = {}, {}
-    if v[1] ~= nil or next(v) == nil then
-      for i, x in ipairs(v) do items[i] = py_repr(x) end
-      return "[" .. table.concat(items, ", ") .. "]"
-    end
-    for k in pairs(v) do keys[#keys + 1] = k end
-    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-    for i, k in ipairs(keys) do   -- (--wandb-key and the like: never into a log)
-      local secret = tostring(k):match("key$") or tostring(k):match("token$") or tostring(k):match("password")
-      items[i] = py_repr(tostring(k)) .. ": " .. (secret and "'<redacted>'" or py_repr(v[k]))
-    end
-    return "{" .. table.concat(items, ", ") .. "}"
-  end
-  return "'" .. tostring(v):gsub("\\", "\\\\"):gsub("'", "\\'") .. "'"
-end
-
---- The parsed flags as slime logs them: Namespace(key=value, ...), keys sorted.
-function M.args_line(opt)
-  local keys, parts = {}, {}
-  local na = {}   -- the not-applicable flags nobody gave stay out of it
-  for _, f in ipairs(require("rl.recipe.slime_flags").flags()) do na[f.name] = true end
-  for k, v in pairs(opt) do
-    local unset = v == false or (type(v) == "table" and next(v) == nil)
-    if type(k) == "string" and not (na[k] and unset) then keys[#keys + 1] = k end
-  end
-  table.sort(keys)
-  for i, k in ipairs(keys) do
-    local secret = k:match("api_key") or k:match("_token$") or k:match("password") or k:match("secret")
-    parts[i] = k .. "=" .. (secret and "'<redacted>'" or py_repr(opt[k]))
-  end
-  return "Namespace(" .. table.concat(parts, ", ") .. ")"
-end
-
---- slime's engine-count and debug flags, checked and turned into rlhost's: engines from
---- --rollout-num-gpus / --rollout-num-gpus-per-engine, --load-debug-rollout-data implying
---- --debug-train-only, and the combinations slime refuses.
-function M.check_slime_flags(opt)
-  local per = opt.rollout_num_gpus_per_engine or 1
-  if per ~= 1 then
-    rl.args.usage_error(("--rollout-num-gpus-per-engine %s: rlhost's engines run on one device each (tensor-parallel "
-      .. "engines do not exist yet) (hint: 1, and --rollout-num-gpus for the number of engines)"):format(tostring(per)))
-  end
-  if opt.rollout_num_gpus then
-    local n = math.floor(opt.rollout_num_gpus / per)
-    if opt.num_engines and opt.num_engines ~= n then
-      rl.args.usage_error(("--num-engines %d and --rollout-num-gpus %d disagree (engines = --rollout-num-gpus / "
-        .. "--rollout-num-gpus-per-engine; give one of them)"):format(opt.num_engines, opt.rollout_num_gpus))
-    end
-    opt.num_engines = n
-  end
-  if opt.num_engines == nil then opt.num_engines = 1 end
-  if opt.debug_rollout_only and opt.debug_train_only then
-    rl.args.usage_error("--debug-rollout-only and --debug-train-only exclude each other (one skips training, the other "
-      .. "generation)")
-  end
-  if opt.load_debug_rollout_data then opt.debug_train_only = true end   -- slime: replaying implies no engines
-  if opt.debug_train_only and not opt.load_debug_rollout_data then
-    rl.args.usage_error("--debug-train-only trains without engines on dumped rollouts: give --load-debug-rollout-data "
-      .. "PATH_WITH_{rollout_id} (written by --save-debug-rollout-data)")
-  end
-  if opt.load_debug_rollout_data_subsample and not opt.load_debug_rollout_data then
-    rl.args.usage_error("--load-debug-rollout-data-subsample needs --load-debug-rollout-data")
-  end
-  if opt.debug_rollout_only and opt.load_debug_rollout_data then
-    rl.args.usage_error("--debug-rollout-only generates rollouts; --load-debug-rollout-data replays them (give one)")
-  end
-  local ext = opt.rollout_external_engine_addrs or {}
-  if opt.rollout_external and #ext == 0 then
-    rl.args.usage_error("--rollout-external needs --rollout-external-engine-addrs HOST:PORT [HOST:PORT ...]")
-  end
-  if #ext > 0 and not opt.rollout_external then
-    rl.args.usage_error("--rollout-external-engine-addrs is used with --rollout-external (train against those engines)")
-  end
-  for _, a in ipairs(ext) do
-    local host, port = a:match("^%[?([^%]]-)%]?:(%d+)$")
-    if not host or host == "" or tonumber(port) > 65535 then
-      rl.args.usage_error(("--rollout-external-engine-addrs: '%s' is not HOST:PORT"):format(a))
-    end
-  end
-  if opt.rollout_external then
-    if opt.rollout_num_gpus and opt.rollout_num_gpus ~= #ext then
-      rl.args.usage_error(("--rollout-num-gpus %d but %d --rollout-external-engine-addrs"):format(opt.rollout_num_gpus, #ext))
-    end
-    opt.num_engines = #ext
-    if opt.sglang_config then rl.args.usage_error("--rollout-external and --sglang-config exclude each other") end
-  end
-  if opt.train_backend == "megatron" then   -- slime's default backend: rlhost's own trainer in its place
-    log.warn("--train-backend megatron: rlhost trains with its own trainer (replicated; --train-backend fsdp shards it)")
-    opt.train_backend = "replicated"
-  end
-  if opt.rollout_external and opt.use_fault_tolerance then
-    rl.args.usage_error("--use-fault-tolerance restarts engines rlhost started; --rollout-external's are not its own "
-      .. "(hint: supervise them where they run, and drop one of the flags)")
-  end
-  if opt.sglang_router_ip and not opt.sglang_router_port then
-    rl.args.usage_error("--sglang-router-ip needs --sglang-router-port (the running router's port)")
-  end
-end
 
 --- The failure budgets and time limits, checked (a usage error naming the flag).
 function M.check_limits(opt)
@@ -535,7 +428,7 @@ function M.setup(opt, setup_opts)
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
   job.hooks = require("rl.recipe.hooks").from_options(opt)   -- --rollout-function-path, ... (reloadable)
   if rl.dist.rank() == 0 then
-    log.info("Args parsed: %s", M.args_line(opt))   -- slime's first line, which its users grep
+    log.info("Args parsed: %s", require("rl.recipe.slime_flags").args_line(opt))   -- slime's first line
     require("rl.recipe.slime_flags").report(opt)   -- Megatron/Ray/W&B flags: not applicable, one line each
   end
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the

@@ -72,17 +72,120 @@ function M.flags()
   return out
 end
 
-local function given(v) return v == true or (type(v) == "table" and next(v) ~= nil) or type(v) == "string" end
+
+local function flag(k) return "--" .. k:gsub("_", "-") end
+local function usage(msg) require("rl.args").usage_error(msg) end
+
+-- Flags that need another (a given => b given) or exclude it; the message says why.
+local NEEDS = {
+  { "debug_train_only", "load_debug_rollout_data", "trains without engines on dumped rollouts: give "
+    .. "--load-debug-rollout-data PATH_WITH_{rollout_id} (written by --save-debug-rollout-data)" },
+  { "load_debug_rollout_data_subsample", "load_debug_rollout_data", "subsamples the replayed dumps" },
+  { "rollout_external", "rollout_external_engine_addrs", "trains against the engines at HOST:PORT [HOST:PORT ...]" },
+  { "rollout_external_engine_addrs", "rollout_external", "names the engines of --rollout-external" },
+  { "sglang_router_ip", "sglang_router_port", "names a running router: its port too" },
+}
+local EXCLUDES = {
+  { "debug_rollout_only", "debug_train_only", "one skips training, the other generation" },
+  { "debug_rollout_only", "load_debug_rollout_data", "one generates rollouts, the other replays them" },
+  { "rollout_external", "sglang_config", "the engines are given, not started" },
+  { "rollout_external", "use_fault_tolerance", "fault tolerance restarts engines rlhost started; supervise external "
+    .. "ones where they run" },
+}
+
+local function given(v) return v ~= nil and v ~= false and not (type(v) == "table" and next(v) == nil) end
+
+--- slime's engine-count, debug, external-engine and router flags, checked (usage errors
+--- naming them) and turned into rlhost's: engines from --rollout-num-gpus /
+--- --rollout-num-gpus-per-engine (or the external addresses), --load-debug-rollout-data
+--- implying --debug-train-only, --train-backend megatron run as replicated.
+function M.check(opt)
+  if opt.load_debug_rollout_data then opt.debug_train_only = true end   -- slime: replaying implies no engines
+  for _, r in ipairs(NEEDS) do
+    if given(opt[r[1]]) and not given(opt[r[2]]) then usage(("%s needs %s: it %s"):format(flag(r[1]), flag(r[2]), r[3])) end
+  end
+  for _, r in ipairs(EXCLUDES) do
+    if given(opt[r[1]]) and given(opt[r[2]]) then
+      usage(("%s and %s exclude each other (%s)"):format(flag(r[1]), flag(r[2]), r[3]))
+    end
+  end
+  local per = opt.rollout_num_gpus_per_engine or 1
+  if per ~= 1 then
+    usage(("--rollout-num-gpus-per-engine %s: rlhost's engines run on one device each (tensor-parallel engines do not "
+      .. "exist yet) (hint: 1, and --rollout-num-gpus for the number of engines)"):format(tostring(per)))
+  end
+  local ext = opt.rollout_external_engine_addrs or {}
+  for _, a in ipairs(ext) do
+    local host, port = a:match("^%[?([^%]]-)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then
+      usage(("--rollout-external-engine-addrs: '%s' is not HOST:PORT"):format(a))
+    end
+  end
+  local n = opt.rollout_external and #ext or (opt.rollout_num_gpus and math.floor(opt.rollout_num_gpus / per))
+  for _, k in ipairs { "num_engines", "rollout_num_gpus" } do
+    if n and opt[k] and opt[k] ~= n then
+      usage(("%s %d disagrees with %s (engines: --rollout-num-gpus / --rollout-num-gpus-per-engine, or one per "
+        .. "--rollout-external-engine-addrs; give one of them)"):format(flag(k), opt[k],
+        opt.rollout_external and (#ext .. " --rollout-external-engine-addrs") or ("--rollout-num-gpus " .. opt.rollout_num_gpus)))
+    end
+  end
+  opt.num_engines = n or opt.num_engines or 1
+  if opt.train_backend == "megatron" then   -- slime's default backend: rlhost's own trainer in its place
+    log.warn("--train-backend megatron: rlhost trains with its own trainer (replicated; --train-backend fsdp shards it)")
+    opt.train_backend = "replicated"
+  end
+end
+
+-- A value as Python's repr writes it (slime prints its argparse Namespace).
+local function py_repr(v)
+  if v == nil then return "None" elseif v == true then return "True" elseif v == false then return "False" end
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 1e15 then return ("%d"):format(v) end
+    return ("%.17g"):format(v)
+  end
+  if type(v) == "table" then
+    local keys, items = {}, {}
+    if v[1] ~= nil or next(v) == nil then
+      for i, x in ipairs(v) do items[i] = py_repr(x) end
+      return "[" .. table.concat(items, ", ") .. "]"
+    end
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for i, k in ipairs(keys) do   -- (--wandb-key and the like: never into a log)
+      local secret = tostring(k):match("key$") or tostring(k):match("token$") or tostring(k):match("password")
+      items[i] = py_repr(tostring(k)) .. ": " .. (secret and "'<redacted>'" or py_repr(v[k]))
+    end
+    return "{" .. table.concat(items, ", ") .. "}"
+  end
+  return "'" .. tostring(v):gsub("\\", "\\\\"):gsub("'", "\\'") .. "'"
+end
+
+--- The parsed flags as slime logs them: Namespace(key=value, ...), keys sorted.
+function M.args_line(opt)
+  local keys, parts = {}, {}
+  local na = {}   -- the not-applicable flags nobody gave stay out of it
+  for _, f in ipairs(LIST) do na[f[1]] = true end
+  for k, v in pairs(opt) do
+    local unset = v == false or (type(v) == "table" and next(v) == nil)
+    if type(k) == "string" and not (na[k] and unset) then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  for i, k in ipairs(keys) do
+    local secret = k:match("api_key") or k:match("_token$") or k:match("password") or k:match("secret")
+    parts[i] = k .. "=" .. (secret and "'<redacted>'" or py_repr(opt[k]))
+  end
+  return "Namespace(" .. table.concat(parts, ", ") .. ")"
+end
+
 
 --- One line per not-applicable flag `opt` holds: "--X: not applicable in rlhost: <reason>".
 --- Returns the flags named.
 function M.report(opt)
-  local named = {}
+  local out = {}
   for _, f in ipairs(LIST) do
     if given(opt[f[1]]) then
-      local flag = "--" .. f[1]:gsub("_", "-")
-      named[#named + 1] = flag
-      log.warn("%s: not applicable in rlhost: %s", flag, f[3])
+      out[#out + 1] = flag(f[1])
+      log.warn("%s: not applicable in rlhost: %s", out[#out], f[3])
     end
   end
   for pfx, p in pairs(M.PASSTHROUGH) do
@@ -90,12 +193,11 @@ function M.report(opt)
     for k in pairs(opt[p.key] or {}) do keys[#keys + 1] = k end
     table.sort(keys)
     for _, k in ipairs(keys) do
-      local flag = "--" .. pfx .. "-" .. k:gsub("_", "-")
-      named[#named + 1] = flag
-      log.warn("%s: not applicable in rlhost: %s", flag, p.reason)
+      out[#out + 1] = flag(pfx .. "_" .. k)
+      log.warn("%s: not applicable in rlhost: %s", out[#out], p.reason)
     end
   end
-  return named
+  return out
 end
 
 return M
