@@ -101,13 +101,13 @@ local function given(v) return v ~= nil and v ~= false and not (type(v) == "tabl
 --- implying --debug-train-only, --train-backend megatron run as replicated.
 function M.check(opt)
   if opt.load_debug_rollout_data then opt.debug_train_only = true end   -- slime: replaying implies no engines
-  for _, r in ipairs(NEEDS) do
-    if given(opt[r[1]]) and not given(opt[r[2]]) then usage(("%s needs %s: it %s"):format(flag(r[1]), flag(r[2]), r[3])) end
-  end
   for _, r in ipairs(EXCLUDES) do
     if given(opt[r[1]]) and given(opt[r[2]]) then
       usage(("%s and %s exclude each other (%s)"):format(flag(r[1]), flag(r[2]), r[3]))
     end
+  end
+  for _, r in ipairs(NEEDS) do
+    if given(opt[r[1]]) and not given(opt[r[2]]) then usage(("%s needs %s: it %s"):format(flag(r[1]), flag(r[2]), r[3])) end
   end
   local per = opt.rollout_num_gpus_per_engine or 1
   if per ~= 1 then
