@@ -418,6 +418,8 @@ print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
                     text = f.read()
                 return re.search(r"Router launched at ([\d.]+:\d+), Prometheus port: \d+", text)
             m = wait_for(ready, timeout=60, what="the router's line")
+            wait_for(lambda: ready() and "rollout sleep: engines and router stay up" in text, timeout=60,
+                     what="the sleep")
             router = "http://" + m.group(1)
             workers = json.load(urllib.request.urlopen(router + "/workers", timeout=5))["workers"]
             self.assertEqual(len(workers), 1, text)

@@ -3,7 +3,7 @@
 -- Writes the server's URL to URL_FILE once it serves, then keeps it up until killed.
 local rl = require "rl"
 local model, url_file = arg[1], arg[2]
-rl.spawn(function()
+local t = rl.spawn(function()
   local e = assert(rl.engine.start { model = model, backend = "vllm", ready_timeout = 1200,
                                      vllm_args = { ["max-num-seqs"] = 16 } })
   local f = assert(io.open(url_file .. ".tmp", "w"))
@@ -12,3 +12,4 @@ rl.spawn(function()
   os.rename(url_file .. ".tmp", url_file)
   while true do rl.sleep(1) end
 end)
+t:wait()
