@@ -185,9 +185,11 @@ class VllmRecipeTest(vs.RlhostTestCase):
             self.assertIsNone(server.poll(), "the vLLM server exited; see %s/serve.log" % d)
             self.assertLess(time.time(), deadline, "vLLM did not serve")
             time.sleep(1)
-        url = open(url_file).read().strip()
+        with open(url_file) as f:
+            url = f.read().strip()
         addr = url.replace("http://", "")
-        args = [vs.BIN, "--no-control", RECIPE, "--hf-checkpoint", model, "--rollout-external",
+        args = [vs.BIN, "--no-control", RECIPE, "--hf-checkpoint", model, "--prompt-data", model + "/data/train.jsonl",
+                "--rollout-external",
                 "--rollout-external-engine-addrs", addr, "--num-rollout", "2", "--rollout-batch-size", "4",
                 "--n-samples-per-prompt", "4", "--rollout-max-response-len", "32", "--dynamic-sampling-filter", "none",
                 "--check-weight-update-equal", "--metrics-dir", d + "/m", "--no-progress", "--eval-interval", "1000"]
