@@ -3,7 +3,7 @@
 --- --opd-kl-coef × (student log-prob − teacher log-prob) from each token's advantage, the
 --- sample estimate of the reverse KL (train/opd_reverse_kl). Two teachers, slime's types:
 ---   --opd-type megatron --opd-teacher-load DIR: the teacher model in the trainer's process
----     (rl.model), scoring each batch before it trains;
+---     (a frozen rl.trainer: the student's batched kernels), scoring each batch before it trains;
 ---   --opd-type sglang --opd-teacher-url URL (or --opd-teacher-group NAME, a frozen group of
 ---     --sglang-config): an engine server scores each sample as it finishes (SGLang's prompt
 ---     log-probs: /generate with logprob_start_len and max_new_tokens 0).
@@ -63,11 +63,14 @@ function M.new(opt, job)
       usage(("--opd-teacher-load %s: its tokenizer is not the student's (%s): the teacher must score the student's "
         .. "token ids (hint: a teacher of the same family)"):format(dir, job.model_dir))
     end
-    local model, err = rl.model.load(dir)
-    if not model then usage("--opd-teacher-load " .. dir .. ": " .. tostring(err)) end
-    self.model, self.dir = model, dir
+    -- a trainer never stepped: the student's batched, exact log-prob kernels, on its device
+    local ok, tr = pcall(rl.trainer.new, { model = dir, micro_batch_size = opt.micro_batch_size,
+                                           max_tokens_per_gpu = opt.max_tokens_per_gpu, device = job.placement.trainer,
+                                           rollout_temperature = 1.0 })
+    if not ok then usage("--opd-teacher-load " .. dir .. ": " .. tostring(tr)) end
+    self.trainer, self.dir = tr, dir
     log.info("on-policy distillation: teacher %s (%.1fM parameters) in the trainer's process, --opd-kl-coef %g",
-      dir, model:num_parameters() / 1e6, self.coef)
+      dir, tr.model:num_parameters() / 1e6, self.coef)
   else
     local url = opt.opd_teacher_url
     if opt.opd_teacher_group then
@@ -86,11 +89,6 @@ function M.new(opt, job)
   return self
 end
 
-local function response_part(lps, n, r)   -- the last r of n - 1 next-token log-probs
-  local out = {}
-  for j = 1, r do out[j] = lps[n - 1 - r + j] end
-  return out
-end
 
 -- One sample through the engine: SGLang's input_token_logprobs from the response's first token.
 function Teacher:score_remote(s)
@@ -127,11 +125,15 @@ function Teacher:score(samples)
   for _, s in ipairs(samples) do
     if type(s.teacher_log_probs) ~= "table" and (s.response_length or 0) > 0 then todo[#todo + 1] = s end
   end
-  if self.model then
-    for _, s in ipairs(todo) do
-      s.teacher_log_probs = response_part(self.model:logprobs(s.tokens), #s.tokens, s.response_length)
+  if self.trainer and #todo > 0 then   -- one batched pass over the samples' tokens
+    local b = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {} }
+    for i, s in ipairs(todo) do
+      b.tokens[i], b.response_lengths[i], b.rewards[i], b.loss_masks[i] = s.tokens, s.response_length, 0, {}
+      for j = 1, s.response_length do b.loss_masks[i][j] = 1 end
     end
-  else
+    local lps = self.trainer:logprobs(b)
+    for i, s in ipairs(todo) do s.teacher_log_probs = lps[i] end
+  elseif not self.trainer then
     local tasks = {}
     for i, s in ipairs(todo) do
       tasks[i] = task.spawn_named("opd teacher", function()
