@@ -33,7 +33,10 @@ std::string one_line(std::string_view m) {
 }
 
 void check(const arrow::Status& st, const char* what) {
-  if (!st.ok()) throw ParquetError(std::string(what) + ": " + one_line(st.message()));
+  if (st.ok()) return;
+  std::string msg = std::string(what) + ": " + one_line(st.message());
+  if (st.detail()) msg += " (" + one_line(st.detail()->ToString()) + ")";  // e.g. the errno of a failed open
+  throw ParquetError(msg);
 }
 template <class T>
 T take(arrow::Result<T> r, const char* what) {
