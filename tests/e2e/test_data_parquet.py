@@ -209,10 +209,14 @@ class ParquetData(RlhostTestCase):
             if "error" in out:
                 self.assertIn("rl.data.load: " + path, out["error"])
 
-    def test_without_the_reader_the_error_says_how_to_get_it(self):
-        path = os.path.join(self.dir, "x.parquet")
-        pq.write_table(pa.table({"input": ["a"]}), path)
-        # a binary whose module folder has no Parquet module: package.cpath without it
+
+class WithoutReader(RlhostTestCase):
+    """Runs with or without Arrow: a binary that finds no Parquet module says how to get one."""
+    tmp_prefix = "rlhost-parquet-"
+
+    def test_the_error_says_how_to_get_the_reader(self):
+        path = self.write("x.parquet", "not read: the module is missing first")
+        # package.cpath without the module folder: as a build configured without Arrow
         script = self.write("nomod.lua", 'package.cpath = ""\nlocal rl = require "rl"\n'
                                          'local ok, err = pcall(rl.data.load, arg[1])\n'
                                          'print(rl.json.encode { error = tostring(err) })\n')
