@@ -7,7 +7,7 @@
 //   reader:columns() -> {{name, type, kind}, ...}   (kind: see data/parquet_rows.hpp)
 //   reader:num_rows() -> n                 reader:num_row_groups() -> n
 //   reader:select({name, ...}) -> true | nil, err   (a missing or unusable column)
-//   reader:next() -> rows | false | nil, err        (one row group; false when done)
+//   reader:next() -> rows | false | nil, err        (a batch, <= 4096 rows of one row group; false when done)
 //   reader:close()                                  (frees the file now; __gc does too)
 //
 // Rows are tables {column = value}; lists carry the rl.json array metatable and nulls

@@ -225,11 +225,15 @@ void leaves_of(const parquet::arrow::SchemaField& f, std::vector<int>& out) {
 
 }  // namespace
 
+constexpr int64_t kBatchRows = 4096;  // rows turned into values at a time (fewer at a row group's end)
+
 struct ParquetRows::Impl {
   std::unique_ptr<parquet::arrow::FileReader> reader;
   std::vector<ParquetColumn> columns;
   std::vector<int> leaves;  // selected leaf columns (empty: every column)
-  int next_group = 0;
+  int next_group = 0;       // the row group after the one being read
+  int group = -1;           // the row group being read
+  std::unique_ptr<arrow::RecordBatchReader> batches;  // its batches, while there are more
 };
 
 ParquetRows::ParquetRows(const std::string& path) : impl_(std::make_unique<Impl>()) {
@@ -237,8 +241,11 @@ ParquetRows::ParquetRows(const std::string& path) : impl_(std::make_unique<Impl>
     auto file = take(arrow::io::ReadableFile::Open(path), "cannot open");
     parquet::ArrowReaderProperties props(/*use_threads=*/false);
     props.set_pre_buffer(false);  // no background IO threads: one row group is read at a time
+    props.set_batch_size(kBatchRows);
     parquet::arrow::FileReaderBuilder builder;
-    check(builder.Open(file), "not a readable Parquet file");
+    parquet::ReaderProperties file_props = parquet::default_reader_properties();
+    file_props.set_page_checksum_verification(true);  // where the writer stored page CRCs
+    check(builder.Open(file, file_props), "not a readable Parquet file");
     builder.properties(props);
     impl_->reader = take(builder.Build(), "not a readable Parquet file");
     std::shared_ptr<arrow::Schema> schema;
@@ -264,6 +271,8 @@ void ParquetRows::select(const std::vector<std::string>& names) {
   std::vector<int> leaves;
   for (const auto& name : names) {
     const int idx = schema->GetFieldIndex(name);
+    if (idx < 0 && !schema->GetAllFieldIndices(name).empty())
+      throw ParquetError("column '" + name + "' appears more than once");
     if (idx < 0) {
       std::string have;
       for (const auto& c : impl_->columns) have += (have.empty() ? "" : ", ") + c.name;
@@ -275,36 +284,43 @@ void ParquetRows::select(const std::vector<std::string>& names) {
     leaves_of(fields.at(static_cast<size_t>(idx)), leaves);
   }
   impl_->leaves = std::move(leaves);
-  if (names.empty()) impl_->leaves.clear();
+  impl_->batches.reset();  // reading starts again, from the first row group
+  impl_->next_group = 0;
 }
 
 bool ParquetRows::next(std::vector<nlohmann::json>& rows) {
   rows.clear();
-  if (impl_->next_group >= num_row_groups()) return false;
-  const int g = impl_->next_group++;
-  const std::string where = "row group " + std::to_string(g) + " of " + std::to_string(num_row_groups());
-  std::shared_ptr<arrow::Table> table;
-  try {
-    table = impl_->leaves.empty() ? take(impl_->reader->ReadRowGroup(g), where.c_str())
-                                  : take(impl_->reader->ReadRowGroup(g, impl_->leaves), where.c_str());
-  } catch (const ParquetError&) {
-    throw;
-  } catch (const std::exception& e) {  // parquet::ParquetException from a damaged page
-    throw ParquetError(where + ": " + one_line(e.what()));
+  Impl& m = *impl_;
+  std::shared_ptr<arrow::RecordBatch> batch;
+  while (!batch) {
+    if (!m.batches) {  // the next row group, only the selected columns
+      if (m.next_group >= num_row_groups()) return false;
+      m.group = m.next_group++;
+    }
+    const std::string where = "row group " + std::to_string(m.group) + " of " + std::to_string(num_row_groups());
+    try {
+      if (!m.batches) {
+        m.batches = m.leaves.empty() ? take(m.reader->GetRecordBatchReader({m.group}), where.c_str())
+                                     : take(m.reader->GetRecordBatchReader({m.group}, m.leaves), where.c_str());
+      }
+      check(m.batches->ReadNext(&batch), where.c_str());
+    } catch (const ParquetError&) {
+      m.batches.reset();
+      throw;
+    } catch (const std::exception& e) {  // parquet::ParquetException from a damaged page
+      m.batches.reset();
+      throw ParquetError(where + ": " + one_line(e.what()));
+    }
+    if (!batch) m.batches.reset();  // this row group is done
   }
-  if (auto bad = [&]() -> std::optional<std::string> {
-        for (const auto& f : table->schema()->fields())
-          if (auto b = refused_part(*f->type())) return "column '" + f->name() + "' has type " + f->type()->ToString();
-        return std::nullopt;
-      }())
-    throw ParquetError(*bad + ", which has no JSON-like value");
-  const int64_t n = table->num_rows();
-  rows.assign(static_cast<size_t>(n), json::object());
-  for (int c = 0; c < table->num_columns(); ++c) {
-    const std::string& name = table->field(c)->name();
-    int64_t row = 0;
-    for (const auto& chunk : table->column(c)->chunks())
-      for (int64_t i = 0; i < chunk->length(); ++i, ++row) rows[static_cast<size_t>(row)][name] = value_at(*chunk, i);
+  for (const auto& f : batch->schema()->fields())  // every column, when none was selected
+    if (refused_part(*f->type()))
+      throw ParquetError("column '" + f->name() + "' has type " + f->type()->ToString() + ", which has no JSON-like value");
+  rows.assign(static_cast<size_t>(batch->num_rows()), json::object());
+  for (int c = 0; c < batch->num_columns(); ++c) {
+    const std::string& name = batch->schema()->field(c)->name();
+    const arrow::Array& col = *batch->column(c);
+    for (int64_t i = 0; i < col.length(); ++i) rows[static_cast<size_t>(i)][name] = value_at(col, i);
   }
   return true;
 }

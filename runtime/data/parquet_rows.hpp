@@ -1,10 +1,11 @@
 // Rows of a Parquet file as JSON-like values, read with Apache Arrow's Parquet library
-// one row group at a time (only the selected top-level columns are decoded).
+// row group by row group, in batches of at most 4096 rows (only the selected top-level
+// columns are decoded), so memory holds one batch's values, never the whole table.
 //
 //   data::ParquetRows r("train.parquet");          // throws data::ParquetError
 //   r.select({"prompt", "label"});                 // missing / unusable column: ParquetError
 //   std::vector<nlohmann::json> rows;
-//   while (r.next(rows)) { ... }                   // one row group: {column: value} each
+//   while (r.next(rows)) { ... }                   // a batch: {column: value} each
 //
 // Values: struct -> object; list -> array; map -> object (string keys) or an array of
 // {key, value} objects; strings and binary -> string; integers, floats, decimals ->
@@ -48,10 +49,12 @@ class ParquetRows {
   int64_t num_rows() const;
   int num_row_groups() const;
 
-  // Reads only these columns from now on (all of them until called). A name the file
-  // lacks, or a column holding a type listed above as refused, is a ParquetError.
+  // Reads only these columns (all of them until called; none named: all again), from the
+  // first row group. A name the file lacks, or a column holding a type listed above as
+  // refused, is a ParquetError (and the selection stays as it was).
   void select(const std::vector<std::string>& names);
-  // The next row group's rows (replacing `rows`); false when every group has been read.
+  // The next batch of rows, all from one row group (replacing `rows`); false when every
+  // row group has been read. A damaged page is a ParquetError naming its row group.
   bool next(std::vector<nlohmann::json>& rows);
 
  private:
