@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what rlhost needs on a fresh Debian machine, idempotently:
 # Debian packages (compiler, CMake, LuaJIT, spdlog, Catch2, libcurl, nlohmann-json,
-# cpp-httplib, readline, ccache) and the `torch` wheel from PyPI for LibTorch;
+# cpp-httplib, readline, ccache), the `torch` wheel from PyPI for LibTorch and the
+# `pyarrow` wheel for Apache Arrow's Parquet C++ library (rl.data's .parquet files);
 # with --test-deps also the Python peers of the parity tests and benchmarks
 # (and tensorboard, which reads back our event files), and headless Chromium
 # (Debian `chromium`) with Playwright (PyPI) for the browser tests.
@@ -19,8 +20,10 @@ APT_PACKAGES=(
   python3 python3-pip
 )
 TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; this is the tested one
+# Arrow C++ (headers, libarrow/libparquet) comes with the pyarrow wheel: the tested version.
+PYARROW_VERSION="${RLHOST_PYARROW_VERSION:-26.0.1}"
 PY="${PYTHON:-python3}"
-TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai)  # the tested versions (openai: the engine's OpenAI API tests)
+TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet)
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 failed=()
@@ -77,6 +80,17 @@ else
   pip_install "$TORCH_SPEC"
 fi
 
+# pyarrow: a build dependency (cmake/Arrow.cmake finds Arrow C++ in the wheel), and the
+# tests write their .parquet files with it. Another installed version is replaced by the
+# tested one; a build without it still succeeds, but reads no .parquet.
+have_pyarrow="$("$PY" -c 'import pyarrow; print(pyarrow.__version__)' 2>/dev/null || true)"
+if [ "$have_pyarrow" = "$PYARROW_VERSION" ]; then
+  log "pyarrow wheel: present ($PYARROW_VERSION)"
+else
+  log "installing the pyarrow wheel (pyarrow==$PYARROW_VERSION${have_pyarrow:+, replacing $have_pyarrow}) from PyPI for Arrow C++"
+  pip_install "pyarrow==$PYARROW_VERSION"
+fi
+
 # Router tests and benchmarks: wrk, nginx, prometheus (ships promtool). Not fatal here
 # (a build needs none of them); --test-deps below fails when prometheus is missing.
 ROUTER_APT=(wrk nginx prometheus)
@@ -94,12 +108,12 @@ fi
 # (transformers for model parity, tokenizers for tokenizer parity). A failed install
 # is an error (fail above): the tests would skip, or fail under CI.
 if [ "${1:-}" = "--test-deps" ]; then
-  if "$PY" -c "import transformers, tokenizers, safetensors, openai" 2>/dev/null; then
-    log "test dependencies (transformers, tokenizers, openai): present"
+  if "$PY" -c "import transformers, tokenizers, safetensors, openai, pandas" 2>/dev/null; then
+    log "test dependencies (transformers, tokenizers, openai, pandas): present"
   else
     log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
     pip_install "${TEST_SPECS[@]}" || true
-    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai" 2>&1 >/dev/null)" \
+    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai, pandas" 2>&1 >/dev/null)" \
       || fail "python packages ${TEST_SPECS[*]} do not import after pip install (${err##*$'\n'}); try: $PY -m pip install ${TEST_SPECS[*]}"
   fi
   # The Debian package `prometheus`: promtool checks the /metrics texts, and the

@@ -90,7 +90,7 @@ if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
   export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export RLHOST_TEST_DATA="$asan/test-data"  # tests/data, unpacked when $asan was configured
   run_test asan/cpp "$asan/tests/rlhost_cpp_tests"
-  for spec in task interrupt json tokenizer; do
+  for spec in task interrupt json tokenizer data; do  # data: the Parquet module (Arrow) too
     [ -f "$root/tests/lua/${spec}_spec.lua" ] && \
       run_test "asan/lua/${spec}_spec" "$asan/rlhost" --no-control "$root/tests/lua/spec.lua" "$root/tests/lua/${spec}_spec.lua"
   done

@@ -5,8 +5,11 @@
 --   local groups = ds:get_samples(8, 4)   -- 8 prompts x 4 samples each: {{s, s, s, s}, ...}
 --   local st = ds:state()                 -- exact position; ds:load_state(st) resumes it
 --
--- Files: .jsonl (one object per line, blank lines skipped) or .json (an array of
--- objects), optionally sliced as "path@[start:end]" (Python slice bounds).
+-- Files: .jsonl (one object per line, blank lines skipped), .json (an array of
+-- objects) or .parquet (one row a prompt, read with Apache Arrow row group by row group,
+-- only the columns named by the keys below; nested columns become tables as JSON would:
+-- struct -> object, list -> array, null -> rl.json.null), optionally sliced as
+-- "path@[start:end]" (Python slice bounds).
 -- Options (slime's flag in brackets):
 --   input_key ("input") [--input-key]: the prompt: a string, or a list of chat messages
 --   label_key (nil) [--label-key], metadata_key ("metadata") [--metadata-key],
@@ -38,10 +41,75 @@ local function parse_slice(spec)
   return path, tonumber(a), tonumber(b)
 end
 
+local PARQUET_HINT = "check it with: python3 -c \"import pyarrow.parquet as pq; print(pq.read_table('%s'))\""
+local SUPPORT_HINT = "run scripts/bootstrap.sh (it installs pyarrow, whose wheel ships Arrow C++), reconfigure and "
+  .. "rebuild; or convert the file: pandas.read_parquet(path).to_json(out, orient='records', lines=True)"
+
+-- The Parquet module (librlhost_parquet.so), loaded on the first .parquet file.
+local function parquet_module(path)
+  local ok, mod = pcall(require, "rlhost_parquet")
+  if ok then return mod end
+  local why = tostring(mod)
+  if why:find("module 'rlhost_parquet' not found", 1, true) then
+    fail("rl.data.load: " .. path .. ": this rlhost was built without the Parquet reader "
+      .. "(Apache Arrow C++ was not found when it was configured)", SUPPORT_HINT)
+  end
+  fail("rl.data.load: " .. path .. ": cannot load the Parquet reader (" .. why:match("[^\n]*") .. ")", SUPPORT_HINT)
+end
+
+-- Rows of a .parquet file: only the columns the keys name (input and label must exist).
+local function read_parquet(path, opts)
+  local r, err = parquet_module(path).open(path)
+  if not r then
+    fail("rl.data.load: " .. path .. ": " .. err, not err:match("^cannot open") and PARQUET_HINT:format(path) or nil)
+  end
+  local kinds, names = {}, {}
+  for _, c in ipairs(r:columns()) do kinds[c.name], names[#names + 1] = c, c.name end
+  local want, seen = {}, {}
+  local function need(key, flag, required)
+    if not key or seen[key] then return end
+    local c = kinds[key]
+    if not c then
+      if required then
+        fail(("rl.data.load: %s: no column '%s' (columns: %s)"):format(path, key, table.concat(names, ", ")),
+          "set " .. flag)
+      end
+      return
+    end
+    seen[key], want[#want + 1] = true, key
+  end
+  local input_key = opts.input_key or "input"
+  need(input_key, "input_key (--input-key)", true)
+  local ik = kinds[input_key]
+  if ik.kind ~= "string" and ik.kind ~= "list" and ik.kind ~= "binary" then
+    fail(("rl.data.load: %s: column '%s' has type %s; a prompt is text or a list of chat messages"):format(
+      path, input_key, ik.type), "set input_key (--input-key) to the prompt column")
+  end
+  need(opts.label_key, "label_key (--label-key)", true)
+  need(opts.metadata_key or "metadata", "metadata_key (--metadata-key)", false)
+  need(opts.tool_key or "tools", "tool_key (--tool-key)", false)
+  local ok, serr = r:select(want)
+  if not ok then
+    fail("rl.data.load: " .. path .. ": " .. serr, "cast the column to a supported type when writing the file")
+  end
+  local rows, lines = {}, {}
+  while true do
+    local group, gerr = r:next()
+    if group == false then break end
+    if not group then fail("rl.data.load: " .. path .. ": " .. gerr, PARQUET_HINT:format(path)) end
+    for _, row in ipairs(group) do
+      rows[#rows + 1] = row
+      lines[#rows] = #rows
+    end
+  end
+  r:close()
+  return rows, lines, 0
+end
+
 local function read_rows(path, opts)
+  if path:match("%.parquet$") then return read_parquet(path, opts) end
   if not (path:match("%.jsonl$") or path:match("%.json$")) then
-    fail("rl.data.load: " .. path .. ": unsupported file type",
-      "use .jsonl or .json (convert parquet with pandas: df.to_json(path, orient='records', lines=True))")
+    fail("rl.data.load: " .. path .. ": unsupported file type", "use .jsonl, .json or .parquet")
   end
   local f, err = io.open(path, "r")
   if not f then fail("rl.data.load: cannot open " .. path .. ": " .. tostring(err)) end

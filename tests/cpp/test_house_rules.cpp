@@ -179,6 +179,25 @@ TEST_CASE("house: what the binary links includes nothing from runtime's LibTorch
   CHECK(bad.empty());
 }
 
+TEST_CASE("house: Arrow headers only in runtime/data's sources; only bindings/parquet_* use runtime/data", "[house]") {
+  // runtime/data is the Parquet module's (librlhost_parquet.so, built only where Arrow is
+  // found): its headers hide Arrow, and nothing the binary links includes them.
+  static const std::regex arrow(R"(^(arrow|parquet)/)");
+  std::vector<std::string> bad;
+  for (const std::string dir : {"runtime", "bindings", "app", "tests/cpp"}) {
+    for (const auto& i : includes_of(dir)) {
+      const bool in_data = i.file.rfind("runtime/data/", 0) == 0;
+      if (i.angled && std::regex_search(i.target, arrow) && !(in_data && fs::path(i.file).extension() == ".cpp"))
+        bad.push_back(where(i));
+      if (!i.angled && first_dir(i.target) == "data" && !in_data &&
+          fs::path(i.file).filename().string().rfind("parquet_", 0) != 0)
+        bad.push_back(where(i));
+    }
+  }
+  for (const auto& b : bad) FAIL_CHECK(b);
+  CHECK(bad.empty());
+}
+
 TEST_CASE("house: no include cycle between runtime folders", "[house]") {
   const std::set<std::string> areas = runtime_areas();
   std::map<std::string, std::map<std::string, std::string>> edges;  // from -> to -> an include that makes it

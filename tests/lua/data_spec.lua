@@ -187,7 +187,51 @@ describe("rl.data", function()
     os.remove(none)
     raises(function() rl.data.load("/nonexistent.jsonl") end, "cannot open")
     raises(function() rl.data.load(bad, 3) end, "opts")
-    raises(function() rl.data.load((bad:gsub("jsonl$", "parquet"))) end, "unsupported file type")
+    raises(function() rl.data.load((bad:gsub("jsonl$", "csv"))) end, "unsupported file type")
+    raises(function() rl.data.load((bad:gsub("jsonl$", "parquet"))) end, "parquet")
     os.remove(bad)
+  end)
+end)
+
+describe("rl.data reads Parquet", function()
+  -- The files are written by pyarrow (tests/e2e/test_data_parquet.py covers pandas,
+  -- damaged files and every option); the module is librlhost_parquet.so.
+  local function need_reader()
+    if not pcall(require, "rlhost_parquet") then
+      skip("the Parquet reader (librlhost_parquet.so)",
+        "rlhost was configured without Arrow C++: run scripts/bootstrap.sh, reconfigure and rebuild")
+    end
+    if not python("import pyarrow; print(1)"):match("1") then
+      skip("pyarrow in python3", "pip install pyarrow==26.0.1, or scripts/bootstrap.sh")
+    end
+  end
+  it("gives the rows JSONL gives: nested columns, row groups, nulls, slices", function()
+    need_reader()
+    local dir = tmpdir(true)
+    local rows = {}
+    for i = 0, 6 do
+      rows[#rows + 1] = json.encode {
+        p = { { role = "user", content = "q" .. i } },
+        a = i == 2 and json.null or tostring(i),
+        metadata = { n = i, tags = json.array { "x", i % 2 == 0 and "even" or "odd" }, note = json.null },
+      }
+    end
+    write_file(dir .. "/d.jsonl", table.concat(rows, "\n") .. "\n")
+    python(("import pyarrow.json as j, pyarrow.parquet as pq\n"
+      .. "pq.write_table(j.read_json(\"%s/d.jsonl\"), \"%s/d.parquet\", row_group_size=2)"):format(dir, dir))
+    local opts = { input_key = "p", label_key = "a" }
+    for _, spec in ipairs { "", "@[1:-2]" } do
+      local a, b = rl.data.load(dir .. "/d.jsonl" .. spec, opts), rl.data.load(dir .. "/d.parquet" .. spec, opts)
+      eq(b:size(), a:size())
+      for i = 1, a:size() do eq(b.prompts[i]:to_dict(), a.prompts[i]:to_dict(), "prompt " .. i .. spec) end
+    end
+    local p = rl.data.load(dir .. "/d.parquet", opts).prompts
+    eq(p[3].label, nil)
+    ok(json.is_array(p[1].prompt) and json.is_array(p[1].metadata.tags))
+    eq(p[1].metadata.note, json.null)
+    raises(function() rl.data.load(dir .. "/d.parquet", { input_key = "q" }) end, "no column 'q' (columns: ")
+    write_file(dir .. "/x.parquet", "PAR1 not really")
+    raises(function() rl.data.load(dir .. "/x.parquet") end, "x.parquet: not a readable Parquet file")
+    os.execute("rm -rf '" .. dir .. "'")
   end)
 end)

@@ -69,7 +69,7 @@ function Source:load_state(state) end
 
 ---@class rl.data
 rl.data = {}
----@param path string .jsonl or .json, optionally "path@[start:end]"
+---@param path string .jsonl, .json or .parquet (columns picked by the keys), optionally "path@[start:end]"
 ---@param opts? {input_key?: string, label_key?: string, metadata_key?: string, tool_key?: string, apply_chat_template?: boolean, tokenizer?: rl.tokenizer.Tokenizer, chat_template_kwargs?: table, max_prompt_len?: integer, shuffle?: boolean, seed?: integer, skip_bad_rows?: boolean}
 ---@return rl.data.Source
 function rl.data.load(path, opts) end

@@ -148,10 +148,16 @@ end
 -- slime's (random.Random(--rollout-seed + epoch).shuffle), used for the training prompts
 -- under --rollout-shuffle; eval sets keep the file's order, as slime's do.
 local function load_data(opt, path, tok, what, shuffle)
-  local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key, metadata_key = opt.metadata_key,
+  -- A file rl.data cannot use (missing, not Parquet, no such column, ...) is a usage error
+  -- naming the flag, not a traceback.
+  local ok, ds = pcall(rl.data.load, path, { input_key = opt.input_key, label_key = opt.label_key,
+    metadata_key = opt.metadata_key, tool_key = opt.tool_key,
     apply_chat_template = opt.apply_chat_template, tokenizer = tok, shuffle = shuffle or false,
     seed = opt.rollout_seed })
-  if not ds then rl.args.usage_error(("%s: %s"):format(what, tostring(err))) end
+  if not ok then
+    if type(ds) ~= "string" then error(ds, 0) end  -- a cancellation (Ctrl-C), not the file's fault
+    rl.args.usage_error(("%s: %s"):format(what, ds))
+  end
   return ds
 end
 

@@ -25,9 +25,10 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
 local FLAGS = {
   -- model and data
   { name = "hf_checkpoint", type = "string", help = "HF model directory (Qwen2.5/Qwen3/Llama); default: the embedded math model" },
-  { name = "prompt_data", type = "string", help = "training prompts (.jsonl/.json); default: the default model's problems" },
+  { name = "prompt_data", type = "string", help = "training prompts (.jsonl/.json/.parquet); default: the default model's problems" },
   { name = "input_key", type = "string", default = "question", help = "prompt field of a row" },
   { name = "label_key", type = "string", default = "answer", help = "label field of a row" },
+  { name = "tool_key", type = "string", default = "tools", help = "tool schemas of a row (a list or JSON text)" },
   { name = "apply_chat_template", type = "bool", default = true, help = "format prompts with the tokenizer's chat template" },
   { name = "rm_type", type = "string",
     help = "a built-in reward in place of the recipe's: math, deepscaler, dapo, gsm8k, random, boxed_<type> (a sample's metadata.rm_type wins)" },
