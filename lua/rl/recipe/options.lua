@@ -11,7 +11,8 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "advantage_estimator", "kl_coef", "use_kl_loss", "kl_loss_coef", "kl_loss_type", "entropy_coef",
   "calculate_per_token_loss", "eps_clip", "eps_clip_high", "lr", "weight_decay", "clip_grad", "bf16",
   "micro_batch_size", "max_tokens_per_gpu", "old_logprobs", "use_tis", "tis_mode", "tis_clip_low", "tis_clip",
-  "train_backend",
+  "train_backend", "gamma", "normalize_advantages", "use_critic", "critic_lr", "value_clip", "lambd",
+  "num_critic_only_steps",
 }, {
   kl_loss_type = { default = "low_var_kl" },
   lr = { no_default = true, help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
@@ -23,6 +24,8 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
 local FLAGS = {
   -- model and data
   { name = "hf_checkpoint", type = "string", help = "HF model directory (Qwen2.5/Qwen3/Llama); default: the embedded math model" },
+  { name = "critic_load", type = "string",
+    help = "--use-critic: the value model's initial decoder, a HF directory of the policy's shape (default: --hf-checkpoint)" },
   { name = "prompt_data", type = "string", help = "training prompts (.jsonl/.json); default: the default model's problems" },
   { name = "input_key", type = "string", default = "question", help = "prompt field of a row" },
   { name = "label_key", type = "string", default = "answer", help = "label field of a row" },
