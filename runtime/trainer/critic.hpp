@@ -45,10 +45,6 @@ class Critic {
   std::unique_ptr<torch::optim::AdamW> optim_;
 };
 
-}  // namespace rl::trainer
-
-namespace rl::trainer {
-
 // The critic in a trainer checkpoint directory: critic.safetensors (named_parameters,
 // in the critic's dtype) and critic_optimizer.pt (its AdamW state, as optimizer.pt).
 inline constexpr const char* kCriticFile = "critic.safetensors";

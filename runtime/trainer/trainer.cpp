@@ -342,8 +342,6 @@ std::vector<std::vector<float>> Trainer::response_values(const TrainBatch& b) {
   std::vector<std::vector<float>> out(b.tokens.size());
   std::vector<int64_t> all(b.tokens.size());
   std::iota(all.begin(), all.end(), 0);
-  const auto saved = std::move(old_values_);  // packing must not read the running train()'s
-  old_values_.clear();
   for (const auto& mb : micro_batches(b, all)) {
     Packed p = pack(b, mb);
     auto v = critic_values(p).to(torch::kCPU).contiguous();
@@ -351,7 +349,6 @@ std::vector<std::vector<float>> Trainer::response_values(const TrainBatch& b) {
     for (size_t r = 0; r < mb.size(); ++r)
       for (int64_t j = 0; j < p.resp_lens[r]; ++j) out[mb[r]].push_back(acc[r][j]);
   }
-  old_values_ = saved;
   return out;
 }
 

@@ -1,8 +1,9 @@
 // The LibTorch trainer of one policy: a rollout's train batch in, one or more
 // optimiser steps out (slime's actor: log-prob recomputation, advantages, the
 // GRPO-family loss over micro-batches with gradient accumulation, global-norm
-// clipping, AdamW, a learning-rate schedule) and train/ + perf/ metrics back.
-// Knows nothing of Lua; bindings/torch_trainer.cpp wraps it.
+// clipping, AdamW, a learning-rate schedule; with use_critic, slime's critic too:
+// critic.hpp) and train/ + perf/ metrics back. Knows nothing of Lua;
+// bindings/torch_trainer.cpp wraps it.
 #pragma once
 #include <atomic>
 #include <functional>
