@@ -130,6 +130,7 @@ trainer::TrainBatch batch_arg(lua_State* L, int idx) {
   column(L, idx, "rewards", b.rewards);
   rows(L, idx, "loss_masks", b.loss_masks);
   rows(L, idx, "rollout_log_probs", b.rollout_log_probs, true);
+  rows(L, idx, "teacher_log_probs", b.teacher_log_probs, true);
   // batch.logprob_digests (optional): per sample, the digest its engine reported ("" none)
   lua_getfield(L, idx, "logprob_digests");
   if (lua_istable(L, -1)) {

@@ -66,8 +66,7 @@ for rollout_id = job.start_rollout, opt.num_rollout - 1 do
 
   -- 2. Advantages: each group's rewards through edit.normalize, into the train batch
   --    (which records the estimator; the trainer checks it is its own).
-  local batch = rl.rollout.train_data.convert(groups, { estimator = opt.advantage_estimator,
-    normalize_group = edits:fn("normalize"), reward_key = opt.reward_key, global_batch_size = opt.global_batch_size })
+  local batch = job:train_data(groups, { normalize_group = edits:fn("normalize") })
 
   -- 3. Policy update: PPO-clip on the new log-probs, --global-batch-size samples per step.
   job:train(batch)

@@ -38,10 +38,7 @@ local opt = rl.args(rl.recipe.options {
 local job = rl.recipe.setup(opt, { reward = reward:fn("reward"), dynamic_filter = rl.rollout.filters.nonzero_std })
 if not job.is_main then return job:train_worker() end   -- `--nproc N`: ranks > 0 train on their share
 
-local function advantages(groups)
-  return rl.rollout.train_data.convert(groups, { estimator = opt.advantage_estimator,
-    reward_key = opt.reward_key, global_batch_size = opt.global_batch_size })
-end
+local function advantages(groups) return job:train_data(groups) end
 
 local ahead = opt.async_mode == "one-step-off" and rl.recipe.async.one_step_off(job)
 local stream = opt.async_mode == "fully-async"

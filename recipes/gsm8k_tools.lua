@@ -83,8 +83,7 @@ for rollout_id = job.start_rollout, opt.num_rollout - 1 do
   local groups, samples = job:rollout_step(rollout_id)
 
   -- 2. Advantages: GRPO's group normalisation (the loss mask keeps the tool turns out).
-  local batch = rl.rollout.train_data.convert(groups, { estimator = opt.advantage_estimator,
-    reward_key = opt.reward_key, global_batch_size = opt.global_batch_size })
+  local batch = job:train_data(groups)
 
   -- 3. Policy update, 4. weights to the engines.
   job:train(batch)

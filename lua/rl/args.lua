@@ -75,6 +75,9 @@ local TYPE_NAMES = "string, int, number, bool or list"
 local OPTION_FIELDS = {
   name = true, type = true, of = true, default = true, help = true, choices = true,
   required = true, positional = true, metavar = true,
+  -- a flag accepted for compatibility whose value rlhost does not use: the reason (and what
+  -- to use instead), which the program logs when the flag is given (rl.args.not_applicable)
+  not_applicable = true,
 }
 local SPEC_FIELDS = { description = true, prog = true, epilog = true }
 local RESERVED = { help = true, log_level = true, h = true }
@@ -187,7 +190,7 @@ local function compile_option(d, index)
   local where = "option '" .. key .. "'"
   for k in pairs(d) do
     if not OPTION_FIELDS[k] then
-      return nil, ("%s: unknown field '%s' (fields: name, type, of, default, help, choices, required, positional, metavar)")
+      return nil, ("%s: unknown field '%s' (fields: name, type, of, default, help, choices, required, positional, metavar, not_applicable)")
         :format(where, tostring(k))
     end
   end

@@ -94,12 +94,13 @@ function M.save(template, rollout_id, samples, opts)
   return path
 end
 
--- slime keeps the first k//2 and the last k - k//2 rows of k = int(n * ratio).
--- (slime's k = 0 keeps every row, a slicing accident; here at least one row stays.)
+-- slime keeps the first k//2 and the last k - k//2 rows of k = int(n * ratio); a ratio
+-- giving k = 0 keeps every row, as slime's slicing does (data[:0] + data[-0:]).
 local function subsample_rows(samples, ratio)
   local n = #samples
   if n == 0 then return samples end
-  local k = math.max(1, math.floor(n * ratio))
+  local k = math.floor(n * ratio)
+  if k == 0 then return samples end
   local head = math.floor(k / 2)
   local out = {}
   for i = 1, head do out[#out + 1] = samples[i] end

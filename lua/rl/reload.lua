@@ -39,9 +39,10 @@ end
 
 local read = require("rl._fs").read_file
 
--- Runs the file's text as module `name`; returns the module value or nil, err.
+-- Runs the file's text as module `name`; returns the module value or nil, err. Source
+-- text only: LuaJIT does not verify bytecode, and a damaged chunk crashes the process.
 local function load_text(name, path, text)
-  local chunk, err = loadstring(text, "@" .. path)
+  local chunk, err = require("rl._fs").load_source(text, path)
   if not chunk then return nil, err end
   local ok, mod = xpcall(chunk, debug.traceback, name, path)
   if not ok then return nil, mod end
@@ -49,7 +50,8 @@ local function load_text(name, path, text)
   return mod
 end
 
---- Watches module `name` (found on package.path, like require): loads it now and
+--- Watches module `name` (found on package.path, like require; or a file, when `name`
+--- is a path ending in .lua, watched under that path): loads it now and
 --- returns the watch. A module that cannot be found or loaded now raises (the
 --- recipe cannot start without it). Watching the same name twice returns the same watch.
 function M.watch(name)
@@ -57,16 +59,26 @@ function M.watch(name)
     error("rl.reload.watch: bad argument #1 'name' (module name expected, e.g. \"rewards.my_reward\")", 2)
   end
   if by_name[name] then return by_name[name] end
-  local path, err = package.searchpath(name, package.path)
+  local path, err
+  if name:match("%.lua$") then   -- a file: watched under its path
+    path = name
+    local f, oerr = io.open(path, "rb")
+    if f then f:close() else err = "\n\t" .. tostring(oerr) end
+    if err then path = nil end
+  else
+    path, err = package.searchpath(name, package.path)
+  end
   if not path then
     error(("rl.reload.watch: module '%s' not found:%s\nhint: reloadable modules are Lua files on package.path, "
-      .. "e.g. next to the recipe"):format(name, err), 2)
+      .. "e.g. next to the recipe, or a path ending in .lua"):format(name, err), 2)
   end
   local text = assert(read(path))
   local mod, lerr = load_text(name, path, text)
   if not mod then error(("rl.reload.watch: %s: %s"):format(name, lerr), 2) end
-  package.loaded[name] = mod
-  local w = setmetatable({ name = name, path = path, module = mod, hash = M.hash(text), version = 1,
+  if not name:match("%.lua$") then package.loaded[name] = mod end
+  -- label: the name in metrics and traces (a file's: its base name without .lua)
+  local w = setmetatable({ name = name, label = name:match("([^/]+)%.lua$") or name, path = path, module = mod,
+                           hash = M.hash(text), version = 1,
                            _text = text, errors = 0 }, Watch)
   watched[#watched + 1] = w
   by_name[name] = w
@@ -212,7 +224,7 @@ function Watch:check()
   end
   self._text, self._last_error = text, nil
   self.module, self.hash, self.version = mod, h, self.version + 1
-  if not self.inline then package.loaded[self.name] = mod end
+  if not self.inline and not self.name:match("%.lua$") then package.loaded[self.name] = mod end
   log.info(("rl.reload: %s reloaded: version %d (%s)"):format(self.name, self.version, h))
   return true
 end
@@ -239,8 +251,9 @@ end
 function M.metrics()
   local m = {}
   for _, w in ipairs(watched) do
-    m["reload/" .. w.name .. "/version"] = w.version
-    m["reload/" .. w.name .. "/hash"] = tonumber(w.hash:sub(1, 12), 16)
+    local label = w.label or w.name
+    m["reload/" .. label .. "/version"] = w.version
+    m["reload/" .. label .. "/hash"] = tonumber(w.hash:sub(1, 12), 16)
   end
   return m
 end
@@ -248,7 +261,7 @@ end
 --- Trace attrs naming each watched module's version: {["module.<name>"] = "<hash>"}.
 function M.trace_attrs()
   local a = {}
-  for _, w in ipairs(watched) do a["module." .. w.name] = w.hash end
+  for _, w in ipairs(watched) do a["module." .. (w.label or w.name)] = w.hash end
   return a
 end
 

@@ -121,6 +121,19 @@ local function start_process(opts)
   end
 end
 
+--- A handle on a router already running at `url` (slime's --sglang-router-ip/port):
+--- :add, :remove, :workers, :metrics over its HTTP API (worker changes carry the run's
+--- admin token); :stop() leaves it running. nil, err when GET /health does not answer.
+function M.connect(url)
+  task.need_task("rl.router.connect")
+  url = tostring(url):gsub("/+$", "")
+  local resp, err = http().get(url .. "/health", { timeout = 5 })
+  if not resp or resp.status ~= 200 then
+    return nil, ("rl.router.connect: %s: GET /health %s"):format(url, resp and ("answered " .. resp.status) or tostring(err))
+  end
+  return setmetatable({ url = url, mode = "external" }, Process)   -- no pid: stop() leaves it be
+end
+
 --- Starts a router. opts: workers, policy, host, port, mode ("thread"|"process"),
 --- health_*, max_retries, retry_backoff, request_timeout, circuit_*, cache_threshold,
 --- balance_*_threshold, ... (docs/router.md). Returns a handle with `url`,

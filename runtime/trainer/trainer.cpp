@@ -61,6 +61,7 @@ struct Trainer::Packed {
   torch::Tensor rollout_logp;   // [B, R] float32 or undefined
   torch::Tensor behaviour_logp; // [B, R] float32: the policy's before this train() call, or undefined
   torch::Tensor old_values;     // [B, R] float32: the critic's before this train() call (use_critic), or undefined
+  torch::Tensor teacher_logp;   // [B, R] float32: a teacher's (on-policy distillation), or undefined
   torch::Tensor rewards;        // [B] float32
   std::vector<int64_t> prompt_lens, resp_lens;
   // Response tokens in order: row of the flattened [B*L] hidden states that predicts
@@ -262,6 +263,8 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   if (has_behaviour) p.behaviour_logp = torch::zeros({B, R}, torch::kFloat32);
   const bool has_values = !old_values_.empty();
   if (has_values) p.old_values = torch::zeros({B, R}, torch::kFloat32);
+  const bool has_teacher = !b.teacher_log_probs.empty();
+  if (has_teacher) p.teacher_logp = torch::zeros({B, R}, torch::kFloat32);
   auto ids = p.ids.accessor<int64_t, 2>();
   auto mask = p.mask.accessor<float, 2>();
   for (int64_t r = 0; r < B; ++r) {
@@ -286,6 +289,10 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
       auto acc = p.old_values.accessor<float, 2>();
       for (int64_t j = 0; j < resp; ++j) acc[r][j] = old_values_[i][j];
     }
+    if (has_teacher) {
+      auto acc = p.teacher_logp.accessor<float, 2>();
+      for (int64_t j = 0; j < resp; ++j) acc[r][j] = b.teacher_log_probs[i][j];
+    }
     for (int64_t j = 0; j < resp; ++j) {
       const int64_t pos = n - resp + j;  // position of the response token
       p.rows.push_back(r * L + pos - 1);
@@ -296,7 +303,8 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   // Built on the host, then moved once to where the policy lives.
   const auto dev = policy_->options().device;
   if (dev != torch::kCPU) {
-    for (auto* t : {&p.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp, &p.old_values})
+    for (auto* t : {&p.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp, &p.old_values,
+                    &p.teacher_logp})
       if (t->defined()) *t = t->to(dev);
   }
   return p;
@@ -442,7 +450,7 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
       x.old_logp = x.p.rollout_logp;
     } else if (x.p.behaviour_logp.defined()) {
       x.old_logp = x.p.behaviour_logp;
-    } else if (opts_.kl_coef != 0.0) {
+    } else if (opts_.kl_coef != 0.0 || opts_.use_opd) {
       x.old_logp = response_logp(*policy_, x.p, false, nullptr);
     }
     if (need_ref) x.ref_logp = response_logp(*ref_, x.p, false, nullptr);
@@ -463,15 +471,21 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
     } else {
       x.adv = compute_advantages_unnormalized(opts_.loss.estimator, ai);
     }
+    if (opts_.use_opd) {  // the teacher's signal, token by token: the reverse KL's sample estimate
+      const torch::Tensor rkl = (x.old_logp - x.p.teacher_logp) * x.p.mask;
+      x.adv = x.adv - opts_.opd_kl_coef * rkl;
+      opd_kl_sum_ += rkl.sum().item<double>();
+      opd_tokens_ += x.p.mask.sum().item<double>();
+    }
     prep.push_back(std::move(x));
   }
   // Sharded: as many no-grad passes as the rank with the most micro-batches.
   if (fsdp_ && norm.passes > static_cast<int64_t>(mbs.size()) &&
-      (need_ref || (!opts_.use_rollout_logprobs && opts_.kl_coef != 0.0))) {
+      (need_ref || (!opts_.use_rollout_logprobs && (opts_.kl_coef != 0.0 || opts_.use_opd)))) {
     torch::NoGradGuard ng;
     const Packed pad = pack(b, mbs.front());
     for (int64_t k = static_cast<int64_t>(mbs.size()); k < norm.passes; ++k) {
-      if (opts_.kl_coef != 0.0 && !opts_.use_rollout_logprobs && !pad.behaviour_logp.defined())
+      if ((opts_.kl_coef != 0.0 || opts_.use_opd) && !opts_.use_rollout_logprobs && !pad.behaviour_logp.defined())
         response_logp(*policy_, pad, false, nullptr);
       if (need_ref) response_logp(*ref_, pad, false, nullptr);
     }
@@ -634,6 +648,7 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   StepNorm norm = step_normaliser(b, idx);
   // Sharded: the micro-batch passes every rank runs (the most any rank has), agreed once.
   norm.passes = agree_passes(static_cast<int64_t>(mbs.size()));
+  opd_kl_sum_ = opd_tokens_ = 0.0;
   auto prep = prepare_micro_batches(b, mbs, norm);
   const double lr = lr_at(step_);
   for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
@@ -642,6 +657,10 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   // The critic's warm-up (num_critic_only_steps): only the critic learns.
   const bool policy = !(critic_ && critic_progress_.rollouts < opts_.num_critic_only_steps);
   Metrics m = accumulate_gradients(prep, norm, policy);
+  if (opts_.use_opd) {  // summed over ranks with the other metrics (their ratio is the step's mean)
+    m["train/opd_kl_sum"] = opd_kl_sum_;
+    m["train/opd_kl_tokens"] = opd_tokens_;
+  }
   double grad_norm = 0;
   if (policy) grad_norm = clip_and_step(norm, m);
   else if (norm.world > 1) average_metrics(*norm.group, m);
@@ -658,6 +677,12 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   if (policy) {
     m["train/grad_norm"] = grad_norm;
     m["train/lr"] = lr;
+  }
+  if (opts_.use_opd) {  // slime's opd_reverse_kl: mean of logp_old − logp_teacher over the step's masked tokens
+    const double sum = m["train/opd_kl_sum"], tokens = m["train/opd_kl_tokens"];
+    m.erase("train/opd_kl_sum");
+    m.erase("train/opd_kl_tokens");
+    m["train/opd_reverse_kl"] = tokens > 0 ? sum / tokens : 0.0;
   }
   m["train/global_batch_size"] = norm.global_count;
   m["train/num_microbatches"] = static_cast<double>(mbs.size());
@@ -688,6 +713,11 @@ void Trainer::validate(const TrainBatch& b) const {
     throw std::invalid_argument("trainer: batch.rollout_log_probs has a different sample count");
   if (!b.logprob_digests.empty() && static_cast<int64_t>(b.logprob_digests.size()) != n)
     throw std::invalid_argument("trainer: batch.logprob_digests has a different sample count");
+  if (opts_.use_opd && b.teacher_log_probs.empty())
+    throw std::invalid_argument("trainer: use_opd needs batch.teacher_log_probs (a teacher's log-prob of every response "
+                                "token, per sample)");
+  if (!b.teacher_log_probs.empty() && static_cast<int64_t>(b.teacher_log_probs.size()) != n)
+    throw std::invalid_argument("trainer: batch.teacher_log_probs has a different sample count");
   const int64_t vocab = policy_->config().vocab_size;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(b.tokens[i].size()), r = b.response_lengths[i];
@@ -695,6 +725,12 @@ void Trainer::validate(const TrainBatch& b) const {
     if (static_cast<int64_t>(b.loss_masks[i].size()) != r) fail("loss_masks", i, "length differs from response_length");
     if (!b.rollout_log_probs.empty() && static_cast<int64_t>(b.rollout_log_probs[i].size()) != r)
       fail("rollout_log_probs", i, "length differs from response_length");
+    if (!b.teacher_log_probs.empty()) {
+      if (static_cast<int64_t>(b.teacher_log_probs[i].size()) != r)
+        fail("teacher_log_probs", i, "length differs from response_length");
+      for (float v : b.teacher_log_probs[i])
+        if (!std::isfinite(v) || v > 0) fail("teacher_log_probs", i, "holds a value that is not a log-probability");
+    }
     for (int64_t t : b.tokens[i])
       if (t < 0 || t >= vocab) fail("tokens", i, "holds id " + std::to_string(t) + " outside the vocabulary");
     if (!std::isfinite(b.rewards[i])) fail("rewards", i, "is not finite");

@@ -64,6 +64,10 @@ struct TrainerOptions {
   double value_clip = 0.2;             // slime's --value-clip
   double lambd = 1.0;                  // GAE's λ (slime's --lambd)
   int64_t num_critic_only_steps = 0;   // the first N train() calls (rollouts) update the critic only
+  // On-policy distillation (slime's --use-opd): A -= opd_kl_coef · (logp_old − logp_teacher)
+  // per token, before any whitening; needs TrainBatch::teacher_log_probs.
+  bool use_opd = false;
+  double opd_kl_coef = 1.0;
   int64_t global_batch_size = 0;       // samples per optimiser step; 0 = the whole batch
   int64_t micro_batch_size = 1;        // samples per micro-batch (when max_tokens_per_micro_batch == 0)
   int64_t max_tokens_per_micro_batch = 0;  // dynamic micro-batching by a token budget
@@ -85,6 +89,9 @@ struct TrainBatch {
   std::vector<double> rewards;
   std::vector<std::vector<float>> loss_masks;
   std::vector<std::vector<float>> rollout_log_probs;  // empty, or one per sample
+  // Empty, or one per sample: a teacher's log-prob of each response token (on-policy
+  // distillation, TrainerOptions::use_opd).
+  std::vector<std::vector<float>> teacher_log_probs;
   // Empty, or one per sample: the logprob_digest its engine reported with the log-probs
   // (nn/weights_digest.hpp; "" when none, or when its requests disagreed).
   std::vector<std::string> logprob_digests;
@@ -196,6 +203,7 @@ class Trainer {
   double lr_at(int64_t step) const { return lr_at(step, opts_.optim.lr); }
   double lr_at(int64_t step, double base) const;  // the schedule, peaking at `base`
   int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
+  double opd_kl_sum_ = 0.0, opd_tokens_ = 0.0;  // the step's Σ (logp_old − logp_teacher)·mask and Σ mask
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
                            const torch::Tensor& clipped, double divisor, bool token_mean,
                            const std::vector<int64_t>& rows);

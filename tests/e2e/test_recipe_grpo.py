@@ -187,8 +187,9 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
         r = self.run_recipe("--num-rollout", "2", "--save", d + "/ckpt", "--save-interval", "1",
                             "--save-debug-rollout-data", d + "/dump/rollout_{rollout_id}.pt",
                             "--metrics-dir", d + "/m", "--use-tensorboard", "--tensorboard-dir", d + "/tb")
-        first = r.stderr.strip().splitlines()[0]
-        self.assertIn("GRPO on " + self.model, first)
+        lines = r.stderr.strip().splitlines()
+        self.assertIn("Args parsed: Namespace(", lines[0])   # slime's first line
+        self.assertIn("GRPO on " + self.model, lines[1])
         for name in ("rollout_0.pt", "rollout_1.pt", "rollout_eval_0.pt", "rollout_eval_2.pt"):
             self.assertTrue(os.path.exists(d + "/dump/" + name), name)
         rows = self.metrics(d + "/m/metrics.jsonl")

@@ -58,7 +58,7 @@ describe("recipes/grpo_gsm8k.lua", function()
     local text = assert(require("rl._fs").read_file(RECIPE))
     local _, lines = text:gsub("\n", "")
     ok(lines < 100, lines .. " lines")
-    for _, step in ipairs { "job:rollout_step(", "train_data.convert(", "job:train(", "job:sync()", "job:log_step()" } do
+    for _, step in ipairs { "job:rollout_step(", "job:train_data(", "job:train(", "job:sync()", "job:log_step()" } do
       ok(text:find(step, 1, true), step)
     end
   end)

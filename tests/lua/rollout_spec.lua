@@ -229,6 +229,92 @@ describe("rl.rollout.train_data", function()
   end)
 end)
 
+describe("slime's surface in rl.rollout (issue 35)", function()
+  it("zero_std keys round as Python's round(x, 1)", function()
+    eq(metrics.round1(0.25), "0.2")   -- exact tie: half to even
+    eq(metrics.round1(0.35), "0.3")   -- 0.35 is 0.34999... as a double
+    eq(metrics.round1(0.45), "0.5")
+    eq(metrics.round1(1), "1.0")
+    eq(metrics.round1(-0.04), "-0.0")
+    local m = metrics.from_samples({ group(0, { 0.25, 0.25 }), group(1, { 0.35, 0.35 }) })
+    eq(m["zero_std/count_0.2"], 1)
+    eq(m["zero_std/count_0.3"], 1)
+  end)
+
+  it("repetition_frac: responses over 10000 characters whose tail compresses over 10x", function()
+    ok(not metrics.has_repetition(("ab"):rep(5000)), "10000 characters are not over the limit")
+    ok(metrics.has_repetition(("ab"):rep(5001)), "a loop")
+    local varied = {}
+    for i = 1, 3000 do varied[i] = tostring((i * 7919) % 10007) end
+    ok(not metrics.has_repetition(table.concat(varied, " ")), "varied text")
+    ok(not metrics.has_repetition(("é"):rep(6000)), "6000 characters (12000 bytes) are not over the limit")
+    local g = group(0, { 1, 0 })
+    g[1].response = ("ab"):rep(6000)
+    eq(metrics.from_samples({ g }).repetition_frac, 0.5)
+  end)
+
+  it("passrate/pass@k over the step's groups of n", function()
+    local m = metrics.rollout_metrics(0, { group(0, { 1, 0 }), group(1, { 0, 0 }) }, 1, nil,
+      { log_passrate = true, n_samples_per_prompt = 2 })
+    eq(m["passrate/pass@1"], 0.25)
+    eq(m["passrate/pass@2"], 0.5)
+    local off = metrics.eval_metrics({ e = { rewards = { 1, 0 }, truncated = {}, n_samples_per_prompt = 2 } }, 0,
+      { log_passrate = false })
+    eq(off["eval/e-pass@1"], nil)
+  end)
+
+  it("splits strided as slime without --balance-data", function()
+    local b = train_data.convert({ group(0, { 1, 0, 1, 0, 1 }) })
+    local parts = train_data.split(b, 2, { balance = false })
+    eq(parts[1].sample_indices, { 0, 2, 4 })
+    eq(parts[2].sample_indices, { 1, 3 })
+  end)
+
+  it("a reward post-process gives raw rewards and rewards; a bad one is named", function()
+    local b = train_data.convert({ group(0, { 1, 0 }) }, { post_process = function(ss)
+      return { 5, 6 }, { 0.5, -0.5 } end })
+    eq(b.rewards, { 0.5, -0.5 })
+    eq(b.raw_reward, { 5, 6 })
+    raises(function() train_data.convert({ group(0, { 1, 0 }) }, { post_process = function() return { 1 }, { 1, 2 } end })
+    end, "returned 1 raw_rewards for 2 samples")
+  end)
+
+  it("the batch carries round_number, metadata and teacher_log_probs when the samples have them", function()
+    local g = group(0, { 1, 0 })
+    for i, smp in ipairs(g) do
+      smp.metadata = { round_number = i }
+      smp.train_metadata = { source = "s" .. i }
+      smp.teacher_log_probs = {}
+      for j = 1, smp.response_length do smp.teacher_log_probs[j] = -j end
+    end
+    local b = train_data.convert({ g })
+    eq(b.round_number, { 1, 2 })
+    eq(b.metadata, { { source = "s1" }, { source = "s2" } })
+    eq(b.teacher_log_probs, { { -1 }, { -1, -2 } })
+    eq(train_data.split(b, 2, { balance = false })[2].teacher_log_probs, { { -1, -2 } })
+    local plain = train_data.convert({ group(0, { 1, 0 }) })
+    eq(plain.round_number, nil); eq(plain.metadata, nil); eq(plain.teacher_log_probs, nil)
+    g[2].teacher_log_probs = { -1 }
+    raises(function() train_data.convert({ g }) end, "has 1 teacher log-probs for 2 response tokens")
+  end)
+
+  it("a converted batch from a hook is checked and completed", function()
+    local ss = group(0, { 1, 0 })
+    local b = train_data.from_hook({ tokens = { { 1, 2, 3 }, { 1, 2 } }, response_lengths = { 2, 1 }, rewards = { 1, -1 } },
+      ss, "--hook")
+    eq(b.size, 2)
+    eq(b.loss_masks, { { 1, 1 }, { 1 } })
+    eq(b.total_lengths, { 3, 2 })
+    eq(b.raw_reward, { 1, -1 })
+    raises(function() train_data.from_hook({ tokens = {}, rewards = {} }, {}, "--hook") end,
+      "--hook: the train data has no 'response_lengths' list")
+    raises(function() train_data.from_hook({ tokens = { { 1 } }, response_lengths = { 1, 2 }, rewards = { 1 } }, {}, "--hook")
+    end, "'response_lengths' has 2 entries")
+    raises(function() train_data.from_hook({ tokens = { { 1, 2 } }, response_lengths = { 2 }, rewards = { 1 },
+      loss_masks = { { 1 } } }, {}, "--hook") end, "loss_masks[1] has 1 entries for a response of 2 tokens")
+  end)
+end)
+
 describe("rl.data buffer (partial rollout)", function()
   it("re-serves added groups first and keeps them in its state", function()
     local path = os.tmpname() .. ".jsonl"

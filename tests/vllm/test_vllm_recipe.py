@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -127,6 +128,82 @@ class VllmRecipeTest(vs.RlhostTestCase):
 
         for url, pid in servers:   # each server's process group (API server, EngineCore, worker) is gone
             self.assertTrue(vs.wait_group_gone(int(pid), 30), "vLLM processes of %s left after the run" % url)
+
+
+    def test_vime_launch_script(self):
+        """The seed's vime script (003: train.py with vLLM engines), flag for flag on this machine's paths,
+        the sleep rollout swapped for vime's default so that it runs 2 steps: no unknown option; the
+        Megatron/Ray flags each get their one not-applicable line; --vllm-<flag> reach vLLM's argv;
+        the requests' perf/request/* keys are recorded (vLLM's completions carry no timings)."""
+        d = self.dir
+        model = vs.default_model(self.env)
+        profile = json.dumps({"profiler": "torch", "torch_profiler_dir": d + "/vllm_profile", "max_iterations": 3,
+                              "ignore_frontend": True})
+        args = [vs.BIN, "--no-control", RECIPE, "--rollout-backend", "vllm",
+                "--train-backend", "megatron", "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1",
+                "--rollout-num-gpus", "1", "--rollout-num-gpus-per-engine", "1",
+                "--rollout-function-path", "vime.rollout.vllm_rollout.generate_rollout",
+                "--hf-checkpoint", model, "--ref-load", model, "--prompt-data", model + "/data/train.jsonl",
+                "--input-key", "question", "--label-key", "answer", "--apply-chat-template", "--rm-type", "deepscaler",
+                "--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "1",
+                "--rollout-max-response-len", "32", "--global-batch-size", "4",
+                "--vllm-gpu-memory-utilization", "0.7", "--vllm-profiler-config", profile,
+                "--metrics-dir", d + "/m", "--no-progress"]
+        p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=1800)
+        log = p.stderr + p.stdout
+        self.assertEqual(p.returncode, 0, log[-8000:])
+        self.assertNotIn("unknown option", log)
+        self.assertIn("--gpu-memory-utilization 0.7", log)
+        self.assertIn("--profiler-config", log)
+        for flag in ("--actor-num-nodes", "--actor-num-gpus-per-node", "--ref-load"):
+            self.assertEqual(log.count(flag + ": not applicable in rlhost: "), 1, flag)
+        self.assertIn("Args parsed: Namespace(", log)
+        self.assertRegex(log, r"Router launched at 127\.0\.0\.1:\d+, Prometheus port: \d+")
+        steps = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual([m["rollout/step"] for m in steps], [0, 1])
+        for m in steps:
+            self.assertEqual(m["perf/request/profiled_count"], m["perf/request/count"], m)
+            self.assertGreater(m["perf/request/e2e_latency/mean"], 0)
+
+
+    def test_external_vllm_engine(self):
+        """--rollout-external against a vLLM server another process started: rlhost names it vLLM
+        (/v1/models), routes the rollout's completions to it, syncs its weights each step
+        (reload_weights: VLLM_SERVER_DEV_MODE=1 where it runs) and leaves it running."""
+        d = self.dir
+        model = vs.default_model(self.env)
+        url_file = os.path.join(d, "vllm.url")
+        env = dict(self.env, VLLM_SERVER_DEV_MODE="1")
+        log = open(os.path.join(d, "serve.log"), "w")
+        self.addCleanup(log.close)
+        server = subprocess.Popen([vs.BIN, "--no-control", os.path.join(os.path.dirname(__file__), "serve_vllm.lua"),
+                                   model, url_file], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=d,
+                                  start_new_session=True)
+        self.addCleanup(lambda: (server.poll() is None) and vs.kill_group(server.pid))
+        deadline = time.time() + 1500
+        while not os.path.exists(url_file):
+            self.assertIsNone(server.poll(), "the vLLM server exited; see %s/serve.log" % d)
+            self.assertLess(time.time(), deadline, "vLLM did not serve")
+            time.sleep(1)
+        with open(url_file) as f:
+            url = f.read().strip()
+        addr = url.replace("http://", "")
+        args = [vs.BIN, "--no-control", RECIPE, "--hf-checkpoint", model, "--prompt-data", model + "/data/train.jsonl",
+                "--rollout-external",
+                "--rollout-external-engine-addrs", addr, "--num-rollout", "2", "--rollout-batch-size", "4",
+                "--n-samples-per-prompt", "4", "--rollout-max-response-len", "32", "--dynamic-sampling-filter", "none",
+                "--check-weight-update-equal", "--metrics-dir", d + "/m", "--no-progress", "--eval-interval", "1000"]
+        p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=1800)
+        out = p.stderr + p.stdout
+        self.assertEqual(p.returncode, 0, out[-8000:])
+        self.assertIn("external engine 0: %s (vllm" % url, out)
+        self.assertNotIn("Launching vLLM server", out)   # it started none of its own
+        self.assertIn("weight sync to 1 engine(s): disk", out)
+        steps = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(len(steps), 2)
+        for m in steps:
+            self.assertLess(m["rollout/weight_sync_logprob_abs_diff"], 1e-3, m)   # it took each sync
+        self.assertIsNone(server.poll(), "rlhost leaves an external engine running")
 
 
 if __name__ == "__main__":

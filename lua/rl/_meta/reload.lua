@@ -14,7 +14,8 @@ rl.reload = {}
 ---@field inline boolean|nil a recipe's own parts (rl.reload.inline)
 local Watch = {}
 
---- Watches module `name` (found on package.path like require) and loads it now;
+--- Watches module `name` (found on package.path like require, or a file when `name`
+--- is a path ending in .lua) and loads it now;
 --- raises when it cannot be found or loaded.
 ---@param name string
 ---@return rl.reload.Watch

@@ -200,6 +200,15 @@ function rl.rollout.metrics.rollout_metrics(rollout_id, samples, rollout_time, e
 function rl.rollout.metrics.pass_at_k(rewards, n, k) end
 ---@return table<string, number>
 function rl.rollout.metrics.eval_metrics(results, rollout_id, opts) end
+--- slime's has_repetition: over 10000 characters, the last 10000 compressing more than 10x (zlib, level 9).
+---@return boolean
+function rl.rollout.metrics.has_repetition(text) end
+--- pass@k (k = 1, 2, 4, ... <= n) over the groups of n samples: {["pass@1"] = ..., ...}.
+---@return table<string, number>
+function rl.rollout.metrics.passrate(samples, n, reward_key) end
+--- str(round(x, 1)) as Python writes it (zero_std/count_<r> keys).
+---@return string
+function rl.rollout.metrics.round1(x) end
 
 ---@class rl.rollout.TrainBatch
 ---@field size integer
@@ -219,12 +228,18 @@ function rl.rollout.metrics.eval_metrics(results, rollout_id, opts) end
 ---@class rl.rollout.train_data
 rl.rollout.train_data = {}
 ---@param samples table
----@param opts? {estimator?: string|function, normalize_group?: fun(rewards: number[], estimator: string): number[], normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
+---@param opts? {estimator?: string|function, normalize_group?: fun(rewards: number[], estimator: string): number[], post_process?: fun(samples: table): number[], number[], normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
 ---@return rl.rollout.TrainBatch
 ---@return table<string, number> metrics
 function rl.rollout.train_data.convert(samples, opts) end
+--- Strided split (rank r: rows r, r + ranks, ...) with opts.balance == false, else balanced by length.
+---@param opts? {balance?: boolean}
 ---@return rl.rollout.TrainBatch[]
-function rl.rollout.train_data.split(batch, ranks) end
+function rl.rollout.train_data.split(batch, ranks, opts) end
+--- A batch from slime's --custom-convert-samples-to-train-data-path dict, checked and completed.
+---@return rl.rollout.TrainBatch
+---@return table<string, number> metrics
+function rl.rollout.train_data.from_hook(dict, samples, what) end
 ---@return integer[][] parts
 ---@return number[] sums
 function rl.rollout.train_data.balanced_partitions(lengths, parts) end

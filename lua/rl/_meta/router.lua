@@ -68,6 +68,12 @@ function Handle:metrics() end
 --- Stops the router (joins its thread / ends the child process).
 function Handle:stop() end
 
+--- A handle on a router already running at url (its HTTP API; stop() leaves it running).
+---@param url string
+---@return rl.router.Handle|nil
+---@return string|nil err
+function rl.router.connect(url) end
+
 --- Starts a router. Bad options raise; a busy port returns nil, err.
 ---@param opts rl.router.StartOpts
 ---@return rl.router.Handle|nil

@@ -388,6 +388,15 @@ function VllmEngine:update_weights_from_disk(dir, weight_version)
   return { success = true, message = "reloaded from " .. dir, weight_version = self.weight_version }
 end
 
+--- A handle on a vLLM server started elsewhere (slime's --rollout-external): requests,
+--- stats and weight reloads as for one rlhost launched, never stopped by rlhost. opts:
+--- model (the served name), weight_version, api_key.
+function M.attach(url, opts)
+  opts = opts or {}
+  return setmetatable({ backend = "vllm", mode = "vllm", url = url, model = opts.model, external = true,
+                        weight_version = opts.weight_version or "default", _api_key = opts.api_key }, VllmEngine)
+end
+
 --- The server's weight-receiving side (rl.weight_sync): files only (reload_weights).
 function VllmEngine:weight_receiver()
   return require("rl.weight_sync").new_receiver { url = self.url, engine = self, kind = "vllm", disk_only = true }

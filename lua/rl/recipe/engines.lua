@@ -220,7 +220,7 @@ end
 
 local function stop_all(groups, launches)
   for _, g in ipairs(groups) do
-    if g.router then g.router:stop() end
+    if g.router then g.router:stop() end   -- a reused one (--sglang-router-ip) keeps running
   end
   for _, l in ipairs(launches or {}) do l.handle:stop() end   -- spawned, serving or not
   for _, g in ipairs(groups) do
@@ -380,7 +380,57 @@ end
 --- their sum. Thread-mode engines load in the spawning call, one after another.
 --- Returns the groups in order (also by name: groups.ref, groups.default) and the
 --- policy group (the one that takes weight updates, else nil).
+-- slime's "Ports for engine N: {...}" line, for each engine of the groups (in order).
+local function log_ports(groups)
+  local n = 0
+  for _, g in ipairs(groups) do
+    for _, e in ipairs(g.engines) do
+      local host, port = tostring(e.url):match("^https?://%[?([^%]/]-)%]?:(%d+)")
+      log.info("Ports for engine %d: {'host': '%s', 'port': %s%s}", n, tostring(host), tostring(port),
+        #groups > 1 and (", 'group': '" .. g.name .. "'") or "")
+      n = n + 1
+    end
+  end
+end
+
+-- The router of a group: the one running at --sglang-router-ip/port (the policy's group
+-- only; the engines are registered with it), else a new one on --sglang-router-port (the
+-- first group; others on free ports, as slime) with --sglang-router-request-timeout-secs.
+local function group_router(opt, urls, first)
+  if opt.sglang_router_ip and first then
+    local url = ("http://%s:%d"):format(opt.sglang_router_ip, opt.sglang_router_port)
+    local r, err = rl.router.connect(url)
+    if not r then return nil, err .. " (--sglang-router-ip/--sglang-router-port name a router that must be running)" end
+    for _, u in ipairs(urls) do
+      local ok, aerr = r:add(u)
+      if not ok then return nil, ("registering %s with the router at %s: %s"):format(u, url, tostring(aerr)) end
+    end
+    r.reused = true
+    r.stop = function(self)   -- leave the router as found: our engines out of it
+      for _, u in ipairs(urls) do pcall(self.remove, self, u) end
+    end
+    return r
+  end
+  return rl.router.start { workers = urls, policy = opt.router_policy, port = first and opt.sglang_router_port or nil,
+                           request_timeout = opt.sglang_router_request_timeout_secs }
+end
+
+-- --rollout-external: the policy's group from the engines at the given addresses.
+local function start_external(opt)
+  local engines, backend = require("rl.recipe.external").connect_all(opt.rollout_external_engine_addrs,
+    opt.rollout_health_check_timeout)
+  local urls = {}
+  for k, e in ipairs(engines) do urls[k] = e.url end
+  local router, err = group_router(opt, urls, true)
+  if not router then error("router did not start: " .. tostring(err), 0) end
+  local g = { name = "default", engines = engines, engine_opts = {}, backend = backend, update_weights = true,
+              router = router, url = router.url, offload = false, external = true }
+  log_ports({ g })
+  return { g, default = g }, g
+end
+
 function M.start(opt, job, base_opts)
+  if opt.rollout_external then return start_external(opt) end
   local models = job.engine_models or models_of(opt, job)
   local offload = M.offload_options(opt)
   local groups, by_name, policy = {}, {}, nil
@@ -402,7 +452,7 @@ function M.start(opt, job, base_opts)
     by_name[m.name] = g
     local urls = {}
     for k, e in ipairs(g.engines) do urls[k] = e.url end
-    local router, rerr = rl.router.start { workers = urls, policy = opt.router_policy }
+    local router, rerr = group_router(opt, urls, gi == 1)
     if not router then
       stop_all(groups)
       error(("router of group '%s' did not start: %s"):format(m.name, tostring(rerr)), 0)
@@ -425,6 +475,7 @@ function M.start(opt, job, base_opts)
     end
   end
   for name, g in pairs(by_name) do groups[name] = g end
+  log_ports(groups)
   return groups, policy
 end
 

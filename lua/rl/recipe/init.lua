@@ -46,7 +46,10 @@ local NUMERIC = {
   { "save_interval", "int", 1 }, { "eval_interval", "int", 1 }, { "n_samples_per_eval_prompt", "int", 1 },
   { "eval_max_response_len", "int", 1 }, { "eval_max_prompts", "int", 1 }, { "max_running_requests", "int", 1 },
   { "max_tokens_per_gpu", "int", 1 }, { "rollout_top_k", "int", -1 }, { "rollout_seed", "int", 0 },
-  { "metrics_port", "int", 0, 65535 },
+  { "metrics_port", "int", 0, 65535 }, { "num_epoch", "int", 1 }, { "rollout_num_gpus", "int", 1 },
+  { "rollout_num_gpus_per_engine", "int", 1 }, { "sglang_router_port", "int", 1, 65535 },
+  { "sglang_router_request_timeout_secs", "number", 0, nil, lo_open = true },
+  { "load_debug_rollout_data_subsample", "number", 0, 1, lo_open = true },
   { "rollout_temperature", "number", 0 }, { "eval_temperature", "number", 0 },
   { "rollout_top_p", "number", 0, 1, lo_open = true }, { "lr", "number", 0, nil, lo_open = true },
   { "weight_decay", "number", 0 }, { "clip_grad", "number", 0 }, { "eps_clip", "number", 0 },
@@ -86,6 +89,7 @@ end
 -- minutes with these; a real checkpoint gets slime's.
 local function fill_defaults(opt, default_model, world_size)
   local function def(k, v) if opt[k] == nil then opt[k] = v end end
+  require("rl.recipe.slime_flags").check(opt)   -- slime's engine-count, debug, external and router flags
   def("rollout_batch_size", 16)
   -- default model: two optimiser steps per rollout (PPO clipping acts on the second)
   def("global_batch_size", default_model and math.floor(opt.rollout_batch_size * opt.n_samples_per_prompt / 2) or nil)
@@ -103,6 +107,11 @@ local function fill_defaults(opt, default_model, world_size)
   if default_model then def("max_running_requests", 256) end
   def("eval_interval", default_model and 10 or false)
   def("eval_max_prompts", false)
+  if opt.n_samples_per_prompt == 1 and opt.dynamic_sampling_filter ~= "none" then
+    -- a group of one has no spread for the filter to see (slime keeps every group by default)
+    log.info("--n-samples-per-prompt 1: the dynamic sampling filter is off (a group of one has no reward spread)")
+    opt.dynamic_sampling_filter = "none"
+  end
   if opt.over_sampling_batch_size < opt.rollout_batch_size then
     rl.args.usage_error(("--over-sampling-batch-size (%d) must be >= --rollout-batch-size (%d)"):format(
       opt.over_sampling_batch_size, opt.rollout_batch_size))
@@ -111,6 +120,7 @@ local function fill_defaults(opt, default_model, world_size)
   M.check_critic(opt)
   M.check_limits(opt)
   require("rl.recipe.hosts").check_options(opt)   -- --rollout-num-gpus-per-node
+  require("rl.recipe.opd").check_options(opt)     -- --use-opd
   if opt.engine_cpus and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
     rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process, "
       .. "its threads beside the trainer's)")
@@ -166,7 +176,7 @@ end
 -- slime's (random.Random(--rollout-seed + epoch).shuffle), used for the training prompts
 -- under --rollout-shuffle; eval sets keep the file's order, as slime's do.
 local function load_data(opt, path, tok, what, shuffle)
-  local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key,
+  local ds, err = rl.data.load(path, { input_key = opt.input_key, label_key = opt.label_key, metadata_key = opt.metadata_key,
     apply_chat_template = opt.apply_chat_template, tokenizer = tok, shuffle = shuffle or false,
     seed = opt.rollout_seed })
   if not ds then rl.args.usage_error(("%s: %s"):format(what, tostring(err))) end
@@ -239,10 +249,13 @@ local function make_trainer(opt, job)
   local loss, optimizer, critic = require("rl.trainer.options").from_flags(opt)
   local topts = {
     loss = loss, optimizer = optimizer, gamma = opt.gamma, normalize_advantages = opt.normalize_advantages,
-    global_batch_size = opt.global_batch_size, micro_batch_size = opt.micro_batch_size,
+    -- --use-dynamic-global-batch-size: each batch is one optimiser step, whatever its size
+    global_batch_size = not opt.use_dynamic_global_batch_size and opt.global_batch_size or nil,
+    micro_batch_size = opt.micro_batch_size,
     max_tokens_per_gpu = opt.max_tokens_per_gpu, rollout_temperature = opt.rollout_temperature,
     old_logprobs = opt.old_logprobs, train_backend = opt.train_backend,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
+    use_opd = opt.use_opd or nil, opd_kl_coef = opt.use_opd and opt.opd_kl_coef or nil,
   }
   for k, v in pairs(critic) do topts[k] = v end
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
@@ -277,30 +290,19 @@ local function start_engines(opt, job)
   job.groups, job.policy_group = groups, policy
   if policy then opt.num_engines = #policy.engines end   -- the rollout's concurrency follows the policy's
   local router = (policy or groups[1]).router
-  log.info("Router launched at %s", (router.url:gsub("^http://", "")))   -- the line the seed's profiling script greps
+  -- the router's metrics on a port of their own, as sglang-router's --prometheus-port (slime's --router-prometheus-port)
+  local prom, perr = rl.http.serve { port = opt.router_prometheus_port or 0, threads = 2, handler = function(req)
+    if req.path ~= "/metrics" then return { status = 404, body = "GET /metrics\n" } end
+    local text, err = router:metrics()
+    if not text then return { status = 502, body = "router metrics: " .. tostring(err) .. "\n" } end
+    return { headers = { ["content-type"] = "text/plain; version=0.0.4" }, body = text }
+  end }
+  if not prom then rl.args.usage_error("--router-prometheus-port: " .. tostring(perr)) end
+  job.router_prometheus = prom
+  -- the line the seed's profiling script greps (slime's words)
+  log.info("Router %s at %s, Prometheus port: %d", router.reused and "reused" or "launched",
+    (router.url:gsub("^http://", "")), prom:port())
   return policy and policy.engines or {}, router
-end
-
--- slime's --custom-rm-path: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default "reward").
-local function custom_reward(spec)
-  local file, fname = spec:match("^(.-%.lua):?([%w_]*)$")
-  local mod, fn
-  if file then
-    local chunk, err = require("rl._fs").load_source_file(file)   -- source text only
-    if not chunk then rl.args.usage_error("--custom-rm-path: " .. tostring(err)) end
-    local ok, m = pcall(chunk)
-    if not ok then rl.args.usage_error("--custom-rm-path " .. file .. ": " .. tostring(m)) end
-    mod, fn = m, fname ~= "" and fname or "reward"
-  else
-    local name, f = spec:match("^(.+)%.([%w_]+)$")
-    local ok, m = pcall(require, name or spec)
-    if not ok then rl.args.usage_error("--custom-rm-path " .. spec .. ": " .. tostring(m)) end
-    mod, fn = m, f or "reward"
-  end
-  if type(mod) ~= "table" or type(mod[fn]) ~= "function" then
-    rl.args.usage_error(("--custom-rm-path %s: no function '%s' (give FILE.lua:FUNCTION or MODULE.FUNCTION)"):format(spec, fn))
-  end
-  return mod[fn]
 end
 
 -- The reward: the recipe's (a function or an rl.rewards name, default gsm8k), else
@@ -312,7 +314,8 @@ local function choose_reward(opt, setup_opts)
     if not ok then rl.args.usage_error("--rm-type: " .. tostring(fn):gsub("^[^:]*:%d+: ", "")) end
     reward = fn
   end
-  if opt.custom_rm_path then reward = custom_reward(opt.custom_rm_path) end
+  -- slime's --custom-rm-path: FILE.lua[:FUNCTION] or MODULE.FUNCTION (FUNCTION default reward), reloadable
+  if opt.custom_rm_path then reward = require("rl.recipe.hooks").load("custom_rm_path", opt.custom_rm_path, "reward") end
   return reward
 end
 
@@ -342,10 +345,24 @@ local function load_inputs(opt, job)
       .. "(config.json) (hint: the tokenizer of another model?)"):format(job.model_dir, tok.vocab_size, shape.vocab))
   end
   job.tokenizer = tok
-  local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
-  if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
-  job.data = load_data(opt, prompts, tok, "--prompt-data", opt.rollout_shuffle)
+  job.data = require("rl.recipe.hooks").data_source(job.hooks, opt, tok)   -- --data-source-path
+  if not job.data then
+    local prompts = opt.prompt_data or (job.default_model and job.model_dir .. "/data/train.jsonl")
+    if not prompts then rl.args.usage_error("--prompt-data is required with --hf-checkpoint (e.g. gsm8k/train.jsonl)") end
+    job.data = load_data(opt, prompts, tok, "--prompt-data", opt.rollout_shuffle)
+  end
   job.eval_datasets = eval_sets(opt, job)
+  -- slime's get_num_rollout_per_epoch: --num-epoch passes over the prompts
+  if opt.num_rollout == nil and opt.num_epoch then
+    local size = job.data.size and job.data:size() or #(job.data.prompts or {})
+    opt.num_rollout = math.floor(size / opt.rollout_batch_size) * opt.num_epoch
+    if opt.num_rollout < 1 then
+      rl.args.usage_error(("--num-epoch %d: %d prompts make no rollout of --rollout-batch-size %d (hint: a smaller "
+        .. "batch, or --num-rollout)"):format(opt.num_epoch, size, opt.rollout_batch_size))
+    end
+    if job.is_main then log.info("--num-epoch %d: %d rollouts of %d prompts", opt.num_epoch, opt.num_rollout, size) end
+  end
+  if opt.num_rollout == nil then opt.num_rollout = 100 end
 end
 
 -- Engines behind routers, their health monitor and fault drills (none for a replay of
@@ -412,11 +429,14 @@ local function make_rollout(opt, job, reward, setup_opts)
     on_engine_failure = job.health and function() return job.health:await_engines() end or nil,
     reward_timeout = opt.reward_timeout, hook_timeout = opt.hook_timeout, max_failed_share = opt.max_failed_share,
     max_failed_samples = opt.max_failed_samples, max_busy_timeouts = opt.max_busy_timeouts,
-    over_sampling_limit = opt.over_sampling_limit,
+    over_sampling_limit = opt.over_sampling_limit, load_debug_rollout_data_subsample = opt.load_debug_rollout_data_subsample,
+    metric_options = job:metric_options(),
   }
   for k, v in pairs(setup_opts) do
     if not SETUP_ONLY[k] then ro_opts[k] = v end
   end
+  -- slime's hook flags (--rollout-function-path, ...) over the recipe's own
+  for k, v in pairs(require("rl.recipe.hooks").rollout_overrides(job.hooks, opt)) do ro_opts[k] = v end
   return rl.rollout.new(ro_opts)
 end
 
@@ -436,6 +456,11 @@ function M.setup(opt, setup_opts)
   setup_opts = setup_opts or {}
   local reward = choose_reward(opt, setup_opts)
   local job = setmetatable({ opt = opt, started = rl.now() }, require("rl.recipe.job").Job)
+  job.hooks = require("rl.recipe.hooks").from_options(opt)   -- --rollout-function-path, ... (reloadable)
+  if rl.dist.rank() == 0 then
+    log.info("Args parsed: %s", require("rl.recipe.slime_flags").args_line(opt))   -- slime's first line
+    require("rl.recipe.slime_flags").report(opt)   -- Megatron/Ray/W&B flags: not applicable, one line each
+  end
   -- Data parallel (`rlhost --nproc N`, or torchrun's environment): rank 0 runs the
   -- engines, rollout, eval and checkpoints; every rank trains on its share.
   job.rank, job.world_size = rl.dist.rank(), rl.dist.world_size()
@@ -451,7 +476,7 @@ function M.setup(opt, setup_opts)
   end
   job.placement = require("rl.recipe.placement").resolve(opt)   -- --device, --rollout-device, --colocate
   if job.is_main and job.placement.trainer ~= "cpu" then log.info(require("rl.recipe.placement").describe(job.placement)) end
-  if job.is_main and not opt.load_debug_rollout_data then   -- engines against the machine, before anything starts
+  if job.is_main and not opt.load_debug_rollout_data and not opt.rollout_external then   -- engines against the machine
     job.engine_opts = engine_options(opt, job)
     require("rl.recipe.engines").check_capacity(opt, job, job.engine_opts)
   end
@@ -472,6 +497,7 @@ function M.setup(opt, setup_opts)
     if job.resumed and job.resumed.data then job.data:load_state(job.resumed.data) end
     job.start_rollout = job.resumed and job.resumed.next_rollout or 0
     start_serving(opt, job)
+    job.opd = require("rl.recipe.opd").new(opt, job)   -- --use-opd: the teacher
     start_observing(opt, job)
     job.rollout = make_rollout(opt, job, reward, setup_opts)
   end

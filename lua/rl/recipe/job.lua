@@ -79,8 +79,78 @@ function Job:rollout_step(rollout_id)
   local samples = {}
   for _, g in ipairs(groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
   self.last_groups, self.last_samples = groups, samples
-  self.step_metrics = rl.rollout.metrics.rollout_metrics(rollout_id, samples, ro.last_rollout_time, extra)
+  self.step_metrics = self:rollout_metrics(rollout_id, samples, ro.last_rollout_time, extra)
   return groups, samples
+end
+
+-- The options of rl.rollout.metrics the flags give.
+function Job:metric_options()
+  local opt = self.opt
+  -- perf/tokens_per_gpu_per_sec divides by the rollout's devices: its GPUs, the CPU counting as one
+  local dev = tostring(self.placement and self.placement.engines or "cpu")
+  local gpus = dev:match("^cpu") and 1 or (opt.rollout_num_gpus or opt.num_engines)
+  return { reward_key = opt.reward_key, estimator = opt.advantage_estimator, log_reward_category = opt.log_reward_category,
+           rollout_num_gpus = gpus, log_passrate = opt.log_passrate,
+           n_samples_per_prompt = opt.n_samples_per_prompt }
+end
+
+-- A step's rollout/ and perf/ metrics (slime's log_rollout_data), unless the recipe's
+-- --custom-rollout-log-function-path returns true: then only `extra` (the rollout's
+-- counters) and rollout/step, the rest being the hook's to log.
+function Job:rollout_metrics(rollout_id, samples, seconds, extra)
+  local hook = self.hooks and self.hooks.custom_rollout_log_function_path
+  if hook and hook(rollout_id, self.opt, samples, extra or {}, seconds) then
+    local m = {}
+    for k, v in pairs(extra or {}) do m[k] = v end
+    m["rollout/step"] = rollout_id
+    return m
+  end
+  return rl.rollout.metrics.rollout_metrics(rollout_id, samples, seconds, extra, self:metric_options())
+end
+
+--- Step 2: the groups → the trainer's batch (rl.rollout.train_data.convert) with the
+--- flags' meaning: --advantage-estimator, --reward-key, --global-batch-size (trimmed to a
+--- multiple of it unless --disable-rollout-trim-samples; one optimiser step per rollout
+--- with --use-dynamic-global-batch-size), --disable-rewards-normalization,
+--- --disable-grpo-std-normalization, and slime's hooks --custom-reward-post-process-path
+--- and --custom-convert-samples-to-train-data-path. opts: normalize_group (the recipe's
+--- normalisation of one group). The conversion's metrics join the step's.
+function Job:train_data(groups, opts)
+  opts = opts or {}
+  local opt, hooks = self.opt, self.hooks or {}
+  local td = rl.rollout.train_data
+  local samples = rl.rollout.metrics.flatten(groups)
+  if self.opd then   -- --use-opd: the teacher's log-prob of every sampled token
+    self:timed("opd_teacher", self.opd.score, self.opd, samples)
+  end
+  local gbs = opt.global_batch_size
+  if opt.use_dynamic_global_batch_size then   -- slime's: every sample, a multiple of the ranks, one step
+    local n = 0
+    for _, s in ipairs(samples) do if require("rl.rewards").value(s, opt.reward_key) ~= nil then n = n + 1 end end
+    gbs = math.max(self.world_size, n - n % self.world_size)
+    if gbs ~= opt.global_batch_size then
+      log.info("dynamic global batch size: %s -> %d (%d samples, %d rank(s), one optimiser step)",
+        tostring(opt.global_batch_size), gbs, n, self.world_size)
+    end
+  end
+  if opt.disable_rollout_trim_samples then gbs = nil end
+  local batch, m
+  if hooks.custom_convert_samples_to_train_data_path then
+    batch, m = td.from_hook(hooks.custom_convert_samples_to_train_data_path(opt, samples), samples,
+      "--custom-convert-samples-to-train-data-path")
+  else
+    local post = hooks.custom_reward_post_process_path
+    batch, m = td.convert(groups, {
+      estimator = opt.advantage_estimator, normalize_group = opts.normalize_group, reward_key = opt.reward_key,
+      global_batch_size = gbs, normalize = not opt.disable_rewards_normalization,
+      std = not opt.disable_grpo_std_normalization,
+      post_process = post and function(ss) return post(opt, ss) end,
+    })
+  end
+  if self.step_metrics then   -- the conversion's counts (the rollout's own figures stay)
+    for k, v in pairs(m or {}) do if self.step_metrics[k] == nil then self.step_metrics[k] = v end end
+  end
+  return batch, m
 end
 
 -- A step begins: the health monitor's and the fault drills' step (their events and
@@ -101,7 +171,7 @@ function Job:take_rollout(rollout_id, r)
   for _, g in ipairs(r.groups) do for _, s in ipairs(g) do samples[#samples + 1] = s end end
   self.times = { rollout_wait = r.waited or 0 }
   self.last_groups, self.last_samples = r.groups, samples
-  self.step_metrics = rl.rollout.metrics.rollout_metrics(rollout_id, samples, r.seconds, r.extra)
+  self.step_metrics = self:rollout_metrics(rollout_id, samples, r.seconds, r.extra)
   self.step_metrics["perf/rollout_time"] = r.seconds
   return r.groups, samples
 end
@@ -144,12 +214,16 @@ end
 function Job:train(batch)
   local tr = self.trainer
   self.last_batch = batch
+  if self.opt.debug_rollout_only then   -- slime's: rollouts only, never a train step
+    if self.step_state then self.step_state.trained = true; self.last_completed = self.step_state.id end
+    return {}
+  end
   if (batch.size or 0) == 0 and self.is_main then self:fail(self:empty_batch_failure()) end
   -- --offload-rollout: the engines release their memory while the trainer trains
   if self.groups and self.is_main then self:timed("offload", engines.offload, self) end
   local mine, theirs = batch, {}
   if self.world_size > 1 then   -- data parallel: each rank trains on a length-balanced share
-    local parts, msgs = rl.rollout.train_data.split(batch, self.world_size), { false }
+    local parts, msgs = rl.rollout.train_data.split(batch, self.world_size, { balance = self.opt.balance_data }), { false }
     for r = 2, self.world_size do
       theirs[r], parts[r].samples = parts[r].samples, nil   -- the sample objects (traces) stay on rank 0
       msgs[r] = { batch = parts[r] }
@@ -189,7 +263,7 @@ end
 --- Step 4: hands the trainer's weights to the engines (none with
 --- --load-debug-rollout-data); the step's metrics get rollout/weight_version.
 function Job:sync()
-  if not self.engines then return end
+  if not self.engines or self.opt.debug_rollout_only then return end
   local tr = self.trainer
   if self.offloaded then self:timed("onload", engines.onload_weights, self) end
   local remote
@@ -199,6 +273,9 @@ function Job:sync()
       if self.health then   -- --use-fault-tolerance: engine by engine, the dead restarted first
         local drills = self.faults and function() self.faults:sync_start() end
         lr, lerr = self.health:sync_weights(tr, { after_probes = drills })
+      elseif self.policy_group and self.policy_group.external and self.opt.remote_weights_dir then
+        -- --rollout-external on other machines: files where they read them (a shared file system)
+        lr, lerr = tr:sync(self.engines, { method = "disk", tmp_dir = self.opt.remote_weights_dir })
       else
         lr, lerr = tr:sync(self.engines)
       end
@@ -342,6 +419,10 @@ function Job:maybe_eval(rollout_id, final)
   local results, m = self:timed("eval", self.rollout.eval, self.rollout, rollout_id, self.eval_datasets)
   self.last_eval_results = results   -- {name = {rewards, samples, ...}}
   m["perf/eval_time"] = rl.now() - t0
+  local hook = self.hooks and self.hooks.custom_eval_rollout_log_function_path
+  if hook and hook(rollout_id, self.opt, results, m) then   -- the hook logged it (slime's: true skips ours)
+    m = { ["eval/step"] = rollout_id, ["perf/eval_time"] = m["perf/eval_time"] }
+  end
   self.metrics:log(m, "eval/step")
   self.last_eval, self.last_eval_metrics = rollout_id, m
   self.eval_curve = self.eval_curve or {}
@@ -563,6 +644,7 @@ function Job:finish(last_rollout)
   if not self.stopping then require("rl._core").interrupt.set_stop_grace(0) end   -- a later -i REPL's Ctrl-C
   self.metrics:close()
   if self.metrics_server then self.metrics_server:stop() end
+  if self.router_prometheus then self.router_prometheus:stop() end
   rl.watchdog.stop()
   if self.health then self.health:stop() end
   if self.hosts then self.hosts:stop() end

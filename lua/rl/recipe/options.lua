@@ -11,8 +11,10 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "advantage_estimator", "kl_coef", "use_kl_loss", "kl_loss_coef", "kl_loss_type", "entropy_coef",
   "calculate_per_token_loss", "eps_clip", "eps_clip_high", "lr", "weight_decay", "clip_grad", "bf16",
   "micro_batch_size", "max_tokens_per_gpu", "old_logprobs", "use_tis", "tis_mode", "tis_clip_low", "tis_clip",
-  "train_backend", "gamma", "normalize_advantages", "use_critic", "critic_lr", "value_clip", "lambd",
-  "num_critic_only_steps",
+  "train_backend", "eps_clip_c", "use_unbiased_kl", "loss_type", "use_rollout_logprobs", "normalize_advantages",
+  "min_lr", "adam_beta1", "adam_beta2", "adam_eps", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters",
+  "use_opd", "opd_kl_coef",
+  "gamma", "use_critic", "critic_lr", "value_clip", "lambd", "num_critic_only_steps",
 }, {
   kl_loss_type = { default = "low_var_kl" },
   lr = { no_default = true, help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
@@ -37,6 +39,9 @@ local FLAGS = {
   { name = "reward_key", type = "string", help = "field of a table reward to train on (dapo: score)" },
   { name = "rollout_shuffle", type = "bool", default = true, help = "shuffle --prompt-data each epoch, in slime's order for --rollout-seed" },
   { name = "rollout_seed", type = "int", default = 42, help = "seed of the prompt order and the sampling" },
+  { name = "metadata_key", type = "string", default = "metadata", help = "metadata field of a row (sample.metadata)" },
+  { name = "num_epoch", type = "int",
+    help = "passes over --prompt-data when --num-rollout is not given: num_rollout = rows // --rollout-batch-size × this" },
   -- rollout
   { name = "rollout_function", choices = { "default", "sleep" }, default = "default",
     help = "default: generate and train; sleep: keep engines and router up and idle (profiling, load tests)" },
@@ -46,7 +51,29 @@ local FLAGS = {
   { name = "dynamic_sampling_filter", choices = { "nonzero_std", "none" }, default = "nonzero_std",
     help = "nonzero_std: drop groups whose rewards are all equal (the recipe's filter when it has one); none: keep all" },
   { name = "global_batch_size", type = "int", help = "samples per optimiser step (default: the whole rollout batch)" },
-  { name = "num_rollout", type = "int", default = 100, help = "rollout steps to run" },
+  { name = "num_rollout", type = "int", help = "rollout steps to run (default: from --num-epoch, else 100)" },
+  { name = "use_dynamic_global_batch_size", type = "bool", default = false,
+    help = "one optimiser step per rollout: the global batch is every sample collected (rounded down to a multiple "
+      .. "of the data-parallel ranks)" },
+  { name = "disable_rollout_trim_samples", type = "bool", default = false,
+    help = "train on every sample, not a multiple of --global-batch-size (the last optimiser step is smaller)" },
+  { name = "disable_rewards_normalization", type = "bool", default = false,
+    help = "train on the raw rewards (no group mean subtracted)" },
+  { name = "disable_grpo_std_normalization", type = "bool", default = false,
+    help = "subtract the group mean only, no division by the group's std (Dr. GRPO)" },
+  { name = "balance_data", type = "bool", default = false,
+    help = "split a batch across data-parallel ranks balanced by sequence length (default: strided, i, i+N, ...)" },
+  { name = "debug_rollout_only", type = "bool", default = false,
+    help = "generate and log rollouts, never train or sync weights (rollout throughput, reward debugging)" },
+  { name = "debug_train_only", type = "bool", default = false,
+    help = "no engines: train on --load-debug-rollout-data's dumps (which implies this)" },
+  { name = "load_debug_rollout_data_subsample", type = "number",
+    help = "keep this share of each replayed step's samples (slime's: the first and last halves of the kept rows)" },
+  { name = "log_reward_category", type = "string",
+    help = "rollout/error_cat/<value>: the share of samples whose table reward has this field equal to <value>" },
+  { name = "log_passrate", type = "bool", default = true,
+    help = "pass@k of each step's groups (passrate/pass@k) and of eval sets (eval/<name>-pass@k); on by default "
+      .. "in rlhost (slime: off)" },
   { name = "rollout_max_response_len", type = "int", help = "max new tokens per response (default: 128 default model, 1024 otherwise)" },
   { name = "rollout_temperature", type = "number", default = 1.0 },
   { name = "rollout_top_p", type = "number", default = 1.0 },
@@ -54,6 +81,14 @@ local FLAGS = {
   -- loss and optimiser: rl.trainer's own options (lua/rl/trainer/options.lua), with the
   -- recipe's defaults where they differ
   TRAINER_FLAGS,
+  -- on-policy distillation (slime's --use-opd; rl.recipe.opd): --use-opd and --opd-kl-coef are the trainer's
+  { name = "opd_type", choices = { "megatron", "sglang" },
+    help = "where the teacher runs: megatron (in the trainer's process, --opd-teacher-load) or sglang (an engine: "
+      .. "--opd-teacher-url or --opd-teacher-group)" },
+  { name = "opd_teacher_load", type = "string", help = "the teacher's model directory (--opd-type megatron)" },
+  { name = "opd_teacher_url", type = "string", help = "an engine or router serving the teacher (--opd-type sglang)" },
+  { name = "opd_teacher_group", type = "string",
+    help = "a frozen engine group of --sglang-config serving the teacher (--opd-type sglang)" },
   { name = "dist_timeout", type = "number", default = 1800,
     help = "seconds a data-parallel collective may wait (ranks > 0 wait through rank 0's rollout and eval)" },
   -- checkpoints, dumps, eval
@@ -69,8 +104,24 @@ local FLAGS = {
   { name = "eval_max_response_len", type = "int" },
   { name = "eval_temperature", type = "number", help = "(default: --rollout-temperature, as slime; 0 is greedy)" },
   { name = "eval_max_prompts", type = "int", help = "evaluate on the first N prompts of each eval set" },
+  -- slime's hooks, each a Lua function (rl.recipe.hooks; docs/recipes.md#hooks)
+  require("rl.recipe.hooks").flags(),
   -- engines
-  { name = "num_engines", type = "int", default = 1, help = "inference engines behind the router" },
+  { name = "num_engines", type = "int", help = "inference engines behind the router (default 1, or from --rollout-num-gpus)" },
+  { name = "rollout_num_gpus", type = "int",
+    help = "slime's: GPUs of all engines; engines = this / --rollout-num-gpus-per-engine (on the CPU: engines)" },
+  { name = "rollout_num_gpus_per_engine", type = "int", default = 1,
+    help = "slime's tensor-parallel size of an engine; rlhost's engines are one device each (1 only)" },
+  { name = "sglang_router_ip", type = "string",
+    help = "use the router already running at this address (with --sglang-router-port) instead of starting one" },
+  { name = "sglang_router_port", type = "int", help = "the router's port (default: a free one)" },
+  { name = "sglang_router_request_timeout_secs", type = "number", default = 14400,
+    help = "seconds the router lets one request run" },
+  { name = "router_prometheus_port", type = "int", help = "the router's metrics for Prometheus on this port (default: a free one)" },
+  { name = "rollout_external", type = "bool", default = false,
+    help = "train against engines started elsewhere (--rollout-external-engine-addrs); rlhost starts none" },
+  { name = "rollout_external_engine_addrs", type = "list", of = "string",
+    help = "HOST:PORT of each external engine (rlhost engines, vLLM, or any SGLang-API server)" },
   { name = "router_policy", type = "string", default = "cache_aware",
     help = "slime's --router-policy: how the router spreads requests over engines (round_robin, random, least_load, "
       .. "power_of_two, cache_aware, consistent_hashing; docs/router.md)" },
@@ -81,7 +132,8 @@ local FLAGS = {
     help = "how other hosts' engines get the weights: distributed (one c10d broadcast; files from "
       .. "--remote-weights-dir when it fails) or disk (always files from --remote-weights-dir)" },
   { name = "remote_weights_dir", type = "string",
-    help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync" },
+    help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync, and "
+      .. "for the weights of --rollout-external engines on other machines" },
   { name = "host_lost_timeout", type = "number", default = 60,
     help = "seconds without a heartbeat from another host's engines before the run ends (--rollout-num-gpus-per-node)" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
@@ -154,6 +206,8 @@ local FLAGS = {
   { name = "metrics_port", type = "int",
     help = "serve the step metrics for Prometheus at http://127.0.0.1:PORT/metrics (0: a free port)" },
   { name = "progress", type = "bool", default = true, help = "progress bars for rollout and training" },
+  -- a slime launch script's Megatron, Ray and W&B flags: accepted, each logged as not applicable
+  require("rl.recipe.slime_flags").flags(),
 }
 
 --- Appends the flags to `spec` (skipping names it already declares), then the
@@ -170,6 +224,10 @@ function M.add(spec)
   -- vime's pass-through: --vllm-<flag> V reaches the vLLM servers as --<flag> V (opt.vllm_args)
   spec.passthrough = spec.passthrough or {}
   spec.passthrough.vllm = spec.passthrough.vllm or "vllm_args"
+  -- slime's --sglang-<x> server tuning and --wandb-<x>: accepted, logged as not applicable
+  for pfx, p in pairs(require("rl.recipe.slime_flags").PASSTHROUGH) do
+    spec.passthrough[pfx] = spec.passthrough[pfx] or p.key
+  end
   return require("rl.metrics").add_options(spec)
 end
 

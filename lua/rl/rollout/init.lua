@@ -46,6 +46,8 @@ local DEFAULTS = {
   -- lua/rl/engine/vllm.lua translates); weight_version: what their samples report
   backend = "native", weight_version = false,
   save_debug_rollout_data = false, load_debug_rollout_data = false, load_debug_rollout_data_subsample = false,
+  -- rl.rollout.metrics options of the eval pass (log_passrate, reward_key, ...)
+  metric_options = false,
 }
 local STEPS = { generate = true, generate_and_rm = true, generate_and_rm_group = true, generate_rollout = true,
                 abort = true, eval = true, group_reward = true }
@@ -141,7 +143,9 @@ function Rollout:_post(req, routing_key)
       local out, derr = json.decode(resp.body)
       if not out then return nil, "POST " .. self.url .. path .. ": bad JSON: " .. tostring(derr) end
       if vllm then
-        out, derr = vllm.generate_response(out, self.weight_version or nil)
+        -- vLLM's completions carry no timings: the request's time as seen here is its e2e_latency
+        -- (perf/request/e2e_latency, as SGLang's own on the native engine)
+        out, derr = vllm.generate_response(out, self.weight_version or nil, resp.elapsed)
         if not out then return nil, "POST " .. self.url .. path .. ": " .. derr end
       end
       local h = resp.headers or {}
@@ -375,7 +379,7 @@ end
 
 --- slime's generate_and_rm_group: one task per sample, then the group reward.
 function Rollout:generate_and_rm_group(group, params, evaluation)
-  return trace.span(group, "generate_and_rm_group", nil, function()
+  return trace.span(group, "generate_and_rm_group", { group_size = #group }, function()
     if self.aborted then return group end
     local tasks = {}
     for i, s in ipairs(group) do

@@ -339,7 +339,7 @@ function M.eval(self, rollout_id, datasets)
     results[name] = { rewards = rs, truncated = tr, samples = samples, n_samples_per_prompt = nps }
   end
   self:save_dump(rollout_id, results, true)
-  return results, require("rl.rollout.metrics").eval_metrics(results, rollout_id)
+  return results, require("rl.rollout.metrics").eval_metrics(results, rollout_id, self.metric_options or nil)
 end
 
 return M

@@ -44,7 +44,43 @@ local function reward_of(s, key)
   return type(r) == "number" and r or nil
 end
 
-local function round1(x) return ("%.1f"):format(math.floor(x * 10 + 0.5) / 10) end
+-- str(round(x, 1)) as Python writes it: the double's exact value rounded half to even
+-- (round(0.25, 1) is 0.2, round(0.35, 1) is 0.3 since 0.35 is below it), which the C
+-- library's printf does too (LuaJIT's own string.format rounds a tie up: 0.3).
+local ffi = require "ffi"
+pcall(ffi.cdef, "int snprintf(char *s, size_t n, const char *format, ...);")
+local round_buf = ffi.new("char[64]")
+local function round1(x)
+  if x ~= x then return "nan" end
+  if x == math.huge then return "inf" elseif x == -math.huge then return "-inf" end
+  ffi.C.snprintf(round_buf, 64, "%.1f", ffi.new("double", x))   -- (from 1e16 on Python's repr has an exponent:
+  return ffi.string(round_buf)                                   --  no reward is that large)
+end
+M.round1 = round1
+
+local ZLIB_FRAMING = 12   -- a gzip member (10 + 8 bytes) minus a zlib stream's (2 + 4) around the same deflate data
+
+-- slime's has_repetition: a response longer than 10000 characters whose last 10000
+-- compress (zlib, level 9) more than 10×: a model stuck in a loop.
+local function utf8_tail(s, n)   -- the last n code points of s (and whether s has more)
+  local count, i = 0, #s
+  while i >= 1 do
+    local b = s:byte(i)
+    if b < 0x80 or b >= 0xC0 then
+      count = count + 1
+      if count == n then return s:sub(i), i > 1 end
+    end
+    i = i - 1
+  end
+  return s, false
+end
+function M.has_repetition(text)
+  if type(text) ~= "string" or #text <= 10000 then return false end
+  local tail, longer = utf8_tail(text, 10000)
+  if not longer then return false end
+  local z = #require("rl.gzip").compress(tail, 9) - ZLIB_FRAMING
+  return #tail / z > 10
+end
 
 --- slime's compute_metrics_from_samples (keys without the rollout/ prefix).
 --- opts: reward_key, estimator (no zero_std counts for "ppo"), log_reward_category.
@@ -104,6 +140,9 @@ function M.from_samples(samples, opts)
   out.prefix_cache_hit_rate = prompt_tok > 0 and cached / prompt_tok or 0
   out.avg_cached_tokens_per_sample = #samples > 0 and cached / #samples or 0
   for c, n in pairs(categories) do out["error_cat/" .. c] = n / #samples end
+  local reps = 0
+  for _, s in ipairs(samples) do if M.has_repetition(s.response) then reps = reps + 1 end end
+  out.repetition_frac = #samples > 0 and reps / #samples or 0
   out.truncated_ratio = #samples > 0 and truncated / #samples or 0
   if scored > 0 then out.raw_reward = raw_sum / scored end
   out.scored_ratio = #samples > 0 and scored / #samples or 0
@@ -210,7 +249,35 @@ function M.rollout_metrics(rollout_id, samples, rollout_time, extra, opts)
   for k, v in pairs(extra or {}) do out[k] = v end
   prefixed(out, "rollout/", M.from_samples(samples, opts))
   prefixed(out, "perf/", M.perf_from_samples(samples, rollout_time, opts))
+  if opts and opts.log_passrate and opts.n_samples_per_prompt then   -- slime's passrate/pass@k of the step's groups
+    for k, v in pairs(M.passrate(samples, opts.n_samples_per_prompt, opts.reward_key)) do out["passrate/" .. k] = v end
+  end
   out["rollout/step"] = opts and opts.step or rollout_id
+  return out
+end
+
+--- pass@k for k = 1, 2, 4, ... <= n over the groups of n samples (by group_index; a
+--- group of another size is left out): {["pass@1"] = ..., ...}.
+function M.passrate(samples, n, reward_key)
+  local groups, order = {}, {}
+  for _, s in ipairs(flatten(samples)) do
+    local g = s.group_index
+    if g ~= nil then
+      if not groups[g] then groups[g] = {}; order[#order + 1] = g end
+      local r = reward_of(s, reward_key)
+      table.insert(groups[g], r or 0)
+    end
+  end
+  local flat = {}
+  for _, g in ipairs(order) do
+    if #groups[g] == n then for _, r in ipairs(groups[g]) do flat[#flat + 1] = r end end
+  end
+  local out, k = {}, 1
+  if #flat == 0 then return out end
+  while k <= n do
+    out["pass@" .. k] = M.pass_at_k(flat, n, k)
+    k = k * 2
+  end
   return out
 end
 
@@ -251,7 +318,7 @@ function M.eval_metrics(results, rollout_id, opts)
     prefixed(out, "eval/" .. name .. "/", M.from_samples(r.samples or {}, opts))
     out["eval/" .. name .. "-truncated_ratio"] = #r.rewards > 0 and truncated / #r.rewards or 0
     local n = r.n_samples_per_prompt or 1
-    local k = 1
+    local k = (opts and opts.log_passrate == false) and n + 1 or 1   -- --log-passrate (on unless turned off)
     while k <= n do
       out["eval/" .. name .. "-pass@" .. k] = M.pass_at_k(vals, n, k)
       k = k * 2

@@ -12,7 +12,8 @@ local metrics = require "rl.rollout.metrics"
 local M = {}
 
 M.FIELDS = { "tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices", "group_indices",
-             "rollout_ids", "loss_masks", "rollout_log_probs", "logprob_digests", "total_lengths", "samples" }
+             "rollout_ids", "loss_masks", "rollout_log_probs", "logprob_digests", "total_lengths", "samples",
+             "round_number", "metadata", "teacher_log_probs" }
 
 local function mask_of(s)
   local m = {}
@@ -32,6 +33,8 @@ end
 ---     custom reward post-process; nothing recorded)
 ---   normalize_group: function(rewards, estimator) -> values, one group's
 ---     normalisation in place of the library's (rl.rewards.normalize_group)
+---   post_process: function(samples) -> raw_rewards, rewards (slime's
+---     --custom-reward-post-process-path: one of each per sample, in place of the normalisation)
 ---   normalize (true): false keeps raw rewards (slime's --disable-rewards-normalization)
 ---   std (true): false skips the division by std (--disable-grpo-std-normalization)
 ---   reward_key, global_batch_size (trim to a multiple of it; "dynamic" or nil: keep all)
@@ -48,7 +51,22 @@ function M.convert(samples, opts)
   end
   local est = opts.estimator or "grpo"
   local norm, raw
-  if opts.normalize == false then
+  if opts.post_process then
+    raw, norm = opts.post_process(keep)
+    for what, list in pairs { raw_rewards = raw, rewards = norm } do
+      if type(list) ~= "table" or #list ~= #keep then
+        error(("rl.rollout.train_data: the reward post-process returned %s %s for %d samples (expected two lists, "
+          .. "raw_rewards and rewards, one number per sample)"):format(type(list) == "table" and #list or type(list),
+          what, #keep), 0)
+      end
+      for i = 1, #keep do
+        if type(list[i]) ~= "number" then
+          error(("rl.rollout.train_data: the reward post-process's %s[%d] is %s (a number expected)"):format(what, i,
+            type(list[i])), 0)
+        end
+      end
+    end
+  elseif opts.normalize == false then
     raw = {}
     for i, s in ipairs(keep) do raw[i] = rewards.value(s, opts.reward_key) end
     norm = raw
@@ -94,6 +112,26 @@ function M.convert(samples, opts)
     b.logprob_digests[i] = type(d) == "string" and d or ""
     if b.logprob_digests[i] ~= "" then has_digest = true end
   end
+  -- slime's optional keys, present when the first sample has them: metadata.round_number
+  -- (multi-turn), sample.train_metadata (as metadata), teacher_log_probs (on-policy distillation)
+  local first = keep[1]
+  local md1 = first and type(first.metadata) == "table" and first.metadata or {}
+  for i = 1, n do
+    local s, md = keep[i], type(keep[i].metadata) == "table" and keep[i].metadata or {}
+    if md1.round_number ~= nil then b.round_number[i] = md.round_number end
+    if first.train_metadata ~= nil and first.train_metadata ~= json.null then b.metadata[i] = s.train_metadata end
+    local t = s.teacher_log_probs
+    if type(first.teacher_log_probs) == "table" then
+      if type(t) ~= "table" or #t ~= s.response_length then
+        error(("rl.rollout.train_data: sample %s has %s teacher log-probs for %d response tokens (one per token)")
+          :format(tostring(s.index), type(t) == "table" and #t or "no", s.response_length), 0)
+      end
+      b.teacher_log_probs[i] = t
+    end
+  end
+  if n == 0 or md1.round_number == nil then b.round_number = nil end
+  if n == 0 or first.train_metadata == nil or first.train_metadata == json.null then b.metadata = nil end
+  if n == 0 or type(first.teacher_log_probs) ~= "table" then b.teacher_log_probs = nil end
   if not has_lp then b.rollout_log_probs = nil end
   if not has_lp or not has_digest then b.logprob_digests = nil end
   b.size = n
@@ -104,6 +142,53 @@ function M.convert(samples, opts)
     for i = 1, n do rs, rr, rl_ = rs + b.rewards[i], rr + b.raw_reward[i], rl_ + b.response_lengths[i] end
     m["rollout/rewards"], m["rollout/raw_reward"], m["rollout/response_lengths"] = rs / n, rr / n, rl_ / n
   end
+  return b, m
+end
+
+-- What a converted batch must hold per sample, and what is filled in when a hook leaves it out.
+local REQUIRED = { "tokens", "response_lengths", "rewards" }
+
+--- A batch from slime's --custom-convert-samples-to-train-data-path: the hook's dict
+--- (tokens, response_lengths, rewards required; loss_masks, raw_reward, truncated,
+--- sample_indices, rollout_log_probs optional) checked and completed. samples: what the
+--- hook was given (their traces stay with the batch when the lengths agree). `what` names
+--- the hook in errors. Returns the batch and its metrics.
+function M.from_hook(d, samples, what)
+  if type(d) ~= "table" then error(("%s returned %s (a table of per-sample lists expected)"):format(what, type(d)), 0) end
+  local n
+  for _, f in ipairs(REQUIRED) do
+    if type(d[f]) ~= "table" then error(("%s: the train data has no '%s' list (it needs %s)"):format(what, f,
+      table.concat(REQUIRED, ", ")), 0) end
+    n = n or #d[f]
+    if #d[f] ~= n then error(("%s: '%s' has %d entries, '%s' %d (one per sample)"):format(what, f, #d[f], REQUIRED[1],
+      n), 0) end
+  end
+  local b = { size = n }
+  for _, f in ipairs(M.FIELDS) do b[f] = d[f] end
+  b.raw_reward = d.raw_reward or d.rewards
+  b.truncated, b.total_lengths, b.loss_masks = d.truncated or {}, {}, d.loss_masks or {}
+  b.sample_indices, b.group_indices, b.rollout_ids = d.sample_indices or {}, d.group_indices or {}, d.rollout_ids or {}
+  for i = 1, n do
+    local len = d.response_lengths[i]
+    b.total_lengths[i] = #d.tokens[i]
+    if not b.loss_masks[i] then
+      local m = {}
+      for j = 1, len do m[j] = 1 end
+      b.loss_masks[i] = m
+    elseif #b.loss_masks[i] ~= len then
+      error(("%s: loss_masks[%d] has %d entries for a response of %d tokens"):format(what, i, #b.loss_masks[i], len), 0)
+    end
+    b.truncated[i] = b.truncated[i] or 0
+    b.sample_indices[i] = b.sample_indices[i] or (samples[i] and samples[i].index) or i - 1
+    b.group_indices[i] = b.group_indices[i] or (samples[i] and samples[i].group_index) or b.sample_indices[i]
+    b.rollout_ids[i] = b.rollout_ids[i] or (samples[i] and samples[i].rollout_id) or 0
+  end
+  b.samples = #samples == n and samples or nil
+  b.logprob_digests = nil   -- the hook's tokens are its own: the trainer recomputes the log-probs
+  if b.rollout_log_probs and #b.rollout_log_probs ~= n then b.rollout_log_probs = nil end
+  local m, rs = {}, 0
+  for i = 1, n do rs = rs + b.rewards[i] end
+  if n > 0 then m["rollout/rewards"] = rs / n end
   return b, m
 end
 
@@ -148,12 +233,23 @@ function M.balanced_partitions(lengths, parts)
   return out, sums
 end
 
---- Splits a batch across `ranks` data-parallel ranks, balanced by total length.
-function M.split(batch, ranks)
+--- Splits a batch across `ranks` data-parallel ranks: strided (rank r takes rows r, r +
+--- ranks, ...: slime's default), or balanced by total length with opts.balance (slime's
+--- --balance-data; the default when opts is nil).
+function M.split(batch, ranks, opts)
   if type(ranks) ~= "number" or ranks < 1 then
     error("rl.rollout.train_data.split: bad argument #2 'ranks' (positive integer expected)", 2)
   end
-  local parts = M.balanced_partitions(batch.total_lengths, ranks)
+  local parts
+  if opts == nil or opts.balance then
+    parts = M.balanced_partitions(batch.total_lengths, ranks)
+  else
+    parts = {}
+    for r = 1, ranks do
+      parts[r] = {}
+      for i = r, batch.size or #batch.total_lengths, ranks do parts[r][#parts[r] + 1] = i end
+    end
+  end
   local out = {}
   for r = 1, ranks do out[r] = M.select(batch, parts[r]) end
   return out

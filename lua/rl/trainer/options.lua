@@ -56,13 +56,18 @@ M.BATCH = {
       .. "unless equal bit for bit" },
   { name = "kl_coef", type = "number", default = 0.0, help = "KL penalty in the reward" },
   { name = "gamma", type = "number", default = 1.0 },
+  { name = "use_opd", type = "bool", default = false,
+    help = "on-policy distillation: each token's advantage minus opd_kl_coef × (logp − teacher logp) (needs "
+      .. "batch.teacher_log_probs)" },
+  { name = "opd_kl_coef", type = "number", default = 1.0, help = "weight of the distillation signal (--use-opd)" },
   { name = "normalize_advantages", type = "bool", help = "(default: false; true for reinforce++)" },
   { name = "bf16", type = "bool", default = false,
     help = "bf16 mixed precision in the trainer (float32 master weights, autocast forward passes; CPU or CUDA)" },
   { name = "fp16", type = "bool", help = "refused: float16 needs loss scaling" },
-  { name = "train_backend", type = "string", default = "replicated", choices = { "replicated", "fsdp" },
+  { name = "train_backend", type = "string", default = "replicated", choices = { "replicated", "fsdp", "megatron" },
     help = "replicated: every data-parallel rank holds the whole model, its gradients and AdamW state; fsdp: each "
-      .. "rank holds 1/N of them, gathering each layer for its forward and backward (docs/trainer.md, \"Sharded training\")" },
+      .. "rank holds 1/N of them, gathering each layer for its forward and backward (docs/trainer.md, \"Sharded training\"); "
+      .. "megatron: slime's name, run as replicated" },
 }
 
 --- PPO's critic (top level): docs/trainer.md, "PPO with a critic".
