@@ -3,11 +3,13 @@
 // op (the calling task waits; the event loop, the REPL and servers keep going);
 // a trainer runs one such job at a time.
 //
-//   _trainer.trainer_new(policy, ref|nil, opts_json, policy_dir|nil, ref_dir|nil) -> handle
-//                                          (the dirs: a sharded trainer's skeletons' files)
+//   _trainer.trainer_new(policy, ref|nil, opts_json, policy_dir|nil, ref_dir|nil, critic|nil) -> handle
+//                                          (the dirs: a sharded trainer's skeletons' files;
+//                                          critic: the value model's decoder, with use_critic)
 //   handle:train(batch) -> op ("done", metrics_json)
 //   handle:sync(engine, version|nil) -> op ("done", json)   in-memory weights to a thread-mode engine
 //   handle:response_logprobs(batch) -> {{...}, ...}
+//   handle:response_values(batch) -> {{...}, ...}   the critic's values (use_critic)
 //   handle:weight_meta() -> {names, dtypes, shapes} json (what /update_weights_from_distributed takes)
 //   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
 //   handle:send_weights(group, bucket_bytes?) -> op   broadcasts every parameter over it (bucketed)
@@ -154,7 +156,7 @@ int start_job(lua_State* L, TrainerBox& box, std::function<json()> fn) {
   return box.worker.start(L, [fn = std::move(fn)] { return fn().dump(); });
 }
 
-// trainer_new(policy, ref|nil, opts_json, policy_dir|nil, ref_dir|nil) -> handle (bad options raise)
+// trainer_new(policy, ref|nil, opts_json, policy_dir|nil, ref_dir|nil, critic|nil) -> handle (bad options raise)
 int l_new(lua_State* L) {
   auto policy = model_from(L, 1);
   std::shared_ptr<nn::Transformer> ref;
@@ -169,7 +171,9 @@ int l_new(lua_State* L) {
   trainer::ShardSources sources;  // sharded: each rank reads its slices from these directories
   if (auto d = arg::opt_string(L, 4, "policy_dir")) sources.policy = std::string(*d);
   if (auto d = arg::opt_string(L, 5, "ref_dir")) sources.ref = std::string(*d);
-  auto t = std::make_shared<trainer::Trainer>(policy, ref, trainer::trainer_options_from_json(j), sources);
+  std::shared_ptr<nn::Transformer> critic;
+  if (!lua_isnoneornil(L, 6)) critic = model_from(L, 6);
+  auto t = std::make_shared<trainer::Trainer>(policy, ref, trainer::trainer_options_from_json(j), sources, critic);
   void* mem = lua_newuserdata(L, sizeof(TrainerBox));
   auto* box = new (mem) TrainerBox();
   box->trainer = std::move(t);
@@ -353,12 +357,8 @@ int l_shm_forget(lua_State* L) {
   return 0;
 }
 
-int l_response_logprobs(lua_State* L) {
-  TrainerBox& box = check_box(L, 1);
-  if (box.worker.is_busy()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
-  auto batch = batch_arg(L, 2);
-  box.trainer->validate(batch);
-  auto lps = box.trainer->response_logprobs(batch);
+// Per sample, a list of numbers.
+void push_rows(lua_State* L, const std::vector<std::vector<float>>& lps) {
   lua_createtable(L, static_cast<int>(lps.size()), 0);
   for (size_t i = 0; i < lps.size(); ++i) {
     lua_createtable(L, static_cast<int>(lps[i].size()), 0);
@@ -368,6 +368,24 @@ int l_response_logprobs(lua_State* L) {
     }
     lua_rawseti(L, -2, static_cast<int>(i + 1));
   }
+}
+
+int l_response_logprobs(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  if (box.worker.is_busy()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
+  auto batch = batch_arg(L, 2);
+  box.trainer->validate(batch);
+  push_rows(L, box.trainer->response_logprobs(batch));
+  return 1;
+}
+
+int l_response_values(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  if (box.worker.is_busy()) throw ArgError(1, "trainer", "the trainer is busy with another train/sync/save/load call");
+  if (!box.trainer->critic()) throw ArgError(1, "trainer", "values need a critic (rl.trainer.new{use_critic = true})");
+  auto batch = batch_arg(L, 2);
+  box.trainer->validate(batch);
+  push_rows(L, box.trainer->response_values(batch));
   return 1;
 }
 
@@ -465,6 +483,7 @@ int l_set_cpus(lua_State* L) {
 void open_trainer(lua_State* L, int t) {
   static const Reg methods[] = {
       {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"response_logprobs", entry<l_response_logprobs>},
+      {"response_values", entry<l_response_values>},
       {"step", entry<l_step>},   {"lr", entry<l_lr>},  {"progress", entry<l_progress>},
       {"save", entry<l_save>},   {"load", entry<l_load>},
       {"weight_meta", entry<l_weight_meta>}, {"group_connect", entry<l_group_connect>},

@@ -28,9 +28,10 @@ end
 
 --- One group's rewards → the values the trainer turns into advantages. GRPO (and GSPO,
 --- CISPO): each reward minus the group's mean, over the group's std. Library:
---- rl.rewards.normalize_group(rewards, estimator), which also knows reinforce_plus_plus(_baseline).
+--- rl.rewards.normalize_group(rewards, estimator), which also knows reinforce_plus_plus(_baseline)
+--- and ppo (raw rewards: the critic is the baseline).
 function edit.normalize(rewards, estimator)
-  if estimator:find("^reinforce") then return rl.rewards.normalize_group(rewards, estimator) end
+  if estimator == "ppo" or estimator:find("^reinforce") then return rl.rewards.normalize_group(rewards, estimator) end
   local n, sum = #rewards, 0
   for _, r in ipairs(rewards) do sum = sum + r end
   local mean, ss = sum / n, 0

@@ -152,6 +152,7 @@ local FIELDS = {
   { "kl", { "train/kl_loss", "train/kl" } },
   { "entropy", { "train/entropy_loss" } },
   { "grad_norm", { "train/grad_norm" } },
+  { "value_loss", { "train/value_loss" } },   -- PPO with a critic
 }
 -- The duration shown bare at the end of each kind's line; others are labelled.
 local TIMES = { rollout = "perf/rollout_time", train = "perf/step_time", eval = "perf/eval_time" }

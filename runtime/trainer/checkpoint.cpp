@@ -224,6 +224,7 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
   }
   test_pause("files");
   if (!t.sharded()) write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
+  if (t.critic()) save_critic(*t.critic(), dir);
 
   json files = json::object(), checksums = json::object();
   std::vector<std::string> names;
@@ -248,6 +249,7 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
   st["sources"] = req.sources;
   st["extra"] = req.extra;
   st["rng"] = rng_state_json();
+  if (t.critic()) st["critic"] = {{"step", t.critic_progress().step}, {"rollouts", t.critic_progress().rollouts}};
   st["files"] = files;  // sizes: a truncated copy is caught before anything is parsed
   st["checksums"] = checksums;  // and a changed byte, before anything is loaded
   st["saved_at"] = static_cast<int64_t>(std::time(nullptr));
@@ -496,10 +498,22 @@ json load_checkpoint(Trainer& t, const fs::path& dir, bool weights) {
   // A replicated trainer reads a sharded checkpoint's optimizer too (every shard file).
   auto slots = sharded_optimizer_world(dir) > 0 ? read_sharded_optimizer_whole(dir, m)
                                                 : read_optimizer_state(dir / kOptimizerFile, m.named_parameters());
+  std::optional<CriticRestore> critic;
+  CriticProgress progress;
+  if (t.critic()) {
+    critic = read_critic(*t.critic(), dir);
+    const json c = st.value("critic", json::object());
+    progress.step = c.value("step", int64_t(0));
+    progress.rollouts = c.value("rollouts", int64_t(0));
+  }
 
   // Everything read and checked: from here on nothing is expected to fail.
   if (weights) m.load(tensors);
   apply_optimizer_state(t.optimizer(), m.named_parameters(), std::move(slots));
+  if (critic) {
+    critic->apply(*t.critic());
+    t.set_critic_progress(progress);
+  }
   t.set_step(static_cast<int64_t>(st["step"].get<double>()));
   rng.apply();
   return st;

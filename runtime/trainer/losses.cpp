@@ -1,4 +1,4 @@
-// The policy / SFT losses and their aggregation (slime §8.2, §8.4–8.6). The
+// The policy / SFT losses, the critic's value loss, and their aggregation (slime §8.2, §8.4–8.6). The
 // advantage estimators live in advantages.cpp; shared checks in loss_checks.hpp.
 #include "trainer/losses.hpp"
 
@@ -238,6 +238,33 @@ LossResult policy_loss(const LossOptions& o, const LossInputs& in) {
 
   r.loss = loss;
   r.metrics["loss"] = loss.detach();
+  return r;
+}
+
+LossResult value_loss(double value_clip, Aggregation agg, const ValueLossInputs& in) {
+  const char* fn = "value_loss";
+  if (!in.values.defined() || in.values.dim() != 2) fail(fn, "values must be the critic's [B, T]; got " + detail::shape_str(in.values));
+  if (!in.old_values.defined()) fail(fn, "old_values is missing; pass the critic's values before the update (V_old)");
+  if (!in.returns.defined()) fail(fn, "returns is missing; pass the GAE returns (compute_advantages' second)");
+  if (!in.mask.defined()) fail(fn, "mask is missing");
+  check_same_shape(fn, "old_values", in.old_values, in.values);
+  check_same_shape(fn, "returns", in.returns, in.values);
+  check_same_shape(fn, "mask", in.mask, in.values);
+  check_finite(fn, "value_clip", value_clip);
+  if (value_clip < 0) fail(fn, "value_clip must be >= 0, got " + std::to_string(value_clip));
+  const auto dt = in.values.scalar_type();
+  const auto mask = in.mask.to(dt);
+  const auto red = [&](const torch::Tensor& x) { return reduce(x, mask, agg, in.sample_denoms, in.divisor); };
+  // Differences through masked_diff: whatever sits on padding stays out of the graph.
+  const auto old = in.old_values.detach().to(dt), ret = in.returns.detach().to(dt);
+  const auto delta = masked_diff(in.values, old, mask);        // V − V_old
+  const auto err = masked_diff(in.values, ret, mask);          // V − R
+  const auto err_clipped = delta.clamp(-value_clip, value_clip) + masked_diff(old, ret, mask);  // V_clip − R
+  const auto per_token = torch::maximum(err.square(), err_clipped.square());
+  LossResult r;
+  r.loss = red(per_token);
+  r.metrics["value_loss"] = r.loss.detach();
+  r.metrics["value_clipfrac"] = red(delta.detach().abs().gt(value_clip).to(dt)).detach();
   return r;
 }
 

@@ -27,24 +27,39 @@ const char* kl_type_name(KlType t);
 torch::Tensor approx_kl(const torch::Tensor& logp, const torch::Tensor& logp_base, KlType type,
                         const torch::Tensor& importance_ratio = {});
 
-enum class Estimator { grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline };
+enum class Estimator { grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline, ppo };
 Estimator parse_estimator(const std::string& name);  // throws naming the choices
 const char* estimator_name(Estimator e);
 
 struct AdvantageInputs {
-  torch::Tensor rewards;   // [B] (group-normalised for grpo/gspo/cispo/rf++-baseline: done by the rollout)
+  torch::Tensor rewards;   // [B] (group-normalised for grpo/gspo/cispo/rf++-baseline: done by the rollout; raw for ppo)
   torch::Tensor mask;      // [B, T]
   torch::Tensor kl;        // [B, T] per-token KL (zeros when kl_coef == 0), may be undefined
   double kl_coef = 0.0;
-  double gamma = 1.0;      // reinforce_plus_plus discount
+  double gamma = 1.0;      // reinforce_plus_plus and ppo (GAE) discount
   bool normalize = false;  // masked whitening over the batch (required by both reinforce++ variants)
+  // ppo only: the critic's values V_old [B, T] (zero on padding) and each sample's
+  // response length [B] (int64): GAE runs over the whole response, loss mask or not,
+  // and the reward lands on its last token (slime's get_advantages_and_returns_batch).
+  torch::Tensor values;
+  torch::Tensor response_lengths;
+  double lambd = 1.0;      // GAE's λ
 };
-// Returns {advantages, returns}, both [B, T] (zero outside the mask). With
+// Returns {advantages, returns}, both [B, T] (zero outside the mask). ppo: token
+// rewards r_t = −kl_coef·kl_t, plus the sequence reward on the response's last token;
+// δ_t = r_t + γ·V_{t+1} − V_t (V past the response = 0), A_t = δ_t + γλ·A_{t+1},
+// returns = A + V (gae below). With
 // `normalize`, advantages are whitened and returns are left as computed (as slime).
 // No gradient flows through either. Throws std::invalid_argument on bad shapes and on
 // kl missing while kl_coef != 0 (reinforce++ variants). slime requires normalize for
 // both reinforce++ variants; the trainer enforces it (and whitens over the whole step).
 std::pair<torch::Tensor, torch::Tensor> compute_advantages(Estimator est, const AdvantageInputs& in);
+
+// Generalised advantage estimation over [B, T] (rows right-padded with zero rewards and
+// values): {advantages, returns = advantages + values}. A sequential scan in float64
+// on the CPU, like the discounted returns. No gradient.
+std::pair<torch::Tensor, torch::Tensor> gae(const torch::Tensor& token_rewards, const torch::Tensor& values,
+                                            double gamma, double lambd);
 
 // Masked whitening: mean = Σ(a·m)/Σm, var = (Σ(a²m)/Σm − mean²)·N/(N−1) with N = Σm,
 // (a − mean)/sqrt(var + 1e-8); zero outside the mask. Sums in float64. Throws when
@@ -107,6 +122,21 @@ struct LossResult {
 // (0 → Σ_i max(Σ_t m_it, 1), slime's num_tokens: a fully masked sample counts as one token).
 torch::Tensor reduce(const torch::Tensor& x, const torch::Tensor& mask, Aggregation agg,
                      const torch::Tensor& sample_denoms = {}, double divisor = 0.0);
+
+// The critic's clipped value loss (slime's value_loss_function):
+//   V_clip = V_old + clamp(V − V_old, −value_clip, value_clip)
+//   loss   = reduce(max((V − R)², (V_clip − R)²))     (no ½, as slime)
+// metrics value_loss and value_clipfrac (share of tokens with |V − V_old| > value_clip),
+// reduced like the policy loss (aggregation, sample_denoms, divisor: see reduce).
+struct ValueLossInputs {
+  torch::Tensor values;      // [B, T] the critic's, requires grad
+  torch::Tensor old_values;  // [B, T] V_old (no grad), the values the returns were built on
+  torch::Tensor returns;     // [B, T]
+  torch::Tensor mask;        // [B, T]
+  torch::Tensor sample_denoms;
+  double divisor = 0.0;
+};
+LossResult value_loss(double value_clip, Aggregation agg, const ValueLossInputs& in);
 
 // The full loss of one micro-batch (policy loss, or SFT when opts.sft). Throws
 // std::invalid_argument naming the field (and a hint) on missing or mis-shaped

@@ -60,6 +60,7 @@ struct Trainer::Packed {
   torch::Tensor mask;           // [B, R] float32
   torch::Tensor rollout_logp;   // [B, R] float32 or undefined
   torch::Tensor behaviour_logp; // [B, R] float32: the policy's before this train() call, or undefined
+  torch::Tensor old_values;     // [B, R] float32: the critic's before this train() call (use_critic), or undefined
   torch::Tensor teacher_logp;   // [B, R] float32: a teacher's (on-policy distillation), or undefined
   torch::Tensor rewards;        // [B] float32
   std::vector<int64_t> prompt_lens, resp_lens;
@@ -70,8 +71,32 @@ struct Trainer::Packed {
 };
 
 Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts,
-                 const ShardSources& sources)
+                 const ShardSources& sources, std::shared_ptr<nn::Transformer> critic)
     : policy_(std::move(policy)), ref_(std::move(ref)), opts_(std::move(opts)) {
+  const bool ppo = opts_.loss.estimator == Estimator::ppo;
+  if (ppo && !opts_.use_critic)
+    throw std::invalid_argument("trainer: advantage_estimator = ppo needs a critic: set use_critic = true "
+                                "(--use-critic); or use grpo, gspo, cispo, reinforce_plus_plus or "
+                                "reinforce_plus_plus_baseline, which need none");
+  if (opts_.use_critic && !ppo)
+    throw std::invalid_argument(std::string("trainer: use_critic trains a value model for advantage_estimator = ppo, "
+                                            "but the estimator is ") + estimator_name(opts_.loss.estimator) +
+                                "; set --advantage-estimator ppo or drop --use-critic");
+  if (opts_.use_critic && opts_.loss.sft)
+    throw std::invalid_argument("trainer: use_critic with loss_type = sft_loss: SFT has no advantages; drop --use-critic");
+  if (opts_.use_critic && opts_.sharded)
+    throw std::invalid_argument("trainer: use_critic is not supported with train_backend = fsdp yet (the critic is "
+                                "not sharded); use --train-backend replicated with --use-critic");
+  if (opts_.use_critic && !critic) throw std::invalid_argument("trainer: use_critic needs a critic model (critic = ...)");
+  if (!opts_.use_critic && critic)
+    throw std::invalid_argument("trainer: a critic model without use_critic (set use_critic = true)");
+  if (!(opts_.value_clip >= 0) || !std::isfinite(opts_.value_clip))
+    throw std::invalid_argument("trainer: value_clip must be a finite number >= 0");
+  if (!std::isfinite(opts_.lambd) || opts_.lambd < 0 || opts_.lambd > 1)
+    throw std::invalid_argument("trainer: lambd (GAE's lambda) must be in [0, 1]");
+  if (opts_.critic_lr && (!(*opts_.critic_lr >= 0) || !std::isfinite(*opts_.critic_lr)))
+    throw std::invalid_argument("trainer: critic_lr must be >= 0");
+  if (opts_.num_critic_only_steps < 0) throw std::invalid_argument("trainer: num_critic_only_steps must be >= 0");
   if (!opts_.sharded && (!sources.policy.empty() || !sources.ref.empty()))
     throw std::invalid_argument("trainer: weights from files are for a sharded trainer (train_backend = fsdp)");
   if (!policy_) throw std::invalid_argument("trainer: no policy model");
@@ -123,16 +148,25 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
   torch::optim::AdamWOptions ao(opts_.optim.lr);
   ao.betas({opts_.optim.beta1, opts_.optim.beta2}).eps(opts_.optim.eps).weight_decay(opts_.optim.weight_decay);
   optim_ = std::make_unique<torch::optim::AdamW>(params_, ao);
+  if (opts_.use_critic) {
+    if (critic->config().hidden_size <= 0) throw std::invalid_argument("trainer: the critic model has no hidden size");
+    if (opts_.bf16 && critic->options().dtype != torch::kFloat32)
+      throw std::invalid_argument("trainer: bf16 mixed precision keeps float32 master weights; load the critic with "
+                                  "dtype = \"float32\"");
+    const auto& o = opts_.optim;
+    critic_ = std::make_unique<Critic>(std::move(critic), opts_.critic_lr.value_or(o.lr), o.beta1, o.beta2, o.eps,
+                                       o.weight_decay);
+  }
 }
 
-double Trainer::lr_at(int64_t step) const {
+double Trainer::lr_at(int64_t step, double base) const {
   const auto& o = opts_.optim;
-  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * double(step + 1) / double(o.warmup_steps);
-  if (o.schedule == "constant" || o.total_steps <= o.warmup_steps) return o.lr;
+  if (o.warmup_steps > 0 && step < o.warmup_steps) return base * double(step + 1) / double(o.warmup_steps);
+  if (o.schedule == "constant" || o.total_steps <= o.warmup_steps) return base;
   const double progress =
       std::clamp(double(step - o.warmup_steps) / double(o.total_steps - o.warmup_steps), 0.0, 1.0);
-  if (o.schedule == "linear") return o.min_lr + (o.lr - o.min_lr) * (1.0 - progress);
-  if (o.schedule == "cosine") return o.min_lr + (o.lr - o.min_lr) * 0.5 * (1.0 + std::cos(kPi * progress));
+  if (o.schedule == "linear") return o.min_lr + (base - o.min_lr) * (1.0 - progress);
+  if (o.schedule == "cosine") return o.min_lr + (base - o.min_lr) * 0.5 * (1.0 + std::cos(kPi * progress));
   throw std::invalid_argument("trainer: unknown lr schedule '" + o.schedule + "' (constant, linear, cosine)");
 }
 
@@ -183,6 +217,7 @@ double Trainer::state_bytes() const {
     for (const auto* t : {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()})
       if (t->defined()) n += static_cast<double>(t->nbytes());
   }
+  if (critic_) n += critic_->state_bytes();
   return n;
 }
 
@@ -226,6 +261,8 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   if (has_rollout) p.rollout_logp = torch::zeros({B, R}, torch::kFloat32);
   const bool has_behaviour = !behaviour_logp_.empty();
   if (has_behaviour) p.behaviour_logp = torch::zeros({B, R}, torch::kFloat32);
+  const bool has_values = !old_values_.empty();
+  if (has_values) p.old_values = torch::zeros({B, R}, torch::kFloat32);
   const bool has_teacher = !b.teacher_log_probs.empty();
   if (has_teacher) p.teacher_logp = torch::zeros({B, R}, torch::kFloat32);
   auto ids = p.ids.accessor<int64_t, 2>();
@@ -248,6 +285,10 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
       auto acc = p.behaviour_logp.accessor<float, 2>();
       for (int64_t j = 0; j < resp; ++j) acc[r][j] = behaviour_logp_[i][j];
     }
+    if (has_values) {
+      auto acc = p.old_values.accessor<float, 2>();
+      for (int64_t j = 0; j < resp; ++j) acc[r][j] = old_values_[i][j];
+    }
     if (has_teacher) {
       auto acc = p.teacher_logp.accessor<float, 2>();
       for (int64_t j = 0; j < resp; ++j) acc[r][j] = b.teacher_log_probs[i][j];
@@ -262,7 +303,8 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   // Built on the host, then moved once to where the policy lives.
   const auto dev = policy_->options().device;
   if (dev != torch::kCPU) {
-    for (auto* t : {&p.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp, &p.teacher_logp})
+    for (auto* t : {&p.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp, &p.old_values,
+                    &p.teacher_logp})
       if (t->defined()) *t = t->to(dev);
   }
   return p;
@@ -287,6 +329,35 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
   if (entropy && with_entropy)
     *entropy = torch::zeros({B * R}, out.entropy.options()).index_put({index}, out.entropy).view({B, R});
   return logp;
+}
+
+// The critic's value at each position that predicts a response token (the state
+// before that token, as slime's get_values), scattered into [B, R] float32.
+torch::Tensor Trainer::critic_values(const Packed& p) {
+  auto& m = critic_->model();
+  const int64_t B = p.ids.size(0), R = p.mask.size(1);
+  AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
+  auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
+  const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
+  auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
+  auto v = critic_->head(flat);
+  return torch::zeros({B * R}, v.options()).index_put({on_device(p.cols)}, v).view({B, R});
+}
+
+std::vector<std::vector<float>> Trainer::response_values(const TrainBatch& b) {
+  if (!critic_) throw std::invalid_argument("trainer: values need a critic (use_critic = true)");
+  torch::NoGradGuard ng;
+  std::vector<std::vector<float>> out(b.tokens.size());
+  std::vector<int64_t> all(b.tokens.size());
+  std::iota(all.begin(), all.end(), 0);
+  for (const auto& mb : micro_batches(b, all)) {
+    Packed p = pack(b, mb);
+    auto v = critic_values(p).to(torch::kCPU).contiguous();
+    const auto acc = v.accessor<float, 2>();
+    for (size_t r = 0; r < mb.size(); ++r)
+      for (int64_t j = 0; j < p.resp_lens[r]; ++j) out[mb[r]].push_back(acc[r][j]);
+  }
+  return out;
 }
 
 // Micro-batches of a step: fixed size, or greedily filled up to a token budget
@@ -358,6 +429,7 @@ Trainer::StepNorm Trainer::step_normaliser(const TrainBatch& b, const std::vecto
 struct Trainer::Prepared {
   Packed p;
   torch::Tensor old_logp, ref_logp, adv;
+  torch::Tensor returns;  // ppo: the critic's targets (GAE returns)
   std::vector<int64_t> rows;  // batch indices of the micro-batch's samples
 };
 
@@ -370,7 +442,7 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
   std::vector<Prepared> prep;
   const bool need_ref = ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0);
   for (const auto& mb : mbs) {
-    Prepared x{pack(b, mb), {}, {}, {}, mb};
+    Prepared x{pack(b, mb), {}, {}, {}, {}, mb};
     torch::NoGradGuard ng;
     if (opts_.use_rollout_logprobs) {
       if (!x.p.rollout_logp.defined())
@@ -389,7 +461,16 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
     ai.gamma = opts_.gamma;
     ai.normalize = false;
     if (opts_.kl_coef != 0.0) ai.kl = approx_kl(x.old_logp, x.ref_logp, opts_.kl_type);
-    x.adv = compute_advantages_unnormalized(opts_.loss.estimator, ai);
+    if (opts_.loss.estimator == Estimator::ppo) {
+      ai.values = x.p.old_values;
+      ai.response_lengths = torch::tensor(x.p.resp_lens, torch::kInt64);
+      ai.lambd = opts_.lambd;
+      auto [adv, ret] = compute_advantages(Estimator::ppo, ai);
+      x.adv = adv;
+      x.returns = ret;
+    } else {
+      x.adv = compute_advantages_unnormalized(opts_.loss.estimator, ai);
+    }
     if (opts_.use_opd) {  // the teacher's signal, token by token: the reverse KL's sample estimate
       const torch::Tensor rkl = (x.old_logp - x.p.teacher_logp) * x.p.mask;
       x.adv = x.adv - opts_.opd_kl_coef * rkl;
@@ -429,10 +510,15 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
 
 // Pass 2: forward, loss and backward per micro-batch (gradients accumulate); the
 // loss metrics summed over micro-batches.
-Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm) {
+Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm, bool policy) {
   Metrics m;
   const bool need_entropy = opts_.loss.entropy_coef != 0.0;
   for (auto& x : prep) {
+    if (critic_) accumulate_critic(x, norm, m);
+    if (!policy) {  // the critic's warm-up (num_critic_only_steps): the policy stays as it is
+      ++micro_done_;
+      continue;
+    }
     torch::Tensor entropy;
     auto logp = response_logp(*policy_, x.p, need_entropy, &entropy);
     LossInputs li;
@@ -457,6 +543,52 @@ Metrics Trainer::accumulate_gradients(std::vector<Prepared>& prep, const StepNor
       (response_logp(*policy_, prep.front().p, false, nullptr) * 0.0).sum().backward();
   }
   return m;
+}
+
+// The critic's forward, value loss and backward for one micro-batch; its metrics (and
+// the means of V_old and the returns, reduced like the loss) added into m.
+void Trainer::accumulate_critic(const Prepared& x, const StepNorm& norm, Metrics& m) {
+  ValueLossInputs vi;
+  vi.values = critic_values(x.p);
+  vi.old_values = x.p.old_values;
+  vi.returns = x.returns;
+  vi.mask = x.p.mask;
+  vi.divisor = norm.loss_divisor;
+  auto res = value_loss(opts_.value_clip, opts_.loss.aggregation, vi);
+  res.loss.backward();
+  for (auto& [k, v] : res.metrics) m["train/" + k] += v.item<double>();
+  torch::NoGradGuard ng;
+  m["train/values"] += reduce(x.p.old_values, x.p.mask, opts_.loss.aggregation, {}, norm.loss_divisor).item<double>();
+  m["train/returns"] += reduce(x.returns, x.p.mask, opts_.loss.aggregation, {}, norm.loss_divisor).item<double>();
+}
+
+// The critic's AdamW step: gradients averaged over the data-parallel ranks like the
+// policy's, clipped by their own global norm (clip_grad), the policy's schedule
+// peaking at critic_lr.
+void Trainer::critic_step(const StepNorm& norm, Metrics& m) {
+  auto& params = critic_->parameters();
+  if (norm.world > 1) norm.group->allreduce_mean_grads(params, "the critic's gradients");
+  double grad_norm = 0;
+  const bool fused = !params.empty() && params.front().is_cuda();
+  if (fused) {
+    grad_norm = clip_grad_norm_foreach(params, opts_.optim.clip_grad);
+  } else if (opts_.optim.clip_grad > 0) {
+    grad_norm = torch::nn::utils::clip_grad_norm_(params, opts_.optim.clip_grad);
+  } else {
+    double sq = 0;
+    for (auto& p : params)
+      if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
+    grad_norm = std::sqrt(sq);
+  }
+  const double lr = lr_at(critic_progress_.step, opts_.critic_lr.value_or(opts_.optim.lr));
+  auto& optim = critic_->optimizer();
+  for (auto& g : optim.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  if (fused) critic_fused_.step(optim);
+  else optim.step();
+  critic_->weights_changed();
+  ++critic_progress_.step;
+  m["train/critic_grad_norm"] = grad_norm;
+  m["train/critic_lr"] = lr;
 }
 
 // Data parallel: gradients and metrics averaged over the ranks (before clipping, so
@@ -521,20 +653,31 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   const double lr = lr_at(step_);
   for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
   optim_->zero_grad();
-  Metrics m = accumulate_gradients(prep, norm);
+  if (critic_) critic_->optimizer().zero_grad();
+  // The critic's warm-up (num_critic_only_steps): only the critic learns.
+  const bool policy = !(critic_ && critic_progress_.rollouts < opts_.num_critic_only_steps);
+  Metrics m = accumulate_gradients(prep, norm, policy);
   if (opts_.use_opd) {  // summed over ranks with the other metrics (their ratio is the step's mean)
     m["train/opd_kl_sum"] = opd_kl_sum_;
     m["train/opd_kl_tokens"] = opd_tokens_;
   }
-  const double grad_norm = clip_and_step(norm, m);
+  double grad_norm = 0;
+  if (policy) grad_norm = clip_and_step(norm, m);
+  else if (norm.world > 1) average_metrics(*norm.group, m);
+  if (critic_) {
+    critic_step(norm, m);
+    m["train/critic_only"] = policy ? 0.0 : 1.0;
+  }
   const double dt = seconds_since(t0);
   // TIS: the effective sample size of the applied weights as a share of the tokens,
   // (E w)^2 / E[w^2] in (0, 1]: 1 when the behaviour policy is the proximal one; an
   // off-policy collapse shows here first (docs/trainer.md, "Losses").
   if (auto w = m.find("train/tis_weight"), w2 = m.find("train/tis_weight_sq"); w != m.end() && w2 != m.end())
     m["train/tis_ess"] = w2->second > 0 ? w->second * w->second / w2->second : 0.0;
-  m["train/grad_norm"] = grad_norm;
-  m["train/lr"] = lr;
+  if (policy) {
+    m["train/grad_norm"] = grad_norm;
+    m["train/lr"] = lr;
+  }
   if (opts_.use_opd) {  // slime's opd_reverse_kl: mean of logp_old − logp_teacher over the step's masked tokens
     const double sum = m["train/opd_kl_sum"], tokens = m["train/opd_kl_tokens"];
     m.erase("train/opd_kl_sum");
@@ -645,6 +788,15 @@ Metrics Trainer::train(const TrainBatch& b) {
     behaviour_logp_ = behaviour_logprobs(b, &from_rollout);
     old_s = seconds_since(t_old);
   }
+  // The critic's values before any update (slime's critic computes them once per
+  // rollout, like the old log-probs): the GAE baseline and the value clip's centre.
+  old_values_.clear();
+  double values_s = 0;
+  if (critic_) {
+    const auto t_v = std::chrono::steady_clock::now();
+    old_values_ = response_values(b);
+    values_s = seconds_since(t_v);
+  }
   Metrics last;
   int64_t steps = 0;
   for (int64_t s = 0; s < n; s += gbs) {
@@ -654,6 +806,11 @@ Metrics Trainer::train(const TrainBatch& b) {
     ++steps;
   }
   behaviour_logp_.clear();
+  old_values_.clear();
+  if (critic_) {
+    ++critic_progress_.rollouts;
+    last["perf/critic_values_time"] = values_s;
+  }
   last["train/step"] = static_cast<double>(step_);
   last["perf/step_time"] = seconds_since(t0);
   last["perf/train_steps"] = static_cast<double>(steps);
@@ -734,6 +891,10 @@ int64_t Trainer::prepare_data_parallel(dist::ProcessGroup& g, int64_t n) {
     torch::NoGradGuard ng;
     g.broadcast(params_, 0, "the initial parameters");
     policy_->weights_changed();
+    if (critic_) {
+      g.broadcast(critic_->parameters(), 0, "the critic's initial parameters");
+      critic_->weights_changed();
+    }
     params_broadcast_ = true;
   }
   int64_t gbs = n;

@@ -1,20 +1,23 @@
 // The LibTorch trainer of one policy: a rollout's train batch in, one or more
 // optimiser steps out (slime's actor: log-prob recomputation, advantages, the
 // GRPO-family loss over micro-batches with gradient accumulation, global-norm
-// clipping, AdamW, a learning-rate schedule) and train/ + perf/ metrics back.
-// Knows nothing of Lua; bindings/torch_trainer.cpp wraps it.
+// clipping, AdamW, a learning-rate schedule; with use_critic, slime's critic too:
+// critic.hpp) and train/ + perf/ metrics back. Knows nothing of Lua;
+// bindings/torch_trainer.cpp wraps it.
 #pragma once
 #include <atomic>
 #include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "nn/transformer.hpp"
+#include "trainer/critic.hpp"
 #include "trainer/fsdp.hpp"
 #include "trainer/optim_fused.hpp"
 #include "trainer/losses.hpp"
@@ -53,6 +56,14 @@ struct TrainerOptions {
   KlType kl_type = KlType::k1;        // slime's --kl-loss-type default, also for kl_coef
   double gamma = 1.0;
   bool normalize_advantages = false;
+  // PPO with a critic (advantage_estimator = ppo; slime's critic role, docs/trainer.md):
+  // a value model trained beside the policy on the clipped value loss, its values the
+  // GAE baseline.
+  bool use_critic = false;
+  std::optional<double> critic_lr;     // default: optim.lr (the same schedule, scaled)
+  double value_clip = 0.2;             // slime's --value-clip
+  double lambd = 1.0;                  // GAE's λ (slime's --lambd)
+  int64_t num_critic_only_steps = 0;   // the first N train() calls (rollouts) update the critic only
   // On-policy distillation (slime's --use-opd): A -= opd_kl_coef · (logp_old − logp_teacher)
   // per token, before any whitening; needs TrainBatch::teacher_log_probs.
   bool use_opd = false;
@@ -104,16 +115,23 @@ struct ShardSources {
   std::string policy, ref;
 };
 
+// The checkpointed counters of the critic (use_critic).
+struct CriticProgress {
+  int64_t step = 0;      // the critic's optimiser steps (its learning-rate schedule)
+  int64_t rollouts = 0;  // train() calls it trained on (num_critic_only_steps counts these)
+};
+
 class Trainer {
  public:
   // The policy's weights digest (nn/weights_digest.hpp), "" unless it computes with the
   // exact kernels: data-parallel replicas compare theirs after each step. Not for a
   // sharded trainer (its ranks hold shards, and its digest is a collective).
   std::string replica_digest();
-  // ref may be null (needed for use_kl_loss or kl_coef != 0). The policy's
+  // ref may be null (needed for use_kl_loss or kl_coef != 0); critic is the value
+  // model's decoder, needed exactly when opts.use_critic. The policy's (and critic's)
   // parameters are trained in place.
   Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Transformer> ref, TrainerOptions opts,
-          const ShardSources& sources = {});
+          const ShardSources& sources = {}, std::shared_ptr<nn::Transformer> critic = nullptr);
 
   // Trains on the batch: ceil(n / global_batch_size) optimiser steps. With a
   // data-parallel group (dist::default_group(), world_size W > 1) the batch is this
@@ -132,6 +150,14 @@ class Trainer {
   std::vector<std::vector<float>> response_logprobs(const TrainBatch& batch);
   // The same for the samples `idx` only (the others' lists stay empty).
   std::vector<std::vector<float>> response_logprobs(const TrainBatch& batch, const std::vector<int64_t>& idx);
+  // The critic's value of each response position (no grad): [B] vectors. Throws
+  // without use_critic.
+  std::vector<std::vector<float>> response_values(const TrainBatch& batch);
+
+  // use_critic: the value model; null otherwise.
+  Critic* critic() { return critic_.get(); }
+  const CriticProgress& critic_progress() const { return critic_progress_; }
+  void set_critic_progress(const CriticProgress& p) { critic_progress_ = p; }
 
   nn::Transformer& policy() { return *policy_; }
   // Sharded (train_backend = fsdp): the policy's shards; null when replicated.
@@ -156,6 +182,7 @@ class Trainer {
   Packed pack(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   std::vector<std::vector<int64_t>> micro_batches(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
+  torch::Tensor critic_values(const Packed& p);  // [B, R], zero past each response
   // One optimiser step over the samples `idx`, in its four parts (trainer.cpp).
   struct StepNorm;   // the step's loss normaliser and data-parallel group
   struct Prepared;   // a micro-batch with its behaviour / reference log-probs and advantages
@@ -163,15 +190,18 @@ class Trainer {
   StepNorm step_normaliser(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   std::vector<Prepared> prepare_micro_batches(const TrainBatch& b, const std::vector<std::vector<int64_t>>& mbs,
                                               const StepNorm& norm);
-  Metrics accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm);
+  Metrics accumulate_gradients(std::vector<Prepared>& prep, const StepNorm& norm, bool policy);
+  void accumulate_critic(const Prepared& x, const StepNorm& norm, Metrics& m);
   double clip_and_step(const StepNorm& norm, Metrics& m);
+  void critic_step(const StepNorm& norm, Metrics& m);
   double clip_and_step_sharded(const StepNorm& norm);
   // Per sample: 1 when its rollout log-probs are provably this policy's own.
   std::vector<char> rollout_is_policy(const TrainBatch& b);
   // The policy's log-probs of every sample before this train() call (old_logprobs);
   // *from_rollout: the share of samples that took the rollout's.
   std::vector<std::vector<float>> behaviour_logprobs(const TrainBatch& b, double* from_rollout);
-  double lr_at(int64_t step) const;
+  double lr_at(int64_t step) const { return lr_at(step, opts_.optim.lr); }
+  double lr_at(int64_t step, double base) const;  // the schedule, peaking at `base`
   int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
   double opd_kl_sum_ = 0.0, opd_tokens_ = 0.0;  // the step's Σ (logp_old − logp_teacher)·mask and Σ mask
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
@@ -191,11 +221,15 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
   FusedAdamW fused_;  // the same AdamW step in multi-tensor kernels, for CUDA parameters
+  FusedAdamW critic_fused_;
   int64_t step_ = 0;
   bool params_broadcast_ = false;  // data parallel: rank 0's weights taken once
   std::vector<SampleStats> sample_stats_;
   std::atomic<int64_t> micro_done_{0}, micro_total_{0};
   std::vector<std::vector<float>> behaviour_logp_;  // per sample, during a multi-step train()
+  std::unique_ptr<Critic> critic_;                  // use_critic
+  CriticProgress critic_progress_;
+  std::vector<std::vector<float>> old_values_;      // per sample, V_old of the running train()
 };
 
 }  // namespace rl::trainer

@@ -8,6 +8,8 @@
 --   sleep: both ranks print "ready R" and sleep (the test sends Ctrl-C to the launcher).
 --   stall: rank 1 sleeps while rank 0's barrier times out (2 s).
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
+-- DIST_CRITIC=1 (train): PPO with a critic (use_critic); each rank also writes the
+-- critic's values of the whole global batch into OUT_DIR/rank<R>.json.
 --   sync:  a sharded trainer (BACKEND fsdp) trains a step, then rank 0 pushes its weights
 --          to a thread and a process engine by one method while the other ranks follow
 --          the gathers, for each method in turn; after each, the engines' log-probs of a
@@ -123,15 +125,19 @@ local tr
 if load_from then
   tr = assert(rl.trainer.load(load_from, { train_backend = backend }))
 else
+  local critic = os.getenv("DIST_CRITIC") == "1"
   tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2, clip_grad = 0.5 }, micro_batch_size = 2,
-    calculate_per_token_loss = true, normalize_advantages = true, train_backend = backend }
+    calculate_per_token_loss = true, normalize_advantages = true, train_backend = backend,
+    loss = critic and { advantage_estimator = "ppo" } or nil, use_critic = critic or nil,
+    critic_lr = critic and 1e-2 or nil }
 end
 local steps, stats = {}, nil
 for s = 1, load_from and 1 or 2 do
   local m
   m, stats = assert(tr:train(part))
   steps[s] = { loss = m["train/loss"], grad_norm = m["train/grad_norm"], pg_loss = m["train/pg_loss"],
-               global_batch_size = m["train/global_batch_size"], state_bytes = m["perf/trainer_state_bytes"] }
+               global_batch_size = m["train/global_batch_size"], state_bytes = m["perf/trainer_state_bytes"],
+               value_loss = m["train/value_loss"], critic_grad_norm = m["train/critic_grad_norm"] }
 end
 -- every rank's per-sample stats of the last step, on rank 0 (what the recipe puts in traces)
 local gathered = rl.dist.gather_object(stats)
@@ -141,5 +147,6 @@ rl.dist.barrier()
 local r = rl.dist.rank()
 assert(tr:save_model(("%s/rank%d"):format(out, r)))
 write(("%s/rank%d.json"):format(out, r), rl.json.encode { rank = r, world_size = ws, samples = #part.tokens,
-                                                          steps = steps, gathered = gathered or false })
+                                                          steps = steps, gathered = gathered or false,
+                                                          values = tr.critic and tr:values(batch) or false })
 print(("rank %d of %d trained on %d samples"):format(r, ws, #part.tokens))

@@ -11,7 +11,8 @@ Written from the formulas, not from the C++: everything runs in float64, sample 
 sample as slime does (lists of per-sample tensors), with its own choice of ops
 (where() instead of maximum(), Python loops for the discounted returns). A case is a
 dict {name, kind, options, inputs}; inputs are {"shape": [...], "data": [flat]}.
-Kinds: kl, advantages, whiten, reduce, loss, model (a tiny Llama through transformers).
+Kinds: kl, advantages (ppo: GAE over the critic's values), whiten, reduce, loss,
+value_loss (the critic's clipped value loss), model (a tiny Llama through transformers).
 The results file maps each case name to {key: tensor}; keys are "loss",
 "metric/<name>", "grad/<input or parameter>", and per kind "kl", "advantages", ...
 
@@ -89,11 +90,46 @@ def whiten(a, mask):
     return (a - mean) / torch.sqrt(var + 1e-8) * (mask != 0)
 
 
-def advantages(opts, rewards, mask, kl):
+def gae(rewards, values, gamma, lambd):
+    """One response: delta_t = r_t + gamma*V_{t+1} - V_t (V after the last token = 0),
+    A_t = delta_t + gamma*lambd*A_{t+1}; returns A and A + V."""
+    n = rewards.shape[0]
+    adv = [None] * n
+    following = torch.zeros((), dtype=DT)
+    for t in range(n - 1, -1, -1):
+        v_next = values[t + 1] if t + 1 < n else torch.zeros((), dtype=DT)
+        following = rewards[t] + gamma * v_next - values[t] + gamma * lambd * following
+        adv[t] = following
+    adv = torch.stack(adv)
+    return adv, adv + values
+
+
+def ppo_advantages(opts, rewards, mask, kl, values, lengths):
+    """slime's ppo: per-token rewards -kl_coef*kl over the whole response, the sequence
+    reward added on its last token, GAE over the response (padding past it ignored)."""
+    B, T = mask.shape
+    advs, rets = [], []
+    for i in range(B):
+        n = int(lengths[i])
+        r = -opts["kl_coef"] * kl[i, :n].clone()
+        r[n - 1] = r[n - 1] + rewards[i]
+        a, ret = gae(r, values[i, :n], opts["gamma"], opts["lambd"])
+        pad = torch.zeros(T - n, dtype=DT)
+        advs.append(torch.cat([a, pad]) * (mask[i] != 0))
+        rets.append(torch.cat([ret, pad]) * (mask[i] != 0))
+    adv, returns = torch.stack(advs), torch.stack(rets)
+    if opts["normalize"]:
+        adv = whiten(adv, mask)
+    return adv, returns
+
+
+def advantages(opts, rewards, mask, kl, values=None, lengths=None):
     est, kl_coef, gamma = opts["estimator"], opts["kl_coef"], opts["gamma"]
     B, T = mask.shape
     if kl is None or kl_coef == 0:
         kl = torch.zeros_like(mask)
+    if est == "ppo":
+        return ppo_advantages(opts, rewards, mask, kl, values, lengths)
     rows = []
     for i in range(B):
         m = mask[i]
@@ -182,6 +218,21 @@ def policy_loss(o, logp, mask, advantages=None, old_logp=None, entropy=None, ref
     return loss, metrics
 
 
+# ---- the critic's value loss -------------------------------------------------------------
+def value_loss(o, values, old_values, returns, mask):
+    """max of the squared errors of V and of V clipped to V_old +- value_clip, reduced like
+    the policy loss; clipfrac: share of tokens where |V - V_old| > value_clip."""
+    red = Reducer(mask, o["aggregation"], None, o.get("divisor", 0.0))
+    clip = o["value_clip"]
+    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    unclipped = (values - returns) ** 2
+    clipped = (v_clipped - returns) ** 2
+    per_token = torch.where(clipped > unclipped, clipped, unclipped)
+    loss = red(per_token)
+    clipfrac = red(((values - old_values).abs() > clip).to(DT))
+    return loss, {"value_loss": loss, "value_clipfrac": clipfrac}
+
+
 def loss_outputs(loss, metrics, grads):
     res = {"loss": out(loss)}
     res.update({"metric/" + k: out(v) for k, v in metrics.items()})
@@ -236,7 +287,8 @@ def run_case(case):
         ratio = opt_tensor(inputs, "importance_ratio")
         return {"kl": out(approx_kl(tensor(inputs["logp"]), tensor(inputs["logp_base"]), o["type"], ratio))}
     if kind == "advantages":
-        adv, ret = advantages(o, tensor(inputs["rewards"]), tensor(inputs["mask"]), opt_tensor(inputs, "kl"))
+        adv, ret = advantages(o, tensor(inputs["rewards"]), tensor(inputs["mask"]), opt_tensor(inputs, "kl"),
+                              opt_tensor(inputs, "values"), opt_tensor(inputs, "response_lengths"))
         return {"advantages": out(adv), "returns": out(ret)}
     if kind == "whiten":
         return {"whiten": out(whiten(tensor(inputs["a"]), tensor(inputs["mask"])))}
@@ -249,6 +301,12 @@ def run_case(case):
         return {"reduce": out(y), "grad/x": out(x.grad)}
     if kind == "loss":
         return run_loss(o, inputs)
+    if kind == "value_loss":
+        values = tensor(inputs["values"]).requires_grad_(True)
+        loss, metrics = value_loss(o, values, tensor(inputs["old_values"]), tensor(inputs["returns"]),
+                                   tensor(inputs["mask"]))
+        loss.backward()
+        return loss_outputs(loss, metrics, {"values": values.grad})
     if kind == "model":
         return run_model(o, inputs)
     raise ValueError("unknown case kind %r" % kind)

@@ -137,6 +137,33 @@ class DataParallel(LaunchesRanks, RlhostTestCase):
         for a, b in zip(adv_one, adv_two):
             self.assertAlmostEqual(a, b, delta=1e-5)
 
+    def test_two_ranks_train_the_critic_as_one_process(self):
+        """PPO with a critic: the critic's gradients are averaged over the ranks like the
+        policy's, so 2 ranks end with one process's critic."""
+        one, two = os.path.join(self.dir, "one"), os.path.join(self.dir, "two")
+        os.makedirs(one)
+        os.makedirs(two)
+        env = {"DIST_CRITIC": "1"}
+        p, _ = self.run_rlhost([SCRIPT, "train", one], env=env)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p, _ = self.run_rlhost(["--nproc", "2", SCRIPT, "train", two], env=env)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        m1 = load_json(os.path.join(one, "rank0.json"))
+        m2 = [load_json(os.path.join(two, "rank%d.json" % r)) for r in range(2)]
+        for s in range(2):
+            a, b = m1["steps"][s], m2[0]["steps"][s]
+            for k in ("value_loss", "critic_grad_norm", "loss", "grad_norm"):
+                self.assertAlmostEqual(a[k], b[k], delta=1e-5, msg="step %d %s" % (s + 1, k))
+                self.assertEqual(b[k], m2[1]["steps"][s][k], "ranks report the same %s" % k)
+        self.assertGreater(m1["steps"][0]["critic_grad_norm"], 0)
+        v1, v2 = m1["values"], [m["values"] for m in m2]
+        self.assertEqual(v2[0], v2[1], "ranks hold the same critic")
+        diff = max(abs(x - y) for a, b in zip(v1, v2[0]) for x, y in zip(a, b))
+        print("1 process vs 2 ranks: max |critic value diff| %.3g" % diff)
+        self.assertLessEqual(diff, 1e-5)
+        w1 = read_safetensors(os.path.join(one, "rank0", "model.safetensors"))
+        self.assertLessEqual(max_diff(w1, read_safetensors(os.path.join(two, "rank0", "model.safetensors"))), 1e-5)
+
     def test_a_dying_rank_stops_the_launch(self):
         # run_rlhost's timeout (120 s) is the guard against a launch that never stops
         p, _ = self.run_rlhost(["--nproc", "2", SCRIPT, "die", self.dir], timeout=120)

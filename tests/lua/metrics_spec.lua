@@ -100,6 +100,9 @@ describe("rl.metrics.format_line", function()
       ["train/step"] = 10, ["train/loss"] = -0.0123, ["train/kl_loss"] = 1.5e-05, ["train/grad_norm"] = 0.8,
       ["perf/step_time"] = 250.4, ["perf/rollout_time"] = 3,
     }, "train/step"), "train 10 | loss -0.0123 | kl 1.5e-05 | grad_norm 0.8 | rollout_time 3.0 s | 250 s")
+    -- with a critic (use_critic): its loss after the policy's
+    eq(metrics.format_line({ ["train/step"] = 2, ["train/loss"] = 0.5, ["train/value_loss"] = 0.25 }, "train/step"),
+      "train 2 | loss 0.5 | value_loss 0.25")
   end)
 
   it("eval: each dataset's mean reward and its largest pass@k", function()

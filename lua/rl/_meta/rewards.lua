@@ -52,7 +52,7 @@ function rl.rewards.normalize(samples, opts) end
 
 --- One group's normalised rewards (the library's per-group default): grpo/gspo/cispo
 --- reward − mean over (unbiased std + eps), reinforce_plus_plus_baseline reward − mean,
---- reinforce_plus_plus raw.
+--- reinforce_plus_plus and ppo raw.
 ---@param rewards number[]
 ---@param estimator? string default "grpo"
 ---@param opts? {std?: boolean, eps?: number}

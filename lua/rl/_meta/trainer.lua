@@ -12,6 +12,7 @@
 ---@class rl.trainer.Options
 ---@field model string|rl.model.Model
 ---@field ref? string|rl.model.Model|boolean
+---@field critic? string|rl.model.Model|boolean use_critic: the value model's decoder (default true: the model's checkpoint again)
 ---@field loss? table advantage_estimator, eps_clip, eps_clip_high, eps_clip_c, entropy_coef, use_kl_loss, kl_loss_coef, kl_loss_type, use_unbiased_kl, use_tis, tis_mode, tis_clip_low, tis_clip, calculate_per_token_loss, loss_type
 ---@field optimizer? table lr, min_lr, adam_beta1, adam_beta2, adam_eps, weight_decay, lr_decay_style, lr_warmup_iters, lr_decay_iters, clip_grad
 ---@field dtype? string
@@ -24,6 +25,11 @@
 ---@field kl_coef? number
 ---@field gamma? number
 ---@field normalize_advantages? boolean
+---@field use_critic? boolean train a value model beside the policy (advantage_estimator "ppo" needs it)
+---@field critic_lr? number the critic's learning rate (default: lr)
+---@field value_clip? number the value loss clips V to V_old +- value_clip (0.2)
+---@field lambd? number GAE's lambda (1.0)
+---@field num_critic_only_steps? integer the first N train calls update the critic only (0)
 ---@field bf16? boolean mixed precision: float32 master weights, forward passes under bf16 autocast
 
 ---@class rl.trainer.Trainer
@@ -31,6 +37,8 @@
 ---@field ref? rl.model.Model
 ---@field model_dir? string where the model was loaded from (tokenizer files for checkpoints)
 ---@field ref_dir? string where the reference model was loaded from
+---@field critic? rl.model.Model use_critic: the value model's decoder
+---@field critic_dir? string where the critic's decoder was loaded from
 ---@field weight_version? string the last version handed to engines (tr:sync) or restored
 ---@field checkpoint? {path: string, iteration: integer, step: integer} the checkpoint last loaded
 local Trainer = {}
@@ -64,6 +72,12 @@ function Trainer:set_cpus(list) end
 ---@param batch rl.trainer.Batch
 ---@return number[][]
 function Trainer:logprobs(batch) end
+
+--- use_critic: per sample, the critic's value of each response position (the state
+--- before each response token). Raises without a critic.
+---@param batch rl.trainer.Batch
+---@return number[][]
+function Trainer:values(batch) end
 
 ---@class rl.trainer.SyncOptions
 ---@field version? string|integer default: the step

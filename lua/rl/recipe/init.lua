@@ -55,6 +55,8 @@ local NUMERIC = {
   { "weight_decay", "number", 0 }, { "clip_grad", "number", 0 }, { "eps_clip", "number", 0 },
   { "eps_clip_high", "number", 0 }, { "kl_coef", "number", 0 }, { "kl_loss_coef", "number", 0 },
   { "entropy_coef", "number" }, { "dist_timeout", "number", 0, nil, lo_open = true },
+  { "critic_lr", "number", 0 }, { "value_clip", "number", 0 }, { "lambd", "number", 0, 1 }, { "gamma", "number", 0, 1 },
+  { "num_critic_only_steps", "int", 0 },
   { "check_weight_update_tolerance", "number", 0 }, { "host_lost_timeout", "number", 0, nil, lo_open = true }, { "rollout_health_check_first_wait", "number", 0 },
   { "rollout_health_check_interval", "number", 0, nil, lo_open = true },
   { "rollout_health_check_timeout", "number", 0, nil, lo_open = true },
@@ -115,6 +117,7 @@ local function fill_defaults(opt, default_model, world_size)
       opt.over_sampling_batch_size, opt.rollout_batch_size))
   end
   check_numbers(opt)
+  M.check_critic(opt)
   M.check_limits(opt)
   require("rl.recipe.hosts").check_options(opt)   -- --rollout-num-gpus-per-node
   require("rl.recipe.opd").check_options(opt)     -- --use-opd
@@ -125,6 +128,31 @@ local function fill_defaults(opt, default_model, world_size)
 end
 
 local function flag(k) return "--" .. k:gsub("_", "-") end
+
+--- PPO's critic flags, checked together (a usage error naming the flag).
+function M.check_critic(opt)
+  local ppo = opt.advantage_estimator == "ppo"
+  if ppo and not opt.use_critic then
+    rl.args.usage_error("--advantage-estimator ppo needs --use-critic (a value model trained beside the policy: its "
+      .. "values are the GAE baseline)")
+  end
+  if opt.use_critic and not ppo then
+    rl.args.usage_error(("--use-critic trains a value model for --advantage-estimator ppo, but it is %s; add "
+      .. "--advantage-estimator ppo or drop --use-critic"):format(tostring(opt.advantage_estimator)))
+  end
+  if opt.use_critic and opt.train_backend == "fsdp" then
+    rl.args.usage_error("--use-critic does not work with --train-backend fsdp yet (the critic is not sharded); use "
+      .. "--train-backend replicated")
+  end
+  if not opt.use_critic then
+    for _, k in ipairs { "critic_load", "critic_lr", "num_critic_only_steps" } do
+      local v = opt[k]
+      if v ~= nil and not (k == "num_critic_only_steps" and v == 0) then
+        rl.args.usage_error(flag(k) .. " needs --use-critic (and --advantage-estimator ppo)")
+      end
+    end
+  end
+end
 
 --- The failure budgets and time limits, checked (a usage error naming the flag).
 function M.check_limits(opt)
@@ -224,9 +252,9 @@ end
 
 local function make_trainer(opt, job)
   -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)
-  local loss, optimizer = require("rl.trainer.options").from_flags(opt)
+  local loss, optimizer, critic = require("rl.trainer.options").from_flags(opt)
   local topts = {
-    loss = loss, optimizer = optimizer,
+    loss = loss, optimizer = optimizer, gamma = opt.gamma, normalize_advantages = opt.normalize_advantages,
     -- --use-dynamic-global-batch-size: each batch is one optimiser step, whatever its size
     global_batch_size = not opt.use_dynamic_global_batch_size and opt.global_batch_size or nil,
     micro_batch_size = opt.micro_batch_size,
@@ -235,6 +263,7 @@ local function make_trainer(opt, job)
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
     use_opd = opt.use_opd or nil, opd_kl_coef = opt.use_opd and opt.opd_kl_coef or nil,
   }
+  for k, v in pairs(critic) do topts[k] = v end
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
   local ckpt = checkpoint_in(opt.load)
   if ckpt then
@@ -246,6 +275,7 @@ local function make_trainer(opt, job)
   if opt.load then log.info("--load " .. opt.load .. " holds no checkpoint yet: starting from " .. job.model_dir) end
   topts.model = job.model_dir
   topts.ref = need_ref and job.model_dir or nil
+  topts.critic = opt.use_critic and (opt.critic_load or job.model_dir) or nil
   return rl.trainer.new(topts), nil
 end
 

@@ -362,9 +362,11 @@ end
 local function console_line(m, step_key)
   if step_key ~= "rollout/step" then return require("rl.metrics").format_line(m, step_key) end
   local function f(k, fmt) return type(m[k]) == "number" and (fmt):format(m[k]) or "-" end
-  return ("rollout %d | reward %s | acc %s | resp_len %s | kl %s | clipfrac %s | %s s (rollout %s + train %s + sync %s)")
+  -- with a critic (--use-critic): its loss beside the policy's clip fraction
+  local critic = type(m["train/value_loss"]) == "number" and (" | value_loss %.4f"):format(m["train/value_loss"]) or ""
+  return ("rollout %d | reward %s | acc %s | resp_len %s | kl %s | clipfrac %s%s | %s s (rollout %s + train %s + sync %s)")
     :format(m["rollout/step"], f("rollout/raw_reward", "%.3f"), f("rollout/acc", "%.3f"),
-      f("rollout/response_len/mean", "%.0f"), f("train/kl_loss", "%.4f"), f("train/pg_clipfrac", "%.3f"),
+      f("rollout/response_len/mean", "%.0f"), f("train/kl_loss", "%.4f"), f("train/pg_clipfrac", "%.3f"), critic,
       f("perf/total_step_time", "%.1f"), f(TIMES.rollout, "%.1f"), f(TIMES.train, "%.1f"), f(TIMES.sync, "%.2f"))
 end
 M.console_line = console_line

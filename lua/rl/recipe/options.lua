@@ -14,6 +14,7 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "train_backend", "eps_clip_c", "use_unbiased_kl", "loss_type", "use_rollout_logprobs", "normalize_advantages",
   "min_lr", "adam_beta1", "adam_beta2", "adam_eps", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters",
   "use_opd", "opd_kl_coef",
+  "gamma", "use_critic", "critic_lr", "value_clip", "lambd", "num_critic_only_steps",
 }, {
   kl_loss_type = { default = "low_var_kl" },
   lr = { no_default = true, help = "learning rate (default: 2e-4 default model, 1e-6 otherwise)" },
@@ -25,6 +26,8 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
 local FLAGS = {
   -- model and data
   { name = "hf_checkpoint", type = "string", help = "HF model directory (Qwen2.5/Qwen3/Llama); default: the embedded math model" },
+  { name = "critic_load", type = "string",
+    help = "--use-critic: the value model's initial decoder, a HF directory of the policy's shape (default: --hf-checkpoint)" },
   { name = "prompt_data", type = "string", help = "training prompts (.jsonl/.json/.parquet); default: the default model's problems" },
   { name = "input_key", type = "string", default = "question", help = "prompt field of a row" },
   { name = "label_key", type = "string", default = "answer", help = "label field of a row" },

@@ -138,24 +138,27 @@ function M.value(sample, reward_key)
 end
 
 local ESTIMATORS = { grpo = true, gspo = true, cispo = true, reinforce_plus_plus = true,
-                     reinforce_plus_plus_baseline = true }
+                     reinforce_plus_plus_baseline = true, ppo = true }
+-- Estimators trained on the raw rewards (no group statistics): reinforce++ discounts
+-- them itself, ppo's critic is the baseline (slime normalises neither).
+local RAW = { reinforce_plus_plus = true, ppo = true }
 
 local function check_estimator(est, fname)
   if type(est) == "function" or ESTIMATORS[est] then return end
   error(fname .. ": unknown estimator '" .. tostring(est) ..
-    "' (grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline, or a function)", 3)
+    "' (grpo, gspo, cispo, reinforce_plus_plus, reinforce_plus_plus_baseline, ppo, or a function)", 3)
 end
 
 --- One group's normalised rewards, in order (the library's default per group).
 ---   estimator: grpo | gspo | cispo: reward − mean, / (std + eps) unless opts.std = false;
----              reinforce_plus_plus_baseline: reward − mean; reinforce_plus_plus: raw.
+---              reinforce_plus_plus_baseline: reward − mean; reinforce_plus_plus, ppo: raw.
 ---   opts: std (default true), eps (1e-6).
 --- std is the unbiased one, as torch.std; a group of one sample keeps reward − mean = 0.
 function M.normalize_group(rewards, estimator, opts)
   estimator = estimator or "grpo"
   check_estimator(estimator, "rl.rewards.normalize_group")
   local n, out = #rewards, {}
-  if estimator == "reinforce_plus_plus" then
+  if RAW[estimator] then
     for i = 1, n do out[i] = rewards[i] end
     return out
   end
@@ -193,7 +196,7 @@ function M.normalize(samples, opts)
   for i, s in ipairs(samples) do raw[i] = M.value(s, opts.reward_key) end
   if type(est) == "function" then return est(samples, raw), raw end
   local per_group = opts.normalize_group
-  if est == "reinforce_plus_plus" and not per_group then
+  if RAW[est] and not per_group then
     local out = {}
     for i = 1, #samples do out[i] = raw[i] end
     return out, raw

@@ -27,7 +27,7 @@ end
 --- The train batch of a rollout step. samples: a list of samples or of groups.
 --- opts:
 ---   estimator (grpo): the advantage estimator the batch is for (grpo, gspo, cispo,
----     reinforce_plus_plus, reinforce_plus_plus_baseline): its normalisation of
+---     reinforce_plus_plus, reinforce_plus_plus_baseline, ppo — raw rewards): its normalisation of
 ---     rl.rewards.normalize, recorded as batch.advantage_estimator, which the trainer
 ---     checks against its loss's; or a function (samples, raw) -> values (slime's
 ---     custom reward post-process; nothing recorded)

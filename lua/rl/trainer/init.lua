@@ -1,4 +1,4 @@
---- rl.trainer: the LibTorch trainer (GRPO family, AdamW) of a policy model.
+--- rl.trainer: the LibTorch trainer (GRPO family, PPO with a critic, AdamW) of a policy model.
 --
 --   local tr = rl.trainer.new { model = "/models/qwen", ref = true,
 --                               loss = { advantage_estimator = "grpo", eps_clip = 0.2, use_kl_loss = true,
@@ -44,6 +44,9 @@ local function is_dir(path) return path:sub(-5) ~= ".gguf" end   -- a model dire
 --- and optimizer (tables of options), dtype, and the batch options
 --- (global_batch_size, micro_batch_size, max_tokens_per_gpu, rollout_temperature,
 --- use_rollout_logprobs, kl_coef, gamma, normalize_advantages): lua/rl/trainer/options.lua.
+--- With use_critic (advantage_estimator "ppo"): critic (a directory, an rl.model, or
+--- true = the model's checkpoint again, the default) becomes the value model, trained
+--- beside the policy (critic_lr, value_clip, lambd, num_critic_only_steps).
 function M.new(opts)
   if type(opts) ~= "table" then error("rl.trainer.new: bad argument #1 'opts' (table expected)", 2) end
   if opts.model == nil then error("rl.trainer.new: opts.model is required (a model directory or an rl.model)", 2) end
@@ -64,18 +67,32 @@ function M.new(opts)
   end
   local need_ref = flat.use_kl_loss or (flat.kl_coef or 0) ~= 0
   if ref_src then ref = as_model(ref_src, "ref", opts.dtype, opts.device, need_ref and from_files(ref_src)) end
+  -- The critic: its own copy of a decoder (by default the model's checkpoint again).
+  local critic, critic_src
+  if opts.critic ~= nil and opts.critic ~= false and not flat.use_critic then
+    error("rl.trainer.new: opts.critic is given without use_critic = true", 2)
+  end
+  if flat.use_critic then
+    critic_src = (opts.critic == nil or opts.critic == true) and opts.model or opts.critic
+    if critic_src == opts.model and type(critic_src) ~= "string" then
+      error("rl.trainer.new: use_critic needs its own model: pass critic = <directory> (or model as a directory)", 2)
+    end
+    critic = as_model(critic_src, "critic", opts.dtype, opts.device, false)
+  end
   -- Data parallel (rlhost --nproc N, torchrun): join the group from the environment
   -- first; the trainer all-reduces gradients over it.
   require("rl.dist").ensure()
   local handle = require("rl.model").handle
   local h = native().trainer_new(handle(model), ref and handle(ref), json.encode(flat),
-    from_files(opts.model) and opts.model or nil, ref_src and need_ref and from_files(ref_src) and ref_src or nil)
+    from_files(opts.model) and opts.model or nil, ref_src and need_ref and from_files(ref_src) and ref_src or nil,
+    critic and handle(critic))
   -- Where the weights came from: checkpoints copy tokenizer files from model_dir and
   -- record ref_dir so that a resumed run gets the same reference model.
   local model_dir = type(opts.model) == "string" and opts.model or model.path
   local ref_dir = (opts.ref == true and model_dir) or (type(opts.ref) == "string" and opts.ref) or (ref and ref.path)
-  return setmetatable({ _h = h, model = model, ref = ref, options = flat, model_dir = model_dir, ref_dir = ref_dir },
-    Trainer)
+  local critic_dir = type(critic_src) == "string" and critic_src or (critic and critic.path) or nil
+  return setmetatable({ _h = h, model = model, ref = ref, critic = critic, options = flat, model_dir = model_dir,
+                        ref_dir = ref_dir, critic_dir = critic_dir }, Trainer)
 end
 
 local await = task.await_json
@@ -135,6 +152,13 @@ end
 
 --- Log-probs of each sample's response tokens under the current weights.
 function Trainer:logprobs(batch) return self._h:response_logprobs(batch) end
+
+--- The critic's value of each sample's response positions (use_critic): per sample, a
+--- list of numbers (the state before each response token, as the GAE uses them).
+function Trainer:values(batch)
+  if not self.critic then error("rl.trainer.Trainer:values: this trainer has no critic (use_critic = true)", 2) end
+  return self._h:response_values(batch)
+end
 
 function Trainer:step() return self._h:step() end
 --- Micro-batches done and their total in the running (or last) train call.
@@ -321,7 +345,7 @@ function Trainer:save(dir, opts)
   task.need_task(fname)
   local okk, meta = pcall(json.encode, {
     options = self.options, extra = opts.extra or {}, weight_version = self.weight_version,
-    sources = { model = self.model_dir, ref = self.ref_dir }, tokenizer_dir = self.model_dir,
+    sources = { model = self.model_dir, ref = self.ref_dir, critic = self.critic_dir }, tokenizer_dir = self.model_dir,
   })
   if not okk then error(fname .. ": opts.extra cannot be written as JSON: " .. tostring(meta), 2) end
   return await(self._h:save(dir, it, meta), fname)
@@ -385,6 +409,9 @@ function M.load(path, opts)
     end
     ref = r
   end
+  -- The critic's decoder takes the checkpoint's own shape (its config.json); its weights
+  -- and AdamW state then come from critic.safetensors and critic_optimizer.pt.
+  if o.use_critic then o.critic = opts.critic == nil and dir or opts.critic end
   o.model, o.ref, o.dtype = model, ref or nil, dtype
   local made, tr = pcall(M.new, o)
   if not made then return nil, ("%s: %s"):format(fname, tostring(tr)) end

@@ -10,7 +10,8 @@ local M = {}
 --- The loss (loss = {...}, or at the top level): docs/trainer.md, "Losses".
 M.LOSS = {
   { name = "advantage_estimator", type = "string", default = "grpo",
-    choices = { "grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline" } },
+    choices = { "grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo" },
+    help = "ppo needs use_critic: a value model's GAE in place of group-normalised rewards" },
   { name = "eps_clip", type = "number", default = 0.2, help = "PPO clip: the ratio stays in [1 - eps_clip, 1 + eps_clip_high]" },
   { name = "eps_clip_high", type = "number", help = "upper clip (default: eps_clip)" },
   { name = "eps_clip_c", type = "number", help = "dual-clip bound (> 1; default: off)" },
@@ -69,10 +70,24 @@ M.BATCH = {
       .. "megatron: slime's name, run as replicated" },
 }
 
+--- PPO's critic (top level): docs/trainer.md, "PPO with a critic".
+M.CRITIC = {
+  { name = "use_critic", type = "bool", default = false,
+    help = "train a value model (a copy of the policy's decoder with a scalar head) beside the policy; needed by "
+      .. "--advantage-estimator ppo" },
+  { name = "critic_lr", type = "number", help = "the critic's learning rate (default: --lr)" },
+  { name = "value_clip", type = "number", default = 0.2, help = "the value loss clips V to V_old +- value_clip" },
+  { name = "lambd", type = "number", default = 1.0, help = "GAE's lambda (ppo)" },
+  { name = "num_critic_only_steps", type = "int", default = 0, min = 0,
+    help = "the first N rollouts train the critic only (the policy waits for a useful baseline)" },
+}
+
 --- What rl.trainer.new takes besides: the models and where they live.
 M.TOP = {
   { name = "model", help = "a model directory or an rl.model" },
   { name = "ref", help = "a directory, an rl.model, or true: the model's checkpoint again, frozen" },
+  { name = "critic", help = "use_critic: a directory, an rl.model, or true (the default): the model's checkpoint again, "
+    .. "trained as the value model" },
   { name = "loss", type = "table" }, { name = "optimizer", type = "table" },
   { name = "dtype", type = "string" }, { name = "device", type = "string" },
 }
@@ -80,7 +95,7 @@ M.TOP = {
 local O = require "rl._options"
 
 local ALL, TOP_ALL = {}, {}   -- every trainer option, flat; and what rl.trainer.new's table may hold
-for _, list in ipairs { M.LOSS, M.OPTIMIZER, M.BATCH } do
+for _, list in ipairs { M.LOSS, M.OPTIMIZER, M.BATCH, M.CRITIC } do
   for _, o in ipairs(list) do ALL[#ALL + 1], TOP_ALL[#TOP_ALL + 1] = o, o end
 end
 for _, o in ipairs(M.TOP) do TOP_ALL[#TOP_ALL + 1] = o end
@@ -121,13 +136,15 @@ function M.flags(names, over)
   return out
 end
 
---- The trainer's loss and optimizer tables from a recipe's parsed flags: every declared
---- option the flags hold (nil ones left to the trainer's defaults).
+--- The trainer's loss and optimizer tables and its critic options (top level) from a
+--- recipe's parsed flags: every declared option the flags hold (nil ones left to the
+--- trainer's defaults).
 function M.from_flags(opt)
-  local loss, optim = {}, {}
+  local loss, optim, critic = {}, {}, {}
   for _, o in ipairs(M.LOSS) do loss[o.name] = opt[o.name] end
   for _, o in ipairs(M.OPTIMIZER) do optim[o.name] = opt[o.name] end
-  return loss, optim
+  for _, o in ipairs(M.CRITIC) do critic[o.name] = opt[o.name] end
+  return loss, optim, critic
 end
 
 return M

@@ -151,6 +151,44 @@ std::vector<Case> build_cases() {
     c.inputs["kl"] = torch::randn({4, 8}) * 0.2;
     cases.push_back(std::move(c));
   }
+  // ppo: GAE over the critic's values. Responses of different lengths (values past
+  // them are garbage the GAE must ignore), holes in the loss mask, one fully masked row.
+  struct Gae { double kl_coef, gamma, lambd; bool normalize; };
+  for (auto g : std::vector<Gae>{{0, 1, 1, false}, {0, 1, 0.95, false}, {0.1, 0.99, 0.95, false},
+                                 {0.05, 1, 0.9, true}, {0, 0.9, 0, false}}) {
+    torch::manual_seed(23);
+    std::ostringstream name;
+    name << "advantages/ppo/kl" << g.kl_coef << "/gamma" << g.gamma << "/lambd" << g.lambd << (g.normalize ? "/norm" : "");
+    Case c{name.str(), "advantages",
+           {{"estimator", "ppo"}, {"kl_coef", g.kl_coef}, {"gamma", g.gamma}, {"lambd", g.lambd},
+            {"normalize", g.normalize}}};
+    const auto lens = torch::tensor({8, 5, 1, 6}, torch::kInt64);
+    auto mask = (torch::arange(8).unsqueeze(0) < lens.unsqueeze(1)).to(torch::kFloat32);
+    mask = mask * (torch::rand({4, 8}) > 0.2).to(torch::kFloat32);
+    mask.select(1, 0).fill_(1);
+    mask[3].zero_();  // a removed sample: its loss mask is all zero, its response is not
+    mask[1][4] = 0;   // a response ending outside the loss mask: its reward still lands on its last token
+    c.inputs["mask"] = mask;
+    c.inputs["rewards"] = torch::randn({4});
+    c.inputs["kl"] = torch::randn({4, 8}) * 0.2;
+    c.inputs["values"] = torch::randn({4, 8}) + torch::where(mask.ne(0), torch::zeros({}), torch::full({}, 5.0f));
+    c.inputs["response_lengths"] = lens.to(torch::kFloat32);
+    cases.push_back(std::move(c));
+  }
+  // The critic's clipped value loss, V near V_old on both sides of the clip.
+  for (std::string agg : {"sample_mean", "token_mean"})
+    for (double divisor : {0.0, 12.0})
+      for (double clip : {0.2, 0.05}) {
+        torch::manual_seed(24);
+        std::ostringstream name;
+        name << "value_loss/" << agg << "/div" << divisor << "/clip" << clip;
+        Case c{name.str(), "value_loss", {{"aggregation", agg}, {"divisor", divisor}, {"value_clip", clip}}};
+        c.inputs["mask"] = random_mask(4, 7, /*with_empty_row=*/true);
+        c.inputs["old_values"] = torch::randn({4, 7});
+        c.inputs["values"] = c.inputs["old_values"] + torch::randn({4, 7}) * 0.3;
+        c.inputs["returns"] = torch::randn({4, 7});
+        cases.push_back(std::move(c));
+      }
   {
     torch::manual_seed(22);
     Case c{"whiten", "whiten"};
@@ -307,6 +345,11 @@ Tensors run_cpp(const Case& c) {
     a.rewards = in.at("rewards"), a.mask = in.at("mask"), a.kl = in.at("kl");
     a.kl_coef = c.options["kl_coef"].get<double>(), a.gamma = c.options["gamma"].get<double>();
     a.normalize = c.options["normalize"].get<bool>();
+    if (in.count("values")) {
+      a.values = in.at("values");
+      a.response_lengths = in.at("response_lengths").to(torch::kInt64);
+      a.lambd = c.options["lambd"].get<double>();
+    }
     auto [adv, ret] = compute_advantages(parse_estimator(c.options["estimator"].get<std::string>()), a);
     return {{"advantages", adv}, {"returns", ret}};
   }
@@ -317,6 +360,18 @@ Tensors run_cpp(const Case& c) {
                     in.count("sample_denoms") ? in.at("sample_denoms") : torch::Tensor(), c.options["divisor"].get<double>());
     y.backward();
     return {{"reduce", y}, {"grad/x", x.grad()}};
+  }
+  if (c.kind == "value_loss") {
+    ValueLossInputs vi;
+    auto values = in.at("values").clone().requires_grad_(true);
+    vi.values = values, vi.old_values = in.at("old_values"), vi.returns = in.at("returns"), vi.mask = in.at("mask");
+    vi.divisor = c.options["divisor"].get<double>();
+    auto r = value_loss(c.options["value_clip"].get<double>(),
+                        parse_aggregation(c.options["aggregation"].get<std::string>()), vi);
+    r.loss.backward();
+    Tensors out{{"loss", r.loss}, {"grad/values", values.grad()}};
+    for (auto& [k, v] : r.metrics) out["metric/" + k] = v;
+    return out;
   }
   const auto opts = parse_loss_options(c.options);
   if (c.kind == "loss") {
@@ -444,6 +499,12 @@ CATCH_TEST_CASE("KL estimators match the PyTorch reference", "[losses][parity][p
 CATCH_TEST_CASE("advantage estimators and whitening match the PyTorch reference", "[losses][parity][python]") {
   check_cases("advantages/");
   check_cases("whiten");
+}
+CATCH_TEST_CASE("ppo's GAE over the critic's values matches the PyTorch reference", "[losses][parity][python]") {
+  check_cases("advantages/ppo/");
+}
+CATCH_TEST_CASE("the critic's clipped value loss matches the PyTorch reference", "[losses][parity][python]") {
+  check_cases("value_loss/");
 }
 CATCH_TEST_CASE("sample_mean / token_mean reductions match the PyTorch reference", "[losses][parity][python]") {
   check_cases("reduce/");

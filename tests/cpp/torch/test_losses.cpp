@@ -250,8 +250,25 @@ CATCH_TEST_CASE("advantages: bad inputs name the field", "[losses]") {
   CATCH_CHECK(contains(error_of([&] { compute_advantages(Estimator::grpo, in); }), "gamma must be a finite"));
   CATCH_CHECK(contains(error_of([] { whiten(torch::ones({1, 2}), torch::tensor({{1.0f, 0.0f}})); }),
                        "more than one token"));
-  CATCH_CHECK(contains(error_of([] { parse_estimator("ppo"); }), "critic"));
+  CATCH_CHECK(parse_estimator("ppo") == Estimator::ppo);
+  in.gamma = 1.0;
+  in.kl_coef = 0.0;
+  CATCH_CHECK(contains(error_of([&] { compute_advantages(Estimator::ppo, in); }), "ppo needs the critic's values"));
+  in.values = torch::zeros({2, 3});
+  CATCH_CHECK(contains(error_of([&] { compute_advantages(Estimator::ppo, in); }), "ppo needs response_lengths"));
+  in.response_lengths = torch::tensor({4, 5}, torch::kInt64);
+  CATCH_CHECK(contains(error_of([&] { compute_advantages(Estimator::ppo, in); }), "response_lengths must be in [1, T]"));
+  CATCH_CHECK(contains(error_of([] {
+                         ValueLossInputs v;
+                         v.values = torch::zeros({2, 3});
+                         v.old_values = torch::zeros({2, 3});
+                         v.returns = torch::zeros({2, 4});
+                         v.mask = torch::ones({2, 3});
+                         value_loss(0.2, Aggregation::sample_mean, v);
+                       }),
+                       "returns has shape"));
   CATCH_CHECK(contains(error_of([] { parse_estimator("dapo"); }), "grpo, gspo, cispo"));
+  CATCH_CHECK(contains(error_of([] { parse_estimator("dapo"); }), "ppo"));
   CATCH_CHECK(parse_estimator(estimator_name(Estimator::reinforce_plus_plus_baseline)) ==
               Estimator::reinforce_plus_plus_baseline);
 }
