@@ -132,9 +132,9 @@ local function flag(k) return "--" .. k:gsub("_", "-") end
 --- PPO's critic flags, checked together (a usage error naming the flag).
 function M.check_critic(opt)
   local ppo = opt.advantage_estimator == "ppo"
-  if ppo and not opt.use_critic then
-    rl.args.usage_error("--advantage-estimator ppo needs --use-critic (a value model trained beside the policy: its "
-      .. "values are the GAE baseline)")
+  if ppo and not opt.use_critic then   -- slime's rule: ppo trains a critic
+    log.info("--advantage-estimator ppo: a critic (value model) trains beside the policy, as slime's use_critic")
+    opt.use_critic = true
   end
   if opt.use_critic and not ppo then
     rl.args.usage_error(("--use-critic trains a value model for --advantage-estimator ppo, but it is %s; add "
@@ -262,6 +262,7 @@ local function make_trainer(opt, job)
     old_logprobs = opt.old_logprobs, train_backend = opt.train_backend,
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
     use_opd = opt.use_opd or nil, opd_kl_coef = opt.use_opd and opt.opd_kl_coef or nil,
+    use_rollout_logprobs = opt.use_rollout_logprobs or nil,
   }
   for k, v in pairs(critic) do topts[k] = v end
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
