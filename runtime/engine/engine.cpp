@@ -172,6 +172,10 @@ SequencePtr EngineImpl::make_sequence(GenerateRequest req, UpdateFn on_update) {
     throw Error("sampling_params.stop: stop strings need a tokenizer and this engine has none",
                 "use stop_token_ids, or give the engine a tokenizer.json");
   if (req.top_logprobs_num < 0) throw Error("top_logprobs_num: must be >= 0");
+  if (req.logprob_start_len < -1 || req.logprob_start_len >= L)
+    throw Error("logprob_start_len: " + std::to_string(req.logprob_start_len) + " is not a position of the " +
+                    std::to_string(L) + "-token prompt",
+                "give -1 (no prompt log-probs) or a position in [0, " + std::to_string(L - 1) + "]");
 
   auto s = std::make_unique<Sequence>();
   std::mt19937_64 seeder;
@@ -183,6 +187,8 @@ SequencePtr EngineImpl::make_sequence(GenerateRequest req, UpdateFn on_update) {
   s->rng.seed(req.params.seed ? *req.params.seed : seeder());
   s->tokens = req.input_ids;
   s->prompt_len = L;
+  // SGLang reports position logprob_start_len itself as null: scored positions start after it.
+  s->input_logprob_next = req.return_logprob && req.logprob_start_len >= 0 ? req.logprob_start_len + 1 : L;
   s->max_new_tokens = max_new;
   s->stop_ids = req.params.stop_token_ids;
   if (!req.params.ignore_eos)
@@ -450,8 +456,9 @@ void EngineImpl::mark_abort(const std::string& rid, const std::string& why) {
 
 void EngineImpl::finish_aborted_and_empty() {
   std::vector<Sequence*> done;
+  // max_new_tokens 0 with prompt log-probs still runs its prefill (it finishes in complete()).
   for (auto& [rid, s] : index_)
-    if (s->abort_requested || s->max_new_tokens == 0) done.push_back(s);
+    if (s->abort_requested || (s->max_new_tokens == 0 && !s->wants_input_logprobs())) done.push_back(s);
   for (Sequence* s : done) {
     if (s->abort_requested) {
       s->out.finish_reason.type = "abort";
@@ -509,7 +516,8 @@ void EngineImpl::launch(std::vector<Sequence*> batch, const std::vector<int32_t>
     const bool below_min = n_out < s->req.params.min_new_tokens;
     f.rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr,
                           s->req.return_logprob};
-    f.cpu_rows = f.cpu_rows || (runner_->async() && needs_cpu_sampler(f.rows[i], vocab));
+    // A step scoring prompt log-probs runs synchronously (ModelRunner::launch): none ahead of it.
+    f.cpu_rows = f.cpu_rows || (runner_->async() && (needs_cpu_sampler(f.rows[i], vocab) || s->wants_input_logprobs()));
   }
   f.batch = std::move(batch);
   runner_->launch(f.batch, f.rows, ahead);
@@ -563,6 +571,21 @@ void EngineImpl::complete(InFlight& f) {
     Sequence* s = batch[i];
     if (s->out.finished) continue;  // finished (or aborted) while the step ran: its token is dropped
     s->num_computed = static_cast<int64_t>(s->tokens.size());
+    if (i < sampled.input_logprobs.size() && !sampled.input_logprobs[i].empty()) {
+      auto& lps = sampled.input_logprobs[i];
+      s->input_logprob_next += static_cast<int64_t>(lps.size());
+      s->out.input_logprobs.insert(s->out.input_logprobs.end(), lps.begin(), lps.end());
+      for (auto& top : sampled.input_top_logprobs[i]) s->out.input_top_logprobs.push_back(std::move(top));
+    }
+    if (s->max_new_tokens == 0) {
+      // Prompt scoring only (max_new_tokens 0 with prompt log-probs): the sampled token is dropped.
+      if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed);
+      s->out.finish_reason.type = "length";
+      s->out.finish_reason.length = 0;
+      s->t_first = s->t_last = t1;
+      finished.push_back(s);
+      continue;
+    }
     const int32_t tok = sampled.tokens[i];
     s->tokens.push_back(tok);
     if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed);

@@ -73,6 +73,10 @@ struct RequestOutput {
   std::string text;                        // decoded output (stop-trimmed unless no_stop_trim)
   std::vector<float> output_logprobs;      // per output token, when return_logprob
   std::vector<std::vector<std::pair<int32_t, float>>> output_top_logprobs;  // when top_logprobs_num > 0
+  // Prompt log-probs (GenerateRequest::logprob_start_len = k >= 0): log p(prompt[j] | prompt[<j])
+  // for j = k+1 .. prompt end, filled by the prefill (SGLang reports position k itself as null).
+  std::vector<float> input_logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> input_top_logprobs;  // same positions, top_logprobs_num > 0
   // The weights each output token was sampled under: (index of the first output token
   // sampled under a version, that version), one entry per version, in order.
   std::vector<std::pair<int64_t, std::string>> weight_version_spans;
@@ -101,6 +105,10 @@ struct GenerateRequest {
   SamplingParams params;
   bool return_logprob = false;
   int64_t top_logprobs_num = 0;
+  // With return_logprob: the first prompt position whose log-prob is reported (SGLang's
+  // logprob_start_len; -1: none). Positions from it are computed, never served from the
+  // prefix cache; max_new_tokens 0 then scores the prompt without generating.
+  int64_t logprob_start_len = -1;
   bool stream = false;                     // true: an update after every step, not only at the end
 };
 

@@ -58,8 +58,11 @@ class ModelRunner {
 
   // One step: computes every sequence's uncomputed tokens, writes their K/V and
   // returns the logits of each sequence's last token, [S, V] float32. With `next`,
-  // sequence i's only input is next[i], after all of its tokens.
-  torch::Tensor forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next = nullptr);
+  // sequence i's only input is next[i], after all of its tokens. With `scored`, the
+  // prompt positions whose log-probs sequences still want (Sequence::input_logprob_next)
+  // add their logits as rows after those S, described in order in *scored.
+  torch::Tensor forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next = nullptr,
+                        std::vector<ScoreRow>* scored = nullptr);
   // A step and its sampling, in two halves so that the next step can be launched
   // before this one's tokens reach the host: launch() enqueues it (on CUDA through
   // GpuStepper: CUDA graphs, sampling on the device; on the CPU it computes at once

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <set>
 
@@ -86,6 +87,27 @@ json logprob_entry(float lp, int32_t id, const model::Tokenizer* tok, bool text)
   return e;
 }
 
+json top_entries(const std::vector<std::pair<int32_t, float>>& pos, const model::Tokenizer* tok, bool text) {
+  json row = json::array();
+  for (const auto& [id, lp] : pos) row.push_back(logprob_entry(lp, id, tok, text));
+  return row;
+}
+
+// logprob_start_len for prompt i (of `len` tokens): -1 (none) or a prompt position.
+int64_t logprob_start_of(const json& body, size_t i, size_t batch, bool batched, int64_t len) {
+  std::string where;
+  const json* v = per_prompt(body, "logprob_start_len", i, batch, batched, false, where);
+  if (!v) return -1;
+  if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT64_MAX))
+    bad(where, "expected an integer (-1: no prompt log-probs), got " + json_input::brief(*v));
+  const int64_t k = v->get<int64_t>();
+  if (k < -1 || k >= len)
+    bad(where,
+        std::to_string(k) + " is not a position of the " + std::to_string(len) + "-token prompt",
+        "give -1 (no prompt log-probs) or a position in [0, " + std::to_string(len - 1) + "]");
+  return k;
+}
+
 }  // namespace
 
 int64_t text_bytes_bound(const Engine& engine) {
@@ -142,6 +164,10 @@ void check_response_size(const GenerateCall& call, const Engine& engine, const C
     const int64_t tokens = std::min<int64_t>(std::max<int64_t>(0, r.params.max_new_tokens), room);
     const int64_t per_token = 1 + (r.return_logprob ? 1 + r.top_logprobs_num : 0);
     total += static_cast<double>(tokens) * static_cast<double>(per_token);
+    // Prompt log-probs: an id, a log-prob and the top ones per position from logprob_start_len.
+    if (r.logprob_start_len >= 0)
+      total += static_cast<double>(static_cast<int64_t>(r.input_ids.size()) - r.logprob_start_len) *
+               static_cast<double>(2 + r.top_logprobs_num);
     most_tokens = std::max(most_tokens, tokens);
     most_top = std::max(most_top, r.top_logprobs_num);
     logprobs = logprobs || r.return_logprob;
@@ -168,7 +194,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
       continue;
     }
     bad(k, "unknown field", "SGLang's /generate fields: text, input_ids, sampling_params, rid, return_logprob, "
-                            "top_logprobs_num, stream, return_text_in_logprobs");
+                            "top_logprobs_num, logprob_start_len, stream, return_text_in_logprobs");
   }
   const bool has_text = body.contains("text") && !body["text"].is_null();
   const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
@@ -215,17 +241,6 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
     if (!it->is_boolean()) bad("return_text_in_logprobs", "expected true or false, got " + type_of(*it));
     call.return_text_in_logprobs = it->get<bool>();
   }
-  if (auto it = body.find("logprob_start_len"); it != body.end() && !it->is_null()) {
-    const auto check = [](const json& v, const std::string& where) {
-      if (!v.is_number_integer() || v.get<int64_t>() != -1)
-        bad(where, "prompt log-probs are not computed by rlhost", "leave logprob_start_len out (or -1)");
-    };
-    if (it->is_array())
-      for (size_t i = 0; i < it->size(); ++i) check((*it)[i], "logprob_start_len[" + std::to_string(i) + "]");
-    else
-      check(*it, "logprob_start_len");
-  }
-
   for (size_t i = 0; i < batch; ++i) {
     std::string where;
     SamplingParams sp;
@@ -246,6 +261,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
     int64_t top = 0;
     if (const json* v = per_prompt(body, "top_logprobs_num", i, batch, batched, false, where))
       top = top_logprobs_of(*v, where, limits);
+    const int64_t start = logprob_start_of(body, i, batch, batched, static_cast<int64_t>(prompts[i].size()));
     std::string rid;
     if (const json* v = per_prompt(body, "rid", i, batch, batched, false, where)) {
       if (!v->is_string()) bad(where, "expected a string, got " + type_of(*v));
@@ -264,6 +280,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
       if (n > 1 && sp.seed) r.params.seed = *sp.seed + static_cast<uint64_t>(j);
       r.return_logprob = logprob || top > 0;
       r.top_logprobs_num = top;
+      r.logprob_start_len = r.return_logprob ? start : -1;  // SGLang ignores it without return_logprob
       r.stream = call.stream;
       call.requests.push_back(std::move(r));
     }
@@ -315,16 +332,32 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
     const size_t n = std::min(out.output_logprobs.size(), out.output_ids.size());
     for (size_t k = 0; k < n; ++k) lps.push_back(logprob_entry(out.output_logprobs[k], out.output_ids[k], tok, text_in_logprobs));
     m["output_token_logprobs"] = std::move(lps);
-    m["input_token_logprobs"] = json::array();  // prompt log-probs are not computed (logprob_start_len -1)
+    // Prompt log-probs, once the prefill has computed them: one entry per position from
+    // logprob_start_len, the first null (SGLang's layout), then log p(token | tokens before).
+    json in_lps = json::array(), in_tops = json::array();
+    const int64_t k = req.logprob_start_len, P = static_cast<int64_t>(req.input_ids.size());
+    if (k >= 0 && static_cast<int64_t>(out.input_logprobs.size()) == P - k - 1) {
+      const bool tops = req.top_logprobs_num > 0 && out.input_top_logprobs.size() == out.input_logprobs.size();
+      for (int64_t j = k; j < P; ++j) {
+        const int32_t id = req.input_ids[static_cast<size_t>(j)];
+        json e = logprob_entry(0, id, tok, text_in_logprobs);
+        if (j == k) {
+          e[0] = nullptr;
+          in_tops.push_back(nullptr);
+        } else {
+          const auto at = static_cast<size_t>(j - k - 1);
+          e[0] = out.input_logprobs[at];
+          if (tops) in_tops.push_back(top_entries(out.input_top_logprobs[at], tok, text_in_logprobs));
+        }
+        in_lps.push_back(std::move(e));
+      }
+    }
+    m["input_token_logprobs"] = std::move(in_lps);
     if (req.top_logprobs_num > 0) {
       json tops = json::array();
-      for (const auto& pos : out.output_top_logprobs) {
-        json row = json::array();
-        for (const auto& [id, lp] : pos) row.push_back(logprob_entry(lp, id, tok, text_in_logprobs));
-        tops.push_back(std::move(row));
-      }
+      for (const auto& pos : out.output_top_logprobs) tops.push_back(top_entries(pos, tok, text_in_logprobs));
       m["output_top_logprobs"] = std::move(tops);
-      m["input_top_logprobs"] = json::array();
+      m["input_top_logprobs"] = std::move(in_tops);
     }
   }
   return m;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -77,7 +78,12 @@ void ModelRunner::configure_steps(int64_t context_length) {
 
 void ModelRunner::launch(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows,
                          const std::vector<int32_t>* ahead) {
-  if (gpu_) {
+  // Prompt log-probs need logits at prompt positions, which GpuStepper does not
+  // compute: such a step runs here, synchronously (the engine launches it with no
+  // step in flight and none ahead of it, EngineImpl::launch).
+  const bool scores = !ahead && std::any_of(batch.begin(), batch.end(),
+                                            [](const Sequence* s) { return s->wants_input_logprobs(); });
+  if (gpu_ && !scores) {
     gpu_->launch(*model_, cache_, batch, rows, ahead);
     return;
   }
@@ -87,11 +93,18 @@ void ModelRunner::launch(const std::vector<Sequence*>& batch, const std::vector<
     if (done_.empty()) throw std::logic_error("engine: a step ahead with no step in flight");
     for (int32_t r : *ahead) next.push_back(done_.back().tokens[static_cast<size_t>(r)]);
   }
-  done_.push_back(sample_tokens(forward(batch, ahead ? &next : nullptr), rows));
+  std::vector<ScoreRow> scored;
+  torch::Tensor logits = forward(batch, ahead ? &next : nullptr, &scored);
+  const auto S = static_cast<int64_t>(batch.size());
+  SampleOutput out = sample_tokens(scored.empty() ? logits : logits.narrow(0, 0, S), rows);
+  out.input_logprobs.resize(batch.size());
+  out.input_top_logprobs.resize(batch.size());
+  if (!scored.empty()) score_tokens(logits.narrow(0, S, static_cast<int64_t>(scored.size())), scored, out);
+  done_.push_back(std::move(out));
 }
 
 SampleOutput ModelRunner::collect() {
-  if (gpu_) return gpu_->collect();
+  if (gpu_ && done_.empty()) return gpu_->collect();
   if (done_.empty()) throw std::logic_error("engine: no step to collect");
   SampleOutput out = std::move(done_.front());
   done_.pop_front();
@@ -185,10 +198,11 @@ void ModelRunner::use_shared_buffer(const std::string& id, int k) {
   updated_in_memory_ = true;
 }
 
-torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next) {
+torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next,
+                                   std::vector<ScoreRow>* scored) {
   torch::NoGradGuard no_grad;
   const int64_t bs = cache_.block_size;
-  std::vector<int64_t> ids, pos, slots, last;
+  std::vector<int64_t> ids, pos, slots, last, extra;
   nn::CachedBatch b;
   std::vector<std::vector<int64_t>> tables;
   int64_t n = 0;
@@ -202,6 +216,16 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
       pos.push_back(j);
       slots.push_back(static_cast<int64_t>(s->blocks[static_cast<size_t>(j / bs)]) * bs + j % bs);
     }
+    // Prompt log-probs: position j's logits score prompt token j + 1, for the
+    // pending ones (from input_logprob_next) among this step's positions.
+    if (scored && !next && s->wants_input_logprobs() && from > s->input_logprob_next - 1)
+      throw std::logic_error("engine: prompt position " + std::to_string(s->input_logprob_next - 1) +
+                             " should be scored but its K/V is cached (Sequence::cacheable_prefix)");
+    if (scored && !next)
+      for (int64_t j = std::max(from, s->input_logprob_next - 1); j + 1 < s->prompt_len && j < L; ++j) {
+        extra.push_back(n + j - from);
+        scored->push_back(ScoreRow{i, &s->req.params, s->tokens[static_cast<size_t>(j + 1)], s->req.top_logprobs_num});
+      }
     n += L - from;
     last.push_back(n - 1);
     b.query_lens.push_back(L - from);
@@ -214,6 +238,9 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
   b.slot_mapping = torch::tensor(slots, i64).to(device_);
   b.context_slots = nn::CachedBatch::slots_from_blocks(tables, b.context_lens, bs).to(device_);
   torch::Tensor hidden = model_->forward_cached(b, cache_);
+  // One lm_head GEMM for the last positions and any scored ones after them (the
+  // kernels are batch-invariant: each row's logits are those it has alone).
+  last.insert(last.end(), extra.begin(), extra.end());
   torch::Tensor h_last = hidden.index_select(0, torch::tensor(last, i64).to(device_));
   return model_->logits(h_last).to(torch::kFloat32);
 }

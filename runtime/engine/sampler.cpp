@@ -115,6 +115,20 @@ int32_t draw(const float* probs, int64_t V, double mass, std::mt19937_64& rng) {
   return last;  // rounding: the last token with mass
 }
 
+double temperature_of(const SamplingParams& p) { return p.greedy() ? 1.0 : p.temperature; }
+
+// The n most likely tokens of a row of z (logits / T) and their log-probs, given its log-sum-exp.
+std::vector<std::pair<int32_t, float>> top_of(const torch::Tensor& z_row, int64_t n, double lse) {
+  auto top = z_row.topk(std::min<int64_t>(n, z_row.size(0)));
+  auto vals = std::get<0>(top).contiguous();
+  auto ids = std::get<1>(top).contiguous();
+  std::vector<std::pair<int32_t, float>> out;
+  for (int64_t k = 0; k < vals.numel(); ++k)
+    out.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]),
+                     static_cast<float>(static_cast<double>(vals.data_ptr<float>()[k]) - lse));
+  return out;
+}
+
 }  // namespace
 
 torch::Tensor filtered_probs(const torch::Tensor& logits_row, const SamplingParams& p) {
@@ -148,8 +162,7 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
   auto z = logits;
   bool scaled = false;
   for (int64_t s = 0; s < S; ++s) {
-    const auto& p = *rows[static_cast<size_t>(s)].params;
-    const double t = p.greedy() ? 1.0 : p.temperature;
+    const double t = temperature_of(*rows[static_cast<size_t>(s)].params);
     if (t == 1.0) continue;
     if (!scaled) z = logits.clone(), scaled = true;
     z[s].copy_(logits[s] / t);
@@ -199,17 +212,42 @@ SampleOutput sample_tokens(const torch::Tensor& logits_in, const std::vector<Sam
   });
   for (int64_t s = 0; s < S; ++s) {
     const SampleRow& r = rows[static_cast<size_t>(s)];
-    if (r.top_logprobs_num > 0) {
-      auto top = z[s].topk(std::min<int64_t>(r.top_logprobs_num, V));
-      auto vals = std::get<0>(top).contiguous();
-      auto ids = std::get<1>(top).contiguous();
-      auto& dst = out.top_logprobs[static_cast<size_t>(s)];
-      for (int64_t k = 0; k < vals.numel(); ++k)
-        dst.emplace_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[k]),
-                         static_cast<float>(static_cast<double>(vals.data_ptr<float>()[k]) - lp[s]));
-    }
+    if (r.top_logprobs_num > 0) out.top_logprobs[static_cast<size_t>(s)] = top_of(z[s], r.top_logprobs_num, lp[s]);
   }
   return out;
+}
+
+void score_tokens(const torch::Tensor& logits_in, const std::vector<ScoreRow>& rows, SampleOutput& out) {
+  torch::NoGradGuard no_grad;
+  if (logits_in.dim() != 2 || logits_in.size(0) != static_cast<int64_t>(rows.size()))
+    throw std::invalid_argument("score_tokens: logits must be [rows, vocab] with one row per scored token");
+  const int64_t R = logits_in.size(0), V = logits_in.size(1);
+  // sample_tokens' arithmetic: z = logits / T row by row, log p = z[target] - lse in double.
+  auto logits = logits_in.to(torch::kCPU, torch::kFloat32).contiguous();
+  auto z = logits;
+  bool scaled = false;
+  for (int64_t r = 0; r < R; ++r) {
+    const double t = temperature_of(*rows[static_cast<size_t>(r)].params);
+    if (t == 1.0) continue;
+    if (!scaled) z = logits.clone(), scaled = true;
+    z[r].copy_(logits[r] / t);
+  }
+  std::vector<double> lse(static_cast<size_t>(R));
+  std::vector<float> lp(static_cast<size_t>(R));
+  const float* zp = z.data_ptr<float>();
+  at::parallel_for(0, R, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto k = static_cast<size_t>(r);
+      lse[k] = nn::bi::logsumexp(zp + r * V, V);
+      lp[k] = static_cast<float>(static_cast<double>(zp[r * V + rows[k].target]) - lse[k]);
+    }
+  });
+  for (int64_t r = 0; r < R; ++r) {
+    const ScoreRow& row = rows[static_cast<size_t>(r)];
+    out.input_logprobs.at(row.row).push_back(lp[static_cast<size_t>(r)]);
+    if (row.top_logprobs_num > 0)
+      out.input_top_logprobs.at(row.row).push_back(top_of(z[r], row.top_logprobs_num, lse[static_cast<size_t>(r)]));
+  }
 }
 
 }  // namespace rl::engine

@@ -43,8 +43,9 @@ void Scheduler::preempt_all() {
 bool Scheduler::admit_one(Sequence& s, int64_t& budget, std::vector<uint64_t>& pending, bool& deferred) {
   const int64_t bs = bm_.block_size();
   const int64_t L = static_cast<int64_t>(s.tokens.size());
-  // At least the last token is computed: its logits give the next token.
-  BlockManager::Match m = bm_.match(s.tokens, L - 1);
+  // At least the last token is computed (its logits give the next token), and every
+  // position a pending prompt log-prob reads (SGLang also stops the match there).
+  BlockManager::Match m = bm_.match(s.tokens, s.cacheable_prefix());
   if (m.next_hash && std::find(pending.begin(), pending.end(), *m.next_hash) != pending.end()) {
     deferred = true;  // computed by a sequence admitted in this step: hit it next step
     return false;

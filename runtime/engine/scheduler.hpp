@@ -11,7 +11,9 @@
 // Prefix reuse: an admitted sequence acquires the cached blocks of its longest
 // cached prefix. A sequence whose next prefix block is being computed in this
 // very step (a GRPO group arriving together) waits one step and then hits the
-// cache, so a group's shared prompt is prefilled once.
+// cache, so a group's shared prompt is prefilled once. A request for prompt
+// log-probs matches only the prefix before its first scored position
+// (Sequence::cacheable_prefix): those positions' logits must be computed.
 #pragma once
 #include <cstdint>
 #include <deque>

@@ -1,6 +1,7 @@
 // One request inside the engine: its tokens, KV blocks, sampling state, output
 // and timings. Owned by the scheduler thread.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -28,6 +29,9 @@ struct Sequence {
   std::vector<int32_t> banned;        // stop_ids while below min_new_tokens
   uint64_t admit_order = 0;           // for choosing whom to preempt (the latest)
   uint64_t weights_epoch = 0;         // the engine's weights when it arrived (EngineImpl::weights_epoch_)
+  // Prompt log-probs: the next prompt position whose log-prob is still to compute
+  // (logprob_start_len + 1 up to prompt_len; prompt_len: none pending).
+  int64_t input_logprob_next = 0;
   bool scheduled_once = false;
   // Its KV cache holds keys/values computed under weights older than the engine's
   // (kept across a weight update): never committed for prefix reuse.
@@ -38,6 +42,13 @@ struct Sequence {
   double t_arrival = 0, t_scheduled = -1, t_first = -1, t_last = -1;
 
   int64_t query_len() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
+  bool wants_input_logprobs() const { return input_logprob_next < prompt_len; }
+  // Tokens the prefix cache may serve: none whose hidden state a pending prompt
+  // log-prob needs (position input_logprob_next - 1 onwards), else all but the last.
+  int64_t cacheable_prefix() const {
+    const int64_t all = static_cast<int64_t>(tokens.size()) - 1;
+    return wants_input_logprobs() ? std::min(all, input_logprob_next - 1) : all;
+  }
 };
 using SequencePtr = std::unique_ptr<Sequence>;
 

@@ -121,10 +121,25 @@ json chat_logprobs(const RequestOutput& out, const GenerateRequest& req, const m
   return {{"content", std::move(content)}};
 }
 
-// Legacy completions logprobs: parallel lists.
+// Legacy completions logprobs: parallel lists. With echo (the request's prompt
+// log-probs from position 0), the prompt's tokens first, the first one's log-prob null.
 json completion_logprobs(const RequestOutput& out, const GenerateRequest& req, const model::Tokenizer* tok) {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   size_t offset = 0;
+  if (req.logprob_start_len == 0 && out.input_logprobs.size() + 1 == req.input_ids.size()) {
+    const bool with_tops = req.top_logprobs_num > 0 && out.input_top_logprobs.size() == out.input_logprobs.size();
+    for (size_t k = 0; k < req.input_ids.size(); ++k) {
+      const std::string t = token_text(tok, req.input_ids[k]);
+      tokens.push_back(t);
+      lps.push_back(k == 0 ? json(nullptr) : json(out.input_logprobs[k - 1]));
+      offsets.push_back(offset);
+      offset += t.size();
+      json top = json::object();
+      if (k > 0 && with_tops)
+        for (const auto& [id, lp] : out.input_top_logprobs[k - 1]) top[token_text(tok, id)] = lp;
+      tops.push_back(k > 0 && req.top_logprobs_num > 0 ? top : json(nullptr));
+    }
+  }
   for (size_t k = 0; k < out.output_logprobs.size() && k < out.output_ids.size(); ++k) {
     const std::string t = token_text(tok, out.output_ids[k]);
     tokens.push_back(t);
@@ -223,6 +238,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   auto p = body.find("prompt");
   if (p == body.end() || p->is_null()) throw BadRequest("prompt: required");
   std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;  // each prompt's text, for echo (ids are decoded)
   auto ids_of = [](const json& v, const std::string& where) {
     std::vector<int32_t> ids;
     for (const auto& e : v) {
@@ -232,23 +248,40 @@ void EngineServer::on_completions(const Req& req, Res& res) {
     if (ids.empty()) throw BadRequest(where + ": empty prompt");
     return ids;
   };
+  const model::Tokenizer* tok = engine_->tokenizer();
+  auto text_of = [&](const std::vector<int32_t>& ids) { return tok ? tok->decode(ids) : std::string(); };
   if (p->is_string()) {
     prompts.push_back(tokenize(*engine_, p->get<std::string>(), "prompt", true, limits_.max_text_bytes));
+    texts.push_back(p->get<std::string>());
   } else if (p->is_array() && !p->empty() && p->at(0).is_number_integer()) {
     prompts.push_back(ids_of(*p, "prompt"));
+    texts.push_back(text_of(prompts.back()));
   } else if (p->is_array() && !p->empty()) {
     for (size_t i = 0; i < p->size(); ++i) {
       const auto& e = (*p)[i];
       const std::string where = "prompt[" + std::to_string(i) + "]";
-      if (e.is_string()) prompts.push_back(tokenize(*engine_, e.get<std::string>(), where, true, limits_.max_text_bytes));
-      else if (e.is_array()) prompts.push_back(ids_of(e, where));
-      else throw BadRequest(where + ": expected a string or a list of token ids");
+      if (e.is_string()) {
+        prompts.push_back(tokenize(*engine_, e.get<std::string>(), where, true, limits_.max_text_bytes));
+        texts.push_back(e.get<std::string>());
+      } else if (e.is_array()) {
+        prompts.push_back(ids_of(e, where));
+        texts.push_back(text_of(prompts.back()));
+      } else {
+        throw BadRequest(where + ": expected a string or a list of token ids");
+      }
     }
   } else {
     throw BadRequest("prompt: expected a string, a list of strings or token ids, got " + json_input::brief(*p));
   }
-  if (auto e = body.find("echo"); e != body.end() && e->is_boolean() && e->get<bool>())
-    throw BadRequest("echo: not supported by rlhost", "leave it out or false");
+  // echo: the prompt comes back before the completion, with its log-probs when asked
+  // (the engine's prompt log-probs from position 0; max_tokens 0 scores the prompt only).
+  bool echo = false;
+  if (auto e = body.find("echo"); e != body.end() && !e->is_null()) {
+    if (!e->is_boolean()) throw BadRequest("echo: expected true or false, got " + json_input::brief(*e));
+    echo = e->get<bool>();
+  }
+  if (echo && body.value("stream", false))
+    throw BadRequest("echo: not supported with stream", "leave stream out or false to echo the prompt");
   if (auto s = body.find("suffix"); s != body.end() && !s->is_null()) throw BadRequest("suffix: not supported by rlhost");
   if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && *b != body.value("n", json(1)))
     throw BadRequest("best_of: only best_of == n is supported");
@@ -257,12 +290,16 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   GenerateCall call = openai_call(body, std::move(prompts), {"prompt", "max_tokens", "max_completion_tokens", "stream",
                                                               "logprobs", "echo", "suffix", "best_of"},
                                   logprobs, top, *engine_, limits_, true);
+  if (echo) {
+    for (auto& r : call.requests)
+      if (r.return_logprob) r.logprob_start_len = 0;
+    check_response_size(call, *engine_, limits_);  // the prompts' log-probs count too
+  }
   const bool stream = body.value("stream", false);
   const size_t per_prompt = static_cast<size_t>(std::max<int64_t>(1, body.value("n", int64_t{1})));
   const std::string id = "cmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
   const int64_t created = unix_seconds();
   const std::string model = metrics_name();
-  const model::Tokenizer* tok = engine_->tokenizer();
   auto shared = std::make_shared<GenerateCall>(call);
 
   if (stream) {
@@ -290,7 +327,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
     for (size_t i = 0; i < outs.size(); ++i) {
       const auto& r = shared->requests[i];
       choices.push_back({{"index", i},
-                         {"text", outs[i].text},
+                         {"text", echo ? texts[i / per_prompt] + outs[i].text : outs[i].text},
                          {"logprobs", r.return_logprob ? completion_logprobs(outs[i], r, tok) : json(nullptr)},
                          {"finish_reason", finish_reason_of(outs[i])},
                          {"matched_stop", matched_stop(outs[i])}});

@@ -68,6 +68,25 @@ class EngineOpenAITest(unittest.TestCase):
                                            extra_body={"ignore_eos": True})
         self.assertEqual(r.usage.completion_tokens, 16)
 
+    def test_completions_echo_returns_the_prompt_and_its_logprobs(self):
+        prompt = [1, 403, 410, 420, 430]
+        r = self.client.completions.create(model="x", prompt=prompt, max_tokens=3, temperature=0, logprobs=2,
+                                           echo=True, extra_body={"ignore_eos": True})
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), len(prompt) + 3)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertTrue(all(x <= 0 for x in lp.token_logprobs[1:]))
+        self.assertEqual(len(lp.top_logprobs[1]), 2)
+        plain = self.client.completions.create(model="x", prompt=prompt, max_tokens=3, temperature=0, logprobs=2,
+                                               extra_body={"ignore_eos": True}).choices[0]
+        self.assertTrue(r.choices[0].text.endswith(plain.text))
+        self.assertEqual(lp.token_logprobs[len(prompt):], plain.logprobs.token_logprobs)
+        # max_tokens 0: the prompt scored, the same values
+        s = self.client.completions.create(model="x", prompt=prompt, max_tokens=0, logprobs=0, echo=True)
+        self.assertEqual(s.choices[0].logprobs.token_logprobs, lp.token_logprobs[:len(prompt)])
+        self.assertEqual(s.usage.completion_tokens, 0)
+
     def test_completions_stream(self):
         full = self.client.completions.create(model="x", prompt="The cat", max_tokens=10, temperature=0)
         text, usage = "", None

@@ -6,7 +6,7 @@ back; stop strings and stop token ids are bounded; a prompt too long for the con
 is refused before it is tokenized, and large bodies are parsed off the event loop (the
 server keeps answering meanwhile); chat messages' content in any JSON shape is a 400
 or accepted, never a 500; a temperature too small to divide by samples greedily with
-finite log-probs.
+finite log-probs; prompt log-probs (logprob_start_len) over HTTP, bad starts a 400.
 
 Real `rlhost engine` processes on stories260K, real sockets. Waits are bounded by
 timeouts; nothing asserts how long something took.
@@ -50,6 +50,25 @@ class ResponseBounds(EngineTestCase):
         out = self.eng.generate({"input_ids": [1, 2, 3], "top_logprobs_num": 20,
                                  "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}})
         self.assertEqual([len(row) for row in out["meta_info"]["output_top_logprobs"]], [20, 20])
+
+    def test_prompt_logprobs_over_http_and_bad_starts_are_400(self):
+        prompt = [1, 40, 47, 26, 50, 60]
+        for k, message in ((6, "logprob_start_len: 6 is not a position of the 6-token prompt"),
+                           (-3, "logprob_start_len: -3 is not a position of the 6-token prompt"),
+                           (2.0, "logprob_start_len: expected an integer"),
+                           ([0, 1], "logprob_start_len: expected an integer")):
+            status, out = self.eng.post("/generate", {"input_ids": prompt, "return_logprob": True,
+                                                      "logprob_start_len": k})
+            self.assertEqual(status, 400, (k, out))
+            self.assertIn(message, error_of(out))
+        out = self.eng.generate({"input_ids": prompt, "return_logprob": True, "logprob_start_len": 2,
+                                 "sampling_params": {"max_new_tokens": 0}})
+        m = out["meta_info"]
+        self.assertEqual(out["output_ids"], [])
+        self.assertEqual(m["finish_reason"], {"type": "length", "length": 0})
+        self.assertEqual([e[1] for e in m["input_token_logprobs"]], prompt[2:])
+        self.assertIsNone(m["input_token_logprobs"][0][0])
+        self.assertTrue(all(e[0] <= 0 for e in m["input_token_logprobs"][1:]))
 
     def test_a_response_bigger_than_the_cap_is_refused_before_anything_runs(self):
         # 4 prompts x n 1024 x up to 500 tokens x (id + log-prob + 20 top log-probs): 45 M values

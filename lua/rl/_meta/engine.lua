@@ -66,7 +66,7 @@
 local Engine = {}
 
 --- SGLang /generate request -> response (a list for batches / n > 1). Yields the task.
----@param req table {text|input_ids, sampling_params?, rid?, return_logprob?, top_logprobs_num?, ...}
+---@param req table {text|input_ids, sampling_params?, rid?, return_logprob?, top_logprobs_num?, logprob_start_len?, ...}
 ---@return table|nil out, string|nil err
 function Engine:generate(req) end
 
