@@ -50,19 +50,22 @@ return { convert = function(args, samples)
 end }
 """
 
-# Per sample: its teacher log-probs and the teacher's own, recomputed.
+# Per sample: its teacher log-probs and the teacher's own, recomputed by a trainer over the
+# teacher (the kernels engine and trainer share: equal to the bit).
 TEACHER_CHECK = r"""
-local teacher = assert(rl.model.load(arg[2]))
-local out = {}
-local samples = {}
-for line in io.lines(arg[1]) do samples[#samples + 1] = rl.json.decode(line) end
-for i, s in ipairs(samples) do
-  local lps = teacher:logprobs(s.tokens)
-  local want = {}
-  for j = 1, s.response_length do want[j] = lps[#lps - s.response_length + j] end
-  out[i] = { got = s.teacher_log_probs, want = want }
-end
-print(rl.json.encode(out))
+rl.spawn(function()
+  local teacher = rl.trainer.new { model = arg[2] }
+  local samples, b = {}, { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {} }
+  for line in io.lines(arg[1]) do samples[#samples + 1] = rl.json.decode(line) end
+  for i, s in ipairs(samples) do
+    b.tokens[i], b.response_lengths[i], b.rewards[i], b.loss_masks[i] = s.tokens, s.response_length, 0, {}
+    for j = 1, s.response_length do b.loss_masks[i][j] = 1 end
+  end
+  local lps = teacher:logprobs(b)
+  local out = {}
+  for i, s in ipairs(samples) do out[i] = { got = s.teacher_log_probs, want = lps[i] } end
+  print(rl.json.encode(out))
+end):wait()
 """
 
 # The trainer's formula: rewards 0, so each sample's mean advantage over its tokens is
@@ -146,12 +149,35 @@ class Opd(RlhostTestCase):
         self.assertGreater(first, 0)
         self.assertLess(last, 0.6 * first, "the student moves toward the teacher")
         # the samples the trainer got carry the teacher's own log-probs
+        self.assert_teacher_scored(kept, 12 * 16)
+
+    def assert_teacher_scored(self, kept, n):
         rows = lua_json(self, self.write("check.lua", TEACHER_CHECK), kept, self.teacher)
-        self.assertEqual(len(rows), 12 * 16)
+        self.assertEqual(len(rows), n)
         for r in rows:
-            self.assertEqual(len(r["got"]), len(r["want"]))
-            for a, b in zip(r["got"], r["want"]):
-                self.assertAlmostEqual(a, b, places=5)
+            self.assertEqual(r["got"], r["want"])   # bit for bit
+
+    def test_teacher_engine(self):
+        """--opd-type sglang: an engine serving the teacher scores each sample (SGLang's prompt
+        log-probs), the same numbers to the bit as the teacher in the trainer's process."""
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        log = open(os.path.join(self.dir, "teacher.log"), "w")
+        self.addCleanup(log.close)
+        eng = subprocess.Popen([BIN, "engine", "--model", self.teacher, "--port", str(port), "--threads", "1"],
+                               stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
+        self.procs.append(eng)
+        hook = self.write("keep.lua", KEEP)
+        kept = os.path.join(self.dir, "samples.jsonl")
+        out = self.run_recipe(RECIPE, "--opd-type", "sglang", "--opd-teacher-url", "http://127.0.0.1:%d" % port,
+                              "--num-rollout", "2", "--custom-convert-samples-to-train-data-path", hook + ":convert",
+                              env={"SAMPLES_OUT": kept})
+        self.assertIn("on-policy distillation: teacher at http://127.0.0.1:%d" % port, out)
+        self.assert_teacher_scored(kept, 2 * 16)
+        steps = [m for m in read_jsonl(self.dir + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertTrue(all(m["train/opd_reverse_kl"] > 0 for m in steps))
 
     def test_trainer_formula(self):
         res = lua_json(self, self.write("formula.lua", FORMULA), self.student, self.teacher, "0.5")

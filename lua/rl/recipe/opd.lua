@@ -83,6 +83,14 @@ function M.new(opt, job)
       url = g.url
     end
     self.url = tostring(url):gsub("/+$", "")
+    if not opt.opd_teacher_group then   -- an engine started elsewhere: serving, and speaking SGLang's /generate
+      local e, err = require("rl.recipe.external").connect(self.url, opt.rollout_health_check_timeout)
+      if not e then usage("--opd-teacher-url: " .. err) end
+      if e.backend ~= "native" then
+        usage(("--opd-teacher-url %s is a %s server; the teacher's scores need SGLang's /generate with "
+          .. "logprob_start_len (rlhost's engine, SGLang)"):format(self.url, e.backend))
+      end
+    end
     self.semaphore = task.semaphore(64)
     log.info("on-policy distillation: teacher at %s (SGLang prompt log-probs), --opd-kl-coef %g", self.url, self.coef)
   end
@@ -90,11 +98,12 @@ function M.new(opt, job)
 end
 
 
--- One sample through the engine: SGLang's input_token_logprobs from the response's first token.
+-- One sample through the engine: SGLang's input_token_logprobs from the prompt's last token
+-- (whose entry SGLang leaves null, whatever the start) on; the response's are the last ones.
 function Teacher:score_remote(s)
   local prompt_len = #s.tokens - s.response_length
-  local body = json.encode { input_ids = s.tokens, return_logprob = true, logprob_start_len = prompt_len,
-                             sampling_params = { max_new_tokens = 0, temperature = 0 } }
+  local body = json.encode { input_ids = s.tokens, return_logprob = true, logprob_start_len = prompt_len - 1,
+                             sampling_params = { max_new_tokens = 0, temperature = 1 } }
   local resp, err = require("rl.http").request { method = "POST", url = self.url .. "/generate", body = body,
     headers = { ["content-type"] = "application/json" }, timeout = 600 }
   if not resp then error("--use-opd: the teacher at " .. self.url .. ": " .. tostring(err), 0) end
