@@ -322,7 +322,10 @@ print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
         self.assertIn("perf/effective_tokens_per_gpu_per_sec", st)
 
     def test_engines_router_and_log_lines(self):
-        out = self.run_recipe("--num-rollout", "1", "--rollout-num-gpus", "2", eval_=False)
+        port = self.free_port()
+        out = self.run_recipe("--num-rollout", "1", "--rollout-num-gpus", "2", "--sglang-router-port", str(port),
+                              eval_=False)
+        self.assertIn("Router launched at 127.0.0.1:%d, Prometheus port: " % port, out)   # pinned
         self.assertIn("Args parsed: Namespace(", out)
         self.assertRegex(out, r"Ports for engine 0: \{'host': '127.0.0.1', 'port': \d+\}")
         self.assertRegex(out, r"Ports for engine 1: \{'host': '127.0.0.1', 'port': \d+\}")

@@ -63,3 +63,33 @@ describe("recipes/grpo_gsm8k.lua", function()
     end
   end)
 end)
+
+describe("rl.recipe job:train_data (slime's batch and reward flags)", function()
+  local Job = require("rl.recipe.job").Job
+  local function samples(gi, rewards)
+    local g = {}
+    for i, r in ipairs(rewards) do
+      g[i] = sample.new { group_index = gi, index = gi * 100 + i - 1, reward = r, status = "completed",
+                          tokens = { 1, 2, 3 }, response_length = 1, prompt = "p" }
+    end
+    return g
+  end
+  local function job(flags)
+    local opt = { advantage_estimator = "grpo", global_batch_size = 3 }
+    for k, v in pairs(flags or {}) do opt[k] = v end
+    return setmetatable({ opt = opt, world_size = 1, step_metrics = {} }, Job)
+  end
+  local groups = { samples(0, { 1, 0, 0, 1 }), samples(1, { 3, 1, 1, 3 }) }
+
+  it("normalises per group, with and without the std; raw rewards on request", function()
+    local b = job():train_data(groups)
+    eq(b.size, 6, "trimmed to a multiple of --global-batch-size 3")
+    ok(math.abs(b.rewards[1] - 0.5 / (math.sqrt(1 / 3) + 1e-6)) < 1e-9, b.rewards[1])
+    local nostd = job { disable_grpo_std_normalization = true }:train_data(groups)
+    eq({ nostd.rewards[1], nostd.rewards[2], nostd.rewards[5] }, { 0.5, -0.5, 1 })
+    local raw = job { disable_rewards_normalization = true }:train_data(groups)
+    eq({ raw.rewards[1], raw.rewards[5] }, { 1, 3 })
+    eq(job { disable_rollout_trim_samples = true }:train_data(groups).size, 8)
+    eq(job { use_dynamic_global_batch_size = true }:train_data(groups).size, 8, "one step of everything")
+  end)
+end)
