@@ -1,4 +1,5 @@
 #include "trainer/critic.hpp"
+#include "trainer/state_bytes.hpp"
 
 #include <stdexcept>
 
@@ -43,18 +44,6 @@ torch::Tensor Critic::head(const torch::Tensor& hidden_rows) const {
   return torch::nn::functional::linear(hidden_rows, head_w_, head_b_).squeeze(-1).to(torch::kFloat32);
 }
 
-double Critic::state_bytes() const {
-  double n = 0;
-  for (const auto& p : params_) {
-    n += static_cast<double>(p.nbytes());
-    if (p.grad().defined()) n += static_cast<double>(p.grad().nbytes());
-  }
-  for (const auto& [key, st] : optim_->state()) {
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*st);
-    for (const auto* t : {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()})
-      if (t->defined()) n += static_cast<double>(t->nbytes());
-  }
-  return n;
-}
+double Critic::state_bytes() const { return adamw_state_bytes(params_, *optim_); }
 
 }  // namespace rl::trainer

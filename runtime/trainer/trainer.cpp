@@ -13,6 +13,7 @@
 #include "dist/dist.hpp"
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/weights_digest.hpp"
+#include "trainer/state_bytes.hpp"
 
 namespace rl::trainer {
 
@@ -207,16 +208,7 @@ void average_metrics(dist::ProcessGroup& g, Metrics& m) {
 double Trainer::current_lr() const { return lr_at(step_); }
 
 double Trainer::state_bytes() const {
-  double n = 0;
-  for (const auto& p : params_) {
-    n += static_cast<double>(p.nbytes());
-    if (p.grad().defined()) n += static_cast<double>(p.grad().nbytes());
-  }
-  for (const auto& [key, st] : optim_->state()) {
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*st);
-    for (const auto* t : {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()})
-      if (t->defined()) n += static_cast<double>(t->nbytes());
-  }
+  double n = adamw_state_bytes(params_, *optim_);
   if (critic_) n += critic_->state_bytes();
   return n;
 }

@@ -21,63 +21,22 @@
 #include "engine/sampler.hpp"
 #include "engine/step_batch.hpp"
 #include "model/tokenizer.hpp"
+#include "engine_fixtures.hpp"
 #include "model_fixtures.hpp"
 #include "nn/transformer.hpp"
 #include "nn/weights_digest.hpp"
 
 using namespace rl::engine;
+using rl::test::Collector;
+using rl::test::prompt_of;
+using rl::test::request;
+using rl::test::stories_options;
 
 namespace {
 
 nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
-}
-
-// Collects final outputs of submitted requests; wait() blocks until all are in.
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, RequestOutput> done;
-  std::map<std::string, int> updates;
-
-  UpdateFn fn() {
-    return [this](const RequestOutput& o) {
-      std::lock_guard<std::mutex> lock(mu);
-      ++updates[o.rid];
-      if (o.finished) done[o.rid] = o;
-      cv.notify_all();
-    };
-  }
-  void wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    CATCH_REQUIRE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done.size() >= n; }));
-  }
-};
-
-GenerateRequest request(std::vector<int32_t> ids, int64_t max_new, double temperature = 0.0,
-                        const std::string& rid = "") {
-  GenerateRequest r;
-  r.rid = rid;
-  r.input_ids = std::move(ids);
-  r.params.max_new_tokens = max_new;
-  r.params.temperature = temperature;
-  r.params.ignore_eos = true;
-  r.return_logprob = true;
-  return r;
-}
-
-EngineOptions stories_options() {
-  EngineOptions o;
-  o.model = rl::test::stories_dir();
-  o.threads = 1;
-  return o;
-}
-
-std::vector<int32_t> prompt_of(int n, int seed) {
-  std::vector<int32_t> ids{1};
-  for (int i = 1; i < n; ++i) ids.push_back(3 + (seed * 131 + i * 37) % 500);
-  return ids;
 }
 
 }  // namespace

@@ -14,56 +14,24 @@
 
 #include "base/errors.hpp"
 #include "engine/engine.hpp"
+#include "engine_fixtures.hpp"
 #include "model_fixtures.hpp"
 #include "nn/transformer.hpp"
 
 using namespace rl::engine;
+using rl::test::prompt_of;
+using rl::test::request;
+using rl::test::stories_options;
 
 namespace {
 
-struct Outputs {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, RequestOutput> done;
-
-  UpdateFn fn() {
-    return [this](const RequestOutput& o) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (o.finished) done[o.rid] = o;
-      cv.notify_all();
-    };
-  }
-  void wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    CATCH_REQUIRE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done.size() >= n; }));
-  }
-};
-
 GenerateRequest scoring(std::vector<int32_t> ids, int64_t start, const std::string& rid, int64_t max_new = 0,
                         double temperature = 0.0) {
-  GenerateRequest r;
-  r.rid = rid;
-  r.input_ids = std::move(ids);
-  r.params.max_new_tokens = max_new;
-  r.params.temperature = temperature;
-  r.params.ignore_eos = true;
-  r.return_logprob = true;
+  GenerateRequest r = request(std::move(ids), max_new, temperature, rid);
   r.logprob_start_len = start;
   return r;
 }
 
-EngineOptions options() {
-  EngineOptions o;
-  o.model = rl::test::stories_dir();
-  o.threads = 1;
-  return o;
-}
-
-std::vector<int32_t> prompt_of(int n, int seed) {
-  std::vector<int32_t> ids{1};
-  for (int i = 1; i < n; ++i) ids.push_back(3 + (seed * 131 + i * 37) % 500);
-  return ids;
-}
 
 // The training path's log p(ids[j] | ids[<j]) for j = 1 .. n-1.
 std::vector<float> trainer_logprobs(rl::nn::Transformer& model, const std::vector<int32_t>& ids, double t) {
@@ -73,7 +41,7 @@ std::vector<float> trainer_logprobs(rl::nn::Transformer& model, const std::vecto
 }
 
 RequestOutput run_one(Engine& engine, GenerateRequest r) {
-  Outputs c;
+  rl::test::Collector c;
   const std::string rid = r.rid;
   engine.submit(std::move(r), c.fn());
   c.wait(1);
@@ -83,7 +51,7 @@ RequestOutput run_one(Engine& engine, GenerateRequest r) {
 }  // namespace
 
 CATCH_TEST_CASE("engine: prompt log-probs equal the sampled ones and the training path's bit for bit", "[engine]") {
-  auto engine = Engine::create(options());
+  auto engine = Engine::create(stories_options());
   auto model = rl::nn::Transformer::from_pretrained(rl::test::stories_dir());
   for (double t : {0.0, 0.7}) {
     CATCH_INFO("temperature " << t);
@@ -125,7 +93,7 @@ CATCH_TEST_CASE("engine: prompt log-probs from a position, in a batch, past the 
   // alone, beside the others' decoding), or the default one (all prefill in one step).
   for (auto [budget, overlap] : {std::pair<int64_t, const char*>{8, "off"}, {8, "on"}, {8192, "on"}}) {
     CATCH_INFO("max_prefill_tokens " << budget << ", overlap " << overlap);
-    auto opts = options();
+    auto opts = stories_options();
     opts.max_prefill_tokens = budget;
     opts.block_size = 4;
     opts.overlap_schedule = overlap;
@@ -135,7 +103,7 @@ CATCH_TEST_CASE("engine: prompt log-probs from a position, in a batch, past the 
 
     // One batch: per-request starts, generating and scoring-only ones, and a request
     // without prompt log-probs beside them.
-    Outputs c;
+    rl::test::Collector c;
     engine->submit(scoring(p40, 0, "k0", 0), c.fn());
     engine->submit(scoring(p25, 11, "k11", 5), c.fn());
     engine->submit(scoring(p9, -1, "plain", 10), c.fn());
@@ -182,8 +150,8 @@ CATCH_TEST_CASE("engine: prompt log-probs from a position, in a batch, past the 
 }
 
 CATCH_TEST_CASE("engine: logprob_start_len out of the prompt is refused naming it", "[engine]") {
-  auto engine = Engine::create(options());
-  Outputs c;
+  auto engine = Engine::create(stories_options());
+  rl::test::Collector c;
   for (int64_t k : {int64_t{5}, int64_t{9}, int64_t{-2}}) {
     CATCH_INFO(k);
     CATCH_CHECK_THROWS_WITH(engine->submit(scoring(prompt_of(5, 1), k, ""), c.fn()),
