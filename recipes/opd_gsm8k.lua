@@ -7,7 +7,7 @@
 --   rlhost recipes/opd_gsm8k.lua          # student: the default model; teacher: a larger default
 --   rlhost recipes/opd_gsm8k.lua --hf-checkpoint /models/Qwen3-1.7B --opd-teacher-load /models/Qwen3-8B \
 --       --prompt-data gsm8k/train.jsonl --lr 1e-6
---   rlhost recipes/opd_gsm8k.lua --opd-type sglang --opd-teacher-url http://10.0.0.5:30000   # a teacher engine
+--   rlhost recipes/opd_gsm8k.lua --opd-type sglang --opd-teacher-url http://127.0.0.1:30000   # a teacher engine
 --
 -- Flags are slime's (--help); docs/recipes.md, "On-policy distillation".
 
