@@ -228,7 +228,7 @@ function rl.rollout.metrics.round1(x) end
 ---@class rl.rollout.train_data
 rl.rollout.train_data = {}
 ---@param samples table
----@param opts? {estimator?: string|function, normalize_group?: fun(rewards: number[], estimator: string): number[], post_process?: fun(samples: table): number[], number[], normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
+---@param opts? {estimator?: string|function, normalize_group?: fun(rewards: number[], estimator: string): number[], normalize?: boolean, std?: boolean, reward_key?: string, global_batch_size?: integer}
 ---@return rl.rollout.TrainBatch
 ---@return table<string, number> metrics
 function rl.rollout.train_data.convert(samples, opts) end

@@ -123,29 +123,27 @@ function Job:train_data(groups, opts)
   if self.opd then   -- --use-opd: the teacher's log-prob of every sampled token
     self:timed("opd_teacher", self.opd.score, self.opd, samples)
   end
-  local gbs = opt.global_batch_size
-  if opt.use_dynamic_global_batch_size then   -- slime's: every sample, a multiple of the ranks, one step
-    local n = 0
-    for _, s in ipairs(samples) do if require("rl.rewards").value(s, opt.reward_key) ~= nil then n = n + 1 end end
-    gbs = math.max(self.world_size, n - n % self.world_size)
-    if gbs ~= opt.global_batch_size then
-      log.info("dynamic global batch size: %s -> %d (%d samples, %d rank(s), one optimiser step)",
-        tostring(opt.global_batch_size), gbs, n, self.world_size)
-    end
-  end
+  -- slime's dynamic global batch size: every sample, trimmed to a multiple of the ranks, is
+  -- one optimiser step (the trainer was made without a global batch size)
+  local gbs = opt.use_dynamic_global_batch_size and self.world_size or opt.global_batch_size
   if opt.disable_rollout_trim_samples then gbs = nil end
   local batch, m
   if hooks.custom_convert_samples_to_train_data_path then
     batch, m = td.from_hook(hooks.custom_convert_samples_to_train_data_path(opt, samples), samples,
       "--custom-convert-samples-to-train-data-path")
   else
+    -- --custom-reward-post-process-path: (raw, rewards) in place of the normalisation
     local post = hooks.custom_reward_post_process_path
+    local est = post and function(ss) local raw, r = post(opt, ss); return r, raw end or opt.advantage_estimator
     batch, m = td.convert(groups, {
-      estimator = opt.advantage_estimator, normalize_group = opts.normalize_group, reward_key = opt.reward_key,
+      estimator = est, normalize_group = opts.normalize_group, reward_key = opt.reward_key,
       global_batch_size = gbs, normalize = not opt.disable_rewards_normalization,
       std = not opt.disable_grpo_std_normalization,
-      post_process = post and function(ss) return post(opt, ss) end,
     })
+    if opt.use_dynamic_global_batch_size and batch.size ~= opt.global_batch_size then
+      log.info("dynamic global batch size: %s -> %d (%d rank(s), one optimiser step)", tostring(opt.global_batch_size),
+        batch.size, self.world_size)
+    end
   end
   if self.step_metrics then   -- the conversion's counts (the rollout's own figures stay)
     for k, v in pairs(m or {}) do if self.step_metrics[k] == nil then self.step_metrics[k] = v end end

@@ -184,6 +184,8 @@ end
 --- Group-normalised rewards: for each sample, in order, the value the loss uses
 --- (nil for skipped samples). Groups are formed by `group_index`, not position.
 ---   estimator: a name of normalize_group's, or a function(samples, raw) -> normalized
+---     [, raw'] (slime's custom reward post-process: one number per sample in each list;
+---     raw', when given, replaces the raw rewards)
 ---   normalize_group: function(rewards, estimator) -> values, one group's (default
 ---     M.normalize_group with std and eps), e.g. a recipe's own normalisation
 ---   std (default true), eps (1e-6), reward_key, hook_timeout (seconds normalize_group
@@ -194,7 +196,22 @@ function M.normalize(samples, opts)
   check_estimator(est, "rl.rewards.normalize")
   local raw = {}
   for i, s in ipairs(samples) do raw[i] = M.value(s, opts.reward_key) end
-  if type(est) == "function" then return est(samples, raw), raw end
+  if type(est) == "function" then
+    local norm, raw2 = est(samples, raw)
+    for what, list in pairs { rewards = norm, raw_rewards = raw2 or raw } do
+      if type(list) ~= "table" or #list ~= #samples then
+        error(("rl.rewards.normalize: the reward post-process returned %s %s for %d samples (one number per sample)")
+          :format(type(list) == "table" and #list or type(list), what, #samples), 2)
+      end
+      for i = 1, #samples do
+        if type(list[i]) ~= "number" then
+          error(("rl.rewards.normalize: the reward post-process's %s[%d] is %s (a number expected)"):format(what, i,
+            type(list[i])), 2)
+        end
+      end
+    end
+    return norm, raw2 or raw
+  end
   local per_group = opts.normalize_group
   if RAW[est] and not per_group then
     local out = {}

@@ -29,12 +29,10 @@ end
 ---   estimator (grpo): the advantage estimator the batch is for (grpo, gspo, cispo,
 ---     reinforce_plus_plus, reinforce_plus_plus_baseline, ppo — raw rewards): its normalisation of
 ---     rl.rewards.normalize, recorded as batch.advantage_estimator, which the trainer
----     checks against its loss's; or a function (samples, raw) -> values (slime's
----     custom reward post-process; nothing recorded)
+---     checks against its loss's; or a function (samples, raw) -> values [, raw'] (slime's
+---     custom reward post-process, rl.rewards.normalize; nothing recorded)
 ---   normalize_group: function(rewards, estimator) -> values, one group's
 ---     normalisation in place of the library's (rl.rewards.normalize_group)
----   post_process: function(samples) -> raw_rewards, rewards (slime's
----     --custom-reward-post-process-path: one of each per sample, in place of the normalisation)
 ---   normalize (true): false keeps raw rewards (slime's --disable-rewards-normalization)
 ---   std (true): false skips the division by std (--disable-grpo-std-normalization)
 ---   reward_key, global_batch_size (trim to a multiple of it; "dynamic" or nil: keep all)
@@ -51,22 +49,7 @@ function M.convert(samples, opts)
   end
   local est = opts.estimator or "grpo"
   local norm, raw
-  if opts.post_process then
-    raw, norm = opts.post_process(keep)
-    for what, list in pairs { raw_rewards = raw, rewards = norm } do
-      if type(list) ~= "table" or #list ~= #keep then
-        error(("rl.rollout.train_data: the reward post-process returned %s %s for %d samples (expected two lists, "
-          .. "raw_rewards and rewards, one number per sample)"):format(type(list) == "table" and #list or type(list),
-          what, #keep), 0)
-      end
-      for i = 1, #keep do
-        if type(list[i]) ~= "number" then
-          error(("rl.rollout.train_data: the reward post-process's %s[%d] is %s (a number expected)"):format(what, i,
-            type(list[i])), 0)
-        end
-      end
-    end
-  elseif opts.normalize == false then
+  if opts.normalize == false and type(est) ~= "function" then
     raw = {}
     for i, s in ipairs(keep) do raw[i] = rewards.value(s, opts.reward_key) end
     norm = raw
