@@ -121,9 +121,27 @@ local function start_process(opts)
   end
 end
 
+-- ---- a router someone else runs -----------------------------------------------------
+
+local Lent = setmetatable({}, { __index = Process })
+Lent.__index = Lent
+
+function Lent:add(url)
+  local r, err = Process.add(self, url)
+  if r then self.added[#self.added + 1] = url end
+  return r, err
+end
+
+--- Takes out the workers this handle added; the router keeps running.
+function Lent:stop()
+  for _, u in ipairs(self.added) do pcall(Process.remove, self, u) end
+  self.added = {}
+end
+
 --- A handle on a router already running at `url` (slime's --sglang-router-ip/port):
 --- :add, :remove, :workers, :metrics over its HTTP API (worker changes carry the run's
---- admin token); :stop() leaves it running. nil, err when GET /health does not answer.
+--- admin token); :stop() takes out the workers it added and leaves the router running.
+--- nil, err when GET /health does not answer.
 function M.connect(url)
   task.need_task("rl.router.connect")
   url = tostring(url):gsub("/+$", "")
@@ -131,7 +149,7 @@ function M.connect(url)
   if not resp or resp.status ~= 200 then
     return nil, ("rl.router.connect: %s: GET /health %s"):format(url, resp and ("answered " .. resp.status) or tostring(err))
   end
-  return setmetatable({ url = url, mode = "external" }, Process)   -- no pid: stop() leaves it be
+  return setmetatable({ url = url, mode = "lent", added = {} }, Lent)
 end
 
 --- Starts a router. opts: workers, policy, host, port, mode ("thread"|"process"),

@@ -68,7 +68,7 @@ function Handle:metrics() end
 --- Stops the router (joins its thread / ends the child process).
 function Handle:stop() end
 
---- A handle on a router already running at url (its HTTP API; stop() leaves it running).
+--- A handle on a router already running at url (its HTTP API; stop() takes out the workers it added and leaves the router running).
 ---@param url string
 ---@return rl.router.Handle|nil
 ---@return string|nil err

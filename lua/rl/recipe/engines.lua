@@ -220,7 +220,7 @@ end
 
 local function stop_all(groups, launches)
   for _, g in ipairs(groups) do
-    if g.router then g.router:stop() end   -- a reused one (--sglang-router-ip) keeps running
+    if g.router then g.router:stop() end
   end
   for _, l in ipairs(launches or {}) do l.handle:stop() end   -- spawned, serving or not
   for _, g in ipairs(groups) do
@@ -372,14 +372,6 @@ function M.check_capacity(opt, job, base_opts)
   return { engines = total, bytes = bytes }
 end
 
---- Starts every group's engines and router. base_opts: rl.engine.start's options from
---- the flags (job.engine_opts: model, mode, threads, ...); a group's backend, model and
---- overrides go on top, unchanged, so backend options reach rl.engine.start as given.
---- Every engine of every group is spawned first, then all are waited for together (each
---- under its own ready_timeout): a job's start takes about its slowest engine's, not
---- their sum. Thread-mode engines load in the spawning call, one after another.
---- Returns the groups in order (also by name: groups.ref, groups.default) and the
---- policy group (the one that takes weight updates, else nil).
 -- slime's "Ports for engine N: {...}" line, for each engine of the groups (in order).
 local function log_ports(groups)
   local n = 0
@@ -405,10 +397,7 @@ local function group_router(opt, urls, first)
       local ok, aerr = r:add(u)
       if not ok then return nil, ("registering %s with the router at %s: %s"):format(u, url, tostring(aerr)) end
     end
-    r.reused = true
-    r.stop = function(self)   -- leave the router as found: our engines out of it
-      for _, u in ipairs(urls) do pcall(self.remove, self, u) end
-    end
+    r.reused = true   -- its stop() takes our engines out and leaves it running
     return r
   end
   return rl.router.start { workers = urls, policy = opt.router_policy, port = first and opt.sglang_router_port or nil,
@@ -429,6 +418,14 @@ local function start_external(opt)
   return { g, default = g }, g
 end
 
+--- Starts every group's engines and router. base_opts: rl.engine.start's options from
+--- the flags (job.engine_opts: model, mode, threads, ...); a group's backend, model and
+--- overrides go on top, unchanged, so backend options reach rl.engine.start as given.
+--- Every engine of every group is spawned first, then all are waited for together (each
+--- under its own ready_timeout): a job's start takes about its slowest engine's, not
+--- their sum. Thread-mode engines load in the spawning call, one after another.
+--- Returns the groups in order (also by name: groups.ref, groups.default) and the
+--- policy group (the one that takes weight updates, else nil).
 function M.start(opt, job, base_opts)
   if opt.rollout_external then return start_external(opt) end
   local models = job.engine_models or models_of(opt, job)
