@@ -170,8 +170,7 @@ function M.rollout_overrides(hooks, opt)
           end
         end
       end
-      ro:save_dump(rollout_id, r, true)
-      local m = require("rl.rollout.metrics").eval_metrics(r, rollout_id, ro.metric_options or nil)
+      local _, m = ro:finish_eval(rollout_id, r)
       for k, v in pairs(metrics or {}) do m[k] = v end
       return r, m
     end

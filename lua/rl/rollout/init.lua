@@ -424,7 +424,8 @@ end
 
 -- The rollout step, abort and eval (lua/rl/rollout/loop.lua), as methods.
 local loop = require "rl.rollout.loop"
-for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_urls", "abort", "cancel_pending", "eval" } do
+for _, name in ipairs { "load_dump", "save_dump", "generate_rollout", "worker_urls", "abort", "cancel_pending", "eval",
+                        "finish_eval" } do
   Rollout[name] = loop[name]
 end
 

@@ -338,6 +338,12 @@ function M.eval(self, rollout_id, datasets)
     end
     results[name] = { rewards = rs, truncated = tr, samples = samples, n_samples_per_prompt = nps }
   end
+  return self:finish_eval(rollout_id, results)
+end
+
+--- An eval pass's results ({name = {rewards, truncated, samples, n_samples_per_prompt}},
+--- the built-in's or an --eval-function-path hook's) dumped when asked → results, metrics.
+function M.finish_eval(self, rollout_id, results)
   self:save_dump(rollout_id, results, true)
   return results, require("rl.rollout.metrics").eval_metrics(results, rollout_id, self.metric_options or nil)
 end
