@@ -109,6 +109,10 @@ function Rollout:abort(rollout_id, done_queue) end
 ---@return table<string, {rewards: any[], truncated: boolean[], samples: table[], n_samples_per_prompt: integer}> results
 ---@return table<string, number> metrics eval/<name>, eval/<name>-pass@k, ...
 function Rollout:eval(rollout_id, datasets) end
+--- An eval pass's results (the built-in's or a hook's) dumped when asked, and their eval/ metrics.
+---@return table results
+---@return table<string, number> metrics
+function Rollout:finish_eval(rollout_id, results) end
 
 ---@return table sampling params
 function Rollout:sampling_params(overrides) end
