@@ -390,6 +390,7 @@ print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
                               env={"RLHOST_ADMIN_TOKEN": "external-test-token"})
         self.assertIn("external engine 0: http://127.0.0.1:%d (native" % port, out)
         self.assertNotIn("engine server: serving", out)   # it started none of its own
+        self.assertIn("weight sync to 1 engine(s): shm", out)   # on this machine: shared memory
         steps = self.steps()
         self.assertEqual(len(steps), 2)
         self.assertEqual(steps[-1]["rollout/weight_version"], 2)   # the external engine took each sync

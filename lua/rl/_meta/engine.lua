@@ -172,6 +172,14 @@ function engine.wait_all(launches) end
 ---@return rl.engine.Engine|rl.engine.VllmEngine|nil engine, string|nil err
 function engine.start(opts) end
 
+--- A handle on an engine server started elsewhere (an rlhost engine or any SGLang-API
+--- server): requests, stats and weight syncs over HTTP; stop() leaves it running; weights by
+--- shared memory when its URL is loopback, else by files.
+---@param url string
+---@param opts? {api_key?: string}
+---@return rl.engine.Engine
+function engine.attach(url, opts) end
+
 --- Headers for an engine's control endpoints (weights, memory, profile, abort,
 --- flush): JSON content type and 'Authorization: Bearer <api_key or the run's admin
 --- token>'. The admin token is $RLHOST_ADMIN_TOKEN, which engines this run starts inherit.

@@ -255,8 +255,9 @@ end
 --- The engine's weight-receiving side (rl.weight_sync): in memory (thread mode), through
 --- shared memory or c10d (its server), through files; and the version it serves.
 function Engine:weight_receiver()
+  -- an engine server on another machine cannot share memory with us: files or c10d
   return require("rl.weight_sync").new_receiver { url = self.url, api_key = self._api_key, engine = self,
-    kind = self.mode, native = self.mode == "thread" and self._h or nil }
+    kind = self._elsewhere and "server" or self.mode, native = self.mode == "thread" and self._h or nil }
 end
 
 --- Fault drill (thread mode; SIGSTOP is the drill for a process engine): the engine's
@@ -340,6 +341,18 @@ function M.start(opts)
   local l, err = launch_engine(opts, options.check(opts, "rl.engine.start"), "rl.engine.start")
   if not l then return nil, err end
   return l:wait_ready()
+end
+
+--- A handle on an engine server started elsewhere (slime's --rollout-external; an rlhost
+--- engine or any SGLang-API server at `url`): requests, stats and weight syncs over HTTP
+--- as for a process engine; stop() leaves it running. Weights come by shared memory when
+--- it runs on this machine (a loopback URL), else by files. opts: api_key.
+function M.attach(url, opts)
+  opts = opts or {}
+  local host = tostring(url):match("^https?://%[?([^%]/]-)%]?:%d+") or tostring(url):match("^https?://([^/:]+)")
+  local here = host == "127.0.0.1" or host == "localhost" or host == "::1"
+  return setmetatable({ mode = "process", url = url, external = true, _elsewhere = not here,
+                        _api_key = opts.api_key }, Engine)
 end
 
 --- Spawns an engine without waiting for it to serve (rl.engine.start's options and

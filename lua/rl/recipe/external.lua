@@ -1,33 +1,18 @@
 --- rl.recipe.external: slime's --rollout-external — train against engines started
 --- elsewhere, given by --rollout-external-engine-addrs HOST:PORT. Each is waited for
 --- (GET /health) and named by what it serves: an SGLang-API server (rlhost's engine,
---- SGLang: /get_model_info) or vLLM (/v1/models). rlhost never stops them. Weight sync
---- reaches them through files (update_weights_from_disk; vLLM: reload_weights, which
---- needs VLLM_SERVER_DEV_MODE=1), so the trainer's directory must be readable where they
---- run: the same machine, or --remote-weights-dir on a shared file system. The control
+--- SGLang: /get_model_info; rl.engine.attach) or vLLM (/v1/models; rl.engine.vllm.attach).
+--- rlhost never stops them. Weight sync: shared memory to an rlhost engine on this machine,
+--- else files (update_weights_from_disk; vLLM: reload_weights, which needs
+--- VLLM_SERVER_DEV_MODE=1), which must be readable where they run: the same machine, or
+--- --remote-weights-dir on a shared file system. The control
 --- endpoints want the run's admin token: start rlhost engines with the same
 --- RLHOST_ADMIN_TOKEN in their environment (docs/recipes.md#external-engines).
+local rl = require "rl"
 local json = require "rl.json"
 local log = require "rl.log"
 
 local M = {}
-
-local External = {}
-External.__index = External
-
-function External:stop() end   -- not ours to stop
-function External:weight_receiver()
-  return require("rl.weight_sync").new_receiver { url = self.url, kind = "server" }
-end
---- One SGLang /generate request (the same call as an rl.engine's): the decoded answer, or nil, why.
-function External:generate(req)
-  local resp, err = require("rl.http").request { method = "POST", url = self.url .. "/generate", body = json.encode(req),
-    headers = { ["content-type"] = "application/json" }, timeout = 600 }
-  if not resp then return nil, tostring(err) end
-  if resp.status ~= 200 then return nil, ("POST %s/generate: HTTP %d: %s"):format(self.url, resp.status, resp.body) end
-  return json.decode(resp.body)
-end
-function External:__tostring() return ("rl.engine(external %s, %s)"):format(self.backend, self.url) end
 
 local function get(url, timeout)
   local r = require("rl.http").get(url, { timeout = timeout or 5 })
@@ -50,8 +35,8 @@ function M.connect(addr, timeout)
   local info = get(url .. "/get_model_info")
   if info then
     local body = json.decode(info.body)
-    local h = setmetatable({ url = url, backend = "native", external = true,
-                             model = type(body) == "table" and body.model_path or nil }, External)
+    local h = rl.engine.attach(url)
+    h.backend, h.model = "native", type(body) == "table" and body.model_path or nil
     return h
   end
   local models = get(url .. "/v1/models")
