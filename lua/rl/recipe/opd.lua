@@ -9,7 +9,6 @@
 ---     log-probs: /generate with logprob_start_len and max_new_tokens 0).
 --- Teacher and student must share the tokenizer (checked at the start).
 local rl = require "rl"
-local json = require "rl.json"
 local log = require "rl.log"
 local task = require "rl.task"
 
@@ -83,13 +82,16 @@ function M.new(opt, job)
       url = g.url
     end
     self.url = tostring(url):gsub("/+$", "")
-    if not opt.opd_teacher_group then   -- an engine started elsewhere: serving, and speaking SGLang's /generate
+    if opt.opd_teacher_group then
+      self.engine = rl.engine.attach(self.url)   -- the group's router
+    else   -- an engine started elsewhere: serving, and speaking SGLang's /generate
       local e, err = require("rl.recipe.external").connect(self.url, opt.rollout_health_check_timeout)
       if not e then usage("--opd-teacher-url: " .. err) end
       if e.backend ~= "native" then
         usage(("--opd-teacher-url %s is a %s server; the teacher's scores need SGLang's /generate with "
           .. "logprob_start_len (rlhost's engine, SGLang)"):format(self.url, e.backend))
       end
+      self.engine = e
     end
     self.semaphore = task.semaphore(64)
     log.info("on-policy distillation: teacher at %s (SGLang prompt log-probs), --opd-kl-coef %g", self.url, self.coef)
@@ -102,15 +104,9 @@ end
 -- (whose entry SGLang leaves null, whatever the start) on; the response's are the last ones.
 function Teacher:score_remote(s)
   local prompt_len = #s.tokens - s.response_length
-  local body = json.encode { input_ids = s.tokens, return_logprob = true, logprob_start_len = prompt_len - 1,
-                             sampling_params = { max_new_tokens = 0, temperature = 1 } }
-  local resp, err = require("rl.http").request { method = "POST", url = self.url .. "/generate", body = body,
-    headers = { ["content-type"] = "application/json" }, timeout = 600 }
-  if not resp then error("--use-opd: the teacher at " .. self.url .. ": " .. tostring(err), 0) end
-  if resp.status ~= 200 then
-    error(("--use-opd: the teacher at %s answered HTTP %d: %s"):format(self.url, resp.status, resp.body:sub(1, 300)), 0)
-  end
-  local out = json.decode(resp.body)
+  local out, err = self.engine:generate { input_ids = s.tokens, return_logprob = true, logprob_start_len = prompt_len - 1,
+                                          sampling_params = { max_new_tokens = 0, temperature = 1 } }
+  if not out then error("--use-opd: the teacher at " .. self.url .. ": " .. tostring(err), 0) end
   if type(out) == "table" and out[1] ~= nil then out = out[1] end
   local items = type(out) == "table" and out.meta_info and out.meta_info.input_token_logprobs
   if type(items) ~= "table" or #items < s.response_length then
