@@ -466,8 +466,8 @@ std::vector<Trainer::Prepared> Trainer::prepare_micro_batches(const TrainBatch& 
     if (opts_.use_opd) {  // the teacher's signal, token by token: the reverse KL's sample estimate
       const torch::Tensor rkl = (x.old_logp - x.p.teacher_logp) * x.p.mask;
       x.adv = x.adv - opts_.opd_kl_coef * rkl;
-      opd_kl_sum_ += rkl.sum().item<double>();
-      opd_tokens_ += x.p.mask.sum().item<double>();
+      opd_kl_sum_ = opd_kl_sum_.defined() ? opd_kl_sum_ + rkl.sum() : rkl.sum();
+      opd_tokens_ = opd_tokens_.defined() ? opd_tokens_ + x.p.mask.sum() : x.p.mask.sum();
     }
     prep.push_back(std::move(x));
   }
@@ -640,7 +640,7 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   StepNorm norm = step_normaliser(b, idx);
   // Sharded: the micro-batch passes every rank runs (the most any rank has), agreed once.
   norm.passes = agree_passes(static_cast<int64_t>(mbs.size()));
-  opd_kl_sum_ = opd_tokens_ = 0.0;
+  opd_kl_sum_ = opd_tokens_ = torch::Tensor();
   auto prep = prepare_micro_batches(b, mbs, norm);
   const double lr = lr_at(step_);
   for (auto& g : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
@@ -650,8 +650,8 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   const bool policy = !(critic_ && critic_progress_.rollouts < opts_.num_critic_only_steps);
   Metrics m = accumulate_gradients(prep, norm, policy);
   if (opts_.use_opd) {  // summed over ranks with the other metrics (their ratio is the step's mean)
-    m["train/opd_kl_sum"] = opd_kl_sum_;
-    m["train/opd_kl_tokens"] = opd_tokens_;
+    m["train/opd_kl_sum"] = opd_kl_sum_.defined() ? opd_kl_sum_.item<double>() : 0.0;
+    m["train/opd_kl_tokens"] = opd_tokens_.defined() ? opd_tokens_.item<double>() : 0.0;
   }
   double grad_norm = 0;
   if (policy) grad_norm = clip_and_step(norm, m);

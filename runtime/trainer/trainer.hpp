@@ -203,7 +203,8 @@ class Trainer {
   double lr_at(int64_t step) const { return lr_at(step, opts_.optim.lr); }
   double lr_at(int64_t step, double base) const;  // the schedule, peaking at `base`
   int64_t prepare_data_parallel(dist::ProcessGroup& g, int64_t n);  // -> samples per step on this rank
-  double opd_kl_sum_ = 0.0, opd_tokens_ = 0.0;  // the step's Σ (logp_old − logp_teacher)·mask and Σ mask
+  // The step's Σ (logp_old − logp_teacher)·mask and Σ mask, kept on the device (read once a step).
+  torch::Tensor opd_kl_sum_, opd_tokens_;
   void record_sample_stats(const Packed& p, const torch::Tensor& adv, const torch::Tensor& logp,
                            const torch::Tensor& clipped, double divisor, bool token_mean,
                            const std::vector<int64_t>& rows);
