@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "nn/lora.hpp"
+
 namespace rl::nn {
 
 struct KVCache {
@@ -27,6 +29,7 @@ struct CachedBatch {
   std::vector<int64_t> context_lens;   // [S] tokens attended to, including the new ones
   torch::Tensor context_slots;         // [S, max(context_lens)] slots of each context, padded
                                        // with any valid slot (masked out)
+  LoraBatch lora;                      // adapters per new token (empty: the base model alone)
   // Builds slot lists from block tables: slot = block * block_size + offset.
   static torch::Tensor slots_from_blocks(const std::vector<std::vector<int64_t>>& block_tables,
                                          const std::vector<int64_t>& lengths, int64_t block_size);

@@ -19,6 +19,7 @@
 #include "nn/batch_invariant.hpp"
 #include "nn/kv_cache.hpp"
 #include "nn/logprobs.hpp"
+#include "nn/lora.hpp"
 #include "nn/rope.hpp"
 
 namespace rl::nn {
@@ -110,6 +111,12 @@ class Transformer {
   // Throws std::logic_error naming `what` when the parameters are sharded.
   void check_whole(const char* what) const;
 
+  // LoRA (nn/lora.hpp): forward() and sequence_logprobs() apply `adapter` unmerged
+  // (null: the base alone). The engine's forward_cached takes its adapters per row
+  // from CachedBatch::lora instead.
+  void set_lora(std::shared_ptr<const LoraAdapter> adapter) { lora_ = std::move(adapter); }
+  const std::shared_ptr<const LoraAdapter>& lora() const { return lora_; }
+
   // Training path. input_ids [B, T] (right-padded), positions default arange(T).
   // Returns final-norm hidden states [B, T, H].
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions = {});
@@ -173,6 +180,7 @@ class Transformer {
   std::string digest_;
   RopeTable rope_;
   UnitHooks* hooks_ = nullptr;
+  std::shared_ptr<const LoraAdapter> lora_;
 };
 
 }  // namespace rl::nn

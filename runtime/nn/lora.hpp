@@ -1,0 +1,92 @@
+// LoRA adapters (PEFT's layout and names) for the decoder of nn/transformer.hpp.
+// For a target projection W [out, in]: y = W x + s · B (A x), A [r, in], B [out, r],
+// s = alpha / r, applied unmerged in both the trainer's forward and the engine's
+// cached forward, with the same kernels in the same order, so engine log-probs equal
+// the trainer's bit for bit (float32 on the CPU). The base stays frozen; an adapter's
+// tensors are its only trainable parameters and are float32 even over a bf16 base.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/config.hpp"
+
+namespace rl::nn {
+
+// PEFT's module names, in the order an adapter stores them within a layer.
+enum class LoraTarget { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
+const char* lora_target_name(LoraTarget t);
+// "q_proj" → LoraTarget::q_proj; throws std::invalid_argument naming the bad name and the valid ones.
+LoraTarget parse_lora_target(const std::string& name);
+
+struct LoraConfig {
+  int64_t rank = 8;
+  double alpha = 16;  // scale = alpha / rank
+  std::vector<LoraTarget> targets{LoraTarget::q_proj,    LoraTarget::k_proj,  LoraTarget::v_proj,
+                                  LoraTarget::o_proj,    LoraTarget::gate_proj, LoraTarget::up_proj,
+                                  LoraTarget::down_proj};
+  bool lm_head = false;  // also adapt the unembedding (PEFT's "lm_head" target)
+  double scale() const { return alpha / static_cast<double>(rank); }
+  // Throws std::invalid_argument naming the field (rank < 1, alpha <= 0, no target).
+  void validate() const;
+};
+
+// One adapter for one model shape.
+class LoraAdapter {
+ public:
+  // Tensors allocated (uninitialised) with `opts` (default float32 on the CPU).
+  LoraAdapter(const model::ModelConfig& model, LoraConfig cfg, torch::TensorOptions opts = torch::kFloat32);
+  // PEFT's initialisation: A kaiming-uniform (a = √5) from a generator seeded with
+  // `seed`, B = 0, so a fresh adapter leaves the model's outputs unchanged.
+  void init(uint64_t seed);
+  const LoraConfig& config() const { return cfg_; }
+  const model::ModelConfig& model_config() const { return model_; }
+  // Every A and B under PEFT's names
+  // (base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight, ...), in a
+  // fixed order (layer, target, A before B; lm_head last). Writing into them in place
+  // (copy_) is how loads and syncs update the adapter.
+  const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const { return params_; }
+  std::vector<torch::Tensor> parameters() const;
+  // Layer `layer`'s A and B for `t`; both undefined when `t` is not a target.
+  std::pair<torch::Tensor, torch::Tensor> get(int64_t layer, LoraTarget t) const;
+  std::pair<torch::Tensor, torch::Tensor> lm_head() const;  // undefined unless cfg.lm_head
+  // s · B (A x) for x [..., in] → [..., out] (the batch-invariant kernels when x is
+  // float32 on the CPU, computed in the adapter's dtype); undefined when `t` is not a target.
+  torch::Tensor delta(const torch::Tensor& x, int64_t layer, LoraTarget t) const;
+  torch::Tensor lm_head_delta(const torch::Tensor& x) const;
+  // Bumped by every writer after an in-place update (loads, syncs, optimiser steps read it lazily).
+  uint64_t version() const;
+
+ private:
+  model::ModelConfig model_;
+  LoraConfig cfg_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  // per layer, per LoraTarget: index into params_ of A (B is the next), or -1
+  std::vector<std::vector<int64_t>> index_;
+  int64_t lm_head_index_ = -1;
+};
+
+// PEFT's on-disk adapter: adapter_config.json (peft_type LORA, r, lora_alpha,
+// target_modules, base_model_name_or_path) + adapter_model.safetensors, which
+// peft.PeftModel.from_pretrained loads.
+void save_peft_adapter(const LoraAdapter& adapter, const std::filesystem::path& dir, const std::string& base_model);
+// Reads a PEFT adapter for `model`'s shape; throws std::runtime_error naming the file
+// and field on anything it cannot take (another peft_type, a shape mismatch, DoRA, ...).
+std::shared_ptr<LoraAdapter> load_peft_adapter(const std::filesystem::path& dir, const model::ModelConfig& model,
+                                               torch::TensorOptions opts = torch::kFloat32);
+
+// The engine: each new token (row of a CachedBatch) runs under at most one adapter.
+// Group g's adapter applies to the rows `rows[g]` ([n_g] int64 indices into the N
+// new tokens); rows in no group run the base model alone.
+struct LoraBatch {
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  std::vector<torch::Tensor> rows;
+  bool empty() const { return adapters.empty(); }
+};
+
+}  // namespace rl::nn
