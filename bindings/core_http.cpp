@@ -20,6 +20,7 @@
 #include "bindings/core_module.hpp"
 #include "bindings/host_context.hpp"
 #include "bindings/trampoline.hpp"
+#include "net/event_server.hpp"
 #include "net/http_client.hpp"
 #include "net/http_server.hpp"
 #include "net/sse.hpp"
@@ -40,7 +41,8 @@ struct HttpState {
   net::HttpClient::Options client_opts;
   uint64_t next_request = 1;
   struct Pending {
-    AsyncExchangePtr exchange;
+    AsyncExchangePtr exchange;                  // a threaded server's request, or
+    std::shared_ptr<net::Responder> responder;  // an event-driven server's
     std::weak_ptr<ServerBox> server;
   };
   std::unordered_map<uint64_t, Pending> pending;  // server requests awaiting respond()
@@ -56,9 +58,12 @@ using StatePtr = std::shared_ptr<HttpState>;
 struct ServerBox : LiveObject {
   HostContext* ctx = nullptr;
   StatePtr state;
-  std::unique_ptr<net::HttpServer> server;
+  std::unique_ptr<net::HttpServer> server;  // threaded (cpp-httplib), or
+  std::unique_ptr<net::EventServer> event;  // event-driven: no thread per connection
   uint64_t op = 0;
   bool stopped = false;
+  bool accepting = false;  // event-driven: requests before start() wait in `early`
+  std::vector<std::pair<net::ServerRequest, std::shared_ptr<net::Responder>>> early;
   std::unordered_set<uint64_t> ids;  // its entries in state->pending
 
   // notify: deliver the op's final "closed" event (from the loop, not from
@@ -66,7 +71,9 @@ struct ServerBox : LiveObject {
   void stop(bool notify) {
     if (stopped) return;
     stopped = true;
-    server->stop();  // waiting workers answer 503; joins threads
+    if (server) server->stop();  // waiting workers answer 503; joins threads
+    if (event) event->stop();    // closes every connection: pending responders die
+    early.clear();
     for (uint64_t id : ids) state->pending.erase(id);
     ids.clear();
     if (ctx->live(op)) {
@@ -328,7 +335,7 @@ void on_server_request(const std::weak_ptr<ServerBox>& weak, const AsyncExchange
   HttpState& st = *box->state;
   const uint64_t id = st.next_request++;
   ex->tag = id;
-  st.pending.emplace(id, HttpState::Pending{ex, weak});
+  st.pending.emplace(id, HttpState::Pending{ex, nullptr, weak});
   box->ids.insert(id);
   const net::AsyncRequest& r = ex->request();
   box->ctx->deliver(box->op, [&r, id](lua_State* L) {
@@ -343,6 +350,45 @@ void on_server_request(const std::weak_ptr<ServerBox>& weak, const AsyncExchange
     set_string(L, "body", r.body);
     set_string(L, "remote_addr", r.remote_addr);
     set_number(L, "remote_port", r.remote_port);
+    return 3;
+  }, false);
+}
+
+// Loop thread: a request to an event-driven server. Before start() it waits in `early`;
+// after stop() or with nobody listening it gets a 503.
+void on_event_request(const std::weak_ptr<ServerBox>& weak, net::ServerRequest& r,
+                      std::shared_ptr<net::Responder> res) {
+  BoxPtr box = weak.lock();
+  if (box && !box->stopped && !box->accepting) {
+    box->early.emplace_back(r, std::move(res));  // a copy: the server owns r
+    return;
+  }
+  if (!box || box->stopped || !box->ctx->live(box->op)) {
+    res->send(503, {{"Content-Type", "text/plain; charset=utf-8"}}, "server stopping\n");
+    return;
+  }
+  HttpState& st = *box->state;
+  const uint64_t id = st.next_request++;
+  st.pending.emplace(id, HttpState::Pending{nullptr, res, weak});
+  box->ids.insert(id);
+  res->on_close([weak, id] {  // the client went away first: forget the request
+    if (auto b = weak.lock()) {
+      b->state->pending.erase(id);
+      b->ids.erase(id);
+    }
+  });
+  box->ctx->deliver(box->op, [&r, id](lua_State* L) {
+    lua_pushliteral(L, "request");
+    lua_pushnumber(L, static_cast<lua_Number>(id));
+    lua_createtable(L, 0, 7);
+    set_string(L, "method", r.method);
+    set_string(L, "path", r.path);
+    set_string(L, "query", r.query);
+    push_headers(L, r.headers);
+    lua_setfield(L, -2, "headers");
+    set_string(L, "body", r.body);
+    set_string(L, "remote_addr", r.remote_addr);
+    set_number(L, "remote_port", 0);
     return 3;
   }, false);
 }
@@ -371,10 +417,48 @@ int l_serve(lua_State* L) {
     bad_field("opts.host", "'" + so.host + "' is not a loopback address; rlhost servers have no authentication, so "
                            "they bind 127.0.0.1 unless opts.allow_remote = true says otherwise");
 
+  const bool event_driven = arg::field_boolean(L, 1, "event_driven", "opts").value_or(false);
+  if (event_driven) {
+    lua_getfield(L, 1, "threads");
+    const bool has_threads = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (has_threads) bad_field("opts.threads", "an event-driven server has no worker threads (drop threads or event_driven)");
+    if (htype != LUA_TFUNCTION || static_dir)
+      bad_field("opts.event_driven", "an event-driven server runs a handler and serves no static files");
+  }
+
   HostContext& ctx = HostContext::get(L);
   auto box = std::make_shared<ServerBox>();
   box->ctx = &ctx;
   box->state = get_state(L);
+  if (event_driven) {
+    net::EventServer::Options eo;
+    eo.name = "rl.http.serve";
+    eo.host = so.host;
+    eo.port = so.port;
+    eo.allow_remote = so.allow_remote;
+    eo.limits.max_body_bytes = so.max_body_bytes;
+    std::weak_ptr<ServerBox> weak = box;
+    box->event = std::make_unique<net::EventServer>(
+        ctx.loop(), eo, [weak](net::ServerRequest& r, std::shared_ptr<net::Responder> res) {
+          on_event_request(weak, r, std::move(res));
+        });
+    try {
+      box->event->start();  // binds and listens now, so port() is known; requests wait for start()
+    } catch (const std::exception& e) {
+      box.reset();
+      return fail(L, e.what());
+    }
+    box->op = ctx.new_op();
+    ctx.set_cancel(box->op, [weak] {
+      if (auto b = weak.lock()) b->stop(false);
+    });
+    void* mem = lua_newuserdata(L, sizeof(BoxPtr));
+    new (mem) BoxPtr(std::move(box));
+    registry_get(L, &kServerMt);
+    lua_setmetatable(L, -2);
+    return 1;
+  }
   box->server = std::make_unique<net::HttpServer>(so);
   if (static_dir) box->server->serve_static(*static_dir, mount.value_or("/"));
   if (htype == LUA_TFUNCTION) {
@@ -413,7 +497,17 @@ int l_serve(lua_State* L) {
 // start() -> bool: false when the server was stopped before it started.
 int l_server_start(lua_State* L) {
   BoxPtr& box = check_server(L, 1);
-  if (!box->stopped && !box->server->running()) box->server->start();
+  if (box->event) {
+    if (!box->stopped && !box->accepting) {
+      box->accepting = true;
+      auto early = std::move(box->early);
+      std::weak_ptr<ServerBox> weak = box;
+      for (auto& [req, res] : early)
+        if (res->alive()) on_event_request(weak, req, res);
+    }
+  } else if (!box->stopped && !box->server->running()) {
+    box->server->start();
+  }
   lua_pushboolean(L, !box->stopped);
   return 1;
 }
@@ -424,12 +518,14 @@ int l_server_op(lua_State* L) {
 }
 
 int l_server_port(lua_State* L) {
-  lua_pushinteger(L, check_server(L, 1)->server->port());
+  BoxPtr& box = check_server(L, 1);
+  lua_pushinteger(L, box->event ? box->event->port() : box->server->port());
   return 1;
 }
 
 int l_server_url(lua_State* L) {
-  const std::string url = check_server(L, 1)->server->url();
+  BoxPtr& box = check_server(L, 1);
+  const std::string url = box->event ? box->event->url() : box->server->url();
   lua_pushlstring(L, url.data(), url.size());
   return 1;
 }
@@ -473,6 +569,16 @@ int l_respond(lua_State* L) {
   HttpState::Pending p = std::move(it->second);
   state->pending.erase(it);
   if (auto box = p.server.lock()) box->ids.erase(id);
+  if (p.responder) {
+    if (!p.responder->alive()) {
+      lua_pushboolean(L, 0);
+      return 1;
+    }
+    p.responder->on_close({});
+    p.responder->send(resp.status, resp.headers, resp.body);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
   lua_pushboolean(L, p.exchange->respond(std::move(resp)));
   return 1;
 }

@@ -285,6 +285,52 @@ describe("rl.http client and server", function()
     backend:stop()
   end)
 
+  it("an event-driven server holds more requests at once than a threaded one has threads", function()
+    -- Every handler waits until all 300 requests have arrived: a server with a thread (or
+    -- a connection slot) per request below 300 could never release them.
+    local base = baseline()
+    local arrived, n = 0, 300
+    local left = nil
+    local srv = echo_server({ event_driven = true, handler = function(req)
+      if req.path == "/left" then
+        rl.sleep(0.5)
+        left = "answered late"
+        return "late"
+      end
+      arrived = arrived + 1
+      local t0 = rl.now()
+      while arrived < n and rl.now() - t0 < 20 do rl.sleep(0.01) end
+      return { status = arrived >= n and 200 or 504, body = { path = req.path } }
+    end })
+    local tasks = {}
+    for i = 1, n do
+      tasks[i] = rl.spawn(function()
+        local r = assert(rl.http.post(srv:url() .. "/held/" .. i, "x", { max_per_host = n, timeout = 30 }))
+        return r.status, rl.json.decode(r.body).path
+      end)
+    end
+    for i, t in ipairs(tasks) do
+      local status, path = t:wait()
+      eq(status, 200)
+      eq(path, "/held/" .. i)
+    end
+    -- a client that leaves before its answer: the late respond is dropped, nothing leaks
+    local gone = rl.spawn(rl.http.get, srv:url() .. "/left", { timeout = 0.2 })
+    local resp, err = gone:wait()
+    eq(resp, nil)
+    ok(tostring(err):find("imeout") or tostring(err):find("timed out"), err)
+    while not left do rl.sleep(0.05) end  -- its handler's answer goes nowhere, quietly
+    srv:stop()
+    srv, tasks, gone = nil, nil, nil
+    settles_to(base)
+  end)
+
+  it("an event-driven server answers requests that arrive before its accept task runs", function()
+    local srv = echo_server({ event_driven = true })
+    eq(rl.http.json(rl.http.get(srv:url() .. "/first")).path, "/first")
+    srv:stop()
+  end)
+
   it("servers and requests leave no ops or C++ objects behind", function()
     local base = baseline()
     local srv = echo_server()
@@ -317,6 +363,9 @@ describe("rl.http misuse", function()
     raises(function() rl.http.request("http://x") end, "rl.http.request: bad argument #1 'opts' (table expected")
     raises(function() rl.http.serve { handler = 1 } end, "'opts.handler' (function expected, got number)")
     raises(function() rl.http.serve { port = 70000, handler = print } end, "'opts.port'")
+    raises(function() rl.http.serve { event_driven = true, threads = 4, handler = print } end,
+      "bad argument 'opts.threads' (an event-driven server has no worker threads")
+    raises(function() rl.http.serve { event_driven = true, static_dir = "/tmp" } end, "'opts.event_driven'")
   end)
 
   it("refuses to bind a non-loopback host without allow_remote", function()

@@ -136,7 +136,8 @@ function rl.http.sse_parser() end
 ---@field static_dir? string serve files from this directory (checked before the handler)
 ---@field static_mount? string URL prefix for static_dir, default "/"
 ---@field threads? integer worker threads; each holds one keep-alive connection (default 64)
----@field timeout? number seconds a request may wait for its handler before a 503 (default 300)
+---@field timeout? number seconds a request may wait for its handler before a 503 (default 300; threaded servers only)
+---@field event_driven? boolean serve on the event loop (net::EventServer): no thread per connection, so thousands of held requests (long polls) cost no threads, and a handler may take as long as it likes; needs a handler, takes no threads or static_dir (default false: cpp-httplib's worker threads)
 ---@field max_body? integer largest request body in bytes (default 256 MiB)
 
 ---@class rl.http.Server
