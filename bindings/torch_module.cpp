@@ -60,5 +60,8 @@ extern "C" __attribute__((visibility("default"))) int luaopen_rlhost_torch(lua_S
   lua_newtable(L);  // private: wrapped by lua/rl/dist.lua
   rl::lua::open_dist(L, lua_gettop(L));
   lua_setfield(L, -2, "_dist");
+  lua_newtable(L);  // private: wrapped by lua/rl/tinker/training.lua
+  rl::lua::open_stepwise(L, lua_gettop(L));
+  lua_setfield(L, -2, "_stepwise");
   return 1;
 }

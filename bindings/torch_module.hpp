@@ -16,6 +16,7 @@ void open_model(lua_State* L, int t);   // torch_model.cpp: model_load, model_in
 void open_engine(lua_State* L, int t);  // torch_engine.cpp: start, Engine methods, process helpers
 void open_trainer(lua_State* L, int t); // torch_trainer.cpp: trainer_new, Trainer methods
 void open_dist(lua_State* L, int t);    // torch_dist.cpp: process-group handles (rl.dist)
+void open_stepwise(lua_State* L, int t);  // torch_stepwise.cpp: Tinker training clients (rl.tinker)
 
 // The object behind a handle argument (throws ArgError naming the argument).
 std::shared_ptr<nn::Transformer> model_from(lua_State* L, int idx);   // an rl.model handle

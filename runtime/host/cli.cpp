@@ -14,7 +14,7 @@ std::string version_text() { return std::string("rlhost ") + RLHOST_VERSION + "\
 std::string usage_text() {
   return R"(usage: rlhost [options] [FILE.lua [recipe args...]]
        rlhost attach [PID|PATH|tcp://127.0.0.1:PORT] [--token T] [-e CODE] | attach --list
-       rlhost engine|router [options]   (rlhost engine --help for its options)
+       rlhost engine|router|tinker [options]   (rlhost engine --help for its options)
 
 Runs a Lua recipe on the rlhost runtime (engines, router, trainer, traces, metrics).
 
@@ -27,6 +27,7 @@ Runs a Lua recipe on the rlhost runtime (engines, router, trainer, traces, metri
   attach --list         list live rlhost processes
   engine --model DIR    serve a model over SGLang's HTTP API (rlhost engine --help)
   router --worker URL   route requests over engines (rlhost router --help)
+  tinker --base-model DIR   serve the Tinker API for the tinker SDK (rlhost tinker --help)
 
 options (before FILE.lua):
   --log-level LEVEL     trace|debug|info|warn|error|critical|off (env RLHOST_LOG_LEVEL)
@@ -48,7 +49,7 @@ exit status: 0 success, 1 Lua error, 2 usage error
 namespace {
 
 // Built-in commands: each is lua/rl/cmd/<name>.lua, run like a recipe.
-constexpr const char* kCommands[] = {"engine", "router"};
+constexpr const char* kCommands[] = {"engine", "router", "tinker"};
 
 CliResult usage_error(const std::string& msg) {
   CliResult r;

@@ -1,0 +1,43 @@
+--- rl.tinker.keys: the server's API key, kept in an owner-only file (the SDK sends it as
+--- X-API-Key; it must look like tml-...).
+local M = {}
+
+local function random_hex(n)
+  local f = io.open("/dev/urandom", "rb")
+  if not f then error("rl.tinker.keys: cannot read /dev/urandom", 0) end
+  local bytes = f:read(n)
+  f:close()
+  return (bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
+end
+
+--- The key in `path` (its first line), or a fresh tml- key written there (mode 0600,
+--- its directory 0700) when the file does not exist.
+function M.load_or_create(path)
+  local f = io.open(path, "r")
+  if f then
+    local key = (f:read("*l") or ""):gsub("%s+$", "")
+    f:close()
+    if key:sub(1, 4) ~= "tml-" or #key < 12 then
+      error(("rl.tinker: %s holds no tml- key (the SDK only sends keys of the form tml-<8 or more characters>; "
+        .. "delete the file for a fresh one)"):format(path), 0)
+    end
+    return key
+  end
+  local dir = path:match("^(.*)/[^/]+$")
+  if dir then
+    os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+    os.execute("chmod 700 '" .. dir:gsub("'", "'\\''") .. "'")
+  end
+  local key = "tml-" .. random_hex(24)
+  local ffi = require("ffi")
+  pcall(ffi.cdef, "unsigned int umask(unsigned int mask);")
+  local prev = ffi.C.umask(tonumber("077", 8))   -- the file is created owner-only
+  local out, err = io.open(path, "w")
+  ffi.C.umask(prev)
+  if not out then error("rl.tinker: cannot write the API key file " .. path .. ": " .. tostring(err), 0) end
+  out:write(key, "\n")
+  out:close()
+  return key
+end
+
+return M

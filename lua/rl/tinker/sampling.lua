@@ -1,0 +1,164 @@
+--- rl.tinker.sampling: the Tinker API's sampling clients. One rl.engine per base model
+--- (thread mode, started on first use) serves every sampler of that base; a sampler
+--- on saved weights (a tinker://.../sampler_weights/... path) samples under that
+--- adapter, loaded into the engine by name (SGLang's lora_path), so several adapters and
+--- the base share one decode batch. Log-probs come from the same kernels as the
+--- trainer's: a sampled sequence's log-probs equal a forward of the same tokens, bit for bit.
+local json = require "rl.json"
+local log = require "rl.log"
+
+local M = {}
+local Sampling = {}
+Sampling.__index = Sampling
+
+local function user_error(msg) error("user: " .. msg, 0) end
+
+function M.new(opts, training)
+  return setmetatable({ opts = opts, training = training, sessions = {}, engines = {}, loaded = {}, next = 0 },
+    Sampling)
+end
+
+-- The base's engine, started on first use.
+function Sampling:_engine(base)
+  local e = self.engines[base.name]
+  if e then return e end
+  local eo = { model = base.dir, mode = "thread", serve = false, dtype = "float32" }
+  for k, v in pairs(self.opts.engine or {}) do eo[k] = v end
+  local eng, err = require("rl.engine").start(eo)
+  if not eng then error("starting the sampler engine of " .. base.name .. ": " .. tostring(err), 0) end
+  self.engines[base.name] = eng
+  return eng
+end
+
+--- create_sampling_session {base_model | model_path} → sampling_session_id
+function Sampling:create(session, body)
+  local base, adapter_dir
+  if body.model_path then
+    local dir, owner = self.training:resolve_path(body.model_path)
+    adapter_dir = dir
+    local cfg = json.decode(require("rl._fs").read_file(dir .. "/adapter_config.json"))
+    base = self.training:_base(body.base_model or (owner and owner.base.name) or cfg.base_model_name_or_path)
+  elseif body.base_model then
+    base = self.training:_base(body.base_model)
+  else
+    user_error("a sampling session needs base_model or model_path")
+  end
+  self.next = self.next + 1
+  local id = ("sampler-%d-%08x"):format(self.next, math.random(0, 0x7fffffff))
+  self.sessions[id] = { id = id, base = base, adapter_dir = adapter_dir, model_path = body.model_path,
+                        session_id = session.id }
+  return id
+end
+
+--- The sampling session a sample request names (sampling_session_id, or an ad-hoc one
+--- from base_model / model_path).
+function Sampling:resolve(body)
+  if body.sampling_session_id then
+    local s = self.sessions[body.sampling_session_id]
+    if not s then user_error("unknown sampling_session_id '" .. tostring(body.sampling_session_id) .. "'") end
+    return s
+  end
+  local id = self:create({ id = nil }, body)
+  return self.sessions[id]
+end
+
+-- The adapter's name in the engine (loaded once per checkpoint directory).
+function Sampling:_adapter(eng, s)
+  if not s.adapter_dir then return nil end
+  local name = self.loaded[s.adapter_dir]
+  if name then return name end
+  name = s.model_path:gsub("^tinker://", ""):gsub("[^%w%-_.]", "_")
+  local ok, err = eng:load_lora(name, s.adapter_dir)
+  if not ok then error("loading " .. s.model_path .. " into the sampler: " .. tostring(err), 0) end
+  self.loaded[s.adapter_dir] = name
+  return name
+end
+
+local function tokens_of(prompt)
+  local ids = {}
+  for _, ch in ipairs(prompt and prompt.chunks or {}) do
+    if ch.type ~= nil and ch.type ~= "encoded_text" then
+      user_error("prompt chunk of type '" .. tostring(ch.type) .. "': only encoded_text is served")
+    end
+    for _, t in ipairs(ch.tokens or {}) do ids[#ids + 1] = t end
+  end
+  if #ids == 0 then user_error("prompt has no tokens") end
+  return ids
+end
+
+-- Tinker's SamplingParams → SGLang's sampling_params.
+local function sglang_params(p, n)
+  p = p or {}
+  local sp = { max_new_tokens = p.max_tokens or 128, temperature = p.temperature or 1, top_k = p.top_k or -1,
+               top_p = p.top_p or 1, n = n }
+  if p.seed ~= nil then sp.sampling_seed = p.seed end
+  local stop = p.stop
+  if type(stop) == "string" then
+    sp.stop = { stop }
+  elseif type(stop) == "table" then
+    if #stop == 0 and next(stop) == nil and stop ~= json.null then
+      sp.ignore_eos = true   -- [] disables every stop token, EOS included
+    elseif type(stop[1]) == "number" then
+      sp.stop_token_ids = stop
+    else
+      sp.stop = stop
+    end
+  end
+  return sp
+end
+
+--- sample → {body = SampleResponse bytes}
+function Sampling:sample(s, body)
+  local n = body.num_samples or 1
+  if type(n) ~= "number" or n < 1 or n > 128 or n % 1 ~= 0 then user_error("num_samples must be 1..128") end
+  local ids = tokens_of(body.prompt)
+  local eng = self:_engine(s.base)
+  local lora = self:_adapter(eng, s)
+  local sp = sglang_params(body.sampling_params, nil)
+  local reqs = {}
+  for i = 1, n do
+    local p = {}
+    for k, v in pairs(sp) do p[k] = v end
+    if p.sampling_seed then p.sampling_seed = p.sampling_seed + i - 1 end
+    reqs[i] = { input_ids = ids, sampling_params = p, return_logprob = true, lora_path = lora,
+                logprob_start_len = body.prompt_logprobs and 0 or nil }
+  end
+  local tasks = {}
+  for i, r in ipairs(reqs) do
+    tasks[i] = require("rl.task").spawn(function()
+      local out, err = eng:generate(r)
+      if not out then error(err, 0) end
+      return out
+    end)
+  end
+  local outs = require("rl.task").wait_all(tasks)
+  local seqs = {}
+  local prompt_logprobs
+  for i, out in ipairs(outs) do
+    local mi = out.meta_info or {}
+    local toks, lps = {}, {}
+    for j, e in ipairs(mi.output_token_logprobs or {}) do
+      lps[j] = e[1]
+      toks[j] = e[2]
+    end
+    if #toks == 0 and out.output_ids then toks = out.output_ids end
+    local reason = (mi.finish_reason or {}).type == "length" and "length" or "stop"
+    seqs[i] = { tokens = toks, logprobs = lps, stop_reason = reason }
+    if i == 1 and body.prompt_logprobs and mi.input_token_logprobs then
+      prompt_logprobs = {}
+      for j, e in ipairs(mi.input_token_logprobs) do prompt_logprobs[j] = e[1] == nil and json.null or e[1] end
+    end
+  end
+  local bytes = require("rl.tinker_wire").encode_sample_response { sequences = seqs, prompt_logprobs = prompt_logprobs }
+  return { body = bytes, content_type = "application/x-protobuf" }
+end
+
+function Sampling:stop()
+  for name, e in pairs(self.engines) do
+    local ok, err = pcall(e.stop, e)
+    if not ok then log.warn("tinker: stopping the sampler of %s: %s", name, tostring(err)) end
+  end
+  self.engines = {}
+end
+
+return M
