@@ -1,0 +1,237 @@
+"""`rlhost tinker` against the official `tinker` SDK (PyPI, pinned in scripts/bootstrap.sh):
+a scripted session of a LoRA training client on the default model — forward_backward +
+optim_step until the loss falls, save for a sampler, sample, check that the sampled
+log-probs equal a forward of the same tokens bit for bit, save and load state — and the
+errors the SDK shows for bad input, with the server serving on after each.
+
+The SDK runs unmodified: it reaches the server through TINKER_BASE_URL / TINKER_API_KEY.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import support  # noqa: E402
+from support import BIN  # noqa: E402
+
+try:
+    import numpy as np
+    import tinker
+    from tinker import types
+    HAVE_TINKER = True
+except ImportError:  # pragma: no cover - reported by support.requires
+    HAVE_TINKER = False
+
+HINT = support.PIP_HINT % "tinker==0.38.0"
+
+
+def default_model():
+    out = subprocess.run([BIN, "-e", "print(rl.mathgen.default_model())"], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise AssertionError("building the default model failed: " + out.stderr[-2000:])
+    return out.stdout.strip().splitlines()[-1]
+
+
+class Server:
+    """`rlhost tinker` in a child process, its URL and key."""
+
+    def __init__(self, base, tmp):
+        self.ready = os.path.join(tmp, "ready")
+        self.key_file = os.path.join(tmp, "api_key")
+        self.log = open(os.path.join(tmp, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [BIN, "tinker", "--base-model", base, "--port", "0", "--ready-file", self.ready, "--api-key-file",
+             self.key_file, "--checkpoint-dir", os.path.join(tmp, "ckpt"), "--poll", "5"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while not os.path.exists(self.ready):
+            if self.proc.poll() is not None or time.time() - t0 > 120:
+                raise AssertionError("rlhost tinker did not start: " + open(self.log.name).read()[-3000:])
+            time.sleep(0.1)
+        self.url = open(self.ready).read().strip()
+        self.key = open(self.key_file).read().strip()
+        self.base = base
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def post(self, path, body, content_type="application/json", key=None):
+        req = urllib.request.Request(self.url + path, data=body, method="POST",
+                                     headers={"Content-Type": content_type, "X-API-Key": key or self.key})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+
+def datum(prompt, answer):
+    """Tinker's supervised datum: input = tokens[:-1], target = tokens[1:], weight on the answer."""
+    tokens = prompt + answer
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                       loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights})
+
+
+def mean_nll(result, data):
+    total, count = 0.0, 0.0
+    for out, d in zip(result.loss_fn_outputs, data):
+        lp = out["logprobs"].to_numpy()
+        w = np.asarray(d.loss_fn_inputs["weights"].to_numpy())
+        total += float(-(lp * w).sum())
+        count += float(w.sum())
+    return total / count
+
+
+@support.requires(HAVE_TINKER, "the tinker SDK", HINT)
+class TinkerSdkSession(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="rlhost-tinker-")
+        cls.server = Server(default_model(), cls.tmp.name)
+        os.environ["TINKER_BASE_URL"] = cls.server.url
+        os.environ["TINKER_API_KEY"] = cls.server.key
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def test_train_sample_save_load(self):
+        sc = tinker.ServiceClient()
+        caps = tinker.RestClient().get_server_capabilities().result() if hasattr(tinker, "RestClient") else None
+        if caps is not None:
+            self.assertIn(self.server.base, [m.model_name for m in caps.supported_models])
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=8, seed=3)
+        tok = tc.get_tokenizer()
+        problems = [("What is 3 plus 4?", " 3 + 4 = 7. #### 7"), ("What is 10 minus 6?", " 10 - 6 = 4. #### 4"),
+                    ("What is 2 times 5?", " 2 * 5 = 10. #### 10"), ("What is 9 plus 1?", " 9 + 1 = 10. #### 10")]
+        data = [datum(tok.encode(q), tok.encode(a)) for q, a in problems]
+        losses = []
+        for _ in range(8):
+            fb = tc.forward_backward(data, "cross_entropy")
+            step = tc.optim_step(types.AdamParams(learning_rate=5e-3))
+            losses.append(mean_nll(fb.result(), data))
+            step.result()
+        self.assertLess(losses[-1], losses[0] * 0.9, losses)
+
+        # sample under the saved adapter; its log-probs equal a forward of the same tokens, bitwise
+        sampler = tc.save_weights_and_get_sampling_client(name="after-8")
+        prompt = tok.encode(problems[0][0])
+        res = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=3,
+                             sampling_params=types.SamplingParams(max_tokens=12, temperature=1.0, seed=7)).result()
+        self.assertEqual(len(res.sequences), 3)
+        check = []
+        for seq in res.sequences:
+            self.assertGreater(len(seq.tokens), 0)
+            full = prompt + list(seq.tokens)
+            check.append(types.Datum(model_input=types.ModelInput.from_ints(full[:-1]),
+                                     loss_fn_inputs={"target_tokens": full[1:], "weights": [0.0] * (len(full) - 1)}))
+        fwd = tc.forward(check, "cross_entropy").result()
+        for seq, out in zip(res.sequences, fwd.loss_fn_outputs):
+            lp = out["logprobs"].to_numpy()[len(prompt) - 1:]
+            np.testing.assert_array_equal(np.asarray(seq.logprobs, dtype=np.float32), lp.astype(np.float32))
+
+        # save_state / load_state: a later step is undone by loading the state back
+        path = tc.save_state("ck-8").result().path
+        self.assertTrue(path.startswith("tinker://"), path)
+        before = tc.forward(data, "cross_entropy").result()
+        tc.forward_backward(data, "cross_entropy").result()
+        tc.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+        moved = tc.forward(data, "cross_entropy").result()
+        self.assertNotEqual(mean_nll(moved, data), mean_nll(before, data))
+        tc.load_state_with_optimizer(path).result()
+        back = tc.forward(data, "cross_entropy").result()
+        for a, b in zip(before.loss_fn_outputs, back.loss_fn_outputs):
+            np.testing.assert_array_equal(a["logprobs"].to_numpy(), b["logprobs"].to_numpy())
+
+        # a second client on the same base trains on its own adapter, untouched by the first
+        tc2 = sc.create_lora_training_client(base_model=self.server.base, rank=4)
+        fresh = tc2.forward(data, "cross_entropy").result()
+        self.assertGreater(mean_nll(fresh, data), mean_nll(back, data))
+
+    def test_policy_losses_return_per_token_logprobs(self):
+        sc = tinker.ServiceClient()
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4)
+        tok = tc.get_tokenizer()
+        tokens = tok.encode("What is 1 plus 1? 1 + 1 = 2. #### 2")
+        n = len(tokens) - 1
+        for loss in ("importance_sampling", "ppo", "cispo", "dro"):
+            d = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                            loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [-2.0] * n,
+                                            "advantages": [0.5] * n})
+            out = tc.forward_backward([d], loss).result()
+            self.assertEqual(len(out.loss_fn_outputs[0]["logprobs"].to_numpy()), n)
+            self.assertIn("loss:sum", out.metrics)
+        tc.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+
+
+@support.requires(HAVE_TINKER, "the tinker SDK", HINT)
+class TinkerSdkErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="rlhost-tinker-err-")
+        cls.server = Server(default_model(), cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def serves(self):
+        status, body = self.server.post("/api/v1/healthz", b"")
+        self.assertEqual(status, 200, body)
+
+    def test_wrong_key(self):
+        status, body = self.server.post("/api/v1/create_session", b"{}", key="tml-not-the-key")
+        self.assertEqual(status, 401)
+        self.assertIn("API key", json.loads(body)["error"])
+        with self.assertRaises(tinker.AuthenticationError):
+            tinker.ServiceClient(base_url=self.server.url, api_key="tml-wrongwrongwrong").create_lora_training_client(
+                base_model=self.server.base, rank=4)
+        self.serves()
+
+    def test_unknown_base_model(self):
+        sc = tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
+        with self.assertRaises(Exception) as cm:
+            sc.create_lora_training_client(base_model="no/such-model", rank=4)
+        self.assertIn("no/such-model", str(cm.exception))
+        self.serves()
+
+    def test_malformed_protobuf(self):
+        status, body = self.server.post("/api/v1/forward_backward", b"\xff\xff\x00garbage",
+                                        content_type="application/x-protobuf")
+        self.assertEqual(status, 400, body)
+        self.assertIn("ForwardBackwardRequest", json.loads(body)["error"])
+        self.serves()
+
+    def test_bad_datum_is_a_user_error(self):
+        sc = tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4)
+        d = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
+                        loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
+        with self.assertRaises(Exception) as cm:
+            tc.forward_backward([d], "cross_entropy").result()
+        self.assertIn("target_tokens", str(cm.exception))
+        huge = types.Datum(model_input=types.ModelInput.from_ints([1] * 3),
+                           loss_fn_inputs={"target_tokens": [10 ** 9] * 3, "weights": [1.0] * 3})
+        with self.assertRaises(Exception) as cm:
+            tc.forward_backward([huge], "cross_entropy").result()
+        self.assertIn("vocabulary", str(cm.exception))
+        self.serves()
+
+
+if __name__ == "__main__":
+    support.main()
