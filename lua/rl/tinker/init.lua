@@ -46,6 +46,14 @@ function Server:_session(id)
   return s
 end
 
+-- A client closed its session: its training clients go (their adapters and optimiser state).
+function Server:_finish(id, reason)
+  local s = self:_session(id)
+  for _, m in ipairs(s.models) do self.training:drop(m) end
+  self.sessions[id] = nil
+  log.info("tinker: session %s finished (%s)", id, type(reason) == "table" and tostring(reason.type) or "no reason")
+end
+
 -- ---- routes --------------------------------------------------------------------------
 
 local ROUTES = {}
@@ -152,8 +160,14 @@ end
 
 ROUTES["/api/v1/asample"] = function(self, req, body)
   local s = self.sampling:resolve(body)
-  return self:_future(function() return self.sampling:sample(s, body) end,
+  local n = body.num_samples or 1
+  if type(n) ~= "number" or n < 1 or n > 128 or n % 1 ~= 0 then user_error("num_samples must be an integer in 1..128") end
+  local r = self:_future(function() return self.sampling:sample(s, body) end,
     { what = "sample", key = req.headers["x-idempotency-key"] })
+  local ids = {}   -- one per sample: the SDK stamps them onto the sequences, in order
+  for i = 1, n do ids[i] = r.body.request_id .. ":" .. (i - 1) end
+  r.body.sample_sequence_ids = ids
+  return r
 end
 
 ROUTES["/api/v1/retrieve_future"] = function(self, req, body)
@@ -175,6 +189,17 @@ end
 
 ROUTES["/api/v1/cancel_future"] = function() return reply(200, {}) end
 
+-- Paths with an id in them: pattern → handler(self, req, body, id).
+local PATTERNS = {
+  { "^/api/v1/samplers/([^/]+)$", function(self, req, body, id)
+      return reply(200, self.sampling:describe(id))
+    end },
+  { "^/api/v1/sessions/([^/]+)/finish$", function(self, req, body, id)
+      self:_finish(id, body.reason)
+      return reply(200, {})
+    end },
+}
+
 ROUTES["/api/v1/telemetry"] = function() return reply(200, { status = "accepted" }) end
 
 -- ---- dispatch ------------------------------------------------------------------------
@@ -195,6 +220,13 @@ end
 
 function Server:_handle(req)
   local route = ROUTES[req.path]
+  local capture
+  if not route then
+    for _, p in ipairs(PATTERNS) do
+      capture = req.path:match(p[1])
+      if capture then route = p[2] break end
+    end
+  end
   if not route then
     return reply(404, { error = ("%s %s is not served by rlhost tinker (docs/tinker.md lists what is)")
       :format(req.method, req.path), category = "user" })
@@ -212,7 +244,7 @@ function Server:_handle(req)
     end
     body = v
   end
-  local ok, res = pcall(route, self, req, body)
+  local ok, res = pcall(route, self, req, body, capture)
   if ok then return res end
   local msg = tostring(res)
   if msg:match("^user: ") then return reply(400, { error = msg:sub(7), category = "user" }) end

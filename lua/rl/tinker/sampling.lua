@@ -50,6 +50,13 @@ function Sampling:create(session, body)
   return id
 end
 
+--- GET /api/v1/samplers/<id>: what the SDK asks of a sampler it did not name the base of.
+function Sampling:describe(id)
+  local s = self.sessions[id]
+  if not s then user_error("unknown sampler '" .. tostring(id) .. "'") end
+  return { sampler_id = id, base_model = s.base.name, model_path = s.model_path or json.null }
+end
+
 --- The sampling session a sample request names (sampling_session_id, or an ad-hoc one
 --- from base_model / model_path).
 function Sampling:resolve(body)
@@ -110,7 +117,6 @@ end
 --- sample → {body = SampleResponse bytes}
 function Sampling:sample(s, body)
   local n = body.num_samples or 1
-  if type(n) ~= "number" or n < 1 or n > 128 or n % 1 ~= 0 then user_error("num_samples must be 1..128") end
   local ids = tokens_of(body.prompt)
   local eng = self:_engine(s.base)
   local lora = self:_adapter(eng, s)

@@ -85,14 +85,17 @@ function Training:client(id)
   return c
 end
 
-local function new_client(self, session, base, lora)
+-- The SDK derives a model's id itself for create_training_client_from_state: the
+-- session, "train", and the session's counter of training clients (model_seq_id).
+local function new_client(self, session, base, lora, seq)
   local rank = lora.rank
   if type(rank) ~= "number" or rank < 1 or rank > self.max_rank or rank % 1 ~= 0 then
     user_error(("lora_config.rank must be an integer in [1, %d], got %s"):format(self.max_rank, tostring(rank)))
   end
   local model = self:_model(base)
   self.next = self.next + 1
-  local id = ("model-%d-%08x"):format(self.next, math.random(0, 0x7fffffff))
+  local id = ("%s:train:%d"):format(session.id, seq or (1000000 + self.next))
+  if self.clients[id] then user_error("model_seq_id " .. tostring(seq) .. " of this session is taken by " .. id) end
   local spec = { rank = rank, alpha = self.alpha or 32, seed = lora.seed or self.next, targets = targets_of(lora) }
   local h = native().new(require("rl.model").handle(model), json.encode(spec))
   local c = { id = id, base = base, h = h, lora = lora, spec = spec, session_id = session.id, saved = 0 }
@@ -113,8 +116,17 @@ function Training:create(session, body)
   if not body.lora_config then user_error("create_model without lora_config: rlhost serves LoRA training clients only") end
   local oc = body.optimizer_config
   if oc and oc.type and oc.type ~= "adamw" then user_error("optimizer_config.type '" .. oc.type .. "': only adamw is served") end
-  local c = new_client(self, session, base, body.lora_config)
+  local c = new_client(self, session, base, body.lora_config, body.model_seq_id)
   return { type = "create_model", model_id = c.id }
+end
+
+--- Forgets a training client (its session finished): its adapter and optimiser state go
+--- with the handle; saved checkpoints stay.
+function Training:drop(id)
+  if self.clients[id] then
+    log.info("tinker: training client %s released", id)
+    self.clients[id] = nil
+  end
 end
 
 function Training:info(id)
@@ -197,7 +209,8 @@ end
 
 --- The local directory and owning client of a tinker:// path (a user error when unknown).
 function Training:resolve_path(path)
-  local id, kind, name = tostring(path):match("^tinker://([^/]+)/([%w_]+)/([^/]+)$")
+  local id, kind, name = tostring(path):match("^tinker://([^/]+)/([%w_]+)/([^/]+)$")   -- the id may hold ':'
+
   if not id or (kind ~= "weights" and kind ~= "sampler_weights") or not valid_name(name) then
     user_error("path '" .. tostring(path) .. "' is not a tinker://<model_id>/weights|sampler_weights/<name> path")
   end
@@ -214,7 +227,7 @@ function Training:create_from_checkpoint(session, body)
   local cfg = json.decode(require("rl._fs").read_file(dir .. "/adapter_config.json"))
   local base = self:_base(body.base_model or (owner and owner.base.name) or cfg.base_model_name_or_path)
   local lora = owner and owner.lora or { rank = cfg.r }
-  return new_client(self, session, base, lora)
+  return new_client(self, session, base, lora, body.model_seq_id)
 end
 
 --- load_weights → {path}
