@@ -9,7 +9,9 @@
 --- Work on one lane (a training model) runs one call at a time, in the order of the
 --- clients' seq_id (the SDK numbers each model's calls 1, 2, ...; HTTP may deliver them
 --- out of order), so forward_backward / optim_step on a model apply as the client issued
---- them. A seq_id that never comes holds its lane for at most `gap_wait` seconds.
+--- them (the first is 1, then each call's seq_id + 1; the SDK sends a forward_backward's
+--- chunks at once, the first one last). A seq_id that never comes holds its lane for at
+--- most `gap_wait` seconds.
 --- Idempotency keys (the SDK's X-Idempotency-Key on retries) map to the first request.
 --- A result is {body = table (JSON) | string, content_type = ...} or {error = msg, category = "user" | "server"}.
 local task = require "rl.task"
@@ -25,7 +27,7 @@ function M.new(opts)
   return setmetatable({
     _entries = {}, _keys = {}, _lanes = {}, _next = 0,
     _poll = opts.poll or 20, _keep = opts.keep or 900, _gap_wait = opts.gap_wait or 10,
-    _prefix = opts.prefix or "req",
+    _prefix = opts.prefix or "req", _first_seq = opts.first_seq or 1,
   }, Store)
 end
 
@@ -33,7 +35,7 @@ end
 local function lane_of(self, name)
   local l = self._lanes[name]
   if not l then
-    l = { next = nil, waiting = {}, busy = false }
+    l = { next = self._first_seq, waiting = {}, busy = false }
     self._lanes[name] = l
   end
   return l
