@@ -32,6 +32,11 @@
 --   src:broadcast(group, bucket_bytes) -> true | nil, err   (bucket_bytes: dist::weight_buckets; 0 a tensor at a time)
 --   src:can_bucket()                   -> bool (optional: false sends a tensor at a time whatever is asked)
 --   src:save(dir)                      -> true | nil, err   (a Hugging Face directory)
+--   src:save_lora(dir)                 -> true | nil, err   (LoRA trainers: the adapter as PEFT files)
+--
+-- A LoRA trainer's weights are its adapter: push(targets, {lora_name = NAME}) writes it as
+-- PEFT files on tmpfs and each engine loads it under NAME (/load_lora_adapter), in place
+-- of the last one; the rollout's requests name it (lora_path). The base never moves.
 local json = require "rl.json"
 local task = require "rl.task"
 local log = require "rl.log"
@@ -130,6 +135,17 @@ end
 function Receiver:receive_disk(dir, version, timeout)
   if self.engine then return self.engine:update_weights_from_disk(dir, version) end
   return self:post("/update_weights_from_disk", { model_path = dir, weight_version = version }, timeout or 3600)
+end
+
+--- LoRA: the adapter in `dir` (PEFT files) loaded under `name`, replacing the adapter of
+--- that name between two engine steps (its prefix-cache entries dropped); requests that
+--- name it (lora_path) run under the new one from then on. → {weight_version} or nil, err.
+function Receiver:receive_lora(name, dir, version, timeout)
+  if self.engine and type(self.engine.load_lora) == "function" then return self.engine:load_lora(name, dir, version) end
+  if self.disk_only or not self.url then
+    return nil, ("this engine (%s) takes no LoRA adapters from rl.weight_sync (rlhost's engines do)"):format(self.kind)
+  end
+  return self:post("/load_lora_adapter", { lora_name = name, lora_path = dir, weight_version = version }, timeout or 600)
 end
 
 --- c10d, step 1 (/init_weights_update_group): joins the group as rank `args.rank_offset`
@@ -386,6 +402,7 @@ function Sender:push(targets, opts, fname)
       .. tostring(method) .. "')", 3)
   end
   local version = tostring(opts.version)
+  if self.source.save_lora then return self:_push_lora(targets, opts, version, fname) end
   local can, missing = source_can(self.source, method == "auto" and "disk" or method)
   if not can then
     error(("%s: the weight source cannot send by '%s' (it has no %s)"):format(fname,
@@ -431,6 +448,40 @@ function Sender:push(targets, opts, fname)
     end
   end
   if dir then require("rl._fs").remove_tree(dir) end
+  return { seconds = now() - t0, weight_version = last or version, methods = methods, versions = versions,
+           errors = errors }
+end
+
+-- A LoRA source: its adapter, by files, into every engine under opts.lora_name.
+function Sender:_push_lora(targets, opts, version, fname)
+  if type(opts.lora_name) ~= "string" or opts.lora_name == "" then
+    error(fname .. ": a LoRA trainer syncs its adapter under a name the rollout's requests use "
+      .. "(give opts.lora_name)", 3)
+  end
+  local receivers = receivers_of(targets, "disk", fname)
+  local t0 = now()
+  local dir = ("%s/rlhost-lora-%s-%s"):format(opts.tmp_dir or tmp_dir(), os.time() .. "-" .. math.random(1e6),
+    (version:gsub("[^%w%.%-_]", "_")))
+  local ok, serr = self.source:save_lora(dir)
+  if not ok then return nil, "rl.trainer: writing the LoRA adapter for sync: " .. tostring(serr) end
+  local methods, versions, errors, last = {}, {}, {}, nil
+  for i, rx in ipairs(receivers) do
+    local finish = opts.guard and opts.guard(i, rx)
+    local r, err = rx:receive_lora(opts.lora_name, dir, version, opts.timeout)
+    if finish then finish() end
+    methods[i] = "lora"
+    if r then
+      versions[i] = r.weight_version ~= nil and tostring(r.weight_version) or version
+      last = versions[i]
+    else
+      versions[i], errors[i] = false, tostring(err)
+      if not opts.keep_going then
+        require("rl._fs").remove_tree(dir)
+        return nil, ("LoRA sync to engine %d failed: %s"):format(i, tostring(err))
+      end
+    end
+  end
+  require("rl._fs").remove_tree(dir)
   return { seconds = now() - t0, weight_version = last or version, methods = methods, versions = versions,
            errors = errors }
 end
