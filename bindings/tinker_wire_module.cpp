@@ -12,6 +12,7 @@
 // {dtype = "float32"|"int64", shape = {...}, data = {...}} or a plain list of numbers
 // (float32, 1-D). Bad tables raise, naming the field.
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -118,7 +119,9 @@ template <class I>
 I integer_value(double v, const std::string& where) {
   if (!(v == std::floor(v)) || v < static_cast<double>(std::numeric_limits<I>::min()) ||
       v > static_cast<double>(std::numeric_limits<I>::max())) {
-    bad(where, "integer in range expected, got " + std::to_string(v));
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    bad(where, std::string("integer in range expected, got ") + buf);
   }
   return static_cast<I>(v);
 }
