@@ -305,7 +305,15 @@ ForwardBackwardRequest decode_forward_backward_request(std::string_view bytes) {
 std::string encode_forward_backward_output(const ForwardBackwardOutput& out) {
   pb::ForwardBackwardOutput msg;
   msg.set_loss_fn_output_type(out.loss_fn_output_type);
-  for (const auto& [k, v] : out.metrics) (*msg.mutable_metrics())[k] = v;
+  for (const auto& [k, v] : out.metrics) {
+    // The SDK combines the results of a request's chunks with `name, reduction = key.split(":")`.
+    const size_t colon = k.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == k.size() || k.find(':', colon + 1) != std::string::npos) {
+      throw WireError("ForwardBackwardOutput.metrics" + quoted(k) + ": the SDK splits a metric's name at its one ':' "
+                      "into name and reduction (mean, sum, min, max, slack, hash2, unique), e.g. 'loss:sum'");
+    }
+    (*msg.mutable_metrics())[k] = v;
+  }
   const size_t n = out.loss_fn_outputs.size();
   if (n > 0) {
     pb::ArrayRecord* rec = msg.add_loss_fn_outputs();

@@ -71,7 +71,7 @@ ForwardBackwardRequest decode_forward_backward_request(std::string_view bytes);
 struct ForwardBackwardOutput {
   std::string loss_fn_output_type = "ArrayRecord";
   std::vector<std::map<std::string, Tensor>> loss_fn_outputs;
-  std::map<std::string, double> metrics;  // e.g. "loss:sum"
+  std::map<std::string, double> metrics;  // "name:reduction", e.g. "loss:sum" (the SDK splits at the ':')
 };
 std::string encode_forward_backward_output(const ForwardBackwardOutput& out);
 

@@ -40,6 +40,7 @@ try:
     from tinker.proto import tinker_public_pb2 as public_pb
     from tinker.proto.request_conv import forward_backward_request_to_proto
     from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response
+    from tinker.lib.chunked_fwdbwd_helpers import combine_fwd_bwd_output_results
 except ImportError:  # pragma: no cover - depends on the machine
     T = None
 
@@ -225,6 +226,10 @@ class TinkerWire(RlhostTestCase):
             self.assertEqual(o["token_ids"].dtype, "int64")
             self.assertEqual(o["token_ids"].shape, [len(x), 2])
             self.assertEqual(o["token_ids"].tolist(), np.arange(2 * len(x)).reshape(len(x), 2).tolist())
+        # The SDK combines a request's chunks (always, one chunk too) by the metrics' reductions.
+        both = combine_fwd_bwd_output_results([out, out])
+        self.assertEqual(both.metrics, {"loss:sum": 25.0, "clip_frac:mean": 0.25})
+        self.assertEqual(len(both.loss_fn_outputs), 6)
         # No datums (a server filter stripped them): metrics only.
         empty = deserialize_forward_backward_output(self.encode("encode_fb", {"metrics": {"loss:sum": 0}}))
         self.assertEqual(empty.loss_fn_outputs, [])
@@ -298,6 +303,8 @@ class TinkerWire(RlhostTestCase):
         self.assertIn("stop_reason", got["error"])
         got = self.encode("encode_fb", {"loss_fn_outputs": [{"logprobs": [1]}, {"loss": [1]}]})
         self.assertIn("loss_fn_outputs[1]: its fields differ", got["error"])
+        got = self.encode("encode_fb", {"metrics": {"loss": 1.5}})  # the SDK would fail splitting it
+        self.assertIn("ForwardBackwardOutput.metrics['loss']", got["error"])
         got = self.encode("encode_fb", {"loss_fn_outputs": [{"logprobs": {"dtype": "bfloat16", "data": [1]}}]})
         self.assertIn("output.loss_fn_outputs[1].logprobs.dtype", got["error"])
 

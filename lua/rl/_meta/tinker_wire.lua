@@ -25,7 +25,7 @@ rl.tinker_wire = {}
 ---@class rl.tinker_wire.ForwardBackwardOutput
 ---@field loss_fn_output_type? string   default "ArrayRecord"
 ---@field loss_fn_outputs? table<string, rl.tinker_wire.Tensor|number[]>[]  per datum; a plain list is float32, 1-D
----@field metrics? table<string, number>   e.g. ["loss:sum"]
+---@field metrics? table<string, number>   "name:reduction" (one colon; the SDK splits there), e.g. ["loss:sum"]
 
 ---@class rl.tinker_wire.Topk
 ---@field k integer

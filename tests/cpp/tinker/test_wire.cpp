@@ -231,6 +231,12 @@ TEST_CASE("tinker wire: a ForwardBackwardOutput is one ArrayRecord of every datu
     bad.loss_fn_outputs[1]["logprobs"] = tk::Tensor{tk::DType::Int64, {1}, {}, {1}};
     CHECK_THROWS_WITH(tk::encode_forward_backward_output(bad), Contains("loss_fn_outputs[1]['logprobs']: int64"));
     bad = out;
+    bad.metrics["loss"] = 1;
+    CHECK_THROWS_WITH(tk::encode_forward_backward_output(bad), Contains("ForwardBackwardOutput.metrics['loss']: the SDK splits"));
+    bad.metrics.erase("loss");
+    bad.metrics["a:b:sum"] = 1;
+    CHECK_THROWS_WITH(tk::encode_forward_backward_output(bad), Contains("metrics['a:b:sum']"));
+    bad = out;
     bad.loss_fn_outputs[0]["logprobs"].shape = {5};
     CHECK_THROWS_WITH(tk::encode_forward_backward_output(bad), Contains("2 values for shape [5]"));
   }
