@@ -53,6 +53,23 @@ void push_tensor(lua_State* L, const tk::Tensor& t) {
   lua_setfield(L, -2, "data");
 }
 
+// A Lua number holds integers exactly up to 2^53: an int64 tensor beyond that is refused
+// rather than rounded. "" when every value fits.
+std::string inexact_int64(const tk::ForwardBackwardRequest& r) {
+  constexpr int64_t kExact = int64_t{1} << 53;
+  for (size_t i = 0; i < r.data.size(); ++i) {
+    for (const auto& [name, t] : r.data[i].loss_fn_inputs) {
+      for (size_t j = 0; j < t.i64.size(); ++j) {
+        if (t.i64[j] > kExact || t.i64[j] < -kExact) {
+          return "ForwardBackwardRequest.data[" + std::to_string(i) + "].loss_fn_inputs['" + name + "']: value " +
+                 std::to_string(t.i64[j]) + " at [" + std::to_string(j) + "] is beyond 2^53, which a Lua number cannot hold exactly";
+        }
+      }
+    }
+  }
+  return "";
+}
+
 int l_decode_forward_backward(lua_State* L) {
   const std::string_view bytes = arg::string(L, 1, "bytes");
   tk::ForwardBackwardRequest r;
@@ -61,6 +78,7 @@ int l_decode_forward_backward(lua_State* L) {
   } catch (const tk::WireError& e) {
     return fail(L, e.what());
   }
+  if (std::string why = inexact_int64(r); !why.empty()) return fail(L, why);
   lua_createtable(L, 0, 6);
   set_string(L, "model_id", r.model_id);
   set_number(L, "seq_id", r.seq_id);

@@ -287,6 +287,11 @@ class TinkerWire(RlhostTestCase):
                       loss_fn_inputs={"weights": T.TensorData(data=[1.0, 1.0], dtype="float32", shape=[2])})
         got = self.decode(self.sdk_request_bytes([img]))
         self.assertIn("ForwardBackwardRequest.data[0].model_input[1]: an image chunk", got["error"])
+        # An int64 a Lua number cannot hold exactly is refused, not rounded.
+        msg = public_pb.ForwardBackwardRequest.FromString(body)
+        msg.data[0].loss_fn_inputs["target_tokens"].dense = np.array([1, 2, 2**60], np.int64).tobytes()
+        got = self.decode(msg.SerializeToString())
+        self.assertIn("loss_fn_inputs['target_tokens']: value 1152921504606846976 at [2] is beyond 2^53", got["error"])
         # Bytes that do not fill their declared shape.
         msg = public_pb.ForwardBackwardRequest.FromString(body)
         msg.data[0].loss_fn_inputs["weights"].dense = b"\0\0\0\0"
