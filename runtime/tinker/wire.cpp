@@ -28,6 +28,9 @@ namespace {
 
 // Elements of a tensor are capped so that a hostile shape cannot overflow a size_t.
 constexpr int64_t kMaxElements = int64_t{1} << 34;
+// A sparse tensor's bytes do not bound its dense size: what a request may densify, all its
+// sparse tensors together, is capped (2^28 elements: 1 GiB of float32).
+constexpr int64_t kMaxDensified = int64_t{1} << 28;
 
 std::string quoted(const std::string& s) { return "['" + s + "']"; }
 
@@ -183,7 +186,8 @@ void densify_csr(const pb::SparseCsr& csr, const std::vector<int64_t>& shape, co
   }
 }
 
-Tensor decode_tensor(const pb::Tensor& t, const std::string& where) {
+// `densify_left`: the elements the request's sparse tensors may still densify to.
+Tensor decode_tensor(const pb::Tensor& t, const std::string& where, int64_t& densify_left) {
   Tensor out;
   size_t item = 0;
   switch (t.dtype()) {
@@ -214,11 +218,18 @@ Tensor decode_tensor(const pb::Tensor& t, const std::string& where) {
       else out.i64 = read_array<int64_t>(b, where + ".dense", "int64");
       break;
     }
-    case pb::Tensor::kSparseCsr:
-      checked_numel(out.shape, where);
+    case pb::Tensor::kSparseCsr: {
+      const int64_t n = checked_numel(out.shape, where);
+      if (n > densify_left) {
+        throw WireError(where + ".sparse_csr: shape " + shape_text(out.shape) + " densifies to " + std::to_string(n) +
+                        " elements, over what one request may densify (" + std::to_string(kMaxDensified) +
+                        " elements, its sparse tensors together)");
+      }
+      densify_left -= n;
       if (out.dtype == DType::Float32) densify_csr(t.sparse_csr(), out.shape, where, out.f32);
       else densify_csr(t.sparse_csr(), out.shape, where, out.i64);
       break;
+    }
     default:
       if (checked_numel(out.shape, where) != 0) {
         throw WireError(where + ": neither dense nor sparse_csr is set, for shape " + shape_text(out.shape));
@@ -227,7 +238,7 @@ Tensor decode_tensor(const pb::Tensor& t, const std::string& where) {
   return out;
 }
 
-Datum decode_datum(const pb::Datum& d, const std::string& where) {
+Datum decode_datum(const pb::Datum& d, const std::string& where, int64_t& densify_left) {
   Datum out;
   for (int i = 0; i < d.model_input_size(); ++i) {
     const pb::Chunk& c = d.model_input(i);
@@ -248,7 +259,7 @@ Datum decode_datum(const pb::Datum& d, const std::string& where) {
     }
   }
   for (const auto& [name, t] : d.loss_fn_inputs()) {
-    out.loss_fn_inputs.emplace(name, decode_tensor(t, where + ".loss_fn_inputs" + quoted(name)));
+    out.loss_fn_inputs.emplace(name, decode_tensor(t, where + ".loss_fn_inputs" + quoted(name), densify_left));
   }
   return out;
 }
@@ -296,8 +307,9 @@ ForwardBackwardRequest decode_forward_backward_request(std::string_view bytes) {
     for (const auto& [k, v] : msg.loss_fn_config()) out.loss_fn_config.emplace(k, ConfigValue{false, v, {}});
   }
   out.data.reserve(static_cast<size_t>(msg.data_size()));
+  int64_t densify_left = kMaxDensified;
   for (int i = 0; i < msg.data_size(); ++i) {
-    out.data.push_back(decode_datum(msg.data(i), "ForwardBackwardRequest.data[" + std::to_string(i) + "]"));
+    out.data.push_back(decode_datum(msg.data(i), "ForwardBackwardRequest.data[" + std::to_string(i) + "]", densify_left));
   }
   return out;
 }

@@ -61,7 +61,8 @@ struct ForwardBackwardRequest {
 
 // Throws WireError for bytes that are not a ForwardBackwardRequest, for image or audio
 // (dmel) chunks (not served), and for tensors whose bytes do not match shape x dtype.
-// A sparse CSR tensor comes back dense (unlisted entries 0, as the SDK's to_torch()).
+// A sparse CSR tensor comes back dense (unlisted entries 0, as the SDK's to_torch()); what
+// one request's sparse tensors densify to is capped (2^28 elements together).
 ForwardBackwardRequest decode_forward_backward_request(std::string_view bytes);
 
 // ---- results ----------------------------------------------------------------------

@@ -4,8 +4,10 @@
 // and deserializers: tests/e2e/test_tinker_wire.py.)
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,15 @@ TEST_CASE("tinker wire: bad requests name the message and field", "[tinker]") {
     t.add_shape(int64_t{1} << 40);
     CHECK_THAT(decode_error(r.SerializeAsString()), Contains("too large"));
   }
+  SECTION("a sparse tensor that would densify to too much memory") {
+    pb::ForwardBackwardRequest r = sample_request();
+    pb::Tensor& t = (*r.mutable_data(0)->mutable_loss_fn_inputs())["mask"];
+    t.set_dtype(pb::DTYPE_FLOAT32);
+    t.add_shape(1);
+    t.add_shape(int64_t{1} << 30);  // a few bytes on the wire, 4 GiB dense
+    t.mutable_sparse_csr()->set_crow_indices(bytes_of(std::vector<int64_t>{0, 0}));
+    CHECK_THAT(decode_error(r.SerializeAsString()), Contains("loss_fn_inputs['mask'].sparse_csr: shape [1, 1073741824] densifies to"));
+  }
   SECTION("a CSR column outside the shape") {
     pb::ForwardBackwardRequest r = sample_request();
     pb::Tensor& t = (*r.mutable_data(0)->mutable_loss_fn_inputs())["mask"];
@@ -279,4 +290,57 @@ TEST_CASE("tinker wire: a SampleResponse carries tokens, logprobs, stop reasons 
     bad.sequences[0].topk->k = 3;
     CHECK_THROWS_WITH(tk::encode_sample_response(bad), Contains("sequences[0].topk_sampled_logprobs"));
   }
+}
+
+// Bounded mutation fuzzing of the decoder (the bytes come from any client): a mutated request
+// must decode or be refused with WireError; anything else (another exception, a crash, a
+// sanitizer report under the ASan stage) is a finding. Fixed seed; a fixed count of inputs
+// or about a second, whichever comes first (nothing here asserts a time).
+TEST_CASE("tinker wire: fuzzed requests decode or are refused with WireError", "[tinker][fuzz]") {
+  std::vector<std::string> seeds;
+  {
+    pb::ForwardBackwardRequest r = sample_request();
+    seeds.push_back(r.SerializeAsString());
+    (*r.mutable_loss_fn_config_v2())["mode"].set_text("x");
+    pb::Tensor& t = (*r.mutable_data(0)->mutable_loss_fn_inputs())["mask"];
+    t.set_dtype(pb::DTYPE_INT64);
+    t.add_shape(2);
+    t.add_shape(2);
+    t.mutable_sparse_csr()->set_values(bytes_of(std::vector<int64_t>{7}));
+    t.mutable_sparse_csr()->set_crow_indices(bytes_of(std::vector<int64_t>{0, 1, 1}));
+    t.mutable_sparse_csr()->set_col_indices(bytes_of(std::vector<int64_t>{1}));
+    *r.add_data() = r.data(0);
+    seeds.push_back(r.SerializeAsString());
+  }
+  std::mt19937_64 rng(20261129);
+  auto pick = [&](size_t n) { return n ? static_cast<size_t>(rng() % n) : 0; };
+  size_t n = 0, refused = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (const auto& s : seeds) REQUIRE_NOTHROW(tk::decode_forward_backward_request(s));
+  while (n < 200000 && std::chrono::steady_clock::now() < end) {
+    std::string s = seeds[pick(seeds.size())];
+    for (size_t r = 1 + pick(4); r > 0; --r) {
+      const size_t at = pick(s.size() + 1);
+      switch (pick(6)) {
+        case 0: if (!s.empty()) s[pick(s.size())] ^= static_cast<char>(1u << pick(8)); break;
+        case 1: if (!s.empty()) s[pick(s.size())] = static_cast<char>(rng()); break;
+        case 2: s.insert(at, 1, static_cast<char>(rng())); break;
+        case 3: s.erase(at, pick(8) + 1); break;
+        case 4: s.resize(at); break;
+        default: s.insert(at, s.substr(pick(s.size() + 1), pick(16) + 1)); break;
+      }
+    }
+    ++n;
+    try {
+      tk::decode_forward_backward_request(s);
+    } catch (const tk::WireError& e) {
+      ++refused;
+      CHECK(std::string(e.what()).rfind("ForwardBackwardRequest", 0) == 0);
+    } catch (const std::exception& e) {
+      FAIL("input #" << n << " threw " << e.what() << " (not WireError)");
+    }
+  }
+  INFO(n << " inputs, " << refused << " refused");
+  CHECK(n > 100);
+  CHECK(refused > 0);
 }
