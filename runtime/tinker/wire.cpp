@@ -173,9 +173,12 @@ void densify_csr(const pb::SparseCsr& csr, const std::vector<int64_t>& shape, co
     throw WireError(w + ".crow_indices: must run from 0 to the number of values (" + std::to_string(values.size()) +
                     "), runs from " + std::to_string(crow.front()) + " to " + std::to_string(crow.back()));
   }
-  out.assign(static_cast<size_t>(rows * cols), T{});
+  // Non-decreasing from 0 to the count: every row's range then lies inside the values.
   for (int64_t r = 0; r < rows; ++r) {
     if (crow[r + 1] < crow[r]) throw WireError(w + ".crow_indices: decreasing at row " + std::to_string(r));
+  }
+  out.assign(static_cast<size_t>(rows * cols), T{});
+  for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = crow[r]; i < crow[r + 1]; ++i) {
       if (col[i] < 0 || col[i] >= cols) {
         throw WireError(w + ".col_indices[" + std::to_string(i) + "]: " + std::to_string(col[i]) +

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -184,6 +186,17 @@ TEST_CASE("tinker wire: bad requests name the message and field", "[tinker]") {
     t.mutable_sparse_csr()->set_crow_indices(bytes_of(std::vector<int64_t>{0, 0}));
     CHECK_THAT(decode_error(r.SerializeAsString()), Contains("loss_fn_inputs['mask'].sparse_csr: shape [1, 1073741824] densifies to"));
   }
+  SECTION("CSR row pointers that run past the values and back") {
+    pb::ForwardBackwardRequest r = sample_request();
+    pb::Tensor& t = (*r.mutable_data(0)->mutable_loss_fn_inputs())["mask"];
+    t.set_dtype(pb::DTYPE_INT64);
+    t.add_shape(2);
+    t.add_shape(2);
+    t.mutable_sparse_csr()->set_values(bytes_of(std::vector<int64_t>{4}));
+    t.mutable_sparse_csr()->set_crow_indices(bytes_of(std::vector<int64_t>{0, 5, 1}));  // found by the fuzzer under ASan
+    t.mutable_sparse_csr()->set_col_indices(bytes_of(std::vector<int64_t>{0}));
+    CHECK_THAT(decode_error(r.SerializeAsString()), Contains("loss_fn_inputs['mask'].sparse_csr.crow_indices: decreasing at row 1"));
+  }
   SECTION("a CSR column outside the shape") {
     pb::ForwardBackwardRequest r = sample_request();
     pb::Tensor& t = (*r.mutable_data(0)->mutable_loss_fn_inputs())["mask"];
@@ -295,7 +308,8 @@ TEST_CASE("tinker wire: a SampleResponse carries tokens, logprobs, stop reasons 
 // Bounded mutation fuzzing of the decoder (the bytes come from any client): a mutated request
 // must decode or be refused with WireError; anything else (another exception, a crash, a
 // sanitizer report under the ASan stage) is a finding. Fixed seed; a fixed count of inputs
-// or about a second, whichever comes first (nothing here asserts a time).
+// or about a second, whichever comes first (nothing here asserts a time);
+// RLHOST_FUZZ_SECONDS=60 runs that long.
 TEST_CASE("tinker wire: fuzzed requests decode or are refused with WireError", "[tinker][fuzz]") {
   std::vector<std::string> seeds;
   {
@@ -315,9 +329,12 @@ TEST_CASE("tinker wire: fuzzed requests decode or are refused with WireError", "
   std::mt19937_64 rng(20261129);
   auto pick = [&](size_t n) { return n ? static_cast<size_t>(rng() % n) : 0; };
   size_t n = 0, refused = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const char* secs = std::getenv("RLHOST_FUZZ_SECONDS");  // as tests/cpp/test_fuzz_readers.cpp: longer runs
+  const double budget = secs && *secs ? std::atof(secs) : 1.0;
+  const size_t max_inputs = secs && *secs ? SIZE_MAX : 200000;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget);
   for (const auto& s : seeds) REQUIRE_NOTHROW(tk::decode_forward_backward_request(s));
-  while (n < 200000 && std::chrono::steady_clock::now() < end) {
+  while (n < max_inputs && std::chrono::steady_clock::now() < end) {
     std::string s = seeds[pick(seeds.size())];
     for (size_t r = 1 + pick(4); r > 0; --r) {
       const size_t at = pick(s.size() + 1);
