@@ -88,7 +88,8 @@ if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
       -DRLHOST_SANITIZE=ON -DRLHOST_TORCH=OFF -DRLHOST_BENCH=OFF >/dev/null
   # The Tinker wire codec's tests (with its decoder's fuzzing) where Protocol Buffers were found.
   tinker_tests=()
-  cmake --build "$asan" --target help | grep -q '^rlhost_tinker_tests:' && tinker_tests=(rlhost_tinker_tests)
+  asan_targets="$(cmake --build "$asan" --target help)"  # no pipe: pipefail + grep -q could misfire
+  grep -q '^rlhost_tinker_tests:' <<<"$asan_targets" && tinker_tests=(rlhost_tinker_tests)
   cmake --build "$asan" -j "$(nproc)" --target rlhost rlhost_cpp_tests "${tinker_tests[@]}"
   export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export RLHOST_TEST_DATA="$asan/test-data"  # tests/data, unpacked when $asan was configured
