@@ -27,8 +27,9 @@ PY="${PYTHON:-python3}"
 TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1 tinker==0.38.0)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet; tinker: the Tinker API's SDK, whose own code the Tinker tests run against)
 # tinker installs beside the rest (its requirements add only httpx[http2], pyqwest,
 # zstandard, orjson, distro; transformers and protobuf are already there), so it needs no
-# venv of its own. tinker-cookbook 0.6.1 is not installed: it requires tml-renderers>=0.4.1,
-# which PyPI does not offer (its newest is 0.2.1).
+# venv of its own. tinker-cookbook is not installed: 0.6.1 requires tml-renderers>=0.4.1,
+# which PyPI does not offer (its newest is 0.2.1), and 0.5.8 would downgrade the tested
+# transformers, tokenizers and huggingface_hub (it would need a venv, as vLLM has).
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 failed=()
