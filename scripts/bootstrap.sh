@@ -23,7 +23,7 @@ TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; 
 # Arrow C++ (headers, libarrow/libparquet) comes with the pyarrow wheel: the tested version.
 PYARROW_VERSION="${RLHOST_PYARROW_VERSION:-26.0.1}"
 PY="${PYTHON:-python3}"
-TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet)
+TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1 peft==0.21.2)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet; peft: LoRA adapters, tests/e2e/test_lora_peft.py)
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 failed=()
@@ -113,7 +113,7 @@ if [ "${1:-}" = "--test-deps" ]; then
   else
     log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
     pip_install "${TEST_SPECS[@]}" || true
-    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai, pandas" 2>&1 >/dev/null)" \
+    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai, pandas, peft" 2>&1 >/dev/null)" \
       || fail "python packages ${TEST_SPECS[*]} do not import after pip install (${err##*$'\n'}); try: $PY -m pip install ${TEST_SPECS[*]}"
   fi
   # The Debian package `prometheus`: promtool checks the /metrics texts, and the
