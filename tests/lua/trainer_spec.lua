@@ -338,6 +338,11 @@ describe("rl.trainer", function()
     local trained = tr:logprobs(b)[1]
     for j = 1, 3 do eq(with[#with - 3 + j], trained[j]) end
     ok(with[#with] ~= base[#base], "the adapter changes the model")
+    -- Greedy decoding through the KV cache applies it too: its first token is the argmax of the logits with it.
+    local lg = m:logits(ids)
+    local best, arg = -math.huge, nil
+    for v, x in ipairs(lg[#lg]) do if x > best then best, arg = x, v - 1 end end
+    eq(m:generate(ids, { max_new_tokens = 1, stop_token_ids = {} }), { arg })
     ok(trained[1] ~= before[1][1])
     -- The checkpoint holds the adapter, not the model; rl.trainer.load resumes it on the base.
     local root = tmpdir()
