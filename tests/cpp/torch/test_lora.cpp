@@ -372,3 +372,46 @@ CATCH_TEST_CASE("LoRA: PEFT files round-trip, and what PEFT features rlhost lack
   e = error_of([&] { nn::load_peft_adapter(tmp.path, test::tiny_config("qwen3")); });
   CATCH_CHECK(!e.empty());
 }
+
+CATCH_TEST_CASE("LoRA: a float32 adapter over a bfloat16 base computes in float32 and trains", "[lora]") {
+  const auto cfg = test::tiny_config("qwen3");
+  auto m16 = std::make_shared<Transformer>(cfg, nn::ModelOptions{torch::kBFloat16, torch::kCPU, false});
+  m16->init_random(6);
+  auto m32 = std::make_shared<Transformer>(cfg);
+  m32->init_random(6);
+  auto a = random_adapter(cfg, 8);
+  auto ids = torch::randint(0, 97, {1, 12}, at::make_generator<at::CPUGeneratorImpl>(2), torch::kInt64);
+  torch::Tensor base16;
+  {
+    torch::NoGradGuard ng;
+    base16 = m16->sequence_logprobs(ids).logprobs;
+  }
+  m16->set_lora(a);
+  m32->set_lora(a);
+  for (auto& t : a->parameters()) t.requires_grad_(true);
+  auto lp16 = m16->sequence_logprobs(ids).logprobs;
+  CATCH_CHECK(m16->forward(ids).scalar_type() == torch::kBFloat16);
+  CATCH_CHECK(!torch::equal(lp16.detach(), base16));  // the adapter acts
+  torch::Tensor lp32;
+  {
+    torch::NoGradGuard ng;
+    lp32 = m32->sequence_logprobs(ids).logprobs;
+  }
+  CATCH_CHECK((lp16.detach() - lp32).abs().max().item<double>() < 0.1);  // bf16 rounding of the base only
+  lp16.mean().backward();
+  for (const auto& [n, t] : a->named_parameters()) {
+    CATCH_INFO(n);
+    CATCH_REQUIRE(t.grad().defined());
+    CATCH_CHECK(t.grad().scalar_type() == torch::kFloat32);
+  }
+  // The trainer takes a bf16 base with LoRA (the float32 master weights are the adapter's).
+  auto base = std::make_shared<Transformer>(cfg, nn::ModelOptions{torch::kBFloat16, torch::kCPU, false});
+  base->init_random(6);
+  trainer::TrainerOptions o;
+  o.lora_rank = 2;
+  o.bf16 = true;
+  trainer::Trainer tr(base, nullptr, o);
+  CATCH_CHECK(tr.lora()->parameters()[0].scalar_type() == torch::kFloat32);
+  tr.train(batch());
+  CATCH_CHECK(tr.step() == 1);
+}
