@@ -9,6 +9,8 @@
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "nn/greedy.hpp"
+#include "nn/logprobs.hpp"
+#include "nn/lora.hpp"
 #include "nn/transformer.hpp"
 #include "nn/weights.hpp"
 
@@ -16,10 +18,21 @@ namespace rl::lua {
 namespace {
 
 const char kModelMt = 0;
+const char kLoraMt = 0;
 
 struct ModelBox : LiveObject {
   std::shared_ptr<nn::Transformer> model;
 };
+
+struct LoraBox : LiveObject {
+  std::shared_ptr<nn::LoraAdapter> adapter;
+};
+
+nn::LoraAdapter& check_lora(lua_State* L, int idx) {
+  auto* box = static_cast<LoraBox*>(check_udata(L, idx, &kLoraMt, "lora", "rl.model LoRA adapter handle"));
+  if (!box->adapter) throw ArgError(idx, "lora", "the adapter was released");
+  return *box->adapter;
+}
 
 nn::Transformer& check_model(lua_State* L, int idx) {
   auto* box = static_cast<ModelBox*>(check_udata(L, idx, &kModelMt, "model", "rl.model handle"));
@@ -235,7 +248,197 @@ int l_save(lua_State* L) {
   return 1;
 }
 
+// LoRA ---------------------------------------------------------------------------
+
+// target_modules: a list of names or one string ("all-linear", or comma-separated names).
+std::vector<std::string> target_modules_field(lua_State* L, int t) {
+  std::vector<std::string> out;
+  lua_getfield(L, t, "target_modules");
+  const int v = lua_gettop(L);
+  if (lua_isnil(L, v)) {
+    out.push_back("all-linear");
+  } else if (lua_type(L, v) == LUA_TSTRING) {
+    std::string cur;
+    for (char c : std::string(lua_tostring(L, v)) + ",") {
+      if (c == ',') {
+        if (!cur.empty()) out.push_back(cur);
+        cur.clear();
+      } else if (c != ' ') {
+        cur += c;
+      }
+    }
+  } else if (lua_istable(L, v)) {
+    const size_t n = lua_objlen(L, v);
+    for (size_t i = 1; i <= n; ++i) {
+      lua_rawgeti(L, v, static_cast<int>(i));
+      if (lua_type(L, -1) != LUA_TSTRING) {
+        lua_pop(L, 2);
+        throw ArgError(t, "opts.target_modules", "module names expected, element " + std::to_string(i) + " is not a string");
+      }
+      out.emplace_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  } else {
+    lua_pop(L, 1);
+    throw ArgError(t, "opts.target_modules", "a list of module names or \"all-linear\" expected");
+  }
+  lua_pop(L, 1);
+  return out;
+}
+
+// new_lora({rank=8, alpha=16, target_modules="all-linear", seed=0, identity=true}) -> lora handle
+int l_new_lora(lua_State* L) {
+  auto& m = check_model(L, 1);
+  const int t = 2;
+  if (!lua_isnoneornil(L, t)) {
+    arg::table(L, t, "opts");
+  } else {
+    lua_settop(L, 1);
+    lua_newtable(L);
+  }
+  const int64_t rank = arg::field_integer(L, t, "rank", "opts").value_or(8);
+  const double alpha = arg::field_number(L, t, "alpha", "opts").value_or(16.0);
+  const uint64_t seed = static_cast<uint64_t>(arg::field_integer(L, t, "seed", "opts").value_or(0));
+  const bool identity = arg::field_boolean(L, t, "identity", "opts").value_or(true);
+  nn::LoraConfig cfg;
+  try {
+    cfg = nn::make_lora_config(rank, alpha, target_modules_field(L, t));
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(t, "opts", e.what());
+  }
+  auto a = std::make_shared<nn::LoraAdapter>(m.config(), cfg,
+                                             torch::TensorOptions().dtype(torch::kFloat32).device(m.options().device));
+  a->init(seed, identity);
+  push_lora(L, std::move(a));
+  return 1;
+}
+
+// set_lora(lora | nil): forward, logprobs and logits apply it (nil: the base alone)
+int l_set_lora(lua_State* L) {
+  auto& m = check_model(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    m.set_lora(nullptr);
+    return 0;
+  }
+  check_lora(L, 2);
+  try {
+    m.set_lora(static_cast<LoraBox*>(lua_touserdata(L, 2))->adapter);
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(2, "lora", e.what());
+  }
+  return 0;
+}
+
+// lora_grads(ids) -> {name = {flat values}}: the gradient, for the set adapter's tensors,
+// of the mean negative log-likelihood of ids[2..n] (for checks against other implementations)
+int l_lora_grads(lua_State* L) {
+  auto& m = check_model(L, 1);
+  m.check_whole("rl.model:lora_grads");
+  const auto ids = ids_arg(L, 2, "ids");
+  if (ids.size() < 2) throw ArgError(2, "ids", "at least 2 token ids expected");
+  const auto& a = m.lora();
+  if (!a) throw ArgError(1, "model", "no LoRA adapter set (model:set_lora)");
+  torch::Tensor batch = batch_of(m, ids);
+  std::vector<torch::Tensor> ps = a->parameters();
+  std::vector<bool> had;
+  for (auto& p : ps) had.push_back(p.requires_grad()), p.requires_grad_(true);
+  std::vector<torch::Tensor> grads;
+  {
+    torch::AutoGradMode on(true);
+    auto loss = -m.sequence_logprobs(batch).logprobs.mean();
+    grads = torch::autograd::grad({loss}, ps);
+  }
+  for (size_t i = 0; i < ps.size(); ++i) ps[i].requires_grad_(had[i]);
+  lua_createtable(L, 0, static_cast<int>(ps.size()));
+  const auto& named = a->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    push_numbers(L, grads[i].reshape({-1}));
+    lua_setfield(L, -2, named[i].first.c_str());
+  }
+  return 1;
+}
+
+// load_lora(dir, model) -> lora handle | nil, err (a PEFT adapter directory)
+int l_load_lora(lua_State* L) {
+  const std::string dir(arg::string(L, 1, "dir"));
+  auto& m = check_model(L, 2);
+  std::shared_ptr<nn::LoraAdapter> a;
+  try {
+    a = nn::load_peft_adapter(dir, m.config(), torch::TensorOptions().dtype(torch::kFloat32).device(m.options().device));
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+  push_lora(L, std::move(a));
+  return 1;
+}
+
+// lora:save_peft(dir, base_model_name_or_path) -> true | nil, err
+int l_lora_save_peft(lua_State* L) {
+  auto& a = check_lora(L, 1);
+  const std::string dir(arg::string(L, 2, "dir"));
+  const std::string base(arg::opt_string(L, 3, "base_model").value_or(""));
+  try {
+    nn::save_peft_adapter(a, dir, base);
+  } catch (const std::exception& e) {
+    return fail(L, e.what());
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+// lora:config() -> {rank=, alpha=, target_modules={...}}
+int l_lora_config(lua_State* L) {
+  const auto& c = check_lora(L, 1).config();
+  lua_createtable(L, 0, 3);
+  set_number(L, "rank", static_cast<double>(c.rank));
+  set_number(L, "alpha", c.alpha);
+  lua_createtable(L, static_cast<int>(c.targets.size() + 1), 0);
+  int i = 0;
+  for (auto t : c.targets) {
+    lua_pushstring(L, nn::lora_target_name(t));
+    lua_rawseti(L, -2, ++i);
+  }
+  if (c.lm_head) {
+    lua_pushstring(L, "lm_head");
+    lua_rawseti(L, -2, ++i);
+  }
+  lua_setfield(L, -2, "target_modules");
+  return 1;
+}
+
+// lora:parameters() -> {{name=, shape={...}}, ...} (PEFT's names, in order)
+int l_lora_parameters(lua_State* L) {
+  const auto& params = check_lora(L, 1).named_parameters();
+  lua_createtable(L, static_cast<int>(params.size()), 0);
+  int i = 0;
+  for (const auto& [name, t] : params) {
+    lua_createtable(L, 0, 2);
+    set_string(L, "name", name);
+    lua_createtable(L, static_cast<int>(t.dim()), 0);
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      lua_pushnumber(L, static_cast<double>(t.size(d)));
+      lua_rawseti(L, -2, static_cast<int>(d + 1));
+    }
+    lua_setfield(L, -2, "shape");
+    lua_rawseti(L, -2, ++i);
+  }
+  return 1;
+}
+
 }  // namespace
+
+void push_lora(lua_State* L, std::shared_ptr<nn::LoraAdapter> adapter) {
+  void* mem = lua_newuserdata(L, sizeof(LoraBox));
+  auto* box = new (mem) LoraBox();
+  box->adapter = std::move(adapter);
+  registry_get(L, &kLoraMt);
+  lua_setmetatable(L, -2);
+}
+
+std::shared_ptr<nn::LoraAdapter> lora_from(lua_State* L, int idx) {
+  check_lora(L, idx);
+  return static_cast<LoraBox*>(lua_touserdata(L, idx))->adapter;
+}
 
 std::shared_ptr<nn::Transformer> model_from(lua_State* L, int idx) {
   check_model(L, idx);
@@ -248,11 +451,20 @@ void open_model(lua_State* L, int t) {
       {"parameters", entry<l_parameters>},   {"logprobs", entry<l_logprobs>},
       {"logits", entry<l_logits>},           {"generate", entry<l_generate>},
       {"save", entry<l_save>},
+      {"new_lora", entry<l_new_lora>},       {"set_lora", entry<l_set_lora>},
+      {"lora_grads", entry<l_lora_grads>},
   };
   make_metatable(L, &kModelMt, "rl.model.Model:", methods, std::size(methods), entry<destroy_udata<ModelBox>>);
+  static const Reg lora_methods[] = {
+      {"save_peft", entry<l_lora_save_peft>},
+      {"config", entry<l_lora_config>},
+      {"parameters", entry<l_lora_parameters>},
+  };
+  make_metatable(L, &kLoraMt, "rl.model.Lora:", lora_methods, std::size(lora_methods), entry<destroy_udata<LoraBox>>);
   static const Reg regs[] = {
       {"model_load", entry<l_load>},
       {"model_init", entry<l_init>},
+      {"load_lora", entry<l_load_lora>},
   };
   register_functions(L, t, "rl.model.", regs);
 }

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-namespace rl::nn { class Transformer; }
+namespace rl::nn { class Transformer; class LoraAdapter; }
 namespace rl::engine { class Engine; }
 namespace rl::dist { class ProcessGroup; }
 
@@ -20,6 +20,8 @@ void open_stepwise(lua_State* L, int t);  // torch_stepwise.cpp: Tinker training
 
 // The object behind a handle argument (throws ArgError naming the argument).
 std::shared_ptr<nn::Transformer> model_from(lua_State* L, int idx);   // an rl.model handle
+std::shared_ptr<nn::LoraAdapter> lora_from(lua_State* L, int idx);    // an rl.model LoRA adapter handle
+void push_lora(lua_State* L, std::shared_ptr<nn::LoraAdapter> adapter);  // a new LoRA adapter handle
 std::shared_ptr<engine::Engine> engine_from(lua_State* L, int idx);   // an rl.engine thread-mode handle
 std::shared_ptr<dist::ProcessGroup> group_from(lua_State* L, int idx); // an rl.dist group handle
 

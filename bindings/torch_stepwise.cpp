@@ -255,7 +255,6 @@ int l_load(lua_State* L) {
         mine[i].second.copy_(theirs[i].second);
       }
     }
-    t->adapter()->bump_version();
     t->zero_grad();
     if (with_optimizer) {
       const auto opt_file = dir / "optimizer.pt";

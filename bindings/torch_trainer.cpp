@@ -20,6 +20,7 @@
 //   handle:follow_gathers() -> op, handle:gathers_done() -> op   a sharded trainer's sync
 //                                          (ranks > 0 follow rank 0's gathers until done)
 //   handle:step(), handle:lr()
+//   handle:lora() -> the trained LoRA adapter's handle (rl.model's; lora_rank > 0) | nil
 //   handle:set_cpus(list|nil)              its jobs' thread (and the LibTorch threads that
 //                                          thread starts) runs on these CPUs; nil: anywhere
 //   handle:save(root, iteration|nil, meta_json) -> op ("done", {path, iteration, files, seconds})
@@ -468,6 +469,17 @@ int l_progress(lua_State* L) {
   return 2;
 }
 
+// lora() -> the trained LoRA adapter's handle (lora_rank > 0), or nil
+int l_lora(lua_State* L) {
+  const auto& a = check_box(L, 1).trainer->lora();
+  if (!a) {
+    lua_pushnil(L);
+    return 1;
+  }
+  push_lora(L, a);
+  return 1;
+}
+
 int l_set_cpus(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   if (lua_isnoneornil(L, 2)) {
@@ -490,7 +502,7 @@ void open_trainer(lua_State* L, int t) {
       {"send_weights", entry<l_send_weights>}, {"replica_digest", entry<l_replica_digest>}, {"shm_write", entry<l_shm_write>},
       {"shm_forget", entry<l_shm_forget>}, {"set_cpus", entry<l_set_cpus>},
       {"save_model", entry<l_save_model>}, {"follow_gathers", entry<l_follow_gathers>},
-      {"gathers_done", entry<l_gathers_done>},
+      {"gathers_done", entry<l_gathers_done>}, {"lora", entry<l_lora>},
   };
   make_metatable(L, &kTrainerMt, "rl.trainer.Trainer:", methods, std::size(methods), entry<destroy_udata<TrainerBox>>);
   static const Reg regs[] = {{"trainer_new", entry<l_new>}, {"checkpoint_resolve", entry<l_resolve>},

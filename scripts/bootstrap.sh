@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what rlhost needs on a fresh Debian machine, idempotently:
 # Debian packages (compiler, CMake, LuaJIT, spdlog, Catch2, libcurl, nlohmann-json,
-# cpp-httplib, readline, ccache), the `torch` wheel from PyPI for LibTorch and the
+# cpp-httplib, readline, ccache, Protocol Buffers for the Tinker API's wire codec), the `torch` wheel from PyPI for LibTorch and the
 # `pyarrow` wheel for Apache Arrow's Parquet C++ library (rl.data's .parquet files);
 # with --test-deps also the Python peers of the parity tests and benchmarks
 # (and tensorboard, which reads back our event files), and headless Chromium
@@ -17,13 +17,19 @@ APT_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache git
   luajit libluajit-5.1-dev
   libspdlog-dev catch2 libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcpp-httplib-dev libreadline-dev
+  libprotobuf-dev protobuf-compiler
   python3 python3-pip
 )
 TORCH_SPEC="${RLHOST_TORCH_SPEC:-torch==2.15.0}"   # any LibTorch >= 2.4 works; this is the tested one
 # Arrow C++ (headers, libarrow/libparquet) comes with the pyarrow wheel: the tested version.
 PYARROW_VERSION="${RLHOST_PYARROW_VERSION:-26.0.1}"
 PY="${PYTHON:-python3}"
-TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet)
+TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1 tinker==0.38.0 peft==0.21.2)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet; peft: LoRA adapters, tests/e2e/test_lora_peft.py; tinker: the Tinker API's SDK, whose own code the Tinker tests run against)
+# tinker installs beside the rest (its requirements add only httpx[http2], pyqwest,
+# zstandard, orjson, distro; transformers and protobuf are already there), so it needs no
+# venv of its own. tinker-cookbook is not installed: 0.6.1 requires tml-renderers>=0.4.1,
+# which PyPI does not offer (its newest is 0.2.1), and 0.5.8 would downgrade the tested
+# transformers, tokenizers and huggingface_hub (it would need a venv, as vLLM has).
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 failed=()
@@ -108,12 +114,12 @@ fi
 # (transformers for model parity, tokenizers for tokenizer parity). A failed install
 # is an error (fail above): the tests would skip, or fail under CI.
 if [ "${1:-}" = "--test-deps" ]; then
-  if "$PY" -c "import transformers, tokenizers, safetensors, openai, pandas" 2>/dev/null; then
-    log "test dependencies (transformers, tokenizers, openai, pandas): present"
+  if "$PY" -c "import transformers, tokenizers, safetensors, openai, pandas, tinker, peft" 2>/dev/null; then
+    log "test dependencies (transformers, tokenizers, openai, pandas, tinker, peft): present"
   else
     log "installing test dependencies from PyPI: ${TEST_SPECS[*]}"
     pip_install "${TEST_SPECS[@]}" || true
-    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai, pandas" 2>&1 >/dev/null)" \
+    err="$("$PY" -c "import torch, transformers, tokenizers, safetensors, openai, pandas, tinker, peft" 2>&1 >/dev/null)" \
       || fail "python packages ${TEST_SPECS[*]} do not import after pip install (${err##*$'\n'}); try: $PY -m pip install ${TEST_SPECS[*]}"
   fi
   # The Debian package `prometheus`: promtool checks the /metrics texts, and the

@@ -86,10 +86,15 @@ if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
   asan="$build-asan"
   [ -f "$asan/build.ninja" ] || cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
       -DRLHOST_SANITIZE=ON -DRLHOST_TORCH=OFF -DRLHOST_BENCH=OFF >/dev/null
-  cmake --build "$asan" -j "$(nproc)" --target rlhost rlhost_cpp_tests
+  # The Tinker wire codec's tests (with its decoder's fuzzing) where Protocol Buffers were found.
+  tinker_tests=()
+  asan_targets="$(cmake --build "$asan" --target help)"  # no pipe: pipefail + grep -q could misfire
+  grep -q '^rlhost_tinker_tests:' <<<"$asan_targets" && tinker_tests=(rlhost_tinker_tests)
+  cmake --build "$asan" -j "$(nproc)" --target rlhost rlhost_cpp_tests "${tinker_tests[@]}"
   export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export RLHOST_TEST_DATA="$asan/test-data"  # tests/data, unpacked when $asan was configured
   run_test asan/cpp "$asan/tests/rlhost_cpp_tests"
+  [ ${#tinker_tests[@]} = 0 ] || run_test asan/cpp_tinker "$asan/tests/rlhost_tinker_tests"
   for spec in task interrupt json tokenizer data; do  # data: the Parquet module (Arrow) too
     [ -f "$root/tests/lua/${spec}_spec.lua" ] && \
       run_test "asan/lua/${spec}_spec" "$asan/rlhost" --no-control "$root/tests/lua/spec.lua" "$root/tests/lua/${spec}_spec.lua"

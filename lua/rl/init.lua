@@ -59,7 +59,8 @@ local lazy = {
   router = "rl.router", rollout = "rl.rollout", agent = "rl.agent", metrics = "rl.metrics", dump = "rl.dump", trainer = "rl.trainer",
   reload = "rl.reload", progress = "rl.progress", recipe = "rl.recipe",
   gzip = "rl.gzip", process = "rl.process", profile = "rl.profile", dist = "rl.dist", timeline = "rl.timeline",
-  watchdog = "rl.watchdog", device = "rl.device", weight_sync = "rl.weight_sync", tinker = "rl.tinker",
+  watchdog = "rl.watchdog", device = "rl.device", weight_sync = "rl.weight_sync", tinker_wire = "rl.tinker_wire",
+  tinker = "rl.tinker",
 }
 
 return require("rl._lazy")(rl, lazy)

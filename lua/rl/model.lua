@@ -22,6 +22,66 @@ function Model:__tostring()
     self:num_parameters() / 1e6)
 end
 
+-- LoRA adapters (docs/trainer.md, "LoRA"): PEFT's layout and files.
+local Lora = {}
+Lora.__index = Lora
+local function wrap_lora(h) return setmetatable({ _h = h, config = h:config() }, Lora) end
+M._wrap_lora = wrap_lora   -- rl.trainer's tr:lora()
+
+--- Writes the adapter as PEFT's adapter_config.json + adapter_model.safetensors into
+--- `dir` (peft.PeftModel.from_pretrained loads it). → true | nil, err
+---@param dir string
+---@param base_model? string base_model_name_or_path in adapter_config.json
+function Lora:save_peft(dir, base_model) return self._h:save_peft(dir, base_model) end
+--- {{name=, shape=}, ...} under PEFT's names.
+function Lora:parameters() return self._h:parameters() end
+function Lora:__tostring()
+  return ("rl.model.lora(r=%d, alpha=%g, %s)"):format(self.config.rank, self.config.alpha,
+    table.concat(self.config.target_modules, ","))
+end
+
+--- The native handle of an rl.lora adapter, or nil.
+function M.lora_handle(l) return getmetatable(l) == Lora and l._h or nil end
+
+--- A new LoRA adapter for this model's shape (float32, on its device): A
+--- kaiming-uniform from `seed`, B zero (identity = false: random too, PEFT's
+--- init_lora_weights=False). Not applied until model:set_lora(adapter).
+---@param opts? {rank?: integer, alpha?: number, target_modules?: string|string[], seed?: integer, identity?: boolean}
+function Model:new_lora(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("rl.model:new_lora: bad argument #1 'opts' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  return wrap_lora(self._h:new_lora(opts))
+end
+
+--- Applies `adapter` (unmerged) in logprobs, logits and lora_grads; nil: the base alone.
+function Model:set_lora(adapter)
+  if adapter ~= nil and getmetatable(adapter) ~= Lora then
+    error("rl.model:set_lora: bad argument #1 'adapter' (rl.model LoRA adapter or nil expected)", 2)
+  end
+  self._h:set_lora(adapter and adapter._h)
+  self.lora = adapter
+end
+
+--- {peft_name = {flat gradient}}: the gradient, for the set adapter's tensors, of the
+--- mean negative log-likelihood of ids[2..n] (checks against other implementations).
+function Model:lora_grads(ids) return self._h:lora_grads(ids) end
+
+--- Reads a PEFT LoRA adapter directory for `model`'s shape. → adapter | nil, err
+---@param dir string
+---@param model table an rl.model
+function M.load_lora(dir, model)
+  if type(dir) ~= "string" then
+    error("rl.model.load_lora: bad argument #1 'dir' (string expected, got " .. type(dir) .. ")", 2)
+  end
+  if getmetatable(model) ~= Model then
+    error("rl.model.load_lora: bad argument #2 'model' (rl.model expected, got " .. type(model) .. ")", 2)
+  end
+  local h, err = native.load_lora(dir, model._h)
+  if not h then return nil, err end
+  return wrap_lora(h)
+end
+
 --- The native handle of an rl.model (for the LibTorch modules that compute with it: the
 --- trainer), or nil when `m` is not one.
 function M.handle(m)

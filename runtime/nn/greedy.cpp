@@ -30,6 +30,10 @@ std::vector<int64_t> greedy_generate(Transformer& model, const std::vector<int64
     b.query_lens = {n};
     b.context_lens = {done + n};
     b.context_slots = CachedBatch::slots_from_blocks({table}, {done + n}, block_size).to(dev);
+    if (model.lora()) {  // the model's adapter (set_lora) on every row, as forward() applies it
+      b.lora.adapters = {model.lora()};
+      b.lora.rows = {torch::arange(n, i64).to(dev)};
+    }
     auto hidden = model.forward_cached(b, cache);
     const int64_t next = model.logits(hidden.narrow(0, n - 1, 1)).argmax(-1).item<int64_t>();
     out.push_back(next);

@@ -36,6 +36,11 @@ struct LoraConfig {
   void validate() const;
 };
 
+// The config for PEFT-style target_modules names: "all-linear" (the seven
+// projections), q_proj ... down_proj, "lm_head"; validated (std::invalid_argument
+// naming lora_rank, lora_alpha or target_modules).
+LoraConfig make_lora_config(int64_t rank, double alpha, const std::vector<std::string>& target_modules);
+
 // One adapter for one model shape.
 class LoraAdapter {
  public:
@@ -43,7 +48,8 @@ class LoraAdapter {
   LoraAdapter(const model::ModelConfig& model, LoraConfig cfg, torch::TensorOptions opts = torch::kFloat32);
   // PEFT's initialisation: A kaiming-uniform (a = √5) from a generator seeded with
   // `seed`, B = 0, so a fresh adapter leaves the model's outputs unchanged.
-  void init(uint64_t seed);
+  // identity = false: B kaiming-uniform too (PEFT's init_lora_weights=False), for tests.
+  void init(uint64_t seed, bool identity = true);
   const LoraConfig& config() const { return cfg_; }
   const model::ModelConfig& model_config() const { return model_; }
   // Every A and B under PEFT's names
@@ -59,6 +65,10 @@ class LoraAdapter {
   // float32 on the CPU, computed in the adapter's dtype); undefined when `t` is not a target.
   torch::Tensor delta(const torch::Tensor& x, int64_t layer, LoraTarget t) const;
   torch::Tensor lm_head_delta(const torch::Tensor& x) const;
+  // base + s · B A (differentiable; in base's dtype): the lm_head with the adapter
+  // merged, which the chunked log-softmax (nn/logprobs.hpp) takes as its weight.
+  // `base` itself when the adapter does not target lm_head.
+  torch::Tensor merged_lm_head(const torch::Tensor& base) const;
   // Bumped by every writer after an in-place update (loads, syncs, optimiser steps read it lazily).
   uint64_t version() const;
 
@@ -70,6 +80,12 @@ class LoraAdapter {
   std::vector<std::vector<int64_t>> index_;
   int64_t lm_head_index_ = -1;
 };
+
+// The weights digest (nn/weights_digest.hpp) of a base model with `adapter` applied:
+// add_digests(base, the adapter's tensors' digest); "" when base is "" (not the exact
+// kernels) or the adapter is not float32 on the CPU. Transformer::exact_weights_digest
+// returns it while an adapter is set; an engine reports it for requests under an adapter.
+std::string lora_weights_digest(const std::string& base, const LoraAdapter& adapter);
 
 // PEFT's on-disk adapter: adapter_config.json (peft_type LORA, r, lora_alpha,
 // target_modules, base_model_name_or_path) + adapter_model.safetensors, which

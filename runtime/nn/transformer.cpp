@@ -27,7 +27,77 @@ torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torc
   return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
 }
 
+// Checks an adapter's model shape against this model's.
+void check_adapter_shape(const LoraAdapter& a, const model::ModelConfig& c, const char* where) {
+  const auto& m = a.model_config();
+  if (m.num_hidden_layers != c.num_hidden_layers || m.hidden_size != c.hidden_size ||
+      m.intermediate_size != c.intermediate_size || m.num_attention_heads != c.num_attention_heads ||
+      m.num_key_value_heads != c.num_key_value_heads || m.head_dim != c.head_dim || m.vocab_size != c.vocab_size)
+    throw std::invalid_argument(std::string(where) + ": the LoRA adapter was made for another model shape (" +
+                                std::to_string(m.num_hidden_layers) + " layers, hidden " +
+                                std::to_string(m.hidden_size) + ") than this model's (" +
+                                std::to_string(c.num_hidden_layers) + " layers, hidden " +
+                                std::to_string(c.hidden_size) + ")");
+}
+
 }  // namespace
+
+void Transformer::set_lora(std::shared_ptr<const LoraAdapter> adapter) {
+  if (adapter) check_adapter_shape(*adapter, config_, "Transformer::set_lora");
+  lora_ = std::move(adapter);
+}
+
+Transformer::LoraRun Transformer::lora_run(const LoraBatch& lb, int64_t n) const {
+  if (lb.adapters.size() != lb.rows.size())
+    throw std::invalid_argument("forward_cached: CachedBatch::lora has " + std::to_string(lb.adapters.size()) +
+                                " adapters but " + std::to_string(lb.rows.size()) + " row groups");
+  LoraRun run;
+  std::vector<char> taken(static_cast<size_t>(n), 0);
+  for (size_t g = 0; g < lb.adapters.size(); ++g) {
+    const auto& a = lb.adapters[g];
+    const auto& rows = lb.rows[g];
+    if (!a) throw std::invalid_argument("forward_cached: CachedBatch::lora group " + std::to_string(g) + " has no adapter");
+    check_adapter_shape(*a, config_, "forward_cached");
+    if (a->config().lm_head)
+      throw std::invalid_argument("forward_cached: LoRA adapters on lm_head (target_modules \"lm_head\") are not "
+                                  "supported by the engine; train and serve without it");
+    if (!rows.defined() || rows.dim() != 1 || rows.scalar_type() != torch::kInt64)
+      throw std::invalid_argument("forward_cached: CachedBatch::lora rows[" + std::to_string(g) +
+                                  "] must be a 1-d int64 tensor of row indices");
+    if (rows.numel() == 0) continue;
+    auto host = rows.to(torch::kCPU).contiguous();
+    const int64_t* p = host.data_ptr<int64_t>();
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      if (p[i] < 0 || p[i] >= n || taken[static_cast<size_t>(p[i])])
+        throw std::invalid_argument("forward_cached: CachedBatch::lora rows[" + std::to_string(g) + "] has row " +
+                                    std::to_string(p[i]) + (p[i] < 0 || p[i] >= n ? " outside [0, " + std::to_string(n) + ")"
+                                                                                : " already in another group"));
+      taken[static_cast<size_t>(p[i])] = 1;
+    }
+    run.adapters.push_back(a.get());
+    run.rows.push_back(rows.to(embed_.device()));
+  }
+  return run;
+}
+
+// The same add in both paths: the training path adds the adapter's delta to every
+// row; the engine adds each group's delta to its rows (gathered, added, put back),
+// which is the same float add per element since the kernels are batch-invariant.
+torch::Tensor Transformer::add_lora(const LoraRun* run, torch::Tensor y, const torch::Tensor& x, int64_t layer,
+                                    LoraTarget t) const {
+  for (size_t g = 0; g < run->adapters.size(); ++g) {
+    const auto& rows = run->rows[g];
+    if (!rows.defined()) {
+      auto d = run->adapters[g]->delta(x, layer, t);
+      if (d.defined()) y = y + d;
+      continue;
+    }
+    auto d = run->adapters[g]->delta(x.index_select(0, rows), layer, t);
+    if (!d.defined()) continue;
+    y = y.index_copy(0, rows, y.index_select(0, rows) + d);
+  }
+  return y;
+}
 
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
@@ -220,6 +290,7 @@ std::string Transformer::exact_weights_digest() {
     digest_ = bi::active(embed_) && embed_.device().is_cpu() ? weights_digest(params_) : std::string();
     digest_generation_ = weights_generation_;
   }
+  if (lora_) return lora_weights_digest(digest_, *lora_);  // the adapter changes without weights_changed()
   return digest_;
 }
 
@@ -264,7 +335,7 @@ torch::Tensor Transformer::embed_tokens(const torch::Tensor& ids) const {
   return out.view(shape);
 }
 
-torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
+torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x, int64_t layer, const LoraRun* lora) const {
   const bool exact = bi::active(x);
   auto silu_mul = [&](const torch::Tensor& g, const torch::Tensor& u) {
     return exact ? bi::silu_mul(g, u) : torch::silu(g) * u;
@@ -278,16 +349,30 @@ torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) const {
       if (l.gate_up_b.defined()) gu = gu + l.gate_up_b;
     }
     const int64_t I = l.gate_w.size(0);
-    return project(silu_mul(gu.narrow(-1, 0, I), gu.narrow(-1, I, I)), l.down_w, l.down_b, l.down_p);
+    auto g = gu.narrow(-1, 0, I), u = gu.narrow(-1, I, I);
+    if (lora) {
+      g = add_lora(lora, g, x, layer, LoraTarget::gate_proj);
+      u = add_lora(lora, u, x, layer, LoraTarget::up_proj);
+    }
+    auto h = silu_mul(g, u);
+    auto y = project(h, l.down_w, l.down_b, l.down_p);
+    return lora ? add_lora(lora, y, h, layer, LoraTarget::down_proj) : y;
   }
-  return project(silu_mul(project(x, l.gate_w, l.gate_b, panels({}, l.gate_c, l.gate_w, x)),
-                          project(x, l.up_w, l.up_b, panels({}, l.up_c, l.up_w, x))),
-                 l.down_w, l.down_b, panels(l.down_p, l.down_c, l.down_w, x));
+  auto g = project(x, l.gate_w, l.gate_b, panels({}, l.gate_c, l.gate_w, x));
+  auto u = project(x, l.up_w, l.up_b, panels({}, l.up_c, l.up_w, x));
+  if (lora) {
+    g = add_lora(lora, g, x, layer, LoraTarget::gate_proj);
+    u = add_lora(lora, u, x, layer, LoraTarget::up_proj);
+  }
+  auto h = silu_mul(g, u);
+  auto y = project(h, l.down_w, l.down_b, panels(l.down_p, l.down_c, l.down_w, x));
+  return lora ? add_lora(lora, y, h, layer, LoraTarget::down_proj) : y;
 }
 
 // q, k, v for `x` [..., hidden] as [..., heads, head_dim], with q/k norm and RoPE applied.
 torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor& x, const torch::Tensor& cos,
-                                            const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v) const {
+                                            const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v,
+                                            int64_t layer, const LoraRun* lora) const {
   auto lead = x.sizes().vec();
   lead.pop_back();
   auto heads_shape = [&](int64_t heads) {
@@ -306,14 +391,22 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
       if (l.qkv_b.defined()) qkv = qkv + l.qkv_b;
     }
     const int64_t qd = l.q_w.size(0), kd = l.k_w.size(0);
-    q = qkv.narrow(-1, 0, qd).reshape(heads_shape(config_.num_attention_heads));
-    k = qkv.narrow(-1, qd, kd).reshape(heads_shape(config_.num_key_value_heads));
-    v = qkv.narrow(-1, qd + kd, kd).reshape(heads_shape(config_.num_key_value_heads));
+    q = qkv.narrow(-1, 0, qd);
+    k = qkv.narrow(-1, qd, kd);
+    v = qkv.narrow(-1, qd + kd, kd);
   } else {
-    q = project(x, l.q_w, l.q_b, panels({}, l.q_c, l.q_w, x)).view(heads_shape(config_.num_attention_heads));
-    k = project(x, l.k_w, l.k_b, panels({}, l.k_c, l.k_w, x)).view(heads_shape(config_.num_key_value_heads));
-    v = project(x, l.v_w, l.v_b, panels({}, l.v_c, l.v_w, x)).view(heads_shape(config_.num_key_value_heads));
+    q = project(x, l.q_w, l.q_b, panels({}, l.q_c, l.q_w, x));
+    k = project(x, l.k_w, l.k_b, panels({}, l.k_c, l.k_w, x));
+    v = project(x, l.v_w, l.v_b, panels({}, l.v_c, l.v_w, x));
   }
+  if (lora) {
+    q = add_lora(lora, q, x, layer, LoraTarget::q_proj);
+    k = add_lora(lora, k, x, layer, LoraTarget::k_proj);
+    v = add_lora(lora, v, x, layer, LoraTarget::v_proj);
+  }
+  q = q.reshape(heads_shape(config_.num_attention_heads));
+  k = k.reshape(heads_shape(config_.num_key_value_heads));
+  v = v.reshape(heads_shape(config_.num_key_value_heads));
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
     k = rms_norm(k, l.k_norm);
@@ -323,7 +416,8 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
 }
 
 template <class Attend>
-torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend) {
+torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend,
+                                      const LoraRun* lora) {
   auto [cos, sin] = rope_.lookup(positions, opts_.dtype);
   std::vector<std::vector<size_t>> units;
   if (hooks_) units = parameter_units();
@@ -343,9 +437,12 @@ torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& posi
     }
     const Layer& l = *lp;
     torch::Tensor k, v;
-    auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v);
-    x = x + project(attend(q, k, v, i), l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
-    x = x + mlp(l, rms_norm(x, l.post_norm));
+    auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v, i, lora);
+    auto a = attend(q, k, v, i);
+    auto o = project(a, l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
+    if (lora) o = add_lora(lora, o, a, i, LoraTarget::o_proj);
+    x = x + o;
+    x = x + mlp(l, rms_norm(x, l.post_norm), i, lora);
     if (hooks_) x = hooks_->leave(unit, x);
   }
   if (!hooks_) return rms_norm(x, final_norm_);
@@ -367,17 +464,27 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
   torch::Tensor x;
   if (hooks_) x = hooks_->leave(0, torch::embedding(hooks_->enter(0).at(0), input_ids));
   else x = embed_tokens(input_ids);
+  LoraRun run;
+  if (lora_) {
+    run.adapters.push_back(lora_.get());
+    run.rows.emplace_back();
+  }
   return run_layers(x, pos, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t) {
     if (bi::active(q)) return bi::causal_attention(q, k, v, scale);
     auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
                                               /*is_causal=*/true, scale, gqa);
     return o.transpose(1, 2).reshape({B, T, -1});
-  });
+  }, lora_ ? &run : nullptr);
 }
 
 torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {
   check_whole("Transformer::logits");
+  if (lora_lm_head()) return project(hidden, effective_lm_head(), torch::Tensor());
   return project(hidden, lm_head_, torch::Tensor(), lm_head_p_);
+}
+
+torch::Tensor Transformer::effective_lm_head() const {
+  return lora_lm_head() ? lora_->merged_lm_head(lm_head_) : lm_head_;
 }
 
 TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, double temperature, bool with_entropy) {
@@ -386,7 +493,9 @@ TokenLogprobs Transformer::sequence_logprobs(const torch::Tensor& input_ids, dou
   if (T < 2) throw std::invalid_argument("sequence_logprobs: need at least 2 tokens per sequence");
   auto hidden = forward(input_ids).narrow(1, 0, T - 1).reshape({-1, config_.hidden_size});
   auto targets = input_ids.narrow(1, 1, T - 1).reshape({-1});
-  auto out = token_logprobs(hidden, lm_head_, targets, temperature, with_entropy, 0, -1, &lm_head_packed());
+  auto out = lora_lm_head() ? token_logprobs(hidden, effective_lm_head(), targets, temperature, with_entropy)
+                            : token_logprobs(hidden, lm_head_, targets, temperature, with_entropy, 0, -1,
+                                             &lm_head_packed());
   out.logprobs = out.logprobs.view({B, T - 1});
   if (out.entropy.defined()) out.entropy = out.entropy.view({B, T - 1});
   return out;
@@ -518,6 +627,9 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
   const bool gqa = H != KV;
 
   check_ids(b.input_ids, config_.vocab_size);
+  LoraRun run;
+  if (!b.lora.empty()) run = lora_run(b.lora, N);
+  const LoraRun* lora = run.adapters.empty() ? nullptr : &run;
   // float32 on the CPU: every new token, decoding or prefilling, attends over its
   // causal context straight from the cache with the kernel the trainer's forward
   // uses (nn/batch_invariant_ops.hpp), so both compute the same bits.
@@ -530,7 +642,7 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
                         return paged_attention(q, cache.k[layer], cache.v[layer], b.context_slots, qc.first,
                                                qc.second, scale)
                             .reshape({-1, H * D});
-                      });
+                      }, lora);
   }
 
   const MixedPlan m = plan_mixed(b, paged_decode_supported(embed_, cache.k[0]));
@@ -558,7 +670,7 @@ torch::Tensor Transformer::forward_cached(const CachedBatch& b, KVCache& cache) 
     out.index_copy_(0, m.dec_tok, o_dec);
     out.index_copy_(0, m.pre_tok, o_pre);
     return out;
-  });
+  }, lora);
 }
 
 void Transformer::save(const std::filesystem::path& dir, size_t max_shard_bytes) const {

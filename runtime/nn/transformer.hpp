@@ -114,8 +114,14 @@ class Transformer {
   // LoRA (nn/lora.hpp): forward() and sequence_logprobs() apply `adapter` unmerged
   // (null: the base alone). The engine's forward_cached takes its adapters per row
   // from CachedBatch::lora instead.
-  void set_lora(std::shared_ptr<const LoraAdapter> adapter) { lora_ = std::move(adapter); }
+  // Throws std::invalid_argument when the adapter was made for another model shape.
+  void set_lora(std::shared_ptr<const LoraAdapter> adapter);
   const std::shared_ptr<const LoraAdapter>& lora() const { return lora_; }
+  // True when the set adapter targets lm_head: log-probs then take effective_lm_head()
+  // (lm_head_weight() + s · B A, differentiable) and not lm_head_packed(). The engine's
+  // forward_cached refuses such adapters (its sampler reads lm_head_weight()).
+  bool lora_lm_head() const { return lora_ && lora_->config().lm_head; }
+  torch::Tensor effective_lm_head() const;
 
   // Training path. input_ids [B, T] (right-padded), positions default arange(T).
   // Returns final-norm hidden states [B, T, H].
@@ -160,11 +166,23 @@ class Transformer {
   void fuse_projections();
   // Layer i's tensors, each found by its checkpoint name through `get`.
   Layer make_layer(int64_t i, const std::function<torch::Tensor(const std::string&)>& get) const;
+  // The adapters one forward applies: adapters[g] to the rows rows[g] of its
+  // [N, ...] activations (undefined rows: every row; the training path).
+  struct LoraRun {
+    std::vector<const LoraAdapter*> adapters;
+    std::vector<torch::Tensor> rows;
+  };
+  LoraRun lora_run(const LoraBatch& lb, int64_t n) const;  // checks CachedBatch::lora
+  // y + the adapters' deltas of target t for input x (y itself when none targets t).
+  torch::Tensor add_lora(const LoraRun* run, torch::Tensor y, const torch::Tensor& x, int64_t layer,
+                         LoraTarget t) const;
   template <class Attend>
-  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend);
+  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend,
+                           const LoraRun* lora = nullptr);
   torch::Tensor attention_inputs(const Layer& l, const torch::Tensor& x, const torch::Tensor& cos,
-                                 const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v) const;
-  torch::Tensor mlp(const Layer& l, const torch::Tensor& x) const;
+                                 const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v, int64_t layer,
+                                 const LoraRun* lora) const;
+  torch::Tensor mlp(const Layer& l, const torch::Tensor& x, int64_t layer, const LoraRun* lora) const;
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w) const;
   torch::Tensor embed_tokens(const torch::Tensor& ids) const;
 

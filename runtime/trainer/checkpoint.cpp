@@ -1,6 +1,7 @@
 // Trainer checkpoints: the directory layout, the atomic save protocol, and the
 // checked resume (checkpoint.hpp; the format is described in docs/trainer.md).
 #include "trainer/checkpoint.hpp"
+#include "nn/lora.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -209,6 +210,14 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
     agree(t, [&] { save_policy(t, dir, m.options().dtype, size_t(5) << 30); }, "writing the model");
     agree(t, [&] { write_sharded_optimizer(t, dir); }, "writing the optimizer shards");
     if (t.sharded()->rank() != 0) return {};
+  } else if (t.lora()) {
+    // LoRA: the base is frozen (its source is in trainer_state.json's sources): the
+    // adapter as PEFT files, and config.json to check the base's shape against on load.
+    torch::NoGradGuard ng;
+    auto cfg = m.config().to_json();
+    write_synced(dir / "config.json", cfg.dump(2) + "\n");
+    const auto src = req.sources.is_object() ? req.sources.find("model") : req.sources.end();
+    nn::save_peft_adapter(*t.lora(), dir, src != req.sources.end() && src->is_string() ? src->get<std::string>() : "");
   } else {
     torch::NoGradGuard ng;
     nn::save_model_dir(dir, m.config(), m.named_parameters(), m.options().dtype, size_t(5) << 30);
@@ -223,7 +232,8 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
     }
   }
   test_pause("files");
-  if (!t.sharded()) write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
+  if (t.lora()) write_optimizer_state(t.optimizer(), t.lora()->named_parameters(), dir / kOptimizerFile);
+  else if (!t.sharded()) write_optimizer_state(t.optimizer(), m.named_parameters(), dir / kOptimizerFile);
   if (t.critic()) save_critic(*t.critic(), dir);
 
   json files = json::object(), checksums = json::object();
@@ -250,6 +260,7 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
   st["extra"] = req.extra;
   st["rng"] = rng_state_json();
   if (t.critic()) st["critic"] = {{"step", t.critic_progress().step}, {"rollouts", t.critic_progress().rollouts}};
+  if (t.lora()) st["lora"] = true;  // the weights are the adapter's (PEFT files), not the model's
   st["files"] = files;  // sizes: a truncated copy is caught before anything is parsed
   st["checksums"] = checksums;  // and a changed byte, before anything is loaded
   st["saved_at"] = static_cast<int64_t>(std::time(nullptr));
@@ -480,6 +491,33 @@ json load_checkpoint(Trainer& t, const fs::path& dir, bool weights) {
   json st = read_trainer_state(dir);
   auto& m = t.policy();
   check_same_model(model::ModelConfig::load(dir), m.config(), dir / "config.json");
+  const bool saved_lora = st.value("lora", false);
+  if (saved_lora != static_cast<bool>(t.lora()))
+    throw Error(dir.string() + ": " +
+                (saved_lora ? "a LoRA checkpoint (adapter_model.safetensors, no model weights) for a trainer without "
+                              "lora_rank; resume with the checkpoint's options (rl.trainer.load) or set lora_rank"
+                            : "a full-model checkpoint for a LoRA trainer (lora_rank > 0); resume it without LoRA, or "
+                              "start the LoRA run from its model directory"));
+  if (t.lora()) {
+    // The adapter (shape and config checked against the trainer's) and its AdamW state.
+    auto saved = nn::load_peft_adapter(dir, m.config());
+    const auto &want = t.lora()->config(), &got = saved->config();
+    if (got.rank != want.rank || got.alpha != want.alpha || got.targets != want.targets || got.lm_head != want.lm_head)
+      throw Error((dir / "adapter_config.json").string() + ": r / lora_alpha / target_modules differ from the "
+                  "trainer's lora_rank / lora_alpha / target_modules");
+    auto slots = read_optimizer_state(dir / kOptimizerFile, t.lora()->named_parameters());
+    const auto rng = parse_rng_state(st.value("rng", json(nullptr)), (dir / kStateFile).string());
+    {
+      torch::NoGradGuard ng;
+      const auto& dst = t.lora()->named_parameters();
+      const auto& src = saved->named_parameters();
+      for (size_t i = 0; i < dst.size(); ++i) dst[i].second.copy_(src[i].second);
+    }
+    apply_optimizer_state(t.optimizer(), t.lora()->named_parameters(), std::move(slots));
+    t.set_step(static_cast<int64_t>(st["step"].get<double>()));
+    rng.apply();
+    return st;
+  }
   model::TensorSet tensors;
   if (weights) {
     tensors = model::read_safetensors_dir(dir);

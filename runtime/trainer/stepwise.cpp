@@ -114,8 +114,7 @@ std::map<std::string, double> StepwiseTrainer::optim_step(const AdamParams& p) {
   }
   optim_->step();
   optim_->zero_grad(true);
-  if (adapter_) adapter_->bump_version();  // LORA-MERGE
-  else model_->weights_changed();
+  if (!adapter_) model_->weights_changed();  // an adapter's version follows its tensors' own
   ++steps_;
   pending_ = 0;
   return {{"grad_norm", norm}, {"learning_rate", p.learning_rate}, {"optim_steps", static_cast<double>(steps_)}};

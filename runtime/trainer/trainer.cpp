@@ -109,12 +109,39 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
     throw std::invalid_argument("trainer: kl_coef (reward shaping) and kl_loss_coef (loss) are exclusive; set one");
   if (opts_.micro_batch_size < 1) throw std::invalid_argument("trainer: micro_batch_size must be >= 1");
   if (opts_.optim.lr < 0 || !std::isfinite(opts_.optim.lr)) throw std::invalid_argument("trainer: lr must be >= 0");
-  if (opts_.bf16 && policy_->options().dtype != torch::kFloat32)
+  if (opts_.lora_rank != 0) {
+    const auto cfg = lora_config(opts_);  // checks rank, alpha and target_modules
+    if (opts_.sharded)
+      throw std::invalid_argument("trainer: lora_rank with train_backend = fsdp is not supported (the adapter is small: "
+                                  "use --train-backend replicated with LoRA)");
+    if (opts_.use_critic)
+      throw std::invalid_argument("trainer: lora_rank with use_critic is not supported (the critic would be a full "
+                                  "model); drop --use-critic or --lora-rank");
+    if (policy_->lora())
+      throw std::invalid_argument("trainer: the policy model already has a LoRA adapter set; the trainer makes its own "
+                                  "(lora_rank); pass the base model");
+    lora_ = std::make_shared<nn::LoraAdapter>(policy_->config(), cfg,
+                                              torch::TensorOptions().dtype(torch::kFloat32).device(
+                                                  policy_->options().device));
+    lora_->init(opts_.lora_seed);
+  }
+  if (opts_.bf16 && !lora_ && policy_->options().dtype != torch::kFloat32)
     throw std::invalid_argument(std::string("trainer: bf16 mixed precision keeps float32 master weights, but the policy "
                                             "was loaded as ") + c10::toString(policy_->options().dtype) +
                                 "; load it with dtype = \"float32\", or drop bf16 to train in the model's dtype");
-  policy_->set_requires_grad(true);
+  policy_->set_requires_grad(!lora_);
   if (ref_) ref_->set_requires_grad(false);
+  if (lora_) {
+    // The base stays frozen: the adapter's tensors are the only parameters (the
+    // reference model, when there is one, is the base alone: KL against the base).
+    for (auto& t : lora_->parameters()) {
+      t.requires_grad_(true);
+      params_.push_back(t);
+    }
+    policy_->set_lora(lora_);
+    log::info("trainer: LoRA rank " + std::to_string(opts_.lora_rank) + ", alpha " + std::to_string(opts_.lora_alpha) +
+              ": " + std::to_string(params_.size()) + " adapter tensors trained, the base frozen");
+  }
   if (opts_.sharded) {
     // Every rank of the data-parallel group constructs its trainer: the shards are
     // rank 0's values (a collective).
@@ -143,7 +170,7 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
               std::to_string(fsdp_->units().size()) + " units: rank " + std::to_string(fsdp_->rank()) + " holds " +
               std::to_string(mine) + " of " + std::to_string(all) + " parameters" +
               (fsdp_->world() == 1 ? " (one rank: no smaller than replicated; launch with --nproc N or torchrun)" : ""));
-  } else {
+  } else if (!lora_) {
     for (auto& [name, t] : policy_->named_parameters()) params_.push_back(t);
   }
   torch::optim::AdamWOptions ao(opts_.optim.lr);
@@ -313,8 +340,10 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
   // Sharded: the lm_head is gathered for this use (and again for its backward).
   ShardedModel* sm = sharded_of(m);
-  auto out = nn::token_logprobs(flat, sm ? sm->lm_head() : m.lm_head_weight(), on_device(p.targets),
-                                opts_.temperature, with_entropy, 0, -1, sm ? nullptr : &m.lm_head_packed());
+  const bool merged = !sm && m.lora_lm_head();  // LoRA on lm_head: the adapter merged into the weight
+  auto out = nn::token_logprobs(flat, sm ? sm->lm_head() : merged ? m.effective_lm_head() : m.lm_head_weight(),
+                                on_device(p.targets), opts_.temperature, with_entropy, 0, -1,
+                                sm || merged ? nullptr : &m.lm_head_packed());
   if (sm) out.logprobs = sm->lm_head_done(out.logprobs);
   auto index = on_device(p.cols);
   auto logp = torch::zeros({B * R}, out.logprobs.options()).index_put({index}, out.logprobs).view({B, R});
@@ -608,7 +637,7 @@ double Trainer::clip_and_step(const StepNorm& norm, Metrics& m) {
   }
   if (fused) fused_.step(*optim_);
   else optim_->step();
-  policy_->weights_changed();
+  if (!lora_) policy_->weights_changed();  // LoRA: the base did not change (the adapter is read as it is)
   ++step_;
   return grad_norm;
 }
@@ -881,7 +910,7 @@ int64_t Trainer::prepare_data_parallel(dist::ProcessGroup& g, int64_t n) {
   const int world = g.world_size();
   if (!params_broadcast_ && !fsdp_) {  // sharded: the shards were rank 0's from the start
     torch::NoGradGuard ng;
-    g.broadcast(params_, 0, "the initial parameters");
+    g.broadcast(params_, 0, lora_ ? "the initial LoRA adapter" : "the initial parameters");
     policy_->weights_changed();
     if (critic_) {
       g.broadcast(critic_->parameters(), 0, "the critic's initial parameters");

@@ -78,7 +78,19 @@ struct TrainerOptions {
   // slime's --train-backend fsdp: parameters, gradients and AdamW state sharded over
   // the data-parallel group (trainer/fsdp.hpp; the reference model's parameters too).
   bool sharded = false;
+  // LoRA (slime's --lora-rank, --lora-alpha, --target-modules; docs/trainer.md, "LoRA"):
+  // with lora_rank > 0 the policy's base weights stay frozen and an adapter
+  // (nn/lora.hpp, float32, seeded with lora_seed) is all the optimiser trains. target_modules:
+  // {"all-linear"} (the seven projections) or names among q_proj ... down_proj and lm_head.
+  int64_t lora_rank = 0;
+  double lora_alpha = 16;
+  std::vector<std::string> target_modules{"all-linear"};
+  uint64_t lora_seed = 0;
 };
+
+// The adapter's config TrainerOptions asks for (throws std::invalid_argument naming
+// lora_rank, lora_alpha or target_modules).
+nn::LoraConfig lora_config(const TrainerOptions& o);
 
 // One rollout's train data (rl.rollout.train_data.convert): per sample, the token ids
 // (prompt + response), the response length, the reward for the loss, the loss mask
@@ -160,6 +172,9 @@ class Trainer {
   void set_critic_progress(const CriticProgress& p) { critic_progress_ = p; }
 
   nn::Transformer& policy() { return *policy_; }
+  // LoRA (lora_rank > 0): the adapter being trained (set on the policy; its tensors,
+  // under PEFT's names, are what a weight sync sends); null otherwise.
+  const std::shared_ptr<nn::LoraAdapter>& lora() const { return lora_; }
   // Sharded (train_backend = fsdp): the policy's shards; null when replicated.
   ShardedModel* sharded() { return fsdp_.get(); }
   // The policy's parameters, whole, to fn: one call with all of them (replicated), or
@@ -211,6 +226,7 @@ class Trainer {
 
   std::shared_ptr<nn::Transformer> policy_, ref_;
   TrainerOptions opts_;
+  std::shared_ptr<nn::LoraAdapter> lora_;  // lora_rank > 0
   std::unique_ptr<ShardedModel> fsdp_, ref_fsdp_;  // train_backend = fsdp
   // Sharded: every rank runs the same number of passes; a rank with fewer micro-batches
   // pads with passes over `pad` whose results it drops (they contribute zero gradient).

@@ -131,6 +131,31 @@ TrainerOptions trainer_options_from_json(const json& j) {
                                        "not implemented; use bf16 = true");
        }},
       {"max_tokens_per_gpu", [&](const json& v, const std::string& k) { o.max_tokens_per_micro_batch = integer(v, k); }},
+      {"lora_rank", [&](const json& v, const std::string& k) {
+         o.lora_rank = integer(v, k);
+         if (o.lora_rank < 0) throw std::invalid_argument("trainer option 'lora_rank': >= 0 expected (0: off), got " + v.dump());
+       }},
+      {"lora_alpha", [&](const json& v, const std::string& k) { o.lora_alpha = num(v, k); }},
+      {"target_modules", [&](const json& v, const std::string& k) {
+         o.target_modules.clear();
+         if (v.is_string()) {  // "all-linear" or slime's comma-separated list
+           std::string s = v.get<std::string>(), cur;
+           for (char c : s + ",") {
+             if (c == ',') {
+               if (!cur.empty()) o.target_modules.push_back(cur);
+               cur.clear();
+             } else if (c != ' ') {
+               cur += c;
+             }
+           }
+         } else if (v.is_array()) {
+           for (const auto& e : v) o.target_modules.push_back(str(e, k));
+         } else {
+           throw std::invalid_argument("trainer option 'target_modules': a list of module names or \"all-linear\" "
+                                       "expected, got " + v.dump());
+         }
+         lora_config(o);  // names checked here, whatever lora_rank is
+       }},
   };
   for (const auto& [key, value] : j.items()) {
     auto it = std::find_if(setters.begin(), setters.end(), [&](const auto& s) { return s.first == key; });
@@ -152,6 +177,18 @@ TrainerOptions trainer_options_from_json(const json& j) {
   if (o.loss.estimator == Estimator::reinforce_plus_plus || o.loss.estimator == Estimator::reinforce_plus_plus_baseline)
     o.normalize_advantages = j.value("normalize_advantages", true);
   return o;
+}
+
+nn::LoraConfig lora_config(const TrainerOptions& o) {
+  if (o.lora_rank < 0)
+    throw std::invalid_argument("trainer option 'lora_rank': >= 0 expected (0: off), got " + std::to_string(o.lora_rank));
+  try {
+    // The rank is checked only when LoRA is on (lora_rank 0: off, the names still checked).
+    return nn::make_lora_config(o.lora_rank > 0 ? o.lora_rank : 1, o.lora_rank > 0 ? o.lora_alpha : 1.0,
+                                o.target_modules);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("trainer option ") + e.what());
+  }
 }
 
 json trainer_options_to_json(const TrainerOptions& o) {
@@ -205,6 +242,11 @@ json trainer_options_to_json(const TrainerOptions& o) {
       {"train_backend", o.sharded ? "fsdp" : "replicated"},
       {"fp16", false},
       {"max_tokens_per_gpu", o.max_tokens_per_micro_batch},
+      {"lora_rank", o.lora_rank},
+      {"lora_alpha", o.lora_alpha},
+      {"target_modules", o.target_modules.size() == 1 && o.target_modules[0] == "all-linear"
+                             ? json("all-linear")
+                             : json(o.target_modules)},
   };
 }
 

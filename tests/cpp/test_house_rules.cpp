@@ -1,8 +1,9 @@
 // The house rules of docs/conventions.md, checked on the source tree rather than left to
 // review: runtime/ knows nothing of Lua (no Lua header, nothing from bindings/); LibTorch
 // headers only in runtime's LibTorch folders and the torch_* bindings; runtime folders
-// without LibTorch (linked into the binary) include nothing from those folders; no
-// include cycle between runtime folders; and no test, benchmark or script reads
+// without LibTorch (linked into the binary) include nothing from those folders; Arrow and
+// protobuf stay inside the modules that load them (Parquet, Tinker wire); no include cycle
+// between runtime folders; and no test, benchmark or script reads
 // the workplace's shared folder beside the checkout (the suite's data is tests/data,
 // so a clone stands alone).
 #include <catch2/catch.hpp>
@@ -191,6 +192,27 @@ TEST_CASE("house: Arrow headers only in runtime/data's sources; only bindings/pa
         bad.push_back(where(i));
       if (!i.angled && first_dir(i.target) == "data" && !in_data &&
           fs::path(i.file).filename().string().rfind("parquet_", 0) != 0)
+        bad.push_back(where(i));
+    }
+  }
+  for (const auto& b : bad) FAIL_CHECK(b);
+  CHECK(bad.empty());
+}
+
+TEST_CASE("house: protobuf headers only in runtime/tinker's sources; only bindings/tinker_* use runtime/tinker", "[house]") {
+  // runtime/tinker is the Tinker wire module's (librlhost_tinker.so, built only where
+  // Protocol Buffers are found): wire.hpp hides libprotobuf and the generated classes,
+  // and nothing the binary links includes them. Its Catch2 tests may use both.
+  static const std::regex protobuf(R"(^google/protobuf/|\.pb\.h$)");
+  std::vector<std::string> bad;
+  for (const std::string dir : {"runtime", "bindings", "app", "tests/cpp"}) {
+    for (const auto& i : includes_of(dir)) {
+      const bool in_tinker = i.file.rfind("runtime/tinker/", 0) == 0;
+      const bool tinker_test = i.file.rfind("tests/cpp/tinker/", 0) == 0;
+      if (std::regex_search(i.target, protobuf) && !tinker_test && !(in_tinker && fs::path(i.file).extension() == ".cpp"))
+        bad.push_back(where(i));
+      if (!i.angled && first_dir(i.target) == "tinker" && !in_tinker && !tinker_test &&
+          fs::path(i.file).filename().string().rfind("tinker_", 0) != 0)
         bad.push_back(where(i));
     }
   }

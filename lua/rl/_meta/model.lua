@@ -45,6 +45,41 @@ function Model:generate(ids, opts) end
 ---@return string? err
 function Model:save(dir, opts) end
 
+--- A new LoRA adapter for this model's shape (float32, on its device; PEFT's init: A
+--- kaiming-uniform from seed, B zero; identity = false: B random too). Not applied until set_lora.
+---@param opts? {rank?: integer, alpha?: number, target_modules?: string|string[], seed?: integer, identity?: boolean}
+---@return rl.model.Lora
+function Model:new_lora(opts) end
+
+--- Applies the adapter (unmerged) in logprobs, logits and lora_grads; nil: the base alone.
+---@param adapter rl.model.Lora|nil
+function Model:set_lora(adapter) end
+
+--- The gradient, per PEFT tensor name of the set adapter, of the mean negative
+--- log-likelihood of ids[2..n] (flattened): for checks against other implementations.
+---@param ids integer[]
+---@return table<string, number[]>
+function Model:lora_grads(ids) end
+
+---@class rl.model.LoraConfig
+---@field rank integer
+---@field alpha number
+---@field target_modules string[]
+
+---@class rl.model.Lora
+---@field config rl.model.LoraConfig
+local Lora = {}
+
+--- PEFT's adapter_config.json + adapter_model.safetensors into dir.
+---@param dir string
+---@param base_model? string base_model_name_or_path
+---@return true|nil ok
+---@return string? err
+function Lora:save_peft(dir, base_model) end
+
+---@return {name: string, shape: integer[]}[]
+function Lora:parameters() end
+
 ---@class rl.model.InitOptions
 ---@field config table|string config.json contents, or a path to one (or to its directory)
 ---@field seed? integer default 0
@@ -73,3 +108,10 @@ function rl.model.init(opts) end
 ---@return table tokenizer_json
 ---@return table tokenizer_config
 function rl.model.byte_tokenizer(max_length) end
+
+--- A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) for model's shape.
+---@param dir string
+---@param model rl.model.Model
+---@return rl.model.Lora|nil
+---@return string? err
+function rl.model.load_lora(dir, model) end

@@ -19,6 +19,7 @@
 ---@field timeline rl.timeline
 ---@field dist rl.dist
 ---@field weight_sync rl.weight_sync
+---@field tinker_wire rl.tinker_wire
 ---@field watchdog rl.watchdog
 ---@field agent rl.agent
 rl = {}

@@ -31,6 +31,9 @@
 ---@field lambd? number GAE's lambda (1.0)
 ---@field num_critic_only_steps? integer the first N train calls update the critic only (0)
 ---@field bf16? boolean mixed precision: float32 master weights, forward passes under bf16 autocast
+---@field lora_rank? integer LoRA: train an adapter of this rank on the frozen model (0: off)
+---@field lora_alpha? number LoRA scale numerator (16): deltas scaled by alpha / rank
+---@field target_modules? string|string[] LoRA targets: "all-linear" (default), names among q_proj..down_proj and lm_head
 
 ---@class rl.trainer.Trainer
 ---@field model rl.model.Model
@@ -110,6 +113,16 @@ function Trainer:forget_engine(url) end
 
 ---@return integer
 function Trainer:step() end
+
+--- LoRA (lora_rank > 0): the adapter being trained, else nil.
+---@return rl.model.Lora|nil
+function Trainer:lora() end
+
+--- LoRA: the trained adapter as PEFT files in dir.
+---@param dir string
+---@return true|nil ok
+---@return string? err
+function Trainer:save_lora(dir) end
 ---@return number
 function Trainer:lr() end
 ---@return boolean|nil

@@ -161,6 +161,24 @@ function Trainer:values(batch)
 end
 
 function Trainer:step() return self._h:step() end
+
+--- LoRA (lora_rank > 0): the adapter being trained (an rl.model LoRA adapter: save_peft,
+--- parameters, config), else nil.
+function Trainer:lora()
+  local h = self._h:lora()
+  return h and require("rl.model")._wrap_lora(h) or nil
+end
+
+--- LoRA: writes the trained adapter as PEFT files into `dir` (base_model_name_or_path:
+--- the model's directory). → true | nil, err
+function Trainer:save_lora(dir)
+  if type(dir) ~= "string" then
+    error("rl.trainer:save_lora: bad argument #1 'dir' (string expected, got " .. type(dir) .. ")", 2)
+  end
+  local l = self:lora()
+  if not l then return nil, "rl.trainer:save_lora: this trainer has no LoRA adapter (lora_rank = 0)" end
+  return l:save_peft(dir, self.model_dir)
+end
 --- Micro-batches done and their total in the running (or last) train call.
 function Trainer:progress() return self._h:progress() end
 
@@ -393,6 +411,14 @@ function M.load(path, opts)
   for k, v in pairs(options.flatten(opts, fname)) do o[k] = v end
   local dtype = opts.dtype or st.dtype
   local model, err = opts.model or dir, nil
+  if st.lora and opts.model == nil then
+    -- A LoRA checkpoint holds the adapter only: the base is the model it was trained on.
+    model = sources.model
+    if type(model) ~= "string" then
+      return nil, ("%s: %s is a LoRA checkpoint whose base model is unknown (no sources.model in "
+        .. "trainer_state.json); pass opts.model = <the base model's directory>"):format(fname, dir)
+    end
+  end
   local sharded = o.train_backend == "fsdp"
   if type(model) == "string" and not sharded then   -- sharded: rl.trainer.new reads each rank's slices
     model, err = require("rl.model").load(model, { dtype = dtype, device = opts.device })
@@ -415,7 +441,7 @@ function M.load(path, opts)
   o.model, o.ref, o.dtype = model, ref or nil, dtype
   local made, tr = pcall(M.new, o)
   if not made then return nil, ("%s: %s"):format(fname, tostring(tr)) end
-  local extra, rerr = restore(tr, dir, opts.model ~= nil, fname)
+  local extra, rerr = restore(tr, dir, opts.model ~= nil or st.lora == true, fname)
   if extra == nil then return nil, fname .. ": " .. tostring(rerr) end
   return tr, extra
 end

@@ -82,6 +82,16 @@ M.CRITIC = {
     help = "the first N rollouts train the critic only (the policy waits for a useful baseline)" },
 }
 
+--- LoRA (top level): docs/trainer.md, "LoRA".
+M.LORA = {
+  { name = "lora_rank", type = "int", default = 0, min = 0,
+    help = "train a LoRA adapter of this rank on the frozen model (0: full fine-tuning)" },
+  { name = "lora_alpha", type = "number", default = 16, help = "LoRA scale numerator: deltas are scaled by alpha / rank" },
+  { name = "target_modules", default = "all-linear",
+    help = "the projections LoRA adapts: \"all-linear\" (q/k/v/o/gate/up/down_proj), a list of their names, or a "
+      .. "comma-separated string; \"lm_head\" too (the trainer only: the engine refuses it)" },
+}
+
 --- What rl.trainer.new takes besides: the models and where they live.
 M.TOP = {
   { name = "model", help = "a model directory or an rl.model" },
@@ -95,7 +105,7 @@ M.TOP = {
 local O = require "rl._options"
 
 local ALL, TOP_ALL = {}, {}   -- every trainer option, flat; and what rl.trainer.new's table may hold
-for _, list in ipairs { M.LOSS, M.OPTIMIZER, M.BATCH, M.CRITIC } do
+for _, list in ipairs { M.LOSS, M.OPTIMIZER, M.BATCH, M.CRITIC, M.LORA } do
   for _, o in ipairs(list) do ALL[#ALL + 1], TOP_ALL[#TOP_ALL + 1] = o, o end
 end
 for _, o in ipairs(M.TOP) do TOP_ALL[#TOP_ALL + 1] = o end
@@ -136,15 +146,16 @@ function M.flags(names, over)
   return out
 end
 
---- The trainer's loss and optimizer tables and its critic options (top level) from a
---- recipe's parsed flags: every declared option the flags hold (nil ones left to the
---- trainer's defaults).
+--- The trainer's loss and optimizer tables, its critic options and its LoRA options
+--- (both top level) from a recipe's parsed flags: every declared option the flags hold
+--- (nil ones left to the trainer's defaults).
 function M.from_flags(opt)
-  local loss, optim, critic = {}, {}, {}
+  local loss, optim, critic, lora = {}, {}, {}, {}
   for _, o in ipairs(M.LOSS) do loss[o.name] = opt[o.name] end
   for _, o in ipairs(M.OPTIMIZER) do optim[o.name] = opt[o.name] end
   for _, o in ipairs(M.CRITIC) do critic[o.name] = opt[o.name] end
-  return loss, optim, critic
+  for _, o in ipairs(M.LORA) do lora[o.name] = opt[o.name] end
+  return loss, optim, critic, lora
 end
 
 return M
