@@ -291,7 +291,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
       top = top_logprobs_of(*v, where, limits);
     const int64_t start = logprob_start_of(body, i, batch, batched, static_cast<int64_t>(prompts[i].size()));
     std::string lora;
-    if (const json* v = per_prompt(body, "lora_path", i, batch, batched, false, where)) {
+    if (const json* v = per_prompt(body, "lora_path", i, batch, batched, false, where); v && !v->is_null()) {
       if (!v->is_string()) bad(where, "expected an adapter's name (a string) or null, got " + type_of(*v),
                                batched ? "one name for all prompts, or a list with one name (or null) per prompt"
                                        : "the name the adapter was loaded under (POST /load_lora_adapter)");
