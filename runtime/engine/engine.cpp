@@ -648,6 +648,7 @@ void EngineImpl::fill_output(Sequence& s, double now) {
   RequestOutput& o = s.out;
   o.text = s.text->visible();
   o.weight_version = weight_version_;
+  if (s.lora) o.lora_version = s.lora->version;  // written on this thread (install_lora_now)
   // The digest covers the base weights only: none for a request under an adapter.
   o.weights_digest = !s.lora && s.weights_epoch == weights_epoch_.load() && runner_->has_weights()
                          ? runner_->model().exact_weights_digest()

@@ -101,6 +101,7 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;               // prompt tokens served from the prefix cache
   std::string weight_version;
+  std::string lora_version;                // under a LoRA adapter: its version (LoraInfo::version); else ""
   // nn::weights_digest of the weights every token was computed with, when the engine's
   // log-probs come from the batch-invariant float32 CPU kernels (the trainer's); else "".
   std::string weights_digest;

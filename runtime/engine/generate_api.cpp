@@ -349,6 +349,10 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
   m["completion_tokens"] = out.completion_tokens();
   m["cached_tokens"] = out.cached_tokens;
   m["weight_version"] = out.weight_version;
+  if (!req.lora_name.empty()) {  // the adapter and the version it was at when the request finished
+    m["lora_path"] = req.lora_name;
+    m["lora_version"] = out.lora_version;
+  }
   json spans = json::array();
   for (const auto& [start, version] : out.weight_version_spans) spans.push_back(json::array({start, version}));
   m["weight_version_spans"] = std::move(spans);
