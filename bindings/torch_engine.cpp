@@ -119,6 +119,34 @@ int64_t opt_int(lua_State* L, int t, const char* key, int64_t dflt, int64_t lo) 
   return v.value_or(dflt);
 }
 
+// opts.<key>: a list of strings (absent: empty).
+std::vector<std::string> opt_string_list(lua_State* L, int t, const char* key) {
+  std::vector<std::string> out;
+  lua_getfield(L, t, key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return out;
+  }
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    throw ArgError(0, std::string("opts.") + key, "a list of strings expected");
+  }
+  const int n = static_cast<int>(lua_objlen(L, -1));
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, -1, i);
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      lua_pop(L, 2);
+      throw ArgError(0, std::string("opts.") + key + "[" + std::to_string(i) + "]", "a string expected");
+    }
+    size_t len = 0;
+    const char* v = lua_tolstring(L, -1, &len);
+    out.emplace_back(v, len);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return out;
+}
+
 // start(opts) -> handle | nil, err
 int l_start(lua_State* L) {
   arg::table(L, 1, "opts");
@@ -143,6 +171,9 @@ int l_start(lua_State* L) {
   if (auto v = arg::field_boolean(L, 1, "disable_cuda_graph", "opts")) eo.disable_cuda_graph = *v;
   if (auto v = opt_str(L, 1, "overlap_schedule")) eo.overlap_schedule = *v;
   if (auto v = arg::field_boolean(L, 1, "recompute_kv_on_weight_update", "opts")) eo.recompute_kv_on_weight_update = *v;
+  eo.lora_paths = opt_string_list(L, 1, "lora_paths");
+  eo.max_loras_per_batch = opt_int(L, 1, "max_loras_per_batch", eo.max_loras_per_batch, 1);
+  eo.max_lora_rank = opt_int(L, 1, "max_lora_rank", eo.max_lora_rank, 0);
   const bool serve = arg::field_boolean(L, 1, "serve", "opts").value_or(true);
   engine::ServerOptions so;
   if (auto v = opt_str(L, 1, "host")) so.host = *v;
@@ -288,12 +319,34 @@ int l_control(lua_State* L) {
       eng->update_weights_from_disk(dir, version);
       return json{{"success", true}, {"weight_version", eng->weight_version()}};
     };
+  } else if (what == "load_lora_adapter" || what == "unload_lora_adapter") {
+    if (!args.contains("lora_name") || !args["lora_name"].is_string())
+      throw ArgError(3, "args", "lora_name (string) expected");
+    const std::string name = args["lora_name"].get<std::string>();
+    if (what == "unload_lora_adapter") {
+      fn = [eng, name] {
+        eng->unload_lora_adapter(name);
+        return json{{"success", true}};
+      };
+    } else {
+      if (!args.contains("lora_path") || !args["lora_path"].is_string())
+        throw ArgError(3, "args", "lora_path (string) expected");
+      const std::string dir = args["lora_path"].get<std::string>();
+      std::optional<std::string> version;
+      if (args.contains("weight_version") && args["weight_version"].is_string())
+        version = args["weight_version"].get<std::string>();
+      fn = [eng, name, dir, version] {
+        const engine::LoraInfo info = eng->load_lora_adapter(name, dir, version);
+        return json{{"success", true}, {"weight_version", info.version}};
+      };
+    }
   } else if (what == "release_memory") {
     fn = [eng, tags] { eng->release_memory(tags); return json{{"success", true}}; };
   } else if (what == "resume_memory") {
     fn = [eng, tags] { eng->resume_memory(tags); return json{{"success", true}}; };
   } else {
-    throw ArgError(2, "what", "flush_cache, update_weights_from_disk, release_memory or resume_memory expected, got '" + what + "'");
+    throw ArgError(2, "what", "flush_cache, update_weights_from_disk, load_lora_adapter, unload_lora_adapter, "
+                              "release_memory or resume_memory expected, got '" + what + "'");
   }
   HostContext& ctx = HostContext::get(L);
   const uint64_t op = ctx.new_op();
@@ -418,6 +471,8 @@ int l_defaults(lua_State* L) {
                   {"disable_cuda_graph", eo.disable_cuda_graph},
                   {"overlap_schedule", eo.overlap_schedule},
                   {"recompute_kv_on_weight_update", eo.recompute_kv_on_weight_update},
+                  {"max_loras_per_batch", eo.max_loras_per_batch},
+                  {"max_lora_rank", eo.max_lora_rank},
                   {"host", so.host},
                   {"port", so.port},
                   {"max_connections", so.max_connections},

@@ -30,11 +30,12 @@ uint64_t BlockManager::hash_block(uint64_t parent, const int32_t* tokens, int64_
   return h;
 }
 
-std::vector<uint64_t> BlockManager::block_hashes(const std::vector<int32_t>& tokens, int64_t max_tokens) const {
+std::vector<uint64_t> BlockManager::block_hashes(const std::vector<int32_t>& tokens, int64_t max_tokens,
+                                                 uint64_t root) const {
   const int64_t n = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size())) / block_size_;
   std::vector<uint64_t> out;
   out.reserve(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  uint64_t parent = 0;
+  uint64_t parent = root;
   for (int64_t b = 0; b < n; ++b) {
     parent = hash_block(parent, tokens.data() + b * block_size_, block_size_);
     out.push_back(parent);
@@ -42,10 +43,10 @@ std::vector<uint64_t> BlockManager::block_hashes(const std::vector<int32_t>& tok
   return out;
 }
 
-BlockManager::Match BlockManager::match(const std::vector<int32_t>& tokens, int64_t max_tokens) const {
+BlockManager::Match BlockManager::match(const std::vector<int32_t>& tokens, int64_t max_tokens, uint64_t root) const {
   Match m;
   if (!prefix_cache_) return m;
-  uint64_t parent = 0;
+  uint64_t parent = root;
   const int64_t n = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size())) / block_size_;
   for (int64_t b = 0; b < n; ++b) {
     const int32_t* t = tokens.data() + b * block_size_;
@@ -67,9 +68,9 @@ BlockManager::Match BlockManager::match(const std::vector<int32_t>& tokens, int6
   return m;
 }
 
-std::vector<int32_t> BlockManager::acquire_prefix(const std::vector<int32_t>& tokens, int64_t n) {
+std::vector<int32_t> BlockManager::acquire_prefix(const std::vector<int32_t>& tokens, int64_t n, uint64_t root) {
   std::vector<int32_t> out;
-  uint64_t parent = 0;
+  uint64_t parent = root;
   for (int64_t b = 0; b < n; ++b) {
     uint64_t h = hash_block(parent, tokens.data() + b * block_size_, block_size_);
     auto it = by_hash_.find(h);
@@ -126,10 +127,10 @@ void BlockManager::release(const std::vector<int32_t>& ids) {
 }
 
 void BlockManager::commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& ids, int64_t num_computed,
-                          int64_t& committed) {
+                          int64_t& committed, uint64_t root) {
   if (!prefix_cache_) return;
   const int64_t full = std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(ids.size()));
-  uint64_t parent = 0;
+  uint64_t parent = root;
   int64_t b = committed / block_size_;
   if (b > 0) parent = blocks_[static_cast<size_t>(ids[static_cast<size_t>(b - 1)])].hash;
   for (; b < full; ++b) {

@@ -5,6 +5,9 @@
 // recomputing them. Unreferenced committed blocks stay reusable until a fresh
 // block is needed, then the least recently released one is evicted.
 //
+// A chain starts from a root (0: the base model; a LoRA adapter's own otherwise,
+// engine/lora_slot.hpp), so blocks computed under one adapter never match another's.
+//
 // Torch-free and single-threaded (the scheduler thread owns it).
 #pragma once
 #include <cstdint>
@@ -32,18 +35,18 @@ class BlockManager {
     std::optional<uint64_t> next_hash;  // hash of the first full block not found (for in-flight dedup)
   };
   // Looks up the longest cached prefix of tokens[0, max_tokens) in whole blocks.
-  Match match(const std::vector<int32_t>& tokens, int64_t max_tokens) const;
+  Match match(const std::vector<int32_t>& tokens, int64_t max_tokens, uint64_t root = 0) const;
   // Hashes of the full blocks of tokens[0, max_tokens) (the chain the cache uses).
-  std::vector<uint64_t> block_hashes(const std::vector<int32_t>& tokens, int64_t max_tokens) const;
+  std::vector<uint64_t> block_hashes(const std::vector<int32_t>& tokens, int64_t max_tokens, uint64_t root = 0) const;
   // Takes a reference on the first `n` matched blocks (as returned by match()).
-  std::vector<int32_t> acquire_prefix(const std::vector<int32_t>& tokens, int64_t n);
+  std::vector<int32_t> acquire_prefix(const std::vector<int32_t>& tokens, int64_t n, uint64_t root = 0);
   // A block for new tokens, or nullopt when none is free.
   std::optional<int32_t> allocate();
   void release(const std::vector<int32_t>& blocks);
   // Commits the sequence's full blocks [committed/bs, num_computed/bs) for reuse;
   // advances `committed` (a multiple of block_size).
   void commit(const std::vector<int32_t>& tokens, const std::vector<int32_t>& blocks, int64_t num_computed,
-              int64_t& committed);
+              int64_t& committed, uint64_t root = 0);
   // Forgets every committed prefix (after a weight update, or on request).
   // Referenced blocks stay with their sequences.
   void flush();

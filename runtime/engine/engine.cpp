@@ -31,6 +31,12 @@ namespace rl::engine {
 
 namespace fs = std::filesystem;
 
+std::string next_weight_version(const std::string& v) {
+  if (!v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) && v.size() < 18)
+    return std::to_string(std::stoll(v) + 1);
+  return v == "default" ? "1" : v + "+1";
+}
+
 double RequestOutput::decode_throughput() const {
   // Tokens after the first over the time they took.
   if (decode_time <= 0 || output_ids.size() < 2) return 0;
@@ -44,12 +50,6 @@ double mono_now() {
 }
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string next_version(const std::string& v) {
-  if (!v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) && v.size() < 18)
-    return std::to_string(std::stoll(v) + 1);
-  return v == "default" ? "1" : v + "+1";
 }
 
 std::string random_rid(std::mt19937_64& rng) {
@@ -104,8 +104,13 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   if (opts_.kv_cache_tokens <= 0) tokens = std::min(tokens, opts_.max_running_requests * context_length_);
   num_blocks_ = std::max<int64_t>((tokens + opts_.block_size - 1) / opts_.block_size, 1);
   blocks_ = std::make_unique<BlockManager>(num_blocks_, opts_.block_size, opts_.enable_prefix_cache);
+  if (opts_.max_loras_per_batch < 1)
+    throw Error("engine: max_loras_per_batch must be >= 1, got " + std::to_string(opts_.max_loras_per_batch));
+  if (opts_.max_lora_rank < 0)
+    throw Error("engine: max_lora_rank must be >= 0 (0: any), got " + std::to_string(opts_.max_lora_rank));
   scheduler_ = std::make_unique<Scheduler>(*blocks_, SchedulerLimits{opts_.max_running_requests,
-                                                                      opts_.max_prefill_tokens});
+                                                                      opts_.max_prefill_tokens,
+                                                                      opts_.max_loras_per_batch});
   runner_->configure_steps(context_length_);
   if (opts_.overlap_schedule != "auto" && opts_.overlap_schedule != "on" && opts_.overlap_schedule != "off")
     throw Error("engine: overlap_schedule must be auto, on or off, got '" + opts_.overlap_schedule + "'");
@@ -123,6 +128,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
             " blocks of " + std::to_string(opts_.block_size) + " (" +
             std::to_string((num_blocks_ * opts_.block_size * per_token) >> 20) + " MiB), max " +
             std::to_string(opts_.max_running_requests) + " running, context " + std::to_string(context_length_));
+  load_startup_loras();
   publish_stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -212,6 +218,12 @@ std::string EngineImpl::submit(GenerateRequest req, UpdateFn on_update) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw Error("engine: stopped");
     if (known_rids_.count(rid)) throw Error("rid: a request with id '" + rid + "' is already running");
+    if (!s->req.lora_name.empty()) {
+      auto it = loras_.find(s->req.lora_name);
+      if (it == loras_.end()) throw Error("lora_path: " + unknown_lora_message(s->req.lora_name), unknown_lora_hint());
+      s->lora = it->second;
+      ++s->lora->requests;
+    }
     known_rids_.insert(rid);
     inbox_.push_back(std::move(s));
   }
@@ -323,7 +335,7 @@ void EngineImpl::weights_swapped(const std::optional<std::string>& version) {
   } else {
     for (auto& s : scheduler_->running()) s->kv_mixed = true;
   }
-  weight_version_ = version ? *version : next_version(weight_version_);
+  weight_version_ = version ? *version : next_weight_version(weight_version_);
   publish_stats();
 }
 
@@ -517,7 +529,8 @@ void EngineImpl::launch(std::vector<Sequence*> batch, const std::vector<int32_t>
     f.rows[i] = SampleRow{&s->req.params, &s->rng, s->req.top_logprobs_num, below_min ? &s->stop_ids : nullptr,
                           s->req.return_logprob};
     // A step scoring prompt log-probs runs synchronously (ModelRunner::launch): none ahead of it.
-    f.cpu_rows = f.cpu_rows || (runner_->async() && (needs_cpu_sampler(f.rows[i], vocab) || s->wants_input_logprobs()));
+    f.cpu_rows = f.cpu_rows || (runner_->async() && (needs_cpu_sampler(f.rows[i], vocab) || s->wants_input_logprobs() ||
+                                                     s->lora != nullptr));
   }
   f.batch = std::move(batch);
   runner_->launch(f.batch, f.rows, ahead);
@@ -579,7 +592,7 @@ void EngineImpl::complete(InFlight& f) {
     }
     if (s->max_new_tokens == 0) {
       // Prompt scoring only (max_new_tokens 0 with prompt log-probs): the sampled token is dropped.
-      if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed);
+      if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed, s->prefix_root());
       s->out.finish_reason.type = "length";
       s->out.finish_reason.length = 0;
       s->t_first = s->t_last = t1;
@@ -588,7 +601,7 @@ void EngineImpl::complete(InFlight& f) {
     }
     const int32_t tok = sampled.tokens[i];
     s->tokens.push_back(tok);
-    if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed);
+    if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed, s->prefix_root());
     s->out.output_ids.push_back(tok);
     auto& spans = s->out.weight_version_spans;
     if (spans.empty() || spans.back().second != weight_version_)
@@ -635,7 +648,9 @@ void EngineImpl::fill_output(Sequence& s, double now) {
   RequestOutput& o = s.out;
   o.text = s.text->visible();
   o.weight_version = weight_version_;
-  o.weights_digest = s.weights_epoch == weights_epoch_.load() && runner_->has_weights()
+  if (s.lora) o.lora_version = s.lora->version;  // written on this thread (install_lora_now)
+  // The digest covers the base weights only: none for a request under an adapter.
+  o.weights_digest = !s.lora && s.weights_epoch == weights_epoch_.load() && runner_->has_weights()
                          ? runner_->model().exact_weights_digest()
                          : std::string();
   o.queue_time = s.t_scheduled >= 0 ? s.t_scheduled - s.t_arrival : now - s.t_arrival;
@@ -664,7 +679,10 @@ void EngineImpl::notify_finished() {
   done.swap(finished_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& s : done) known_rids_.erase(s->out.rid);
+    for (auto& s : done) {
+      known_rids_.erase(s->out.rid);
+      if (s->lora) --s->lora->requests;
+    }
   }
   for (auto& s : done) {
     s->on_update(s->out);
@@ -707,6 +725,7 @@ void EngineImpl::publish_stats() {
   }
   st.weight_version = weight_version_;
   st.memory_released = kv_released_ || !runner_->has_weights();
+  st.lora_adapters = lora_count_.load();
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(st);
 }

@@ -56,6 +56,22 @@ struct EngineOptions {
   // ones before their next token (true, NeMo-RL's). Either way no request is aborted,
   // and no new request reuses a prefix computed under older weights.
   bool recompute_kv_on_weight_update = false;
+  // LoRA adapters (SGLang's --lora-paths): "name=dir" (or "dir": named after it), PEFT
+  // directories loaded at start; more come and go with load_lora_adapter.
+  std::vector<std::string> lora_paths;
+  int64_t max_loras_per_batch = 8;        // distinct adapters in one step (the base model not counted)
+  int64_t max_lora_rank = 0;              // refuse adapters of a higher rank; 0: any
+};
+
+// One loaded LoRA adapter (Engine::lora_adapters).
+struct LoraInfo {
+  std::string name;
+  std::string path;              // the PEFT directory it came from ("" from memory)
+  int64_t rank = 0;
+  double alpha = 0;
+  std::vector<std::string> targets;
+  std::string version;           // "1" at load, then like the weight version at each replacement
+  int64_t requests = 0;          // unfinished requests using it
 };
 
 struct FinishReason {
@@ -85,6 +101,7 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;               // prompt tokens served from the prefix cache
   std::string weight_version;
+  std::string lora_version;                // under a LoRA adapter: its version (LoraInfo::version); else ""
   // nn::weights_digest of the weights every token was computed with, when the engine's
   // log-probs come from the batch-invariant float32 CPU kernels (the trainer's); else "".
   std::string weights_digest;
@@ -110,6 +127,8 @@ struct GenerateRequest {
   // prefix cache; max_new_tokens 0 then scores the prompt without generating.
   int64_t logprob_start_len = -1;
   bool stream = false;                     // true: an update after every step, not only at the end
+  // A loaded LoRA adapter's name (SGLang's lora_path); "": the base model.
+  std::string lora_name;
 };
 
 // Called on the scheduler thread: after each step when streaming, and exactly
@@ -131,6 +150,7 @@ struct EngineStats {
   int64_t overlap_steps = 0;               // steps launched before the previous one's tokens reached the host
   std::string weight_version;
   bool memory_released = false;
+  int64_t lora_adapters = 0;               // loaded LoRA adapters
 };
 
 class Engine {
@@ -158,6 +178,17 @@ class Engine {
   // "<previous>+1"). The prefix cache is flushed. Throws rl::Error on bad files.
   virtual void update_weights_from_disk(const std::filesystem::path& dir,
                                         const std::optional<std::string>& weight_version = {}) = 0;
+  // LoRA adapters by name. load_lora_adapter reads a PEFT directory (adapter_config.json
+  // + adapter_model.safetensors) on the calling thread, then, between steps, adds it or
+  // replaces the adapter of that name in place: requests running under it go on with
+  // the new tensors (their KV is handled as on a weight update) and no prefix computed
+  // under the old one is reused. The version defaults to the previous one + 1 ("1" for
+  // a new name). unload_lora_adapter refuses (rl::Error) while requests use the adapter.
+  // Both throw rl::Error naming the name/path/field; a failed load changes nothing.
+  virtual LoraInfo load_lora_adapter(const std::string& name, const std::filesystem::path& dir,
+                                     const std::optional<std::string>& version = {}) = 0;
+  virtual void unload_lora_adapter(const std::string& name) = 0;
+  virtual std::vector<LoraInfo> lora_adapters() const = 0;
   // tags: "kv_cache", "weights" (empty = both). Released KV cache: requests wait
   // (and new ones queue) until resumed. Released weights are re-read on resume
   // from the last directory loaded.

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,9 @@
 
 namespace rl::engine {
 
+// A version after `v`: numeric + 1, "default" -> "1", else "<v>+1".
+std::string next_weight_version(const std::string& v);
+
 class ModelRunner {
  public:
   explicit ModelRunner(const EngineOptions& opts);
@@ -55,6 +59,8 @@ class ModelRunner {
   // Reads buffer `k` of the shared file `id` from now on (a writer has filled it).
   void use_shared_buffer(const std::string& id, int k);
   nn::Transformer& model() { return *model_; }
+  // Where LoRA adapters live: float32 on the engine's device (nn/lora.hpp).
+  torch::TensorOptions lora_options() const { return torch::TensorOptions().dtype(torch::kFloat32).device(device_); }
 
   // One step: computes every sequence's uncomputed tokens, writes their K/V and
   // returns the logits of each sequence's last token, [S, V] float32. With `next`,
@@ -111,6 +117,14 @@ class EngineImpl final : public Engine {
   // version moves on (`what` names the call in errors).
   void update_weights_with(const std::function<void(ModelRunner&)>& fn, const char* what,
                            const std::optional<std::string>& weight_version);
+  LoraInfo load_lora_adapter(const std::string& name, const std::filesystem::path& dir,
+                             const std::optional<std::string>& version = {}) override;
+  void unload_lora_adapter(const std::string& name) override;
+  std::vector<LoraInfo> lora_adapters() const override;
+  // Adds `adapter` under `name`, or replaces the one of that name (between steps;
+  // engine_lora.cpp). `path`: where it came from ("" from memory).
+  LoraInfo install_lora(const std::string& name, std::shared_ptr<const nn::LoraAdapter> adapter,
+                        const std::string& path, const std::optional<std::string>& version);
   void release_memory(const std::vector<std::string>& tags) override;
   void resume_memory(const std::vector<std::string>& tags) override;
   void run_between_steps(const std::function<void()>& fn) override;
@@ -151,6 +165,12 @@ class EngineImpl final : public Engine {
   void notify_finished();
   void fill_output(Sequence& s, double now);
   void publish_stats();
+  LoraInfo install_lora_now(const std::string& name, std::shared_ptr<const nn::LoraAdapter> adapter,
+                        const std::string& path, const std::optional<std::string>& version);
+  LoraInfo lora_info(const LoraSlot& slot) const;  // under mu_
+  void load_startup_loras();                        // EngineOptions::lora_paths, before the thread starts
+  std::string unknown_lora_message(const std::string& name) const;  // under mu_
+  static std::string unknown_lora_hint();
 
   EngineOptions opts_;
   std::unique_ptr<ModelRunner> runner_;
@@ -168,6 +188,11 @@ class EngineImpl final : public Engine {
   std::vector<std::string> aborts_;
   std::vector<std::function<void()>> commands_;
   std::unordered_set<std::string> known_rids_;  // submitted and not finished
+  // LoRA adapters by name (engine_lora.cpp): the map under mu_; a slot's adapter and
+  // root change on the scheduler thread, under mu_ too.
+  std::map<std::string, LoraSlotPtr> loras_;
+  uint64_t lora_loads_ = 0;  // makes each load's prefix-cache root unique
+  std::atomic<int64_t> lora_count_{0};
   bool abort_everything_ = false;
   bool stopping_ = false;
   std::mt19937_64 rid_rng_;

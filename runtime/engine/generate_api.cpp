@@ -20,7 +20,7 @@ using nlohmann::json;
 // SGLang fields rlhost accepts and ignores when they hold their neutral value
 // (null/false/absent): anything else would silently change results.
 const std::set<std::string> kNeutralWhenNull = {
-    "image_data", "video_data", "audio_data", "input_embeds", "lora_path", "lora_id",
+    "image_data", "video_data", "audio_data", "input_embeds", "lora_id",
     "custom_logit_processor", "session_params", "bootstrap_host", "bootstrap_port",
     "bootstrap_room", "bootstrap_pair_key", "token_ids_logprob", "modalities", "return_hidden_states",
     "return_routed_experts", "require_reasoning", "conversation_id", "label"};
@@ -30,7 +30,7 @@ const std::set<std::string> kHarmless = {"log_metrics", "data_parallel_rank", "p
                                          "received_time", "return_bytes", "routing_key"};
 const std::set<std::string> kKnown = {"text", "input_ids", "sampling_params", "rid", "return_logprob",
                                       "top_logprobs_num", "logprob_start_len", "stream",
-                                      "return_text_in_logprobs"};
+                                      "return_text_in_logprobs", "lora_path"};
 
 bool neutral(const json& v) { return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()); }
 
@@ -137,6 +137,34 @@ std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, con
   return ids;
 }
 
+std::string check_lora_name(const Engine& engine, const std::string& name, const std::string& where) {
+  if (name.empty()) return name;
+  std::string loaded;
+  for (const LoraInfo& a : engine.lora_adapters()) {
+    if (a.name == name) return name;
+    loaded += (loaded.empty() ? "" : ", ") + a.name;
+  }
+  bad(where, "no LoRA adapter named '" + json_input::excerpt(name) + "' is loaded (loaded: " +
+                 (loaded.empty() ? std::string("none") : loaded) + ")",
+      "load it first: POST /load_lora_adapter {\"lora_name\": ..., \"lora_path\": PEFT_DIR}");
+}
+
+std::string openai_lora_name(const json& body, const Engine& engine) {
+  if (auto it = body.find("lora_path"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) bad("lora_path", "expected an adapter's name (a string), got " + type_of(*it));
+    return check_lora_name(engine, it->get<std::string>(), "lora_path");
+  }
+  auto it = body.find("model");
+  if (it == body.end() || !it->is_string()) return "";
+  const std::string model = it->get<std::string>();
+  if (model.empty() || model == engine.options().served_model_name) return "";
+  for (const LoraInfo& a : engine.lora_adapters())
+    if (a.name == model) return model;
+  const auto colon = model.rfind(':');
+  if (colon == std::string::npos) return "";  // another model's name: the base, as always
+  return check_lora_name(engine, model.substr(colon + 1), "model");
+}
+
 void check_sequence_cap(size_t count, int64_t max_sequences) {
   if (max_sequences <= 0 || count <= static_cast<size_t>(max_sequences)) return;
   throw Refused(400, "max_sequences_per_request",
@@ -194,7 +222,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
       continue;
     }
     bad(k, "unknown field", "SGLang's /generate fields: text, input_ids, sampling_params, rid, return_logprob, "
-                            "top_logprobs_num, logprob_start_len, stream, return_text_in_logprobs");
+                            "top_logprobs_num, logprob_start_len, stream, return_text_in_logprobs, lora_path");
   }
   const bool has_text = body.contains("text") && !body["text"].is_null();
   const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
@@ -262,6 +290,13 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
     if (const json* v = per_prompt(body, "top_logprobs_num", i, batch, batched, false, where))
       top = top_logprobs_of(*v, where, limits);
     const int64_t start = logprob_start_of(body, i, batch, batched, static_cast<int64_t>(prompts[i].size()));
+    std::string lora;
+    if (const json* v = per_prompt(body, "lora_path", i, batch, batched, false, where); v && !v->is_null()) {
+      if (!v->is_string()) bad(where, "expected an adapter's name (a string) or null, got " + type_of(*v),
+                               batched ? "one name for all prompts, or a list with one name (or null) per prompt"
+                                       : "the name the adapter was loaded under (POST /load_lora_adapter)");
+      lora = check_lora_name(engine, v->get<std::string>(), where);
+    }
     std::string rid;
     if (const json* v = per_prompt(body, "rid", i, batch, batched, false, where)) {
       if (!v->is_string()) bad(where, "expected a string, got " + type_of(*v));
@@ -282,6 +317,7 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
       r.top_logprobs_num = top;
       r.logprob_start_len = r.return_logprob ? start : -1;  // SGLang ignores it without return_logprob
       r.stream = call.stream;
+      r.lora_name = lora;
       call.requests.push_back(std::move(r));
     }
   }
@@ -313,6 +349,10 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
   m["completion_tokens"] = out.completion_tokens();
   m["cached_tokens"] = out.cached_tokens;
   m["weight_version"] = out.weight_version;
+  if (!req.lora_name.empty()) {  // the adapter and the version it was at when the request finished
+    m["lora_path"] = req.lora_name;
+    m["lora_version"] = out.lora_version;
+  }
   json spans = json::array();
   for (const auto& [start, version] : out.weight_version_spans) spans.push_back(json::array({start, version}));
   m["weight_version_spans"] = std::move(spans);

@@ -83,6 +83,15 @@ void check_response_size(const GenerateCall& call, const Engine& engine, const C
 // BadRequest naming `where` unless 0 <= v <= limits.max_top_logprobs (`hint` names the knob).
 int64_t top_logprobs_of(const nlohmann::json& v, const std::string& where, const CallLimits& limits);
 
+// `name` when it is a loaded LoRA adapter of `engine`, else BadRequest naming `where`,
+// the name and the loaded adapters. "" (the base model) passes.
+std::string check_lora_name(const Engine& engine, const std::string& name, const std::string& where);
+// The adapter an OpenAI request names (SGLang's convention): `model` "<base>:<adapter>"
+// or an adapter's own name, or `lora_path`; "" for the base model (the served model's
+// name, or any other model name, as before adapters existed). BadRequest for
+// "<base>:<adapter>" with no such adapter.
+std::string openai_lora_name(const nlohmann::json& body, const Engine& engine);
+
 // The prompt's ids, or BadRequest naming `where` (no tokenizer, empty text, text
 // longer than max_text_bytes: refused before it is tokenized).
 std::vector<int32_t> tokenize(const Engine& engine, const std::string& text, const std::string& where,

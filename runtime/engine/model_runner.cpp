@@ -81,9 +81,11 @@ void ModelRunner::launch(const std::vector<Sequence*>& batch, const std::vector<
   // Prompt log-probs need logits at prompt positions, which GpuStepper does not
   // compute: such a step runs here, synchronously (the engine launches it with no
   // step in flight and none ahead of it, EngineImpl::launch).
+  // Likewise a step with LoRA rows: GpuStepper's kernels know no adapters.
   const bool scores = !ahead && std::any_of(batch.begin(), batch.end(),
                                             [](const Sequence* s) { return s->wants_input_logprobs(); });
-  if (gpu_ && !scores) {
+  const bool lora = std::any_of(batch.begin(), batch.end(), [](const Sequence* s) { return s->lora != nullptr; });
+  if (gpu_ && !scores && !lora) {
     gpu_->launch(*model_, cache_, batch, rows, ahead);
     return;
   }
@@ -205,6 +207,9 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
   std::vector<int64_t> ids, pos, slots, last, extra;
   nn::CachedBatch b;
   std::vector<std::vector<int64_t>> tables;
+  // LoRA: the rows of each adapter's sequences (CachedBatch::lora), in order of first appearance.
+  std::vector<const LoraSlot*> lora_slots;
+  std::vector<std::vector<int64_t>> lora_rows;
   int64_t n = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const Sequence* s = batch[i];
@@ -226,6 +231,16 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
         extra.push_back(n + j - from);
         scored->push_back(ScoreRow{i, &s->req.params, s->tokens[static_cast<size_t>(j + 1)], s->req.top_logprobs_num});
       }
+    if (s->lora) {
+      auto at = std::find(lora_slots.begin(), lora_slots.end(), s->lora.get());
+      if (at == lora_slots.end()) {
+        lora_slots.push_back(s->lora.get());
+        lora_rows.emplace_back();
+        at = lora_slots.end() - 1;
+      }
+      auto& rows = lora_rows[static_cast<size_t>(at - lora_slots.begin())];
+      for (int64_t r = n; r < n + L - from; ++r) rows.push_back(r);
+    }
     n += L - from;
     last.push_back(n - 1);
     b.query_lens.push_back(L - from);
@@ -237,6 +252,10 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
   b.positions = torch::tensor(pos, i64).to(device_);
   b.slot_mapping = torch::tensor(slots, i64).to(device_);
   b.context_slots = nn::CachedBatch::slots_from_blocks(tables, b.context_lens, bs).to(device_);
+  for (size_t g = 0; g < lora_slots.size(); ++g) {
+    b.lora.adapters.push_back(lora_slots[g]->adapter);
+    b.lora.rows.push_back(torch::tensor(lora_rows[g], i64).to(device_));
+  }
   torch::Tensor hidden = model_->forward_cached(b, cache_);
   // One lm_head GEMM for the last positions and any scored ones after them (the
   // kernels are batch-invariant: each row's logits are those it has alone).

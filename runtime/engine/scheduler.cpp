@@ -1,6 +1,7 @@
 #include "engine/scheduler.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace rl::engine {
 namespace {
@@ -45,7 +46,8 @@ bool Scheduler::admit_one(Sequence& s, int64_t& budget, std::vector<uint64_t>& p
   const int64_t L = static_cast<int64_t>(s.tokens.size());
   // At least the last token is computed (its logits give the next token), and every
   // position a pending prompt log-prob reads (SGLang also stops the match there).
-  BlockManager::Match m = bm_.match(s.tokens, s.cacheable_prefix());
+  const uint64_t root = s.prefix_root();
+  BlockManager::Match m = bm_.match(s.tokens, s.cacheable_prefix(), root);
   if (m.next_hash && std::find(pending.begin(), pending.end(), *m.next_hash) != pending.end()) {
     deferred = true;  // computed by a sequence admitted in this step: hit it next step
     return false;
@@ -59,7 +61,7 @@ bool Scheduler::admit_one(Sequence& s, int64_t& budget, std::vector<uint64_t>& p
   const int64_t reserve = running_.empty() ? 0 : std::max<int64_t>(1, bm_.num_blocks() / 100);
   if (need + reserve > bm_.num_free() - m.reused_free) return false;
 
-  s.blocks = bm_.acquire_prefix(s.tokens, m.blocks);
+  s.blocks = bm_.acquire_prefix(s.tokens, m.blocks, root);
   for (int64_t i = 0; i < need; ++i) s.blocks.push_back(*bm_.allocate());
   s.num_computed = cached;
   s.committed = cached;
@@ -68,7 +70,7 @@ bool Scheduler::admit_one(Sequence& s, int64_t& budget, std::vector<uint64_t>& p
     bm_.queried_tokens += s.prompt_len;
     bm_.hit_tokens += s.out.cached_tokens;
   }
-  auto hashes = bm_.block_hashes(s.tokens, L);
+  auto hashes = bm_.block_hashes(s.tokens, L, root);
   for (size_t i = static_cast<size_t>(m.blocks); i < hashes.size(); ++i) pending.push_back(hashes[i]);
   budget -= new_tokens;
   s.admit_order = next_admit_++;
@@ -89,10 +91,18 @@ std::vector<Sequence*> Scheduler::schedule(double now) {
   // 2. Admit waiting sequences in order while there is room.
   int64_t budget = limits_.max_prefill_tokens;
   std::vector<uint64_t> pending;
+  std::unordered_set<const LoraSlot*> adapters;
+  for (const auto& s : running_)
+    if (s->lora) adapters.insert(s->lora.get());
   for (auto it = waiting_.begin(); it != waiting_.end() && num_running() < limits_.max_running;) {
     Sequence& s = **it;
     bool deferred = false;
+    if (s.lora && !adapters.count(s.lora.get()) && static_cast<int64_t>(adapters.size()) >= limits_.max_loras) {
+      ++it;  // another adapter would exceed max_loras: later requests may still fit
+      continue;
+    }
     if (admit_one(s, budget, pending, deferred)) {
+      if (s.lora) adapters.insert(s.lora.get());
       if (!s.scheduled_once) {
         s.scheduled_once = true;
         s.t_scheduled = now;

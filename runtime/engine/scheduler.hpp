@@ -8,6 +8,11 @@
 // fewer than max_running, the step's prefill budget, and free blocks beyond a
 // small reserve for the running sequences' growth.
 //
+// LoRA: a step runs at most max_loras distinct adapters (the base model not
+// counted); a waiting sequence under another adapter is passed over (later ones
+// may still be admitted) until one of those finishes. Its prefix match starts
+// from its adapter's root (Sequence::prefix_root).
+//
 // Prefix reuse: an admitted sequence acquires the cached blocks of its longest
 // cached prefix. A sequence whose next prefix block is being computed in this
 // very step (a GRPO group arriving together) waits one step and then hits the
@@ -27,6 +32,7 @@ namespace rl::engine {
 struct SchedulerLimits {
   int64_t max_running = 64;
   int64_t max_prefill_tokens = 8192;
+  int64_t max_loras = 8;  // distinct LoRA adapters among the running sequences
 };
 
 class Scheduler {

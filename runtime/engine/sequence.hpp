@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/lora_slot.hpp"
 #include "engine/output_text.hpp"
 
 namespace rl::engine {
@@ -28,6 +29,7 @@ struct Sequence {
   std::vector<int32_t> stop_ids;      // stop_token_ids, plus EOS unless ignore_eos
   std::vector<int32_t> banned;        // stop_ids while below min_new_tokens
   uint64_t admit_order = 0;           // for choosing whom to preempt (the latest)
+  LoraSlotPtr lora;                   // its adapter, or none (the base model)
   uint64_t weights_epoch = 0;         // the engine's weights when it arrived (EngineImpl::weights_epoch_)
   // Prompt log-probs: the next prompt position whose log-prob is still to compute
   // (logprob_start_len + 1 up to prompt_len; prompt_len: none pending).
@@ -41,6 +43,8 @@ struct Sequence {
   // Monotonic seconds (EventLoop::now-like clock).
   double t_arrival = 0, t_scheduled = -1, t_first = -1, t_last = -1;
 
+  // Where its prefix-cache chain starts: KV under one adapter never serves another (or the base).
+  uint64_t prefix_root() const { return lora ? lora->root : 0; }
   int64_t query_len() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
   bool wants_input_logprobs() const { return input_logprob_next < prompt_len; }
   // Tokens the prefix cache may serve: none whose hidden state a pending prompt

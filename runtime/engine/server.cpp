@@ -61,6 +61,7 @@ json stats_json(const EngineStats& s) {
       {"overlap_steps", s.overlap_steps},
       {"weight_version", s.weight_version},
       {"memory_released", s.memory_released},
+      {"lora_adapters", s.lora_adapters},
   };
 }
 
@@ -230,6 +231,8 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
       {"POST", "/destroy_weights_update_group", true, true, &EngineServer::on_destroy_weights_update_group},
       {"POST", "/init_weights_shm", true, true, &EngineServer::on_init_weights_shm},
       {"POST", "/update_weights_from_shm", true, true, &EngineServer::on_update_weights_from_shm},
+      {"POST", "/load_lora_adapter", true, true, &EngineServer::on_load_lora_adapter},
+      {"POST", "/unload_lora_adapter", true, true, &EngineServer::on_unload_lora_adapter},
       {"POST", "/release_memory_occupation", true, true, &EngineServer::on_release_memory},
       {"POST", "/resume_memory_occupation", true, true, &EngineServer::on_resume_memory},
       {"POST", "/start_profile", true, true, &EngineServer::on_start_profile},
@@ -517,6 +520,11 @@ json EngineServer::server_info() const {
       {"version", std::string("rlhost ") + RLHOST_VERSION},
       {"start_time", start_time_},
   };
+  j["max_loras_per_batch"] = o.max_loras_per_batch;
+  j["max_lora_rank"] = o.max_lora_rank;
+  j["lora_paths"] = loaded_adapters();  // loaded now: {name: path}
+  j["lora_adapters"] = json::array();
+  for (const LoraInfo& a : engine_->lora_adapters()) j["lora_adapters"].push_back(lora_json(a));
   for (auto& [k, v] : opts_.server_args.items())
     if (!j.contains(k)) j[k] = v;
   j["internal_states"] = json::array({stats_json(s)});

@@ -23,7 +23,8 @@
 // server_generate.cpp (/generate, deferred and SSE answers),
 // server_admission.cpp (caps, in-flight accounting), server_control.cpp
 // (cache, weights, memory, abort, profiler), server_weights.cpp (distributed
-// weight sync), server_openai.cpp (/v1/*), server_metrics.cpp (/metrics).
+// weight sync), server_lora.cpp (LoRA adapters), server_openai.cpp (/v1/*),
+// server_metrics.cpp (/metrics).
 // LibTorch-free header; the profiler lives in runtime/profile/.
 #pragma once
 #include <atomic>
@@ -187,6 +188,10 @@ class EngineServer {
   void on_destroy_weights_update_group(const Req&, Res&);
   void on_init_weights_shm(const Req&, Res&);
   void on_update_weights_from_shm(const Req&, Res&);
+  // server_lora.cpp: LoRA adapters
+  void on_load_lora_adapter(const Req&, Res&);
+  void on_unload_lora_adapter(const Req&, Res&);
+  nlohmann::json loaded_adapters() const;  // {name: path}
   // server_openai.cpp
   void on_completions(const Req&, Res&);
   void on_chat_completions(const Req&, Res&);
@@ -283,6 +288,9 @@ class EngineServer {
 // num_queue_reqs / last_gen_throughput): /get_server_info's internal_states and
 // rl.engine handles' :stats() in both modes.
 nlohmann::json stats_json(const EngineStats& s);
+
+// One LoRA adapter as /get_server_info and the load reply describe it.
+nlohmann::json lora_json(const LoraInfo& a);
 
 // The request body as JSON; BadRequest on malformed or (unless allow_empty) empty bodies.
 nlohmann::json parse_json_body(const net::ServerRequest& req, bool allow_empty = false);

@@ -73,7 +73,7 @@ void EngineServer::on_abort_request(const Req& req, Res& res) {
   reply_json(res, 200, {{"success", true}, {"aborted", n}});
 }
 
-// {"model_path": DIR, "weight_version"?: "..."}: SGLang's in-place reload. A
+// {"model_path": DIR, "weight_version"?: "...", "lora_name"?: NAME}: SGLang's in-place reload. A
 // bad directory (missing files, shape mismatch) is the caller's error: 400
 // with success false; the old weights stay in use.
 void EngineServer::on_update_weights_from_disk(const Req& req, Res& res) {
@@ -83,6 +83,20 @@ void EngineServer::on_update_weights_from_disk(const Req& req, Res& res) {
   const auto version = opt_string(body, "weight_version");
   if (auto lf = opt_string(body, "load_format"); lf && *lf != "auto" && *lf != "safetensors")
     throw BadRequest("load_format: '" + *lf + "' is not supported", "use auto or safetensors");
+  // rlhost's extension: with lora_name, model_path is a PEFT directory that replaces (or
+  // adds) that LoRA adapter, the base weights untouched (a trainer's adapter sync).
+  if (const auto lora = opt_string(body, "lora_name")) {
+    LoraInfo info;
+    try {
+      info = engine_->load_lora_adapter(*lora, *path, version);
+    } catch (const rl::Error& e) {
+      reply_json(res, 400, {{"success", false}, {"message", e.what()}, {"num_paused_requests", 0}});
+      return;
+    }
+    reply_json(res, 200, {{"success", true}, {"message", "Succeeded to update LoRA adapter '" + *lora + "'."},
+                          {"lora_name", *lora}, {"weight_version", info.version}, {"num_paused_requests", 0}});
+    return;
+  }
   try {
     engine_->update_weights_from_disk(*path, version);
   } catch (const rl::Error& e) {

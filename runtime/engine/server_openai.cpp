@@ -32,7 +32,7 @@ const std::map<std::string, std::string> kSamplingFields = {
 const std::set<std::string> kIgnored = {"model", "user", "stream_options", "rid", "metadata", "store",
                                         "parallel_tool_calls", "service_level", "chat_template_kwargs",
                                         "tools", "tool_choice", "separate_reasoning", "stream_reasoning",
-                                        "return_hidden_states", "lora_path", "session_params"};
+                                        "return_hidden_states", "lora_path", "session_params"};  // model, lora_path: openai_lora_name
 
 // Builds the engine requests of one OpenAI call: prompts x n, like /generate.
 GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> prompts, const std::set<std::string>& extra_known,
@@ -66,6 +66,7 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
   }
   // OpenAI's default for completions; chat's is what the context leaves.
   if (completions && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) params.max_new_tokens = 16;
+  const std::string lora = openai_lora_name(body, engine);
   GenerateCall call;
   const int64_t n = std::max<int64_t>(1, params.n);
   check_sequence_cap(prompts.size() * static_cast<size_t>(n), limits.max_sequences);  // before building them
@@ -78,11 +79,17 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
       if (n > 1 && params.seed) r.params.seed = *params.seed + static_cast<uint64_t>(j);
       r.return_logprob = logprobs || top_logprobs > 0;
       r.top_logprobs_num = top_logprobs;
+      r.lora_name = lora;
       call.requests.push_back(std::move(r));
     }
   call.batched = call.requests.size() > 1;
   check_response_size(call, engine, limits);
   return call;
+}
+
+// The response's "model": the adapter's name for a request under one, else the served model's.
+std::string model_name_of(const GenerateCall& call, const std::string& served) {
+  return call.requests.empty() || call.requests[0].lora_name.empty() ? served : call.requests[0].lora_name;
 }
 
 json finish_reason_of(const RequestOutput& out) {
@@ -299,7 +306,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   const size_t per_prompt = static_cast<size_t>(std::max<int64_t>(1, body.value("n", int64_t{1})));
   const std::string id = "cmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
   const int64_t created = unix_seconds();
-  const std::string model = metrics_name();
+  const std::string model = model_name_of(call, metrics_name());
   auto shared = std::make_shared<GenerateCall>(call);
 
   if (stream) {
@@ -376,7 +383,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
     throw BadRequest("response_format: only {\"type\": \"text\"} is supported by rlhost");
   const std::string id = "chatcmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);
   const int64_t created = unix_seconds();
-  const std::string model = metrics_name();
+  const std::string model = model_name_of(call, metrics_name());
   const size_t per_prompt = call.requests.size();
   auto shared = std::make_shared<GenerateCall>(call);
 
@@ -439,6 +446,15 @@ void EngineServer::on_models(const Req&, Res& res) {
                                        {"owned_by", "rlhost"},
                                        {"root", opts_.model_path},
                                        {"max_model_len", engine_->context_length()}}})}};
+  // LoRA adapters, as SGLang lists them: requests name them as model "<adapter>" or "<base>:<adapter>".
+  for (const LoraInfo& a : engine_->lora_adapters())
+    j["data"].push_back({{"id", a.name},
+                         {"object", "model"},
+                         {"created", static_cast<int64_t>(start_time_)},
+                         {"owned_by", "rlhost"},
+                         {"root", a.path},
+                         {"parent", metrics_name()},
+                         {"max_model_len", engine_->context_length()}});
   res.set_content(dump_json(j), "application/json");
 }
 

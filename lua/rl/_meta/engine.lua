@@ -33,6 +33,9 @@
 ---@field overlap_schedule? "auto"|"on"|"off" launch the next decode step before the last one's tokens reach the host (auto: on for CUDA)
 ---@field recompute_kv_on_weight_update? boolean a weight update mid-generation recomputes the running sequences' KV under the new weights (default: kept, never reused by new requests)
 ---@field weight_version? string reported until the first update (default "default")
+---@field lora_paths? string[] LoRA adapters loaded at start: "NAME=DIR" (or "DIR"), PEFT directories
+---@field max_loras_per_batch? integer distinct LoRA adapters in one step (default 8)
+---@field max_lora_rank? integer refuse LoRA adapters of a higher rank (default 0: any)
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)
 ---@field server_args? string JSON object text echoed by /get_server_info (`rlhost engine` passes its flags)
@@ -80,6 +83,18 @@ function Engine:flush_cache() end
 ---@param weight_version? string
 ---@return table|nil result {success, weight_version}, string|nil err
 function Engine:update_weights_from_disk(dir, weight_version) end
+
+---Loads (or replaces in place) the LoRA adapter `name` from a PEFT directory.
+---@param name string the name requests use (/generate lora_path, OpenAI model "<base>:<name>")
+---@param dir string PEFT directory: adapter_config.json + adapter_model.safetensors
+---@param weight_version? string the adapter's version (default: "1", then previous + 1)
+---@return table|nil result {success, weight_version, ...}, string|nil err
+function Engine:load_lora(name, dir, weight_version) end
+
+---Unloads the LoRA adapter `name`; nil, err while unfinished requests use it.
+---@param name string
+---@return table|nil result {success}, string|nil err
+function Engine:unload_lora(name) end
 
 ---@param tags? string[] "kv_cache", "weights" (default both)
 function Engine:release_memory(tags) end

@@ -180,6 +180,29 @@ function Engine:update_weights_from_disk(dir, weight_version)
     { model_path = dir, weight_version = weight_version })
 end
 
+--- Loads a LoRA adapter (a PEFT directory: adapter_config.json + adapter_model.safetensors)
+--- under `name`, or replaces the adapter of that name in place (a trainer's adapter sync;
+--- requests pick it by name: /generate's lora_path, OpenAI's model). Returns
+--- {success, weight_version, ...} or nil, err (a bad directory changes nothing).
+function Engine:load_lora(name, dir, weight_version)
+  if type(name) ~= "string" then
+    error("rl.engine.Engine:load_lora: bad argument #1 'name' (string expected, got " .. type(name) .. ")", 2)
+  end
+  if type(dir) ~= "string" then
+    error("rl.engine.Engine:load_lora: bad argument #2 'dir' (string expected, got " .. type(dir) .. ")", 2)
+  end
+  return control(self, "load_lora_adapter", "/load_lora_adapter",
+    { lora_name = name, lora_path = dir, weight_version = weight_version })
+end
+
+--- Unloads the LoRA adapter `name`; nil, err while requests use it (retry when they finish).
+function Engine:unload_lora(name)
+  if type(name) ~= "string" then
+    error("rl.engine.Engine:unload_lora: bad argument #1 'name' (string expected, got " .. type(name) .. ")", 2)
+  end
+  return control(self, "unload_lora_adapter", "/unload_lora_adapter", { lora_name = name })
+end
+
 --- Frees the KV cache and/or weights (tags: "kv_cache", "weights"; default both).
 function Engine:release_memory(tags)
   return control(self, "release_memory", "/release_memory_occupation", { tags = tags })

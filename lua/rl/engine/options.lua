@@ -54,6 +54,11 @@ M.NATIVE = {
   { name = "recompute_kv_on_weight_update", type = "bool", default = false,
     help = "a weight update mid-generation recomputes the running sequences' KV (default: kept; never reused for new requests)" },
   { name = "weight_version", type = "string", default = "default", help = "reported in meta_info until the first update" },
+  { name = "lora_paths", type = "list", of = "string",
+    help = "LoRA adapters to load at start: NAME=DIR (or DIR, named after it), PEFT directories" },
+  { name = "max_loras_per_batch", type = "int", default = 8, min = 1,
+    help = "distinct LoRA adapters in one step (requests under others wait)" },
+  { name = "max_lora_rank", type = "int", default = 0, min = 0, help = "refuse LoRA adapters of a higher rank (0: any)" },
   -- Lua-side: how rl.engine runs it
   { name = "mode", type = "string", default = "thread", choices = { "thread", "process" }, flag = false,
     help = "thread: in this process; process: a child `rlhost engine`" },
