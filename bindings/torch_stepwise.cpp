@@ -153,18 +153,15 @@ int l_new(lua_State* L) {
     } catch (const std::exception& e) {
       throw ArgError(2, "lora", std::string("JSON text expected: ") + e.what());
     }
+    std::vector<std::string> targets{"all-linear"};
+    if (j.contains("targets")) targets = j.at("targets").get<std::vector<std::string>>();
+    const int64_t rank = j.value("rank", int64_t{8});
     nn::LoraConfig cfg;
-    cfg.rank = j.value("rank", cfg.rank);
-    cfg.alpha = j.value("alpha", static_cast<double>(cfg.rank));
-    if (j.contains("targets")) {
-      cfg.targets.clear();
-      for (const auto& t : j.at("targets")) {
-        const std::string name = t.get<std::string>();
-        if (name == "lm_head") cfg.lm_head = true;
-        else cfg.targets.push_back(nn::parse_lora_target(name));
-      }
+    try {
+      cfg = nn::make_lora_config(rank, j.value("alpha", static_cast<double>(rank)), targets);
+    } catch (const std::exception& e) {
+      throw ArgError(2, "lora", e.what());
     }
-    cfg.validate();
     adapter = std::make_shared<nn::LoraAdapter>(model->config(), cfg);
     adapter->init(j.value("seed", uint64_t{0}));
   }

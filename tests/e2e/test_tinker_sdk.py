@@ -114,7 +114,7 @@ class TinkerSdkSession(unittest.TestCase):
         caps = tinker.RestClient().get_server_capabilities().result() if hasattr(tinker, "RestClient") else None
         if caps is not None:
             self.assertIn(self.server.base, [m.model_name for m in caps.supported_models])
-        tc = sc.create_lora_training_client(base_model=self.server.base, rank=8, seed=3)
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=8, seed=3).result()
         tok = tc.get_tokenizer()
         problems = [("What is 3 plus 4?", " 3 + 4 = 7. #### 7"), ("What is 10 minus 6?", " 10 - 6 = 4. #### 4"),
                     ("What is 2 times 5?", " 2 * 5 = 10. #### 10"), ("What is 9 plus 1?", " 9 + 1 = 10. #### 10")]
@@ -128,7 +128,9 @@ class TinkerSdkSession(unittest.TestCase):
         self.assertLess(losses[-1], losses[0] * 0.9, losses)
 
         # sample under the saved adapter; its log-probs equal a forward of the same tokens, bitwise
-        sampler = tc.save_weights_and_get_sampling_client(name="after-8")
+        sampler_path = tc.save_weights_for_sampler("after-8").result().path
+        self.assertTrue(sampler_path.startswith("tinker://") and "/sampler_weights/after-8" in sampler_path, sampler_path)
+        sampler = sc.create_sampling_client(model_path=sampler_path)
         prompt = tok.encode(problems[0][0])
         res = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=3,
                              sampling_params=types.SamplingParams(max_tokens=12, temperature=1.0, seed=7)).result()
@@ -156,15 +158,24 @@ class TinkerSdkSession(unittest.TestCase):
         back = tc.forward(data, "cross_entropy").result()
         for a, b in zip(before.loss_fn_outputs, back.loss_fn_outputs):
             np.testing.assert_array_equal(a["logprobs"].to_numpy(), b["logprobs"].to_numpy())
+        # a new training client from the same state: the same log-probs
+        tc3 = sc.create_training_client_from_state_with_optimizer(path).result()
+        again = tc3.forward(data, "cross_entropy").result()
+        for a, b in zip(before.loss_fn_outputs, again.loss_fn_outputs):
+            np.testing.assert_array_equal(a["logprobs"].to_numpy(), b["logprobs"].to_numpy())
+        # an ephemeral sampler (no name) samples the current weights
+        eph = tc.save_weights_and_get_sampling_client().result()
+        self.assertEqual(len(eph.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1,
+                                        sampling_params=types.SamplingParams(max_tokens=4)).result().sequences), 1)
 
         # a second client on the same base trains on its own adapter, untouched by the first
-        tc2 = sc.create_lora_training_client(base_model=self.server.base, rank=4)
+        tc2 = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
         fresh = tc2.forward(data, "cross_entropy").result()
         self.assertGreater(mean_nll(fresh, data), mean_nll(back, data))
 
     def test_policy_losses_return_per_token_logprobs(self):
         sc = tinker.ServiceClient()
-        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4)
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
         tok = tc.get_tokenizer()
         tokens = tok.encode("What is 1 plus 1? 1 + 1 = 2. #### 2")
         n = len(tokens) - 1
@@ -200,13 +211,13 @@ class TinkerSdkErrors(unittest.TestCase):
         self.assertIn("API key", json.loads(body)["error"])
         with self.assertRaises(tinker.AuthenticationError):
             tinker.ServiceClient(base_url=self.server.url, api_key="tml-wrongwrongwrong").create_lora_training_client(
-                base_model=self.server.base, rank=4)
+                base_model=self.server.base, rank=4).result()
         self.serves()
 
     def test_unknown_base_model(self):
         sc = tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
         with self.assertRaises(Exception) as cm:
-            sc.create_lora_training_client(base_model="no/such-model", rank=4)
+            sc.create_lora_training_client(base_model="no/such-model", rank=4).result()
         self.assertIn("no/such-model", str(cm.exception))
         self.serves()
 
@@ -219,7 +230,7 @@ class TinkerSdkErrors(unittest.TestCase):
 
     def test_bad_datum_is_a_user_error(self):
         sc = tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
-        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4)
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
         d = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
                         loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
         with self.assertRaises(Exception) as cm:
