@@ -173,6 +173,37 @@ class TinkerSdkSession(unittest.TestCase):
         fresh = tc2.forward(data, "cross_entropy").result()
         self.assertGreater(mean_nll(fresh, data), mean_nll(back, data))
 
+    def test_compute_logprobs_and_custom_loss(self):
+        sc = tinker.ServiceClient()
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
+        tok = tc.get_tokenizer()
+        tokens = tok.encode("What is 2 plus 2? 2 + 2 = 4. #### 4")
+        sampler = sc.create_sampling_client(model_path=tc.save_weights_for_sampler("c0").result().path)
+        lps = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
+        self.assertEqual(len(lps), len(tokens))
+        self.assertIsNone(lps[0])
+        fwd = tc.forward([types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                                      loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)})],
+                         "cross_entropy").result()
+        np.testing.assert_array_equal(np.asarray(lps[1:], dtype=np.float32),
+                                      fwd.loss_fn_outputs[0]["logprobs"].to_numpy().astype(np.float32))
+
+        # forward_backward_custom: the SDK's client-side path (forward, then cross_entropy with the loss's gradients)
+        import torch
+        d = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+
+        def squared(data, logprobs):
+            loss = sum((lp ** 2).sum() for lp in logprobs)
+            return loss, {"squared:sum": float(loss.item())}
+
+        out = tc.forward_backward_custom([d], squared).result()
+        expect = float((fwd.loss_fn_outputs[0]["logprobs"].to_numpy().astype(np.float64) ** 2).sum())
+        self.assertAlmostEqual(out.metrics["squared:sum"], expect, places=2)
+        tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        after = tc.forward([d], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+        self.assertLess(float((after.astype(np.float64) ** 2).sum()), expect)
+
     def test_policy_losses_return_per_token_logprobs(self):
         sc = tinker.ServiceClient()
         tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
