@@ -34,9 +34,11 @@
 --   src:save(dir)                      -> true | nil, err   (a Hugging Face directory)
 --   src:save_lora(dir)                 -> true | nil, err   (LoRA trainers: the adapter as PEFT files)
 --
--- A LoRA trainer's weights are its adapter: push(targets, {lora_name = NAME}) writes it as
--- PEFT files on tmpfs and each engine loads it under NAME (/load_lora_adapter), in place
--- of the last one; the rollout's requests name it (lora_path). The base never moves.
+--   src.lora_name                      -- LoRA trainers: the name engines serve the adapter under
+--
+-- A LoRA trainer's weights are its adapter: push writes it as PEFT files on tmpfs and each
+-- engine loads it under src.lora_name (or opts.lora_name) through /load_lora_adapter, in
+-- place of the last one; the rollout's requests name it (lora_path). The base never moves.
 local json = require "rl.json"
 local task = require "rl.task"
 local log = require "rl.log"
@@ -454,7 +456,8 @@ end
 
 -- A LoRA source: its adapter, by files, into every engine under opts.lora_name.
 function Sender:_push_lora(targets, opts, version, fname)
-  if type(opts.lora_name) ~= "string" or opts.lora_name == "" then
+  local name = opts.lora_name or self.source.lora_name
+  if type(name) ~= "string" or name == "" then
     error(fname .. ": a LoRA trainer syncs its adapter under a name the rollout's requests use "
       .. "(give opts.lora_name)", 3)
   end
@@ -467,7 +470,7 @@ function Sender:_push_lora(targets, opts, version, fname)
   local methods, versions, errors, last = {}, {}, {}, nil
   for i, rx in ipairs(receivers) do
     local finish = opts.guard and opts.guard(i, rx)
-    local r, err = rx:receive_lora(opts.lora_name, dir, version, opts.timeout)
+    local r, err = rx:receive_lora(name, dir, version, opts.timeout)
     if finish then finish() end
     methods[i] = "lora"
     if r then

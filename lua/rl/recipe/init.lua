@@ -251,8 +251,18 @@ local function check_load_path(opt)
 end
 
 local function make_trainer(opt, job)
+  if (opt.lora_rank or 0) > 0 then   -- the adapter travels to rlhost's engines by name (/load_lora_adapter)
+    if opt.rollout_backend == "vllm" then
+      rl.args.usage_error("--lora-rank with --rollout-backend vllm: rlhost does not hand LoRA adapters to vLLM yet "
+        .. "(hint: the native engines serve them)")
+    end
+    if require("rl.recipe.hosts").role(opt) ~= nil then
+      rl.args.usage_error("--lora-rank across hosts: the adapter's files are written where the trainer runs "
+        .. "(hint: one host for now)")
+    end
+  end
   -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)
-  local loss, optimizer, critic = require("rl.trainer.options").from_flags(opt)
+  local loss, optimizer, critic, lora = require("rl.trainer.options").from_flags(opt)
   local topts = {
     loss = loss, optimizer = optimizer, gamma = opt.gamma, normalize_advantages = opt.normalize_advantages,
     -- --use-dynamic-global-batch-size: each batch is one optimiser step, whatever its size
@@ -265,6 +275,7 @@ local function make_trainer(opt, job)
     use_rollout_logprobs = opt.use_rollout_logprobs or nil,
   }
   for k, v in pairs(critic) do topts[k] = v end
+  if (opt.lora_rank or 0) > 0 then for k, v in pairs(lora) do topts[k] = v end end
   local need_ref = opt.use_kl_loss or opt.kl_coef ~= 0
   local ckpt = checkpoint_in(opt.load)
   if ckpt then
@@ -390,7 +401,8 @@ local function start_serving(opt, job)
   end
   job.health = require("rl.recipe.health").from_options(opt, job)
   job.faults = require("rl.recipe.faults").from_options(opt, job)
-  if job.resumed then
+  -- LoRA: the engines serve the trainer's adapter (requests name it) from the first rollout on
+  if job.resumed or job.trainer:lora() then
     assert(job:with_trainer_ranks("sync", function()
       local r = assert(job.trainer:sync(job.engines))
       if job.hosts then job.hosts:sync(job.trainer, r.weight_version) end
@@ -438,6 +450,7 @@ local function make_rollout(opt, job, reward, setup_opts)
     max_failed_samples = opt.max_failed_samples, max_busy_timeouts = opt.max_busy_timeouts,
     over_sampling_limit = opt.over_sampling_limit, load_debug_rollout_data_subsample = opt.load_debug_rollout_data_subsample,
     metric_options = job:metric_options(),
+    lora_path = job.trainer and job.trainer:lora() and job.trainer.lora_name or nil,
   }
   for k, v in pairs(setup_opts) do
     if not SETUP_ONLY[k] then ro_opts[k] = v end

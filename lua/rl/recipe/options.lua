@@ -13,7 +13,7 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "micro_batch_size", "max_tokens_per_gpu", "old_logprobs", "use_tis", "tis_mode", "tis_clip_low", "tis_clip",
   "train_backend", "eps_clip_c", "use_unbiased_kl", "loss_type", "use_rollout_logprobs", "normalize_advantages",
   "min_lr", "adam_beta1", "adam_beta2", "adam_eps", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters",
-  "use_opd", "opd_kl_coef",
+  "use_opd", "opd_kl_coef", "lora_rank", "lora_alpha", "target_modules",
   "gamma", "use_critic", "critic_lr", "value_clip", "lambd", "num_critic_only_steps",
 }, {
   kl_loss_type = { default = "low_var_kl" },

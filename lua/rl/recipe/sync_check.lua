@@ -21,6 +21,7 @@ function M.run(job, tolerance)
   local worst = 0
   for i, eng in ipairs(job.engines or {}) do
     local out, err = eng:generate { input_ids = json.array(ids), return_logprob = true,
+      lora_path = job.trainer:lora() and job.trainer.lora_name or nil,
       sampling_params = { max_new_tokens = M.MAX_NEW_TOKENS, temperature = opt.rollout_temperature, top_p = 1,
                           top_k = -1, sampling_seed = opt.rollout_seed } }
     if not out then error(("--check-weight-update-equal: engine %d (%s): %s"):format(i, tostring(eng.url), tostring(err)), 0) end

@@ -45,6 +45,8 @@ local DEFAULTS = {
   -- "vllm": the engines behind url are vLLM servers (/v1/completions, /abort_requests;
   -- lua/rl/engine/vllm.lua translates); weight_version: what their samples report
   backend = "native", weight_version = false,
+  -- LoRA: every request runs under the engines' adapter of this name (SGLang's lora_path)
+  lora_path = false,
   save_debug_rollout_data = false, load_debug_rollout_data = false, load_debug_rollout_data_subsample = false,
   -- rl.rollout.metrics options of the eval pass (log_passrate, reward_key, ...)
   metric_options = false,
@@ -232,7 +234,7 @@ end
 --- as given (traced sglang_generate). The output ids and log-probs go to
 --- on_output(ids, logprobs, meta_info, text), by default sample:append_response.
 function Rollout:generate_call(sample, p, on_output)
-  local req = { input_ids = sample.tokens, sampling_params = p, return_logprob = true }
+  local req = { input_ids = sample.tokens, sampling_params = p, return_logprob = true, lora_path = self.lora_path or nil }
   local span_name = self.backend == "vllm" and "vllm_generate" or "sglang_generate"   -- vime's name
   trace.span(sample, span_name, { max_new_tokens = p.max_new_tokens }, function(span)
     local out, err, info = self:_post(req, sample.session_id)

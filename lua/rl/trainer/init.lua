@@ -20,6 +20,8 @@ local task = require "rl.task"
 local M = {}
 local Trainer = {}
 Trainer.__index = Trainer
+--- LoRA: the name the engines serve this trainer's adapter under (the rollout's lora_path).
+Trainer.lora_name = "policy"
 
 local function native() return require("rl.torch")._trainer end
 
@@ -219,6 +221,9 @@ function Trainer:weight_source()
       if not self:is_sharded() then return model:save(dir) end
       return done(h:save_model(dir, nil, nil, true))   -- rank 0 drives the gathers (Trainer:sync)
     end,
+    -- LoRA: the adapter is what moves (PEFT files, loaded by the engines under lora_name)
+    lora_name = self:lora() and self.lora_name or nil,
+    save_lora = self:lora() and function(_, dir) return self:save_lora(dir) end or nil,
   }
 end
 
@@ -269,7 +274,8 @@ function Trainer:forget_engine(url)
 end
 
 local SYNC_OPTS = { version = true, method = true, timeout = true, master_address = true, master_port = true,
-                    backend = true, tmp_dir = true, keep_going = true, guard = true, bucket_bytes = true }
+                    backend = true, tmp_dir = true, keep_going = true, guard = true, bucket_bytes = true,
+                    lora_name = true }
 
 --- Hands the current weights to engines (one or a list: rl.engines, vLLM engines,
 --- rl.weight_sync receivers, engine server URLs) through rl.weight_sync. opts: a version,
@@ -290,7 +296,7 @@ function Trainer:sync(engines, opts)
   for k in pairs(opts) do
     if not SYNC_OPTS[k] then
       error(("%s: bad argument 'opts.%s' (unknown option; version, method, timeout, master_address, master_port, "
-        .. "backend, tmp_dir, keep_going, guard, bucket_bytes)"):format(fname, tostring(k)), 2)
+        .. "backend, tmp_dir, keep_going, guard, bucket_bytes, lora_name)"):format(fname, tostring(k)), 2)
     end
   end
   local version = tostring(opts.version or self:step())
