@@ -262,6 +262,38 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
         rows = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual([m["rollout/weight_version"] for m in rows], [1, 2])
 
+    def test_lora_trains_the_adapter_the_engines_serve(self):
+        # --lora-rank: the trainer trains an adapter over the frozen model; each sync hands
+        # it to the engines (PEFT files, /load_lora_adapter under "policy") and every rollout
+        # request names it. The engine answers with the trainer's log-probs exactly
+        # (--check-weight-update-equal), a process engine included, and a resume continues.
+        d = self.dir
+        r = self.run_recipe("--num-rollout", "2", "--lora-rank", "8", "--lora-alpha", "16", "--lr", "5e-3",
+                            "--engine-mode", "process", "--check-weight-update-equal", "--use-kl-loss",
+                            "--save", d + "/ck", "--metrics-dir", d + "/m")
+        text = r.stdout + r.stderr
+        self.assertIn("trainer: LoRA rank 8", text)
+        self.assertIn("weight sync to 1 engine(s): lora", text)
+        steps = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(len(steps), 2)
+        for m in steps:
+            self.assertEqual(m["rollout/weight_sync_logprob_abs_diff"], 0.0)
+        ck = glob.glob(d + "/ck/iter_*/adapter_model.safetensors")
+        self.assertTrue(ck, os.listdir(d + "/ck"))
+        self.assertFalse(glob.glob(d + "/ck/iter_*/model.safetensors"), "a LoRA checkpoint holds no model weights")
+        self.assertNotEqual(read_safetensors(ck[-1]), {}, "the adapter was written")
+        r = self.run_recipe("--num-rollout", "3", "--lora-rank", "8", "--lora-alpha", "16", "--load", d + "/ck",
+                            "--save", d + "/ck", "--check-weight-update-equal", "--metrics-dir", d + "/m2")
+        self.assertIn("resumed from", r.stdout + r.stderr)
+        rows = [m for m in self.metrics(d + "/m2/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual([m["rollout/weight_sync_logprob_abs_diff"] for m in rows], [0.0])
+
+    def test_lora_refused_where_it_cannot_go(self):
+        r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--lora-rank", "4", "--rollout-backend", "vllm")],
+                           capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--lora-rank with --rollout-backend vllm", r.stderr)
+
     def test_data_parallel_two_ranks(self):
         d = self.dir
         recipe = self.recipe_copy()
