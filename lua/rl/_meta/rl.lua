@@ -20,6 +20,7 @@
 ---@field dist rl.dist
 ---@field weight_sync rl.weight_sync
 ---@field tinker_wire rl.tinker_wire
+---@field tinker rl.tinker
 ---@field watchdog rl.watchdog
 ---@field agent rl.agent
 rl = {}

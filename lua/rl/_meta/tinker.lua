@@ -1,0 +1,29 @@
+---@meta
+-- rl.tinker: a self-hosted Tinker API server (docs/tinker.md).
+
+---@class rl.tinker
+rl.tinker = {}
+
+---@class rl.tinker.ServeOpts
+---@field base_models string[]|table<string, string> model directories (a client names each by its path), or name → directory
+---@field api_keys string[] the keys clients send as X-API-Key (each "tml-" + at least 8 characters)
+---@field checkpoint_dir? string where tinker:// checkpoints live (default ~/.cache/rlhost/tinker)
+---@field host? string default "127.0.0.1"
+---@field port? integer default 0: a free port
+---@field allow_remote? boolean allow a non-loopback host (the key is then the only check)
+---@field poll? number seconds a retrieve_future is held before try_again (default 20)
+---@field lora_alpha? number every adapter's alpha (default 32; scale alpha / rank)
+---@field max_rank? integer largest LoRA rank a client may ask for (default 128)
+---@field engine? table rl.engine.start options for the samplers (over {model, mode = "thread", serve = false})
+
+---@class rl.tinker.Server
+---@field url string e.g. "http://127.0.0.1:8000"
+local Server = {}
+--- Stops serving and stops the sampler engines.
+function Server:stop() end
+
+--- Starts the server; nil, err when the port cannot be bound. Raises on bad options.
+---@param opts rl.tinker.ServeOpts
+---@return rl.tinker.Server|nil server
+---@return string|nil err
+function rl.tinker.serve(opts) end
