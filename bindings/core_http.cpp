@@ -324,6 +324,24 @@ BoxPtr& check_server(lua_State* L, int idx) {
   return *p;
 }
 
+// The server op's event ("request", id, {method, path, query, headers, body, remote_addr,
+// remote_port}) for either server's request type.
+template <class Request>
+int push_request(lua_State* L, uint64_t id, const Request& r, int remote_port) {
+  lua_pushliteral(L, "request");
+  lua_pushnumber(L, static_cast<lua_Number>(id));
+  lua_createtable(L, 0, 7);
+  set_string(L, "method", r.method);
+  set_string(L, "path", r.path);
+  set_string(L, "query", r.query);
+  push_headers(L, r.headers);
+  lua_setfield(L, -2, "headers");
+  set_string(L, "body", r.body);
+  set_string(L, "remote_addr", r.remote_addr);
+  set_number(L, "remote_port", remote_port);
+  return 3;
+}
+
 // Loop thread: a request from a worker. Hands it to the server's op, or
 // answers 503 when nobody listens any more.
 void on_server_request(const std::weak_ptr<ServerBox>& weak, const AsyncExchangePtr& ex) {
@@ -338,20 +356,7 @@ void on_server_request(const std::weak_ptr<ServerBox>& weak, const AsyncExchange
   st.pending.emplace(id, HttpState::Pending{ex, nullptr, weak});
   box->ids.insert(id);
   const net::AsyncRequest& r = ex->request();
-  box->ctx->deliver(box->op, [&r, id](lua_State* L) {
-    lua_pushliteral(L, "request");
-    lua_pushnumber(L, static_cast<lua_Number>(id));
-    lua_createtable(L, 0, 7);
-    set_string(L, "method", r.method);
-    set_string(L, "path", r.path);
-    set_string(L, "query", r.query);
-    push_headers(L, r.headers);
-    lua_setfield(L, -2, "headers");
-    set_string(L, "body", r.body);
-    set_string(L, "remote_addr", r.remote_addr);
-    set_number(L, "remote_port", r.remote_port);
-    return 3;
-  }, false);
+  box->ctx->deliver(box->op, [&r, id](lua_State* L) { return push_request(L, id, r, r.remote_port); }, false);
 }
 
 // Loop thread: a request to an event-driven server. Before start() it waits in `early`;
@@ -377,20 +382,7 @@ void on_event_request(const std::weak_ptr<ServerBox>& weak, net::ServerRequest& 
       b->ids.erase(id);
     }
   });
-  box->ctx->deliver(box->op, [&r, id](lua_State* L) {
-    lua_pushliteral(L, "request");
-    lua_pushnumber(L, static_cast<lua_Number>(id));
-    lua_createtable(L, 0, 7);
-    set_string(L, "method", r.method);
-    set_string(L, "path", r.path);
-    set_string(L, "query", r.query);
-    push_headers(L, r.headers);
-    lua_setfield(L, -2, "headers");
-    set_string(L, "body", r.body);
-    set_string(L, "remote_addr", r.remote_addr);
-    set_number(L, "remote_port", 0);
-    return 3;
-  }, false);
+  box->ctx->deliver(box->op, [&r, id](lua_State* L) { return push_request(L, id, r, 0); }, false);
 }
 
 // serve(opts) -> server | nil, err. Binds at once (so port() is known) but

@@ -338,7 +338,13 @@ local function source_can(source, method)
 end
 
 -- One engine of a push that is not "distributed". → reply, err, how.
-local function push_one(self, rx, method, version, o, files)
+local function push_one(self, rx, method, version, o, files, lora)
+  if lora then   -- LoRA: the adapter's PEFT files, loaded under its name in place of the last
+    local d, err = files()
+    if not d then return nil, err, "lora" end
+    local r, lerr = rx:receive_lora(lora, d, version, o.timeout)
+    return r, lerr, "lora"
+  end
   if method == "auto" and rx:can("memory") and source_can(self.source, "memory") then
     local r, err = rx:receive_memory(self.source, version)
     return r, err, "memory"
@@ -404,13 +410,18 @@ function Sender:push(targets, opts, fname)
       .. tostring(method) .. "')", 3)
   end
   local version = tostring(opts.version)
-  if self.source.save_lora then return self:_push_lora(targets, opts, version, fname) end
-  local can, missing = source_can(self.source, method == "auto" and "disk" or method)
+  local lora = self.source.save_lora and (opts.lora_name or self.source.lora_name)
+  if self.source.save_lora and (type(lora) ~= "string" or lora == "") then
+    error(fname .. ": a LoRA trainer syncs its adapter under a name the rollout's requests use "
+      .. "(give opts.lora_name)", 3)
+  end
+  if lora then method = "lora" end   -- the adapter alone, by files: whatever opts.method says
+  local can, missing = source_can(self.source, (method == "auto" or method == "lora") and "disk" or method)
   if not can then
     error(("%s: the weight source cannot send by '%s' (it has no %s)"):format(fname,
       method == "auto" and "disk" or method, missing), 3)
   end
-  local receivers = receivers_of(targets, method, fname)
+  local receivers = receivers_of(targets, lora and "disk" or method, fname)
   local t0 = now()
   local methods, versions, errors = {}, {}, {}
   if method == "distributed" then
@@ -423,11 +434,12 @@ function Sender:push(targets, opts, fname)
     return { seconds = now() - t0, weight_version = version, methods = methods, versions = versions, errors = errors }
   end
   local dir
-  local function files()   -- one safetensors directory on tmpfs for every "disk" engine of this push
+  local function files()   -- one directory on tmpfs for every "disk" (or "lora") engine of this push
     if not dir then
-      dir = ("%s/rlhost-weights-%s-%s"):format(opts.tmp_dir or tmp_dir(), os.time() .. "-" .. math.random(1e6),
-        (version:gsub("[^%w%.%-_]", "_")))
-      local ok, serr = self.source:save(dir)
+      dir = ("%s/rlhost-%s-%s-%s"):format(opts.tmp_dir or tmp_dir(), lora and "lora" or "weights",
+        os.time() .. "-" .. math.random(1e6), (version:gsub("[^%w%.%-_]", "_")))
+      local ok, serr
+      if lora then ok, serr = self.source:save_lora(dir) else ok, serr = self.source:save(dir) end
       if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
     end
     return dir
@@ -435,7 +447,7 @@ function Sender:push(targets, opts, fname)
   local last
   for i, rx in ipairs(receivers) do
     local finish = opts.guard and opts.guard(i, rx)
-    local r, err, how = push_one(self, rx, method, version, opts, files)
+    local r, err, how = push_one(self, rx, method, version, opts, files, lora)
     if finish then finish() end
     methods[i] = how
     if r then
@@ -450,41 +462,6 @@ function Sender:push(targets, opts, fname)
     end
   end
   if dir then require("rl._fs").remove_tree(dir) end
-  return { seconds = now() - t0, weight_version = last or version, methods = methods, versions = versions,
-           errors = errors }
-end
-
--- A LoRA source: its adapter, by files, into every engine under opts.lora_name.
-function Sender:_push_lora(targets, opts, version, fname)
-  local name = opts.lora_name or self.source.lora_name
-  if type(name) ~= "string" or name == "" then
-    error(fname .. ": a LoRA trainer syncs its adapter under a name the rollout's requests use "
-      .. "(give opts.lora_name)", 3)
-  end
-  local receivers = receivers_of(targets, "disk", fname)
-  local t0 = now()
-  local dir = ("%s/rlhost-lora-%s-%s"):format(opts.tmp_dir or tmp_dir(), os.time() .. "-" .. math.random(1e6),
-    (version:gsub("[^%w%.%-_]", "_")))
-  local ok, serr = self.source:save_lora(dir)
-  if not ok then return nil, "rl.trainer: writing the LoRA adapter for sync: " .. tostring(serr) end
-  local methods, versions, errors, last = {}, {}, {}, nil
-  for i, rx in ipairs(receivers) do
-    local finish = opts.guard and opts.guard(i, rx)
-    local r, err = rx:receive_lora(name, dir, version, opts.timeout)
-    if finish then finish() end
-    methods[i] = "lora"
-    if r then
-      versions[i] = r.weight_version ~= nil and tostring(r.weight_version) or version
-      last = versions[i]
-    else
-      versions[i], errors[i] = false, tostring(err)
-      if not opts.keep_going then
-        require("rl._fs").remove_tree(dir)
-        return nil, ("LoRA sync to engine %d failed: %s"):format(i, tostring(err))
-      end
-    end
-  end
-  require("rl._fs").remove_tree(dir)
   return { seconds = now() - t0, weight_version = last or version, methods = methods, versions = versions,
            errors = errors }
 end
