@@ -40,7 +40,9 @@ local function stories_rollout()
   end
   f:close()
   local ro = rl.rollout.new { engine = eng, tokenizer = tok, data = rl.data.load(path, { label_key = "label" }),
-    reward = function(s) return #s.response % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
+    -- rewards that vary inside every group (by the sample's index, not its random response), so
+    -- each optimiser step moves the weights: a group of equal rewards has no gradient
+    reward = function(s) return s.index % 2 end, rollout_batch_size = 2, n_samples_per_prompt = 4,
     rollout_max_response_len = 10 }
   return eng, tok, ro, path
 end
