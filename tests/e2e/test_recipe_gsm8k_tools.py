@@ -46,8 +46,8 @@ class GsmToolsRecipe(RlhostTestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-4000:])
         self.assertIn("calculator", r.stdout)
 
-        r = subprocess.run([BIN, "--no-control", RECIPE, "--num-rollout", "2", "--rollout-batch-size", "2",
-                            "--n-samples-per-prompt", "4", "--eval-interval", "2", "--eval-max-prompts", "4",
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--num-rollout", "2", "--rollout-batch-size", "4",
+                            "--n-samples-per-prompt", "8", "--eval-interval", "2", "--eval-max-prompts", "4",
                             "--dynamic-sampling-filter", "none", "--threads", "1", "--no-progress",
                             "--metrics-dir", d + "/m"], capture_output=True, text=True, timeout=240, env=env, cwd=d)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-6000:])
@@ -69,8 +69,11 @@ class GsmToolsRecipe(RlhostTestCase):
             if "rollout/tool_calls/success_rate" in m:
                 self.assertAlmostEqual(m["rollout/tool_calls/success_rate"], 1 - m["rollout/tool_errors/rate"],
                                        places=9, msg=m)
-        # the tiny model samples at T = 1: a step's 8 trajectories may all skip the tool (seen
-        # about once in 8 runs), so the calls are asserted over the run
+        # the tiny model samples at T = 1 and often skips the tool (here 13-75 % of a step's
+        # trajectories called it; how well the warm-up learnt to call varies by machine):
+        # with 8 trajectories per step, a run whose two steps had no call at all failed CI
+        # once; with 32 per step (64 over the run) that is negligible, so the calls are
+        # asserted over the run
         self.assertGreaterEqual(max(m["rollout/turns/max"] for m in steps), 2, "a tool call starts another turn")
         self.assertGreater(sum(m["rollout/tool_calls/mean"] for m in steps), 0)
         self.assertTrue(any("rollout/tool_calls/success_rate" in m for m in steps), "the tool-call success rate is reported")
