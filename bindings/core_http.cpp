@@ -387,6 +387,32 @@ void on_event_request(const std::weak_ptr<ServerBox>& weak, net::ServerRequest& 
 
 // serve(opts) -> server | nil, err. Binds at once (so port() is known) but
 // accepts only after server:start(), once Lua listens on server:op().
+// Binds the server (listen), gives it an op whose cancel stops it (Lua closed the op:
+// its accept task ended) and pushes it as a userdata; a bind failure is (nil, message).
+template <class Bind>
+int push_server(lua_State* L, HostContext& ctx, std::shared_ptr<ServerBox> box, Bind&& bind) {
+  std::string bind_error;
+  try {
+    bind();
+  } catch (const std::exception& e) {
+    bind_error = e.what();
+  }
+  if (!bind_error.empty()) {
+    box.reset();
+    return fail(L, bind_error);
+  }
+  box->op = ctx.new_op();
+  std::weak_ptr<ServerBox> weak = box;
+  ctx.set_cancel(box->op, [weak] {
+    if (auto b = weak.lock()) b->stop(false);
+  });
+  void* mem = lua_newuserdata(L, sizeof(BoxPtr));
+  new (mem) BoxPtr(std::move(box));
+  registry_get(L, &kServerMt);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
 int l_serve(lua_State* L) {
   arg::table(L, 1, "opts");
   net::HttpServerOptions so;
@@ -435,21 +461,9 @@ int l_serve(lua_State* L) {
         ctx.loop(), eo, [weak](net::ServerRequest& r, std::shared_ptr<net::Responder> res) {
           on_event_request(weak, r, std::move(res));
         });
-    try {
-      box->event->start();  // binds and listens now, so port() is known; requests wait for start()
-    } catch (const std::exception& e) {
-      box.reset();
-      return fail(L, e.what());
-    }
-    box->op = ctx.new_op();
-    ctx.set_cancel(box->op, [weak] {
-      if (auto b = weak.lock()) b->stop(false);
-    });
-    void* mem = lua_newuserdata(L, sizeof(BoxPtr));
-    new (mem) BoxPtr(std::move(box));
-    registry_get(L, &kServerMt);
-    lua_setmetatable(L, -2);
-    return 1;
+    // binds and listens now, so port() is known; requests wait for start()
+    net::EventServer* server = box->event.get();
+    return push_server(L, ctx, std::move(box), [server] { server->start(); });
   }
   box->server = std::make_unique<net::HttpServer>(so);
   if (static_dir) box->server->serve_static(*static_dir, mount.value_or("/"));
@@ -464,26 +478,8 @@ int l_serve(lua_State* L) {
           }
         });
   }
-  std::string bind_error;
-  try {
-    box->server->bind();
-  } catch (const std::exception& e) {
-    bind_error = e.what();
-  }
-  if (!bind_error.empty()) {
-    box.reset();
-    return fail(L, bind_error);
-  }
-  box->op = ctx.new_op();
-  std::weak_ptr<ServerBox> weak = box;
-  ctx.set_cancel(box->op, [weak] {  // Lua closed the op (its accept task ended): stop serving
-    if (auto b = weak.lock()) b->stop(false);
-  });
-  void* mem = lua_newuserdata(L, sizeof(BoxPtr));
-  new (mem) BoxPtr(std::move(box));
-  registry_get(L, &kServerMt);
-  lua_setmetatable(L, -2);
-  return 1;
+  net::HttpServer* server = box->server.get();
+  return push_server(L, ctx, std::move(box), [server] { server->bind(); });
 }
 
 // start() -> bool: false when the server was stopped before it started.
