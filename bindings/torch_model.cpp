@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/live_objects.hpp"
+#include "bindings/host_context.hpp"
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "nn/greedy.hpp"
@@ -19,6 +20,7 @@ namespace {
 
 const char kModelMt = 0;
 const char kLoraMt = 0;
+const char kLoaderMt = 0;
 
 struct ModelBox : LiveObject {
   std::shared_ptr<nn::Transformer> model;
@@ -26,6 +28,14 @@ struct ModelBox : LiveObject {
 
 struct LoraBox : LiveObject {
   std::shared_ptr<nn::LoraAdapter> adapter;
+};
+
+// A model loading on a helper thread (the loop keeps serving meanwhile); its destructor
+// joins the thread, so the job never outlives the box it writes into.
+struct LoaderBox : LiveObject {
+  std::shared_ptr<nn::Transformer> model;  // set by the job before its op completes
+  OpThread worker;
+  ~LoaderBox() { worker.stop(); }
 };
 
 nn::LoraAdapter& check_lora(lua_State* L, int idx) {
@@ -117,6 +127,33 @@ int l_load(lua_State* L) {
   return 1;
 }
 
+// model_load_start(path, {dtype=, device=}) -> loader, op: the load runs on a helper
+// thread; the op completes ("done", "") or ("error", why); then loader:take() -> handle.
+int l_load_start(lua_State* L) {
+  std::string path(arg::string(L, 1, "path"));
+  const auto opts = options_arg(L, 2, "opts");
+  void* mem = lua_newuserdata(L, sizeof(LoaderBox));
+  auto* box = new (mem) LoaderBox();
+  registry_get(L, &kLoaderMt);
+  lua_setmetatable(L, -2);
+  box->worker.start(L, [box, path = std::move(path), opts] {
+    box->model = nn::Transformer::from_pretrained(path, opts);
+    return std::string();
+  });
+  return 2;
+}
+
+// loader:take() -> the loaded model's handle (once; the op must have completed "done").
+int l_loader_take(lua_State* L) {
+  auto* box = static_cast<LoaderBox*>(check_udata(L, 1, &kLoaderMt, "loader", "rl.model loader"));
+  if (box->worker.is_busy()) throw ArgError(1, "loader", "the model is still loading (await its op first)");
+  box->worker.join();
+  if (!box->model) throw ArgError(1, "loader", "no model: the load failed or was taken already");
+  push_model(L, std::move(box->model));
+  box->model.reset();
+  return 1;
+}
+
 // model_init(config_json, dir, {seed=, dtype=}) -> true | nil, err
 int l_init(lua_State* L) {
   const std::string config_json(arg::string(L, 1, "config"));
@@ -149,9 +186,9 @@ int l_num_parameters(lua_State* L) {
   return 1;
 }
 
-// parameters() -> {{name=, shape={...}, dtype=}, ...}
-int l_parameters(lua_State* L) {
-  const auto& params = check_model(L, 1).named_parameters();
+// A listing of named tensors -> {{name=, shape={...}, dtype=}, ...}, in order.
+template <class Named>
+int push_param_list(lua_State* L, const Named& params) {
   lua_createtable(L, static_cast<int>(params.size()), 0);
   int i = 0;
   for (const auto& [name, t] : params) {
@@ -168,6 +205,9 @@ int l_parameters(lua_State* L) {
   }
   return 1;
 }
+
+// parameters() -> {{name=, shape={...}, dtype=}, ...}
+int l_parameters(lua_State* L) { return push_param_list(L, check_model(L, 1).named_parameters()); }
 
 // logprobs(ids, {temperature=1}) -> {lp_2, ..., lp_n}: log p(ids[i] | ids[1..i-1])
 int l_logprobs(lua_State* L) {
@@ -406,24 +446,8 @@ int l_lora_config(lua_State* L) {
   return 1;
 }
 
-// lora:parameters() -> {{name=, shape={...}}, ...} (PEFT's names, in order)
-int l_lora_parameters(lua_State* L) {
-  const auto& params = check_lora(L, 1).named_parameters();
-  lua_createtable(L, static_cast<int>(params.size()), 0);
-  int i = 0;
-  for (const auto& [name, t] : params) {
-    lua_createtable(L, 0, 2);
-    set_string(L, "name", name);
-    lua_createtable(L, static_cast<int>(t.dim()), 0);
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      lua_pushnumber(L, static_cast<double>(t.size(d)));
-      lua_rawseti(L, -2, static_cast<int>(d + 1));
-    }
-    lua_setfield(L, -2, "shape");
-    lua_rawseti(L, -2, ++i);
-  }
-  return 1;
-}
+// lora:parameters() -> {{name=, shape={...}, dtype=}, ...} (PEFT's names, in order)
+int l_lora_parameters(lua_State* L) { return push_param_list(L, check_lora(L, 1).named_parameters()); }
 
 }  // namespace
 
@@ -461,8 +485,12 @@ void open_model(lua_State* L, int t) {
       {"parameters", entry<l_lora_parameters>},
   };
   make_metatable(L, &kLoraMt, "rl.model.Lora:", lora_methods, std::size(lora_methods), entry<destroy_udata<LoraBox>>);
+  static const Reg loader_methods[] = {{"take", entry<l_loader_take>}};
+  make_metatable(L, &kLoaderMt, "rl.model.Loader:", loader_methods, std::size(loader_methods),
+                 entry<destroy_udata<LoaderBox>>);
   static const Reg regs[] = {
       {"model_load", entry<l_load>},
+      {"model_load_start", entry<l_load_start>},
       {"model_init", entry<l_init>},
       {"load_lora", entry<l_load_lora>},
   };

@@ -94,24 +94,42 @@ local function wrap(h, path)
   return setmetatable({ _h = h, config = json.decode(h:config_json()), path = path }, Model)
 end
 
+-- rl.model.load's arguments checked, its options with the device resolved (or nil, why).
+local function load_options(path, opts, fname)
+  if type(path) ~= "string" then
+    error(fname .. ": bad argument #1 'path' (string expected, got " .. type(path) .. ")", 3)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(fname .. ": bad argument #2 'opts' (table expected, got " .. type(opts) .. ")", 3)
+  end
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  local dev, derr = require("rl.device").resolve(o.device, fname .. ": opts.device")
+  if not dev then return nil, derr end
+  o.device = dev
+  return o
+end
+
 --- Loads a model directory (config.json + safetensors, sharded or not) or a .gguf file.
 ---@param path string
 ---@param opts? {dtype?: string, device?: string}
 function M.load(path, opts)
-  if type(path) ~= "string" then
-    error("rl.model.load: bad argument #1 'path' (string expected, got " .. type(path) .. ")", 2)
-  end
-  if opts ~= nil and type(opts) ~= "table" then
-    error("rl.model.load: bad argument #2 'opts' (table expected, got " .. type(opts) .. ")", 2)
-  end
-  local o = {}
-  for k, v in pairs(opts or {}) do o[k] = v end
-  local dev, derr = require("rl.device").resolve(o.device, "rl.model.load: opts.device")
-  if not dev then return nil, derr end
-  o.device = dev
-  local h, err = native.model_load(path, o)
-  if not h then return nil, err end
+  local o, err = load_options(path, opts, "rl.model.load")
+  if not o then return nil, err end
+  local h, lerr = native.model_load(path, o)
+  if not h then return nil, lerr end
   return wrap(h, path)
+end
+
+--- rl.model.load on a helper thread, from a task: the task waits, the event loop (its
+--- servers, the other tasks) keeps running meanwhile.
+function M.load_async(path, opts)
+  local o, err = load_options(path, opts, "rl.model.load_async")
+  if not o then return nil, err end
+  local loader, op = native.model_load_start(path, o)
+  local kind, why = require("rl.task").await_op(op, "rl.model.load_async")
+  if kind ~= "done" then return nil, why end
+  return wrap(loader:take(), path)
 end
 
 local fs = require("rl._fs")

@@ -94,6 +94,22 @@ describe("rl.model", function()
     ok(err:find("num_key_value_heads", 1, true), err)
   end)
 
+  it("load_async loads on a helper thread (from a task); a bad path is nil, err", function()
+    local m, lp, err, bad
+    rl.spawn(function()
+      m = assert(rl.model.load_async(STORIES))
+      lp = m:logprobs({ 1, 365, 191, 260 })
+      bad, err = rl.model.load_async("/nonexistent/model")
+    end):wait()
+    eq(m.config.hidden_size, 64)
+    local want = assert(rl.model.load(STORIES)):logprobs({ 1, 365, 191, 260 })
+    for t = 1, 3 do eq(lp[t], want[t]) end   -- the same weights: bit for bit
+    eq(bad, nil)
+    ok(err:find("/nonexistent/model", 1, true), err)
+    local okc, e = pcall(rl.model.load_async, 42)
+    ok(not okc and e:find("bad argument #1 'path'", 1, true), e)
+  end)
+
   it("misuse raises with the argument named", function()
     raises(function() rl.model.load(42) end, "rl.model.load: bad argument #1 'path' (string expected, got number)")
     local m = assert(rl.model.load(STORIES))

@@ -41,7 +41,7 @@ function M.new(opts)
     local name, dir = k, v
     if type(k) == "number" then name = v end
     if type(dir) ~= "string" then error("rl.tinker.serve: opts.base_models: a model directory expected for " .. tostring(name), 3) end
-    bases[name] = { name = name, dir = dir, lock = task.semaphore(1) }
+    bases[name] = { name = name, dir = dir, lock = task.semaphore(1), load_lock = task.semaphore(1) }
     names[#names + 1] = name
   end
   if #names == 0 then error("rl.tinker.serve: opts.base_models is empty (give at least one model directory)", 3) end
@@ -53,14 +53,20 @@ end
 
 function Training:base_names() return self.names end
 
--- The base's model, loaded on first use (float32 on the CPU: exact kernels).
+-- The base's model, loaded on first use (float32 on the CPU: exact kernels), on a helper
+-- thread: the server keeps answering meanwhile; a second caller waits for the first load.
 function Training:_model(base)
-  if not base.model then
-    local m, err = require("rl.model").load(base.dir, { dtype = "float32" })
-    if not m then error("loading base model " .. base.name .. ": " .. tostring(err), 0) end
-    base.model = m
+  if base.model then return base.model end
+  base.load_lock:acquire()
+  local ok, err = pcall(function()
+    if base.model then return end
+    local m, lerr = require("rl.model").load_async(base.dir, { dtype = "float32" })
+    if not m then error("loading base model " .. base.name .. ": " .. tostring(lerr), 0) end
     base.config = json.decode(assert(require("rl._fs").read_file(base.dir .. "/config.json")))
-  end
+    base.model = m
+  end)
+  base.load_lock:release()
+  if not ok then error(err, 0) end
   return base.model
 end
 
