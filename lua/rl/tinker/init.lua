@@ -106,8 +106,10 @@ end
 
 ROUTES["/api/v1/create_model"] = function(self, req, body)
   local session = self:_session(body.session_id)
-  return self:_future(function() return { body = self.training:create(session, body) } end,
-    { what = "create_model", key = req.headers["x-idempotency-key"] })
+  return self:_future(function()
+    self:_session(session.id)   -- it may have ended since: a client made now would never be released
+    return { body = self.training:create(session, body) }
+  end, { what = "create_model", key = req.headers["x-idempotency-key"] })
 end
 
 ROUTES["/api/v1/get_info"] = function(self, req, body)
