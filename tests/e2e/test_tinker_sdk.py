@@ -2,12 +2,16 @@
 a scripted session of a LoRA training client on the default model — forward_backward +
 optim_step until the loss falls, save for a sampler, sample, check that the sampled
 log-probs equal a forward of the same tokens bit for bit, save and load state — and the
-errors the SDK shows for bad input, with the server serving on after each.
+errors the SDK shows for bad input, with the server serving on after each; the
+RestClient's training runs and checkpoints (listed from disk, deleted for real); and a
+client killed with SIGKILL, whose session expires once its heartbeats stop.
 
 The SDK runs unmodified: it reaches the server through TINKER_BASE_URL / TINKER_API_KEY.
 """
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,13 +45,14 @@ def default_model():
 class Server:
     """`rlhost tinker` in a child process, its URL and key."""
 
-    def __init__(self, base, tmp):
+    def __init__(self, base, tmp, extra=()):
         self.ready = os.path.join(tmp, "ready")
+        self.ckpt = os.path.join(tmp, "ckpt")
         self.key_file = os.path.join(tmp, "api_key")
         self.log = open(os.path.join(tmp, "server.log"), "w")
         self.proc = subprocess.Popen(
             [BIN, "tinker", "--base-model", base, "--port", "0", "--ready-file", self.ready, "--api-key-file",
-             self.key_file, "--checkpoint-dir", os.path.join(tmp, "ckpt"), "--poll", "5"],
+             self.key_file, "--checkpoint-dir", self.ckpt, "--poll", "5", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
         while not os.path.exists(self.ready):
@@ -67,8 +72,8 @@ class Server:
             self.proc.wait()
         self.log.close()
 
-    def post(self, path, body, content_type="application/json", key=None):
-        req = urllib.request.Request(self.url + path, data=body, method="POST",
+    def post(self, path, body, content_type="application/json", key=None, method="POST"):
+        req = urllib.request.Request(self.url + path, data=body, method=method,
                                      headers={"Content-Type": content_type, "X-API-Key": key or self.key})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
@@ -204,6 +209,11 @@ class TinkerSdkSession(unittest.TestCase):
         after = tc.forward([d], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
         self.assertLess(float((after.astype(np.float64) ** 2).sum()), expect)
 
+        # saving again under the same name: the sampler on that path samples the new weights
+        tc.save_weights_for_sampler("c0").result()
+        lps2 = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
+        np.testing.assert_array_equal(np.asarray(lps2[1:], dtype=np.float32), after.astype(np.float32))
+
     def test_policy_losses_return_per_token_logprobs(self):
         sc = tinker.ServiceClient()
         tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
@@ -273,6 +283,154 @@ class TinkerSdkErrors(unittest.TestCase):
             tc.forward_backward([huge], "cross_entropy").result()
         self.assertIn("vocabulary", str(cm.exception))
         self.serves()
+
+
+# A client of its own process: a session with a training client and a sampler, then it
+# prints its model_id and idles (its SDK heartbeating) until the test kills it.
+DYING_CLIENT = """
+import sys, time, tinker
+sc = tinker.ServiceClient()
+tc = sc.create_lora_training_client(base_model=sys.argv[1], rank=4).result()
+sc.create_sampling_client(base_model=sys.argv[1]).result()
+print(tc.model_id, flush=True)
+time.sleep(600)
+"""
+
+
+@support.requires(HAVE_TINKER, "the tinker SDK", HINT)
+class TinkerSdkRestAndExpiry(unittest.TestCase):
+    """RestClient's runs and checkpoints, and sessions that expire (--session-timeout)."""
+    TIMEOUT = 15   # the SDK beats every 10 s
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="rlhost-tinker-rest-")
+        cls.server = Server(default_model(), cls.tmp.name, extra=("--session-timeout", str(cls.TIMEOUT)))
+        cls.rest = tinker.RestClient(base_url=cls.server.url, api_key=cls.server.key)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def service(self):
+        return tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
+
+    def test_checkpoints_listed_and_deleted(self):
+        sc = self.service()
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
+        state = tc.save_state("s1").result().path
+        sampler = tc.save_weights_for_sampler("p1").result().path
+        run_id = tc.model_id
+        ckpts = self.rest.list_checkpoints(run_id).result().checkpoints
+        self.assertEqual(sorted((c.checkpoint_id, c.checkpoint_type, c.tinker_path) for c in ckpts),
+                         [("sampler_weights/p1", "sampler", sampler), ("weights/s1", "training", state)])
+        for c in ckpts:
+            self.assertGreater(c.size_bytes, 0)
+            self.assertLess(abs(c.time.timestamp() - time.time()), 120, c.time)
+        user = self.rest.list_user_checkpoints().result()
+        self.assertTrue({state, sampler} <= {c.tinker_path for c in user.checkpoints})
+        self.assertGreaterEqual(user.cursor.total_count, 2)
+        one = self.rest.list_user_checkpoints(limit=1, offset=1).result()
+        self.assertEqual((len(one.checkpoints), one.cursor.limit, one.cursor.offset), (1, 1, 1))
+
+        run = self.rest.get_training_run(run_id).result()
+        self.assertEqual((run.training_run_id, run.base_model, run.is_lora, run.lora_rank),
+                         (run_id, self.server.base, True, 4))
+        self.assertEqual(run.last_checkpoint.tinker_path, state)
+        self.assertEqual(run.last_sampler_checkpoint.tinker_path, sampler)
+        self.assertEqual(self.rest.get_training_run_by_tinker_path(sampler).result().training_run_id, run_id)
+        self.assertIn(run_id, [r.training_run_id for r in self.rest.list_training_runs().result().training_runs])
+        info = self.rest.get_weights_info_by_tinker_path(state).result()
+        self.assertEqual((info.base_model, info.lora_rank, info.is_lora), (self.server.base, 4, True))
+        session = self.rest.get_session(run_id.split(":train:")[0]).result()
+        self.assertIn(run_id, session.training_run_ids)
+
+        # deleting needs the key, and takes only checkpoint ids: nothing goes otherwise
+        sampler_dir = os.path.join(self.server.ckpt, run_id, "sampler_weights", "p1")
+        self.assertTrue(os.path.isfile(os.path.join(sampler_dir, "adapter_config.json")))
+        status, _ = self.server.post("/api/v1/training_runs/%s/checkpoints/sampler_weights/p1" % run_id, None,
+                                     key="tml-not-the-key", method="DELETE")
+        self.assertEqual(status, 401)
+        status, body = self.server.post("/api/v1/training_runs/..%2F..%2Fckpt/checkpoints/sampler_weights/p1", None,
+                                        method="DELETE")
+        self.assertEqual(status, 400, body)
+        self.assertTrue(os.path.isdir(sampler_dir))
+
+        self.rest.delete_checkpoint_from_tinker_path(sampler).result()
+        self.assertFalse(os.path.exists(sampler_dir))
+        self.assertEqual([c.tinker_path for c in self.rest.list_checkpoints(run_id).result().checkpoints], [state])
+        with self.assertRaises(tinker.NotFoundError):
+            self.rest.delete_checkpoint(run_id, "sampler_weights/p1").result()
+        with self.assertRaises(Exception) as cm:   # a sampler of a deleted checkpoint is refused
+            sc.create_sampling_client(model_path=sampler).result().sample(
+                prompt=types.ModelInput.from_ints([1, 2]), num_samples=1,
+                sampling_params=types.SamplingParams(max_tokens=2)).result()
+        self.assertIn("p1", str(cm.exception))
+        self.rest.delete_checkpoint(run_id, "weights/s1").result()
+        self.assertEqual(self.rest.list_checkpoints(run_id).result().checkpoints, [])
+        self.assertFalse(os.path.exists(os.path.join(self.server.ckpt, run_id)))
+        with self.assertRaises(tinker.NotFoundError):
+            self.rest.get_training_run("session-nope:train:0").result()
+
+    def test_killed_client_session_expires(self):
+        live = self.service()
+        live_tc = live.create_lora_training_client(base_model=self.server.base, rank=4).result()
+        live_session = live_tc.model_id.split(":train:")[0]
+        born = time.time()
+        env = dict(os.environ, TINKER_BASE_URL=self.server.url, TINKER_API_KEY=self.server.key)
+        child = subprocess.Popen([sys.executable, "-c", DYING_CLIENT, self.server.base], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            ready, _, _ = select.select([child.stdout], [], [], 120)
+            self.assertTrue(ready, "the client process printed no model_id in 120 s")
+            dead_model = child.stdout.readline().strip()
+            self.assertIn(":train:", dead_model)
+            dead_session = dead_model.split(":train:")[0]
+            got = self.rest.get_session(dead_session).result()
+            self.assertEqual((got.training_run_ids, len(got.sampler_ids)), ([dead_model], 1))
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        killed = time.time()
+        # the RestClient's look does not count as a sign of life: poll until the session is gone
+        while True:
+            try:
+                self.rest.get_session(dead_session).result()
+            except tinker.NotFoundError as e:
+                self.assertIn("expired", str(e))
+                break
+            self.assertLess(time.time() - killed, self.TIMEOUT * 2 + 10, "the dead client's session did not expire")
+            time.sleep(0.25)
+        gone_after = time.time() - killed
+        # its last heartbeat came at most 10 s before the kill; sweeps run every TIMEOUT / 4
+        self.assertLessEqual(gone_after, self.TIMEOUT + self.TIMEOUT / 4 + 2, gone_after)
+        self.assertGreaterEqual(gone_after, self.TIMEOUT - 11, gone_after)
+        print("\nthe killed client's session was released %.1f s after SIGKILL (timeout %d s)" % (gone_after, self.TIMEOUT),
+              file=sys.stderr)
+        with open(self.server.log.name) as f:
+            log = f.read()
+        line = [ln for ln in log.splitlines() if dead_session in ln and "expired" in ln]
+        self.assertEqual(len(line), 1, log[-3000:])
+        self.assertIn("released 1 training client(s), 1 sampler(s)", line[0])
+        silent = float(line[0].split("no heartbeat for ")[1].split(" s")[0])
+        self.assertGreaterEqual(silent, self.TIMEOUT)
+        # its training client is gone; a heartbeat for it hears 410 (the SDK stops beating)
+        status, body = self.server.post("/api/v1/get_info", json.dumps({"model_id": dead_model}).encode())
+        self.assertEqual(status, 400)
+        self.assertIn("unknown model_id", json.loads(body)["error"])
+        status, body = self.server.post("/api/v1/session_heartbeat",
+                                        json.dumps({"session_id": dead_session}).encode())
+        self.assertEqual(status, 410, body)
+
+        # the live client, older than the timeout by now, kept its session by heartbeating
+        time.sleep(max(0.0, born + self.TIMEOUT + 3 - time.time()))
+        self.assertEqual(live_tc.get_info().model_id, live_tc.model_id)
+        self.assertIn(live_tc.model_id, self.rest.get_session(live_session).result().training_run_ids)
+        live.close("success").result()
+        with self.assertRaises(tinker.NotFoundError) as cm:
+            self.rest.get_session(live_session).result()
+        self.assertIn("finished (success)", str(cm.exception))
 
 
 if __name__ == "__main__":

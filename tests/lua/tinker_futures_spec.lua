@@ -72,4 +72,50 @@ describe("rl.tinker.futures", function()
     eq(se.category, "server")
     ok(se.error:find("boom", 1, true), se.error)
   end)
+
+  it("forgets results `keep` seconds after they finished, oldest first, with their idempotency keys", function()
+    local t = 0
+    local store = futures.new { keep = 10, clock = function() return t end }
+    local first = store:submit(function() return { body = "first" } end, { key = "k-first" })
+    eq(store:wait(first).result.body, "first")               -- done at t = 0
+    t = 5
+    local running = store:submit(function() rl.sleep(0.3) return { body = "slow" } end)
+    local second = store:submit(function() return { body = "second" } end, { key = "k-second" })
+    eq(store:wait(second).result.body, "second")             -- done at t = 5
+    t = 10
+    store:submit(function() return {} end)
+    ok(store:get(first), "kept for exactly `keep` seconds")
+    t = 10.5
+    store:submit(function() return {} end)
+    eq(store:get(first), nil)
+    ok(store:get(second) and store:get(running), "the later result and the running call stay")
+    -- the key of a forgotten result names a new request; the kept one's still the first
+    local again = store:submit(function() return { body = "again" } end, { key = "k-first" })
+    ok(again ~= first)
+    eq(store:submit(function() return {} end, { key = "k-second" }), second)
+    t = 100                                                  -- the slow call finishes at t = 100
+    eq(store:wait(running).result.body, "slow")
+    store:submit(function() return {} end)
+    eq(store:get(second), nil)
+    ok(store:get(running), "kept `keep` seconds from when it finished, not from when it came")
+  end)
+
+  it("a submit's expiry looks only at what is due (20000 kept results cost nothing)", function()
+    local t = 0
+    local store = futures.new { keep = 50, clock = function() return t end }
+    local n = 20000
+    for _ = 1, n do store:submit(function() return {} end) end
+    while store:counts().done < n do rl.sleep(0.01) end   -- let them finish
+    -- a scan of every kept result per submit would look at n * n = 4e8 entries here
+    local t0 = rl.now()
+    for _ = 1, n do store:submit(function() return {} end) end
+    rl.sleep(0)
+    local took = rl.now() - t0
+    ok(took < 5, ("%d submits beside %d kept results took %.1f s"):format(n, n, took))
+    while store:counts().done < 2 * n do rl.sleep(0.01) end
+    t = 51
+    store:submit(function() return {} end)
+    while store:counts().done < 1 do rl.sleep(0.01) end
+    eq(store:counts().done, 1)   -- the 2n due ones went at once; the new one stays
+  end)
 end)

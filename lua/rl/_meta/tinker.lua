@@ -4,6 +4,9 @@
 ---@class rl.tinker
 rl.tinker = {}
 
+--- Seconds without a heartbeat before a session expires (serve's default session_timeout).
+rl.tinker.SESSION_TIMEOUT = 60
+
 ---@class rl.tinker.ServeOpts
 ---@field base_models string[]|table<string, string> model directories (a client names each by its path), or name → directory
 ---@field api_keys string[] the keys clients send as X-API-Key (each "tml-" + at least 8 characters)
@@ -14,6 +17,7 @@ rl.tinker = {}
 ---@field poll? number seconds a retrieve_future is held before try_again (default 20)
 ---@field lora_alpha? number every adapter's alpha (default 32; scale alpha / rank)
 ---@field max_rank? integer largest LoRA rank a client may ask for (default 128)
+---@field session_timeout? number seconds without a heartbeat before a session expires and its training clients and samplers are released (default rl.tinker.SESSION_TIMEOUT = 60; 0: never; the SDK beats every 10 s)
 ---@field engine? table rl.engine.start options for the samplers (over {model, mode = "thread", serve = false})
 
 ---@class rl.tinker.Server

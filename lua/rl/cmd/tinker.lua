@@ -18,10 +18,19 @@ local opt = rl.args {
   { name = "lora_alpha", type = "number", default = 32, help = "LoRA alpha of every adapter (scale alpha / rank)" },
   { name = "max_rank", type = "int", default = 128, help = "largest LoRA rank a client may ask for" },
   { name = "poll", type = "number", default = 20, help = "seconds a retrieve_future waits before try_again" },
+  { name = "session_timeout", type = "number", default = rl.tinker.SESSION_TIMEOUT,
+    help = "seconds without a heartbeat (the SDK sends one every 10 s) before a session expires and its "
+      .. "training clients and samplers are released (0: never)" },
   { name = "ready_file", type = "string", help = "write the server's URL here once it serves (for parents)" },
 }
 rl.script = "tinker"
 
+if opt.session_timeout < 0 then
+  rl.args.usage_error(("--session-timeout %g: give seconds >= 0 (0: sessions never expire)"):format(opt.session_timeout))
+elseif opt.session_timeout > 0 and opt.session_timeout < 20 then
+  rl.log.warn("rlhost tinker: --session-timeout %g: the SDK sends a heartbeat every 10 s, so a live client's "
+    .. "session may expire between two of them when one is late", opt.session_timeout)
+end
 if #opt.base_model == 0 then rl.args.usage_error("--base-model: give at least one model directory to serve") end
 for _, dir in ipairs(opt.base_model) do
   local f = io.open(dir .. "/config.json", "r")
@@ -43,6 +52,7 @@ local srv, err = rl.tinker.serve {
   base_models = opt.base_model, api_keys = { key }, host = opt.host, port = opt.port,
   allow_remote = opt.host ~= "127.0.0.1" and opt.host ~= "localhost" and opt.host ~= "::1",
   checkpoint_dir = opt.checkpoint_dir or cache, lora_alpha = opt.lora_alpha, max_rank = opt.max_rank, poll = opt.poll,
+  session_timeout = opt.session_timeout,
 }
 if not srv then
   io.stderr:write("rlhost tinker: ", tostring(err), "\n")

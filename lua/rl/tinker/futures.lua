@@ -13,6 +13,8 @@
 --- chunks at once, the first one last). A seq_id that never comes holds its lane for at
 --- most `gap_wait` seconds.
 --- Idempotency keys (the SDK's X-Idempotency-Key on retries) map to the first request.
+--- Finished results are kept `keep` seconds: they wait in a queue in the order they
+--- finished, so forgetting the old ones costs each submit only the entries it drops.
 --- A result is {body = table (JSON) | string, content_type = ...} or {error = msg, category = "user" | "server"}.
 local task = require "rl.task"
 
@@ -20,14 +22,18 @@ local M = {}
 local Store = {}
 Store.__index = Store
 
-local function now() return require("rl._core").loop.now() end
+local function loop_now() return require("rl._core").loop.now() end
 
+--- opts: poll (seconds a wait holds, 20), keep (seconds a finished result is kept, 900),
+--- gap_wait (10), prefix of the ids ("req"), first_seq (1), clock (→ seconds; default the
+--- event loop's monotonic clock).
 function M.new(opts)
   opts = opts or {}
   return setmetatable({
     _entries = {}, _keys = {}, _lanes = {}, _next = 0,
+    _done = {}, _done_head = 1, _done_tail = 0,   -- finished entries, oldest first
     _poll = opts.poll or 20, _keep = opts.keep or 900, _gap_wait = opts.gap_wait or 10,
-    _prefix = opts.prefix or "req", _first_seq = opts.first_seq or 1,
+    _prefix = opts.prefix or "req", _first_seq = opts.first_seq or 1, _clock = opts.clock or loop_now,
   }, Store)
 end
 
@@ -41,34 +47,36 @@ local function lane_of(self, name)
   return l
 end
 
-local function finish(entry, result)
+local function finish(self, entry, result)
   entry.result = result
-  entry.done_at = now()
+  entry.done_at = self._clock()
   entry.state = "done"
+  self._done_tail = self._done_tail + 1
+  self._done[self._done_tail] = entry
   for q in pairs(entry.waiters) do q:push(true) end
 end
 
-local function run(entry, fn)
+local function run(self, entry, fn)
   entry.state = "running"
-  entry.started_at = now()
+  entry.started_at = self._clock()
   local ok, res = xpcall(fn, function(e)
     if task.is_cancelled(e) then return e end
     return { error = tostring(e), trace = debug.traceback(tostring(e), 2) }
   end)
   if ok then
-    finish(entry, res)
+    finish(self, entry, res)
   elseif type(res) == "table" and res.error then
     -- a user error is raised as a table {user = msg}; anything else is the server's
     local e = res.error
     local msg = e:gsub("^[^:]*:%d+: ", "")
     if msg:match("^user: ") then
-      finish(entry, { error = msg:sub(7), category = "user" })
+      finish(self, entry, { error = msg:sub(7), category = "user" })
     else
       require("rl.log").warn("tinker: %s failed: %s", entry.what, res.trace)
-      finish(entry, { error = msg, category = "server" })
+      finish(self, entry, { error = msg, category = "server" })
     end
   else
-    finish(entry, { error = "cancelled", category = "server" })
+    finish(self, entry, { error = "cancelled", category = "server" })
   end
 end
 
@@ -86,7 +94,7 @@ local function pump(self, lane)
         -- the next seq_id has not come: wait a while for it, then take the lowest waiting
         local oldest = math.huge
         for _, w in ipairs(lane.waiting) do oldest = math.min(oldest, w.arrived) end
-        if now() - oldest >= self._gap_wait then
+        if self._clock() - oldest >= self._gap_wait then
           for i, w in ipairs(lane.waiting) do
             if not pick or w.seq < pick.seq then pick, pick_i = w, i end
           end
@@ -97,7 +105,7 @@ local function pump(self, lane)
       if pick then
         table.remove(lane.waiting, pick_i)
         if pick.seq then lane.next = pick.seq + 1 end
-        run(pick.entry, pick.fn)
+        run(self, pick.entry, pick.fn)
       elseif #lane.waiting == 0 then
         break
       end
@@ -114,15 +122,15 @@ function Store:submit(fn, opts)
   if opts.key and self._keys[opts.key] and self._entries[self._keys[opts.key]] then return self._keys[opts.key] end
   self._next = self._next + 1
   local id = ("%s-%d-%08x"):format(self._prefix, self._next, math.random(0, 0x7fffffff))
-  local entry = { id = id, state = "queued", created = now(), what = opts.what or "request", waiters = {} }
+  local entry = { id = id, state = "queued", created = self._clock(), what = opts.what or "request", waiters = {}, key = opts.key }
   self._entries[id] = entry
   if opts.key then self._keys[opts.key] = id end
   if opts.lane then
     local lane = lane_of(self, opts.lane)
-    table.insert(lane.waiting, { entry = entry, fn = fn, seq = opts.seq, arrived = now() })
+    table.insert(lane.waiting, { entry = entry, fn = fn, seq = opts.seq, arrived = self._clock() })
     pump(self, lane)
   else
-    task.spawn_named("tinker " .. entry.what, run, entry, fn)
+    task.spawn_named("tinker " .. entry.what, run, self, entry, fn)
   end
   self:_expire()
   return id
@@ -154,12 +162,20 @@ function Store:counts()
   return c
 end
 
--- Finished results are kept `keep` seconds (clients retrieve them once, maybe twice).
+-- Finished results are kept `keep` seconds (clients retrieve them once, maybe twice),
+-- their idempotency keys as long. The queue holds them in the order they finished, so
+-- only its head can be due: each call looks at the entries it drops, and one more.
 function Store:_expire()
-  local t = now()
-  for id, e in pairs(self._entries) do
-    if e.state == "done" and t - e.done_at > self._keep then self._entries[id] = nil end
+  local t, done = self._clock(), self._done
+  local head = self._done_head
+  while head <= self._done_tail and t - done[head].done_at > self._keep do
+    local e = done[head]
+    done[head] = nil
+    head = head + 1
+    self._entries[e.id] = nil
+    if e.key and self._keys[e.key] == e.id then self._keys[e.key] = nil end
   end
+  self._done_head = head
 end
 
 return M

@@ -14,6 +14,8 @@
 --- (rl.tinker.sampling). Work answers with a request id at once and runs in a task;
 --- clients long-poll /api/v1/retrieve_future (rl.tinker.futures). The server runs on
 --- the event loop (rl.http.serve{event_driven}), so held polls cost no threads.
+--- Sessions end when finished or after session_timeout seconds without a heartbeat
+--- (rl.tinker.sessions); the RestClient's runs, checkpoints and sessions are rl.tinker.rest.
 local http = require "rl.http"
 local json = require "rl.json"
 local log = require "rl.log"
@@ -24,7 +26,8 @@ Server.__index = Server
 
 local SDK_MIN = "0.25"
 
-local function now() return require("rl._core").loop.now() end
+--- Seconds without a heartbeat before a session expires: six of the SDK's 10 s beats.
+M.SESSION_TIMEOUT = 60
 
 -- An error the client caused: raised inside work, it becomes a RequestFailed with
 -- category "user"; raised in a handler, a 400.
@@ -35,26 +38,29 @@ local function reply(status, body) return { status = status, body = body } end
 
 -- ---- sessions ------------------------------------------------------------------------
 
-local function new_id(prefix)
-  return ("%s-%08x%08x"):format(prefix, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
-end
-
+-- The live session `id` (a sign of life); a user error naming why there is none.
 function Server:_session(id)
-  local s = self.sessions[id]
-  if not s then user_error("unknown session_id '" .. tostring(id) .. "' (create one with /api/v1/create_session)") end
-  s.seen = now()
-  return s
+  local s, state, why = self.sessions:get(id)
+  if s then return s end
+  if state == "ended" then user_error("session_id '" .. tostring(id) .. "' has ended (" .. why .. "); start a new ServiceClient") end
+  user_error("unknown session_id '" .. tostring(id) .. "' (create one with /api/v1/create_session)")
 end
 
--- A client closed its session: its training clients go (their adapters and optimiser state).
-function Server:_finish(id, reason)
-  local s = self:_session(id)
+-- A session ended (finished by its client, or expired): its training clients go (their
+-- adapters and optimiser state; saved checkpoints stay), and its samplers.
+function Server:_release(s, why)
   for _, m in ipairs(s.models) do self.training:drop(m) end
-  self.sessions[id] = nil
-  log.info("tinker: session %s finished (%s)", id, type(reason) == "table" and tostring(reason.type) or "no reason")
+  local samplers = self.sampling:drop_session(s)
+  log.info("tinker: session %s %s: released %d training client(s), %d sampler(s)", s.id, why, #s.models, samplers)
 end
 
 -- ---- routes --------------------------------------------------------------------------
+
+-- A save replaced what was at its path: a sampler on that path loads the new weights.
+function Server:_saved(r)
+  self.sampling:forget((self.training:resolve_path(r.path)))
+  return r
+end
 
 local ROUTES = {}
 
@@ -75,15 +81,17 @@ ROUTES["/api/v1/client/dynamic_config"] = function()
 end
 
 ROUTES["/api/v1/create_session"] = function(self, req, body)
-  local id = new_id("session")
-  self.sessions[id] = { id = id, created = now(), seen = now(), tags = body.tags, user_metadata = body.user_metadata,
-                        sdk_version = body.sdk_version, models = {} }
-  log.info("tinker: session %s from SDK %s", id, tostring(body.sdk_version))
-  return reply(200, { type = "create_session", session_id = id })
+  local s = self.sessions:create(body)
+  log.info("tinker: session %s from SDK %s", s.id, tostring(body.sdk_version))
+  return reply(200, { type = "create_session", session_id = s.id })
 end
 
 ROUTES["/api/v1/session_heartbeat"] = function(self, req, body)
-  self:_session(body.session_id)
+  local s, state, why = self.sessions:get(body.session_id)
+  if not s and state == "ended" then   -- 410: the SDK stops its heartbeat loop
+    return reply(410, { error = "session '" .. tostring(body.session_id) .. "' has ended (" .. why .. ")", category = "user" })
+  end
+  if not s then self:_session(body.session_id) end
   return reply(200, { type = "session_heartbeat" })
 end
 
@@ -98,8 +106,10 @@ end
 
 ROUTES["/api/v1/create_model"] = function(self, req, body)
   local session = self:_session(body.session_id)
-  return self:_future(function() return { body = self.training:create(session, body) } end,
-    { what = "create_model", key = req.headers["x-idempotency-key"] })
+  return self:_future(function()
+    self:_session(session.id)   -- it may have ended since: a client made now would never be released
+    return { body = self.training:create(session, body) }
+  end, { what = "create_model", key = req.headers["x-idempotency-key"] })
 end
 
 ROUTES["/api/v1/get_info"] = function(self, req, body)
@@ -123,14 +133,14 @@ end
 
 ROUTES["/api/v1/save_weights"] = function(self, req, body)
   local c = self.training:client(body.model_id)
-  return self:_future(function() return { body = self.training:save(c, body, "weights") } end,
+  return self:_future(function() return { body = self:_saved(self.training:save(c, body, "weights")) } end,
     { what = "save_weights", lane = body.model_id, seq = body.seq_id, key = req.headers["x-idempotency-key"] })
 end
 
 ROUTES["/api/v1/save_weights_for_sampler"] = function(self, req, body)
   local c = self.training:client(body.model_id)
   return self:_future(function()
-    local r = self.training:save(c, body, "sampler_weights")
+    local r = self:_saved(self.training:save(c, body, "sampler_weights"))
     if body.sampling_session_seq_id then   -- an ephemeral sampler: a sampling session on these weights
       r.sampling_session_id = self.sampling:create(self:_session(c.session_id), {
         sampling_session_seq_id = body.sampling_session_seq_id, model_path = r.path })
@@ -189,16 +199,20 @@ end
 
 ROUTES["/api/v1/cancel_future"] = function() return reply(200, {}) end
 
--- Paths with an id in them: pattern → handler(self, req, body, id).
+-- Paths with ids in them: {method, pattern, handler(self, req, body, ids...)}.
 local PATTERNS = {
-  { "^/api/v1/samplers/([^/]+)$", function(self, req, body, id)
+  { "GET", "^/api/v1/samplers/([^/]+)$", function(self, req, body, id)
       return reply(200, self.sampling:describe(id))
     end },
-  { "^/api/v1/sessions/([^/]+)/finish$", function(self, req, body, id)
-      self:_finish(id, body.reason)
+  { "POST", "^/api/v1/sessions/([^/]+)/finish$", function(self, req, body, id)
+      local s, state = self.sessions:peek(id)
+      if not s and state ~= "ended" then self:_session(id) end   -- unknown: say so
+      local reason = type(body.reason) == "table" and tostring(body.reason.type) or "no reason"
+      self.sessions:finish(id, "finished (" .. reason .. ")")     -- a second finish changes nothing
       return reply(200, {})
     end },
 }
+for _, r in ipairs(require("rl.tinker.rest").routes) do PATTERNS[#PATTERNS + 1] = r end
 
 ROUTES["/api/v1/telemetry"] = function() return reply(200, { status = "accepted" }) end
 
@@ -215,18 +229,27 @@ function Server:_authorised(req)
     local auth = req.headers["authorization"] or ""
     key = auth:match("^[Bb]earer%s+(.+)$")
   end
-  return key ~= nil and self.keys[key] == true
+  return require("rl.tinker.keys").matches(key, self.keys)
+end
+
+local function unescape(s) return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)) end
+
+-- The route of a request: its handler and the ids in its path (percent-decoded).
+local function route_of(req)
+  if ROUTES[req.path] then return ROUTES[req.path], {} end
+  for _, p in ipairs(PATTERNS) do
+    if p[1] == req.method then
+      local caps = { req.path:match(p[2]) }
+      if caps[1] then
+        for i, c in ipairs(caps) do caps[i] = unescape(c) end
+        return p[3], caps
+      end
+    end
+  end
 end
 
 function Server:_handle(req)
-  local route = ROUTES[req.path]
-  local capture
-  if not route then
-    for _, p in ipairs(PATTERNS) do
-      capture = req.path:match(p[1])
-      if capture then route = p[2] break end
-    end
-  end
+  local route, captures = route_of(req)
   if not route then
     return reply(404, { error = ("%s %s is not served by rlhost tinker (docs/tinker.md lists what is)")
       :format(req.method, req.path), category = "user" })
@@ -244,7 +267,7 @@ function Server:_handle(req)
     end
     body = v
   end
-  local ok, res = pcall(route, self, req, body, capture)
+  local ok, res = pcall(route, self, req, body, unpack(captures))
   if ok then return res end
   local msg = tostring(res)
   if msg:match("^user: ") then return reply(400, { error = msg:sub(7), category = "user" }) end
@@ -255,8 +278,10 @@ end
 --- Starts the server. opts: base_models (name → model directory, or a list of
 --- directories named by their paths), api_keys (list; each must start with "tml-"),
 --- checkpoint_dir, host (127.0.0.1), port (0: a free one), poll (seconds a
---- retrieve_future waits before try_again, 20), engine (rl.engine.start options for the
---- samplers), threads (LibTorch threads of the trainer). → server {url, stop()} | nil, err.
+--- retrieve_future waits before try_again, 20), session_timeout (seconds without a
+--- heartbeat before a session expires and its clients are released, 60; 0: never; the
+--- SDK beats every 10 s), engine (rl.engine.start options for the samplers), threads
+--- (LibTorch threads of the trainer). → server {url, stop()} | nil, err.
 function M.serve(opts)
   opts = opts or {}
   local keys = {}
@@ -264,10 +289,13 @@ function M.serve(opts)
     if type(k) ~= "string" or k:sub(1, 4) ~= "tml-" or #k < 12 then
       error("rl.tinker.serve: bad api key (the SDK only sends keys of the form tml-<at least 8 characters>)", 2)
     end
-    keys[k] = true
+    keys[#keys + 1] = k
   end
-  if next(keys) == nil then error("rl.tinker.serve: opts.api_keys is empty (give at least one tml-... key)", 2) end
-  local self = setmetatable({ opts = opts, keys = keys, sessions = {} }, Server)
+  if #keys == 0 then error("rl.tinker.serve: opts.api_keys is empty (give at least one tml-... key)", 2) end
+  local self = setmetatable({ opts = opts, keys = keys }, Server)
+  self.sessions = require("rl.tinker.sessions").new {
+    timeout = opts.session_timeout == nil and M.SESSION_TIMEOUT or opts.session_timeout,
+    on_end = function(s, why) self:_release(s, why) end }
   self.futures = require("rl.tinker.futures").new { poll = opts.poll }
   self.training = require("rl.tinker.training").new(opts)
   self.sampling = require("rl.tinker.sampling").new(opts, self.training)
@@ -275,10 +303,12 @@ function M.serve(opts)
                                 event_driven = true, handler = function(req) return self:_handle(req) end }
   if not srv then return nil, err end
   self.http, self.url = srv, srv:url()
+  self.sessions:start()
   return self
 end
 
 function Server:stop()
+  self.sessions:stop()
   self.http:stop()
   self.sampling:stop()
 end

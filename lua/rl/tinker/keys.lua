@@ -1,6 +1,31 @@
 --- rl.tinker.keys: the server's API key, kept in an owner-only file (the SDK sends it as
---- X-API-Key; it must look like tml-...).
+--- X-API-Key; it must look like tml-...), and the check of a key a client sent.
+local bit = require "bit"
+
 local M = {}
+
+-- Whether `given` equals `expected`, in a time that depends on the length of `expected`
+-- alone: every byte is looked at, and none decides early where the strings differ
+-- (runtime/base/admin_token.cpp's same_secret, for Lua strings).
+local function same_secret(given, expected)
+  local n, m = #expected, #given
+  local diff = bit.bxor(n, m)
+  for i = 1, n do
+    diff = bit.bor(diff, bit.bxor(expected:byte(i), given:byte(i <= m and i or 1) or 0))
+  end
+  return n > 0 and diff == 0
+end
+
+--- Whether `given` (what a client sent, or nil) is one of `keys` (a list). Every key is
+--- compared in full, so which one matched, and how much of it, does not show in timing.
+function M.matches(given, keys)
+  if type(given) ~= "string" then return false end
+  local found = false
+  for i = 1, #keys do
+    if same_secret(given, keys[i]) then found = true end
+  end
+  return found
+end
 
 local function random_hex(n)
   local f = io.open("/dev/urandom", "rb")

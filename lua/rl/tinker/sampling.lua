@@ -30,8 +30,8 @@ function Sampling:_engine(base)
   return eng
 end
 
---- create_sampling_session {base_model | model_path} → sampling_session_id
-function Sampling:create(session, body)
+-- A sampler on {base_model | model_path}: {base, adapter_dir, model_path}.
+local function new_sampler(self, body)
   local base, adapter_dir
   if body.model_path then
     local dir, owner = self.training:resolve_path(body.model_path)
@@ -43,11 +43,40 @@ function Sampling:create(session, body)
   else
     user_error("a sampling session needs base_model or model_path")
   end
+  return { base = base, adapter_dir = adapter_dir, model_path = body.model_path }
+end
+
+--- create_sampling_session {base_model | model_path} → sampling_session_id; the
+--- session (rl.tinker.sessions) owns it.
+function Sampling:create(session, body)
+  local s = new_sampler(self, body)
   self.next = self.next + 1
-  local id = ("sampler-%d-%08x"):format(self.next, math.random(0, 0x7fffffff))
-  self.sessions[id] = { id = id, base = base, adapter_dir = adapter_dir, model_path = body.model_path,
-                        session_id = session.id }
-  return id
+  s.id = ("sampler-%d-%08x"):format(self.next, math.random(0, 0x7fffffff))
+  s.session_id = session.id
+  self.sessions[s.id] = s
+  session.samplers[#session.samplers + 1] = s.id
+  return s.id
+end
+
+--- Forgets the samplers of an ended session. → how many there were.
+function Sampling:drop_session(session)
+  local n = 0
+  for _, id in ipairs(session.samplers) do
+    if self.sessions[id] then
+      self.sessions[id] = nil
+      n = n + 1
+    end
+  end
+  return n
+end
+
+--- The checkpoint in `dir` was replaced or deleted: the engine loads it afresh when a
+--- sampler next needs it (and unloads the old adapter now, unless requests still use it).
+function Sampling:forget(dir)
+  local name = self.loaded[dir]
+  if not name then return end
+  self.loaded[dir] = nil
+  for _, eng in pairs(self.engines) do pcall(eng.unload_lora, eng, name) end   -- the base's engine has it
 end
 
 --- GET /api/v1/samplers/<id>: what the SDK asks of a sampler it did not name the base of.
@@ -65,8 +94,7 @@ function Sampling:resolve(body)
     if not s then user_error("unknown sampling_session_id '" .. tostring(body.sampling_session_id) .. "'") end
     return s
   end
-  local id = self:create({ id = nil }, body)
-  return self.sessions[id]
+  return new_sampler(self, body)   -- an ad-hoc sampler: nothing to keep
 end
 
 -- The adapter's name in the engine (loaded once per checkpoint directory).
@@ -74,6 +102,9 @@ function Sampling:_adapter(eng, s)
   if not s.adapter_dir then return nil end
   local name = self.loaded[s.adapter_dir]
   if name then return name end
+  local f = io.open(s.adapter_dir .. "/adapter_config.json", "r")
+  if not f then user_error(s.model_path .. " was deleted (delete_checkpoint); save the weights again") end
+  f:close()
   name = s.model_path:gsub("^tinker://", ""):gsub("[^%w%-_.]", "_")
   local ok, err = eng:load_lora(name, s.adapter_dir)
   if not ok then error("loading " .. s.model_path .. " into the sampler: " .. tostring(err), 0) end

@@ -84,16 +84,37 @@ function Training:_base(name)
   return b
 end
 
---- The training client of a model_id (a user error when unknown).
+--- The training client of a model_id (a user error when unknown); notes the call's time.
 function Training:client(id)
   local c = self.clients[id]
   if not c then user_error("unknown model_id '" .. tostring(id) .. "' (create one with create_lora_training_client)") end
+  c.last = os.time()
   return c
+end
+
+local function run_of(c)
+  return { id = c.id, base = c.base.name, rank = c.lora.rank, session_id = c.session_id, created = c.created,
+           last = c.last, user_metadata = c.user_metadata, train_mlp = c.lora.train_mlp ~= false,
+           train_attn = c.lora.train_attn ~= false }
+end
+
+--- The live training clients as training runs: {id, base, rank, session_id, created,
+--- last (seconds since the epoch), user_metadata, train_mlp, train_attn} each.
+function Training:runs()
+  local list = {}
+  for _, c in pairs(self.clients) do list[#list + 1] = run_of(c) end
+  return list
+end
+
+--- The live training client `id` as a run (see runs()), or nil.
+function Training:run(id)
+  local c = self.clients[id]
+  return c and run_of(c)
 end
 
 -- The SDK derives a model's id itself for create_training_client_from_state: the
 -- session, "train", and the session's counter of training clients (model_seq_id).
-local function new_client(self, session, base, lora, seq)
+local function new_client(self, session, base, lora, seq, user_metadata)
   local rank = lora.rank
   if type(rank) ~= "number" or rank < 1 or rank > self.max_rank or rank % 1 ~= 0 then
     user_error(("lora_config.rank must be an integer in [1, %d], got %s"):format(self.max_rank, tostring(rank)))
@@ -104,7 +125,8 @@ local function new_client(self, session, base, lora, seq)
   if self.clients[id] then user_error("model_seq_id " .. tostring(seq) .. " of this session is taken by " .. id) end
   local spec = { rank = rank, alpha = self.alpha or 32, seed = lora.seed or self.next, targets = targets_of(lora) }
   local h = native().new(require("rl.model").handle(model), json.encode(spec))
-  local c = { id = id, base = base, h = h, lora = lora, spec = spec, session_id = session.id, saved = 0 }
+  local c = { id = id, base = base, h = h, lora = lora, spec = spec, session_id = session.id, saved = 0,
+              created = os.time(), last = os.time(), user_metadata = user_metadata }
   self.clients[id] = c
   session.models[#session.models + 1] = id
   log.info("tinker: training client %s on %s (LoRA rank %d, alpha %g, %s)", id, base.name, rank, spec.alpha,
@@ -122,7 +144,7 @@ function Training:create(session, body)
   if not body.lora_config then user_error("create_model without lora_config: rlhost serves LoRA training clients only") end
   local oc = body.optimizer_config
   if oc and oc.type and oc.type ~= "adamw" then user_error("optimizer_config.type '" .. oc.type .. "': only adamw is served") end
-  local c = new_client(self, session, base, body.lora_config, body.model_seq_id)
+  local c = new_client(self, session, base, body.lora_config, body.model_seq_id, body.user_metadata)
   return { type = "create_model", model_id = c.id }
 end
 
@@ -216,8 +238,8 @@ end
 --- The local directory and owning client of a tinker:// path (a user error when unknown).
 function Training:resolve_path(path)
   local id, kind, name = tostring(path):match("^tinker://([^/]+)/([%w_]+)/([^/]+)$")   -- the id may hold ':'
-
-  if not id or (kind ~= "weights" and kind ~= "sampler_weights") or not valid_name(name) then
+  if not id or not require("rl.tinker.checkpoints").valid_run_id(id) or (kind ~= "weights" and kind ~= "sampler_weights")
+      or not valid_name(name) then
     user_error("path '" .. tostring(path) .. "' is not a tinker://<model_id>/weights|sampler_weights/<name> path")
   end
   local dir = table.concat({ self.dir, id, kind, name }, "/")
