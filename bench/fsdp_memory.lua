@@ -9,7 +9,9 @@
 -- temporary directory and deletes it at the end), LAYERS (num_hidden_layers, 24),
 -- STEPS (optimiser steps, 3; the first is left out of the median), SAMPLES (8),
 -- PROMPT_LEN / RESPONSE_LEN (64 / 64 tokens), MICRO_BATCH (2), THREADS (LibTorch
--- intra-op threads per rank; default: its own).
+-- intra-op threads per rank; default: its own), LORA_RANK (replicated only: train a LoRA
+-- adapter of this rank, alpha 2 x rank, all linear projections, on the frozen model;
+-- bench/lora_memory.sh), LR (the AdamW learning rate, 1e-5).
 --
 -- Every rank trains on its part (rl.rollout.train_data.split) of one fixed batch,
 -- global_batch_size = the whole batch, so each train() call is one optimiser step.
@@ -49,6 +51,9 @@ local PROMPT, RESPONSE = env_int("PROMPT_LEN", 64), env_int("RESPONSE_LEN", 64)
 local MICRO = env_int("MICRO_BATCH", 2)
 local THREADS = env_int("THREADS", 0)
 if THREADS > 0 then rl.torch.set_num_threads(THREADS) end
+local LORA_RANK = env_int("LORA_RANK", 0)
+assert(LORA_RANK == 0 or backend == "replicated", "LORA_RANK: LoRA trains a replicated trainer only")
+local LR = tonumber(os.getenv("LR") or "") or 1e-5
 
 -- /proc/self/status fields, in bytes (VmHWM: peak resident set; VmRSS: now; RssAnon /
 -- RssFile: the anonymous and file-backed parts of VmRSS).
@@ -120,7 +125,13 @@ end
 
 -- The batch: SAMPLES samples of PROMPT + RESPONSE random token ids (a fixed LCG, the
 -- same on every rank and every run), rewards of both signs, every response token trained.
+-- The vocabulary is the model's (MODEL_DIR may hold another model than CONFIG's shape).
 local V = CONFIG.vocab_size
+if not made then
+  local f = assert(io.open(dir .. "/config.json"))
+  V = assert(rl.json.decode(f:read("*a")).vocab_size, dir .. "/config.json: no vocab_size")
+  f:close()
+end
 local batch = { tokens = {}, response_lengths = {}, rewards = {}, loss_masks = {}, total_lengths = {} }
 local state = 12345
 local function rand_id()
@@ -147,8 +158,10 @@ local load_s = rl.now() - t0
 mem.after_load = status()
 
 t0 = rl.now()
-local tr = rl.trainer.new { model = model, train_backend = backend, optimizer = { lr = 1e-5 },
-                            micro_batch_size = MICRO, global_batch_size = SAMPLES }
+local topts = { model = model, train_backend = backend, optimizer = { lr = LR },
+                micro_batch_size = MICRO, global_batch_size = SAMPLES }
+if LORA_RANK > 0 then topts.lora_rank, topts.lora_alpha = LORA_RANK, 2 * LORA_RANK end
+local tr = rl.trainer.new(topts)
 local new_s = rl.now() - t0
 mem.after_new = status()
 local n_params = tr.model:num_parameters()
@@ -208,7 +221,7 @@ if rl.dist.is_main() then
   local cfg = {}
   for k, v in pairs(CONFIG) do cfg[k] = v end
   print("RESULT " .. rl.json.encode {
-    backend = backend, world = ws, layers = LAYERS, steps = STEPS, samples = SAMPLES, prompt_len = PROMPT,
+    backend = backend, world = ws, layers = LAYERS, lora_rank = LORA_RANK, model_dir = dir, steps = STEPS, samples = SAMPLES, prompt_len = PROMPT,
     response_len = RESPONSE, micro_batch = MICRO, cores = cores(), model_params = n_params,
     wall_s = rl.now() - t_start, ranks = all,
   })

@@ -67,12 +67,18 @@ with tempfile.TemporaryDirectory(prefix="rlhost-tinker-bench-") as tmp:
             fb.result()
             op.result()
 
+        def server_cpu():  # the server's CPU seconds (utime + stime, USER_HZ ticks)
+            fields = open("/proc/%d/stat" % srv.pid).read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
         for _ in range(args.warmup):
             step()
-        t0 = time.time()
+        t0, c0, s0 = time.time(), time.process_time(), server_cpu()
         for _ in range(args.iters):
             step()
         sdk = (time.time() - t0) / args.iters
+        client_cpu = (time.process_time() - c0) / args.iters
+        srv_cpu = (server_cpu() - s0) / args.iters
     finally:
         srv.terminate()
         srv.wait()
@@ -82,3 +88,5 @@ print("batch %d datums x %d tokens, LoRA rank %d, default model, %d iterations a
 print("in process (Lua):     %.4f s/step" % inproc)
 print("tinker SDK over HTTP: %.4f s/step" % sdk)
 print("ratio SDK / in-process: %.3fx" % (sdk / inproc))
+print("CPU per step: the SDK's process %.4f s, the server %.4f s (cores: %d; both share them)"
+      % (client_cpu, srv_cpu, os.cpu_count()))
