@@ -214,6 +214,54 @@ class TinkerSdkSession(unittest.TestCase):
         lps2 = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
         np.testing.assert_array_equal(np.asarray(lps2[1:], dtype=np.float32), after.astype(np.float32))
 
+    def test_topk_and_last_n_logprobs(self):
+        sc = tinker.ServiceClient()
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()
+        tok = tc.get_tokenizer()
+        prompt = tok.encode("What is 6 plus 3? 6 + 3 =")
+        sampler = sc.create_sampling_client(model_path=tc.save_weights_for_sampler("topk").result().path)
+        res = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=2,
+                             sampling_params=types.SamplingParams(max_tokens=6, temperature=1.0, seed=5),
+                             include_prompt_logprobs=True, topk_prompt_logprobs=3, topk_sample_logprobs=2).result()
+        # the prompt's rows: position 0 has none; every other row is the 3 most likely next
+        # tokens, best first, and where the prompt's own token is among them, its log-prob
+        # is the prompt log-prob of that position, bit for bit
+        rows = res.topk_prompt_logprobs
+        self.assertEqual(len(rows), len(prompt))
+        self.assertIsNone(rows[0])
+        for j in range(1, len(prompt)):
+            ids = [t for t, _ in rows[j]]
+            lps = [lp for _, lp in rows[j]]
+            self.assertEqual(len(ids), 3)
+            self.assertEqual(len(set(ids)), 3)
+            self.assertEqual(lps, sorted(lps, reverse=True))
+            self.assertLessEqual(lps[0], 0.0)
+            self.assertGreaterEqual(lps[0], res.prompt_logprobs[j])
+            if prompt[j] in ids:
+                self.assertEqual(np.float32(lps[ids.index(prompt[j])]), np.float32(res.prompt_logprobs[j]))
+        # sampled rows: one per sampled token, 2 each; the best is at least the sampled token's
+        for seq in res.sequences:
+            self.assertEqual(len(seq.topk_logprobs), len(seq.tokens))
+            for tok_id, lp, row in zip(seq.tokens, seq.logprobs, seq.topk_logprobs):
+                self.assertEqual(len(row), 2)
+                self.assertGreaterEqual(row[0][1], lp)
+                if tok_id in [t for t, _ in row]:
+                    self.assertEqual(np.float32(dict(row)[tok_id]), np.float32(lp))
+        # the last 4 prompt positions only: the same values there, None before
+        last = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1,
+                              sampling_params=types.SamplingParams(max_tokens=1), include_prompt_logprobs=True,
+                              topk_prompt_logprobs=3, prompt_logprobs_last_n=4).result()
+        self.assertEqual(len(last.prompt_logprobs), len(prompt))
+        self.assertTrue(all(v is None for v in last.prompt_logprobs[:-4]), last.prompt_logprobs)
+        self.assertEqual(last.prompt_logprobs[-4:], res.prompt_logprobs[-4:])
+        self.assertTrue(all(r is None for r in last.topk_prompt_logprobs[:-4]))
+        self.assertEqual(last.topk_prompt_logprobs[-4:], rows[-4:])
+        # a bad count is the user's error, named
+        with self.assertRaises(tinker.RequestFailedError) as cm:
+            sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1,
+                           sampling_params=types.SamplingParams(max_tokens=1), topk_prompt_logprobs=-2).result()
+        self.assertIn("topk_prompt_logprobs", str(cm.exception))
+
     def test_policy_losses_return_per_token_logprobs(self):
         sc = tinker.ServiceClient()
         tc = sc.create_lora_training_client(base_model=self.server.base, rank=4).result()

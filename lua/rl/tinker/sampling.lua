@@ -145,10 +145,53 @@ local function sglang_params(p, n)
   return sp
 end
 
+-- A top-k count of the request (topk_prompt_logprobs, topk_sample_logprobs): 0 when absent.
+local function topk_count(body, name)
+  local k = body[name]
+  if k == nil or k == json.null then return 0 end
+  if type(k) ~= "number" or k < 0 or k % 1 ~= 0 then
+    user_error(name .. " must be a non-negative integer, got " .. tostring(k))
+  end
+  return k
+end
+
+-- The engine's top-log-prob rows (SGLang's: per position a list of {logprob, id, text},
+-- or null) → Tinker's TopkLogprobs, a rows × k matrix, flat; empty cells and rows hold
+-- the SDK's sentinel (token 0, log-prob -99999), which it reads back as None.
+local MASK_LOGPROB = -99999.0
+local function topk_matrix(rows, n, k)
+  local ids, lps = {}, {}
+  for i = 1, n do
+    local row = rows and rows[i]
+    if type(row) ~= "table" then row = nil end
+    for j = 1, k do
+      local e = row and row[j]
+      ids[#ids + 1] = type(e) == "table" and e[2] or 0
+      lps[#lps + 1] = type(e) == "table" and e[1] or MASK_LOGPROB
+    end
+  end
+  return { k = k, token_ids = ids, logprobs = lps }
+end
+
 --- sample → {body = SampleResponse bytes}
 function Sampling:sample(s, body)
   local n = body.num_samples or 1
+  local k_prompt, k_sample = topk_count(body, "topk_prompt_logprobs"), topk_count(body, "topk_sample_logprobs")
+  local k_top = math.max(k_prompt, k_sample)
+  local want_prompt = body.prompt_logprobs == true
   local ids = tokens_of(body.prompt)
+  -- prompt_logprobs_last_n: only the last N positions are scored (the engine's
+  -- logprob_start_len), the earlier ones are null, the top-k rows likewise
+  local start = 0
+  local last_n = body.prompt_logprobs_last_n
+  if last_n ~= nil and last_n ~= json.null then
+    if not want_prompt then user_error("prompt_logprobs_last_n applies to prompt logprobs: set prompt_logprobs") end
+    if type(last_n) ~= "number" or last_n % 1 ~= 0 or last_n < 1 or last_n > #ids - 1 then
+      user_error(("prompt_logprobs_last_n must be an integer in [1, %d] (the prompt's length - 1), got %s")
+        :format(#ids - 1, tostring(last_n)))
+    end
+    start = #ids - last_n - 1
+  end
   local eng = self:_engine(s.base)
   local lora = self:_adapter(eng, s)
   local sp = sglang_params(body.sampling_params, nil)
@@ -158,7 +201,8 @@ function Sampling:sample(s, body)
     for k, v in pairs(sp) do p[k] = v end
     if p.sampling_seed then p.sampling_seed = p.sampling_seed + i - 1 end
     reqs[i] = { input_ids = ids, sampling_params = p, return_logprob = true, lora_path = lora,
-                logprob_start_len = body.prompt_logprobs and 0 or nil }
+                logprob_start_len = (want_prompt or k_prompt > 0) and start or nil,
+                top_logprobs_num = k_top > 0 and k_top or nil }
   end
   local tasks = {}
   for i, r in ipairs(reqs) do
@@ -170,7 +214,7 @@ function Sampling:sample(s, body)
   end
   local outs = require("rl.task").wait_all(tasks)
   local seqs = {}
-  local prompt_logprobs
+  local prompt_logprobs, topk_prompt
   for i, out in ipairs(outs) do
     local mi = out.meta_info or {}
     local toks, lps = {}, {}
@@ -181,12 +225,20 @@ function Sampling:sample(s, body)
     if #toks == 0 and out.output_ids then toks = out.output_ids end
     local reason = (mi.finish_reason or {}).type == "length" and "length" or "stop"
     seqs[i] = { tokens = toks, logprobs = lps, stop_reason = reason }
-    if i == 1 and body.prompt_logprobs and mi.input_token_logprobs then
+    if k_sample > 0 then seqs[i].topk = topk_matrix(mi.output_top_logprobs, #toks, k_sample) end
+    if i == 1 and want_prompt and mi.input_token_logprobs then
       prompt_logprobs = {}
-      for j, e in ipairs(mi.input_token_logprobs) do prompt_logprobs[j] = e[1] == nil and json.null or e[1] end
+      for j = 1, start do prompt_logprobs[j] = json.null end
+      for j, e in ipairs(mi.input_token_logprobs) do prompt_logprobs[start + j] = e[1] == nil and json.null or e[1] end
+    end
+    if i == 1 and k_prompt > 0 then
+      local rows = {}
+      for j, row in ipairs(mi.input_top_logprobs or {}) do rows[start + j] = row end
+      topk_prompt = topk_matrix(rows, #ids, k_prompt)
     end
   end
-  local bytes = require("rl.tinker_wire").encode_sample_response { sequences = seqs, prompt_logprobs = prompt_logprobs }
+  local bytes = require("rl.tinker_wire").encode_sample_response {
+    sequences = seqs, prompt_logprobs = prompt_logprobs, topk_prompt_logprobs = topk_prompt }
   return { body = bytes, content_type = "application/x-protobuf" }
 end
 
