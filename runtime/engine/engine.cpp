@@ -25,6 +25,7 @@
 #include "engine/step_batch.hpp"
 #include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
+#include "nn/weights_digest.hpp"
 #include "tensor/torch_env.hpp"
 
 namespace rl::engine {
@@ -222,6 +223,7 @@ std::string EngineImpl::submit(GenerateRequest req, UpdateFn on_update) {
       auto it = loras_.find(s->req.lora_name);
       if (it == loras_.end()) throw Error("lora_path: " + unknown_lora_message(s->req.lora_name), unknown_lora_hint());
       s->lora = it->second;
+      s->lora_root = s->lora->root;
       ++s->lora->requests;
     }
     known_rids_.insert(rid);
@@ -649,10 +651,16 @@ void EngineImpl::fill_output(Sequence& s, double now) {
   o.text = s.text->visible();
   o.weight_version = weight_version_;
   if (s.lora) o.lora_version = s.lora->version;  // written on this thread (install_lora_now)
-  // The digest covers the base weights only: none for a request under an adapter.
-  o.weights_digest = !s.lora && s.weights_epoch == weights_epoch_.load() && runner_->has_weights()
-                         ? runner_->model().exact_weights_digest()
-                         : std::string();
+  // The digest of the weights every token was computed with: the base's, plus the
+  // adapter's when the request ran under one that stayed the same throughout (the trainer's
+  // nn::lora_weights_digest); none when either changed meanwhile.
+  o.weights_digest.clear();
+  if (s.weights_epoch == weights_epoch_.load() && runner_->has_weights()) {
+    std::string base = runner_->model().exact_weights_digest();
+    if (!s.lora) o.weights_digest = std::move(base);
+    else if (!base.empty() && !s.lora->digest.empty() && s.lora_root == s.lora->root)
+      o.weights_digest = nn::add_digests(base, s.lora->digest);
+  }
   o.queue_time = s.t_scheduled >= 0 ? s.t_scheduled - s.t_arrival : now - s.t_arrival;
   o.prefill_time = s.t_first >= 0 && s.t_scheduled >= 0 ? s.t_first - s.t_scheduled : 0;
   o.decode_time = s.t_first >= 0 ? s.t_last - s.t_first : 0;

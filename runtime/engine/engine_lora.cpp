@@ -9,12 +9,22 @@
 #include "engine/engine_impl.hpp"
 #include "engine/engine_weights.hpp"
 #include "nn/lora.hpp"
+#include "nn/weights_digest.hpp"
 
 namespace rl::engine {
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// The adapter's digest by value, as the trainer's nn::lora_weights_digest adds it to the
+// base's: "" unless every tensor is float32 on the CPU (the exact kernels' case).
+std::string adapter_digest(const nn::LoraAdapter& a) {
+  for (const auto& [n, t] : a.named_parameters())
+    if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat32) return {};
+  torch::NoGradGuard no_grad;
+  return nn::weights_digest(a.named_parameters());
+}
 
 // What the engine's cached forward cannot apply.
 void check_servable(const std::string& name, const std::string& path, const nn::LoraAdapter& a, const char* what) {
@@ -82,6 +92,7 @@ std::vector<LoraInfo> EngineImpl::lora_adapters() const {
 LoraInfo EngineImpl::install_lora_now(const std::string& name, std::shared_ptr<const nn::LoraAdapter> adapter,
                                       const std::string& path, const std::optional<std::string>& version) {
   const uint64_t root = 0x9e3779b97f4a7c15ull * (++lora_loads_) | 1;  // never 0 (the base's root)
+  std::string digest = adapter_digest(*adapter);
   LoraSlotPtr replaced;
   LoraInfo info;
   {
@@ -96,6 +107,7 @@ LoraInfo EngineImpl::install_lora_now(const std::string& name, std::shared_ptr<c
       slot->version = version ? *version : next_weight_version(slot->version);
     }
     slot->adapter = std::move(adapter);
+    slot->digest = std::move(digest);
     slot->path = path;
     slot->root = root;  // what the old adapter computed is never matched again
     lora_count_.store(static_cast<int64_t>(loras_.size()));

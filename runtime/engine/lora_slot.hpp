@@ -21,6 +21,7 @@ struct LoraSlot {
   std::shared_ptr<const nn::LoraAdapter> adapter;     // scheduler thread (swapped between steps)
   uint64_t root = 0;                                  // prefix-cache root; never 0 (the base's)
   std::string version;
+  std::string digest;  // nn::weights_digest of the adapter by value ("" unless float32 on the CPU)
   int64_t requests = 0;                               // unfinished requests under it (EngineImpl::mu_)
 };
 using LoraSlotPtr = std::shared_ptr<LoraSlot>;

@@ -31,6 +31,7 @@ struct Sequence {
   uint64_t admit_order = 0;           // for choosing whom to preempt (the latest)
   LoraSlotPtr lora;                   // its adapter, or none (the base model)
   uint64_t weights_epoch = 0;         // the engine's weights when it arrived (EngineImpl::weights_epoch_)
+  uint64_t lora_root = 0;             // its adapter's LoraSlot::root when it arrived (a new one each install)
   // Prompt log-probs: the next prompt position whose log-prob is still to compute
   // (logprob_start_len + 1 up to prompt_len; prompt_len: none pending).
   int64_t input_logprob_next = 0;

@@ -334,8 +334,18 @@ class EngineLoraTest(unittest.TestCase):
         self.assertEqual(as_y["meta_info"]["cached_tokens"], 0, "KV computed under the old adapter was reused")
         self.assertEqual((as_x["meta_info"]["lora_path"], as_x["meta_info"]["lora_version"]), ("s", "1"))
         self.assertEqual((as_y["meta_info"]["lora_path"], as_y["meta_info"]["lora_version"]), ("s", "2"))
-        self.assertNotIn("lora_version", self.eng.generate(greedy(prompt, None, n=1))["meta_info"])
-        self.assertEqual(result(as_y), result(self.eng.generate(greedy(prompt, "y", n=4))))
+        base = self.eng.generate(greedy(prompt, None, n=1))
+        self.assertNotIn("lora_version", base["meta_info"])
+        # the log-prob digest is of base + adapter by value: the same tensors under another
+        # name give the same digest, other tensors (or none) another
+        under_y = self.eng.generate(greedy(prompt, "y", n=4))
+        digest = {name: out["meta_info"]["logprob_digest"] for name, out in
+                  (("s1", as_x), ("s2", as_y), ("y", under_y), ("base", base),
+                   ("x", self.eng.generate(greedy(prompt, "x", n=4))))}
+        self.assertEqual(digest["s1"], digest["x"])
+        self.assertEqual(digest["s2"], digest["y"])
+        self.assertEqual(len(set(digest.values())), 3, digest)
+        self.assertEqual(result(as_y), result(under_y))
         self.assertNotEqual(result(as_y), result(as_x))
         out = self.load("s", self.dir_x)
         self.assertEqual(out["weight_version"], "3")

@@ -266,10 +266,13 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
         # --lora-rank: the trainer trains an adapter over the frozen model; each sync hands
         # it to the engines (PEFT files, /load_lora_adapter under "policy") and every rollout
         # request names it. The engine answers with the trainer's log-probs exactly
-        # (--check-weight-update-equal), a process engine included, and a resume continues.
+        # (--check-weight-update-equal), a process engine included, and proves it with the
+        # digest of base + adapter, so the rollout's log-probs serve as the old ones
+        # (--old-logprobs check also recomputes them and compares); a resume continues.
         d = self.dir
         r = self.run_recipe("--num-rollout", "2", "--lora-rank", "8", "--lora-alpha", "16", "--lr", "5e-3",
                             "--engine-mode", "process", "--check-weight-update-equal", "--use-kl-loss",
+                            "--old-logprobs", "check", "--global-batch-size", "4",
                             "--save", d + "/ck", "--metrics-dir", d + "/m")
         text = r.stdout + r.stderr
         self.assertIn("trainer: LoRA rank 8", text)
@@ -278,6 +281,8 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
         self.assertEqual(len(steps), 2)
         for m in steps:
             self.assertEqual(m["rollout/weight_sync_logprob_abs_diff"], 0.0)
+            self.assertEqual(m["train/old_logprobs_from_rollout"], 1.0)
+            self.assertEqual(m["train/train_rollout_logprob_abs_diff"], 0.0)
         ck = glob.glob(d + "/ck/iter_*/adapter_model.safetensors")
         self.assertTrue(ck, os.listdir(d + "/ck"))
         self.assertFalse(glob.glob(d + "/ck/iter_*/model.safetensors"), "a LoRA checkpoint holds no model weights")
