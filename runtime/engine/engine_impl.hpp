@@ -97,6 +97,16 @@ class ModelRunner {
   std::unique_ptr<nn::SharedWeights> shared_;  // weights in shared memory (share_weights), or none
   std::unique_ptr<GpuStepper> gpu_;            // CUDA steps (configure_steps), or none
   std::deque<SampleOutput> done_;              // CPU: launched steps' tokens, not yet collected
+  // LoRA adapters on lm_head: each one's unembedding merged with the base's (W + s·B A,
+  // as the trainer computes it), kept while the adapter, its values and the base
+  // weights stay the same; a handful at most (adapters in recent batches).
+  struct MergedHead {
+    std::shared_ptr<const nn::LoraAdapter> adapter;
+    uint64_t adapter_version = 0, weights_generation = 0;
+    torch::Tensor weight;
+  };
+  std::vector<MergedHead> merged_heads_;
+  const torch::Tensor& merged_lm_head(const std::shared_ptr<const nn::LoraAdapter>& adapter);
 };
 
 class EngineImpl final : public Engine {

@@ -26,14 +26,6 @@ std::string adapter_digest(const nn::LoraAdapter& a) {
   return nn::weights_digest(a.named_parameters());
 }
 
-// What the engine's cached forward cannot apply.
-void check_servable(const std::string& name, const std::string& path, const nn::LoraAdapter& a, const char* what) {
-  if (a.config().lm_head)
-    throw Error(std::string(what) + ": adapter '" + name + "'" + (path.empty() ? "" : " (" + path + ")") +
-                    " targets lm_head, which the engine does not serve",
-                "train the adapter without \"lm_head\" in target_modules");
-}
-
 void check_name(const std::string& name, const std::string& served, const char* what) {
   if (name.empty()) throw Error(std::string(what) + ": lora_name is empty", "give the adapter a name, e.g. \"math\"");
   if (name.size() > 256) throw Error(std::string(what) + ": lora_name is longer than 256 characters");
@@ -128,7 +120,6 @@ LoraInfo EngineImpl::install_lora_now(const std::string& name, std::shared_ptr<c
 LoraInfo EngineImpl::install_lora(const std::string& name, std::shared_ptr<const nn::LoraAdapter> adapter,
                                   const std::string& path, const std::optional<std::string>& version) {
   check_name(name, opts_.served_model_name, "load_lora_adapter");
-  check_servable(name, path, *adapter, "load_lora_adapter");
   const int64_t rank = adapter->config().rank;
   if (opts_.max_lora_rank > 0 && rank > opts_.max_lora_rank)
     throw Error("load_lora_adapter: adapter '" + name + "'" + (path.empty() ? "" : " (" + path + ")") + " has rank " +
@@ -199,7 +190,6 @@ void EngineImpl::load_startup_loras() {
         throw Error("engine: lora_paths names the adapter '" + name + "' twice", "give each adapter its own name");
     }
     auto adapter = read_adapter(name, dir, runner_->config(), runner_->lora_options());
-    check_servable(name, dir, *adapter, "engine: lora_paths");
     if (opts_.max_lora_rank > 0 && adapter->config().rank > opts_.max_lora_rank)
       throw Error("engine: lora_paths adapter '" + name + "' has rank " + std::to_string(adapter->config().rank) +
                       ", above max_lora_rank " + std::to_string(opts_.max_lora_rank),

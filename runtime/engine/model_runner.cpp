@@ -140,12 +140,14 @@ void ModelRunner::free_cache() {
 
 void ModelRunner::free_weights() {
   if (gpu_) gpu_->invalidate();
+  merged_heads_.clear();
   shared_.reset();
   model_.reset();
 }
 
 bool ModelRunner::restore_weights() {
   if (gpu_) gpu_->invalidate();
+  merged_heads_.clear();
   model_ = nn::Transformer::from_pretrained(opts_.model, nn::ModelOptions{dtype_, device_, true});
   const bool same = !updated_in_memory_ && (weights_dir_.empty() || fs::is_directory(weights_dir_));
   if (same && !weights_dir_.empty()) model_->load(model::read_safetensors_dir(weights_dir_));
@@ -200,11 +202,30 @@ void ModelRunner::use_shared_buffer(const std::string& id, int k) {
   updated_in_memory_ = true;
 }
 
+const torch::Tensor& ModelRunner::merged_lm_head(const std::shared_ptr<const nn::LoraAdapter>& adapter) {
+  const uint64_t version = adapter->version(), generation = model_->weights_generation();
+  // forget adapters nobody else holds any more (unloaded, replaced)
+  std::erase_if(merged_heads_, [](const MergedHead& m) { return m.adapter.use_count() == 1; });
+  for (auto& m : merged_heads_)
+    if (m.adapter == adapter) {
+      if (m.adapter_version != version || m.weights_generation != generation) {
+        m.weight = adapter->merged_lm_head(model_->lm_head_weight());
+        m.adapter_version = version;
+        m.weights_generation = generation;
+      }
+      return m.weight;
+    }
+  if (merged_heads_.size() >= 8) merged_heads_.erase(merged_heads_.begin());
+  merged_heads_.push_back(MergedHead{adapter, version, generation, adapter->merged_lm_head(model_->lm_head_weight())});
+  return merged_heads_.back().weight;
+}
+
 torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const std::vector<int32_t>* next,
                                    std::vector<ScoreRow>* scored) {
   torch::NoGradGuard no_grad;
   const int64_t bs = cache_.block_size;
   std::vector<int64_t> ids, pos, slots, last, extra;
+  std::vector<size_t> extra_seq;  // the sequence of each extra (scored) row
   nn::CachedBatch b;
   std::vector<std::vector<int64_t>> tables;
   // LoRA: the rows of each adapter's sequences (CachedBatch::lora), in order of first appearance.
@@ -229,6 +250,7 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
     if (scored && !next)
       for (int64_t j = std::max(from, s->input_logprob_next - 1); j + 1 < s->prompt_len && j < L; ++j) {
         extra.push_back(n + j - from);
+        extra_seq.push_back(i);
         scored->push_back(ScoreRow{i, &s->req.params, s->tokens[static_cast<size_t>(j + 1)], s->req.top_logprobs_num});
       }
     if (s->lora) {
@@ -261,7 +283,20 @@ torch::Tensor ModelRunner::forward(const std::vector<Sequence*>& batch, const st
   // kernels are batch-invariant: each row's logits are those it has alone).
   last.insert(last.end(), extra.begin(), extra.end());
   torch::Tensor h_last = hidden.index_select(0, torch::tensor(last, i64).to(device_));
-  return model_->logits(h_last).to(torch::kFloat32);
+  torch::Tensor logits = model_->logits(h_last);
+  // Rows under an adapter on lm_head: their logits with its merged unembedding (the
+  // trainer's effective_lm_head), row groups as in the layers (batch-invariant kernels).
+  for (const LoraSlot* slot : lora_slots) {
+    if (!slot->adapter->config().lm_head) continue;
+    std::vector<int64_t> rows;
+    for (size_t r = 0; r < last.size(); ++r) {
+      const size_t seq = r < batch.size() ? r : extra_seq[r - batch.size()];
+      if (batch[seq]->lora.get() == slot) rows.push_back(static_cast<int64_t>(r));
+    }
+    auto idx = torch::tensor(rows, i64).to(device_);
+    logits.index_copy_(0, idx, model_->logits_with(h_last.index_select(0, idx), merged_lm_head(slot->adapter)));
+  }
+  return logits.to(torch::kFloat32);
 }
 
 void update_weights(Engine& engine, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

@@ -58,9 +58,6 @@ Transformer::LoraRun Transformer::lora_run(const LoraBatch& lb, int64_t n) const
     const auto& rows = lb.rows[g];
     if (!a) throw std::invalid_argument("forward_cached: CachedBatch::lora group " + std::to_string(g) + " has no adapter");
     check_adapter_shape(*a, config_, "forward_cached");
-    if (a->config().lm_head)
-      throw std::invalid_argument("forward_cached: LoRA adapters on lm_head (target_modules \"lm_head\") are not "
-                                  "supported by the engine; train and serve without it");
     if (!rows.defined() || rows.dim() != 1 || rows.scalar_type() != torch::kInt64)
       throw std::invalid_argument("forward_cached: CachedBatch::lora rows[" + std::to_string(g) +
                                   "] must be a 1-d int64 tensor of row indices");
@@ -481,6 +478,11 @@ torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {
   check_whole("Transformer::logits");
   if (lora_lm_head()) return project(hidden, effective_lm_head(), torch::Tensor());
   return project(hidden, lm_head_, torch::Tensor(), lm_head_p_);
+}
+
+torch::Tensor Transformer::logits_with(const torch::Tensor& hidden, const torch::Tensor& lm_head) const {
+  check_whole("Transformer::logits_with");
+  return project(hidden, lm_head, torch::Tensor());
 }
 
 torch::Tensor Transformer::effective_lm_head() const {

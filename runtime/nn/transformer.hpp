@@ -90,6 +90,9 @@ class Transformer {
   // refreshes anything derived from them (the tied lm_head copy, the packed GEMM
   // panels of the inference layout); the one place to do it, called by every writer.
   void weights_changed();
+  // Counts weights_changed() calls: what was derived from the weights at one value is
+  // stale at another (the engine's merged LoRA unembeddings).
+  uint64_t weights_generation() const { return weights_generation_; }
   const torch::Tensor& lm_head_weight() const { return lm_head_; }
   // lm_head's packed panels when the float32 CPU kernels use them (else empty): the
   // engine's packed copy, or the training layout's cache.
@@ -119,7 +122,8 @@ class Transformer {
   const std::shared_ptr<const LoraAdapter>& lora() const { return lora_; }
   // True when the set adapter targets lm_head: log-probs then take effective_lm_head()
   // (lm_head_weight() + s · B A, differentiable) and not lm_head_packed(). The engine's
-  // forward_cached refuses such adapters (its sampler reads lm_head_weight()).
+  // forward_cached returns hidden states only: for rows under such an adapter its runner
+  // takes logits_with(hidden, adapter.merged_lm_head(lm_head_weight())).
   bool lora_lm_head() const { return lora_ && lora_->config().lm_head; }
   torch::Tensor effective_lm_head() const;
 
@@ -127,6 +131,9 @@ class Transformer {
   // Returns final-norm hidden states [B, T, H].
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions = {});
   torch::Tensor logits(const torch::Tensor& hidden) const;  // [..., V] in the model dtype
+  // The logits under another unembedding [V, H] (an adapter's merged lm_head), with the
+  // kernel logits() and the training path's log-probs use for it.
+  torch::Tensor logits_with(const torch::Tensor& hidden, const torch::Tensor& lm_head) const;
   // log p(input_ids[b, t+1] | input_ids[b, :t+1]) for t < T-1 → [B, T-1] (float32),
   // chunked over the vocabulary (see token_logprobs).
   TokenLogprobs sequence_logprobs(const torch::Tensor& input_ids, double temperature = 1.0,

@@ -46,8 +46,11 @@ std::vector<torch::Tensor> StepwiseTrainer::target_logprobs(const std::vector<Da
   }
   auto hidden = model_->forward(ids.to(opts.device));
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, torch::tensor(rows, torch::kInt64).to(opts.device));
-  auto lp = nn::token_logprobs(flat, model_->lm_head_weight(), torch::tensor(targets, torch::kInt64).to(opts.device),
-                               1.0, false, 0, -1, &model_->lm_head_packed())
+  // an adapter on lm_head (train_unembed): the merged unembedding, as the engine samples with
+  auto tgt = torch::tensor(targets, torch::kInt64).to(opts.device);
+  auto lp = (model_->lora_lm_head()
+                 ? nn::token_logprobs(flat, model_->effective_lm_head(), tgt, 1.0, false)
+                 : nn::token_logprobs(flat, model_->lm_head_weight(), tgt, 1.0, false, 0, -1, &model_->lm_head_packed()))
                 .logprobs;
   std::vector<torch::Tensor> out;
   int64_t at = 0;

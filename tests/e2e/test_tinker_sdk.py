@@ -8,6 +8,7 @@ client killed with SIGKILL, whose session expires once its heartbeats stop.
 
 The SDK runs unmodified: it reaches the server through TINKER_BASE_URL / TINKER_API_KEY.
 """
+import glob
 import json
 import os
 import select
@@ -135,6 +136,14 @@ class TinkerSdkSession(unittest.TestCase):
         # sample under the saved adapter; its log-probs equal a forward of the same tokens, bitwise
         sampler_path = tc.save_weights_for_sampler("after-8").result().path
         self.assertTrue(sampler_path.startswith("tinker://") and "/sampler_weights/after-8" in sampler_path, sampler_path)
+        # train_unembed (the SDK's default): the unembedding is adapted too, and trained
+        ckdir = glob.glob(os.path.join(self.server.ckpt, "**", "sampler_weights", "after-8"), recursive=True)
+        self.assertEqual(len(ckdir), 1, ckdir)
+        with open(os.path.join(ckdir[0], "adapter_config.json")) as f:
+            self.assertIn("lm_head", json.load(f)["target_modules"])
+        from safetensors.numpy import load_file
+        head_b = load_file(os.path.join(ckdir[0], "adapter_model.safetensors"))["base_model.model.lm_head.lora_B.weight"]
+        self.assertGreater(float(np.abs(head_b).max()), 0.0)
         sampler = sc.create_sampling_client(model_path=sampler_path)
         prompt = tok.encode(problems[0][0])
         res = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=3,

@@ -142,7 +142,7 @@ local function weights_info(srv, req, body)
   local targets = {}
   for _, t in ipairs(type(cfg.target_modules) == "table" and cfg.target_modules or {}) do targets[t] = true end
   return reply(200, { base_model = owner and owner.base.name or cfg.base_model_name_or_path, is_lora = true,
-                      lora_rank = cfg.r, train_unembed = false, train_mlp = targets.gate_proj == true,
+                      lora_rank = cfg.r, train_unembed = targets.lm_head == true, train_mlp = targets.gate_proj == true,
                       train_attn = targets.q_proj == true })
 end
 

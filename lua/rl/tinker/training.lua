@@ -22,13 +22,12 @@ local function native() return require("rl.torch")._stepwise end
 local ATTN = { "q_proj", "k_proj", "v_proj", "o_proj" }
 local MLP = { "gate_proj", "up_proj", "down_proj" }
 
--- The unembedding is not adapted yet: the engine cannot sample under an lm_head adapter
--- (docs/tinker.md, "Not yet"); train_unembed (the SDK's default) leaves it frozen, and says so.
 local function targets_of(lc)
   local t = {}
   if lc.train_attn ~= false then for _, n in ipairs(ATTN) do t[#t + 1] = n end end
   if lc.train_mlp ~= false then for _, n in ipairs(MLP) do t[#t + 1] = n end end
-  if #t == 0 then user_error("lora_config trains nothing rlhost can serve (train_attn and train_mlp both false)") end
+  if lc.train_unembed ~= false then t[#t + 1] = "lm_head" end
+  if #t == 0 then user_error("lora_config trains nothing (train_attn, train_mlp and train_unembed all false)") end
   return t
 end
 
@@ -131,10 +130,6 @@ local function new_client(self, session, base, lora, seq, user_metadata)
   session.models[#session.models + 1] = id
   log.info("tinker: training client %s on %s (LoRA rank %d, alpha %g, %s)", id, base.name, rank, spec.alpha,
     table.concat(spec.targets, " "))
-  if lora.train_unembed ~= false then
-    log.warn("tinker: %s asked for train_unembed (the SDK's default): rlhost does not adapt the unembedding yet, "
-      .. "it stays frozen (docs/tinker.md)", id)
-  end
   return c
 end
 

@@ -89,7 +89,7 @@ M.LORA = {
   { name = "lora_alpha", type = "number", default = 16, help = "LoRA scale numerator: deltas are scaled by alpha / rank" },
   { name = "target_modules", default = "all-linear",
     help = "the projections LoRA adapts: \"all-linear\" (q/k/v/o/gate/up/down_proj), a list of their names, or a "
-      .. "comma-separated string; \"lm_head\" too (the trainer only: the engine refuses it)" },
+      .. "comma-separated string; \"lm_head\" too (the unembedding; the engines serve it merged per adapter)" },
 }
 
 --- What rl.trainer.new takes besides: the models and where they live.
