@@ -33,7 +33,8 @@ not adapt it yet) learn them only slowly: sl_loop straight on the default model 
 10.3 to 3.8 nats in 40 steps.
 
 Measured on the 2-core machine (docs/tinker.md): sl_loop's train_mean_nll 2.04 -> 0.31
-in 12 steps; rl_loop's reward/total 0.19 over the first four steps, 0.29 over the last four.
+in 12 steps; rl_loop's reward/total 0.20 over the first four of 16 steps, 0.38 over the last
+four (+0.18; the test wants +0.08). The same run with learning_rate=0 (12 steps): +0.00, a failure.
 """
 import json
 import os
@@ -65,7 +66,7 @@ FEW_SHOT = [
 
 # sl_loop: 16 chats a step; rl_loop: 16 problems x 8 samples a step
 SL_STEPS, SL_BATCH = 12, 16
-RL_STEPS, RL_BATCH, RL_GROUP, RL_PROBLEMS = 12, 16, 8, 32
+RL_STEPS, RL_BATCH, RL_GROUP, RL_PROBLEMS = 16, 16, 8, 32
 BASE_STEPS, BASE_PROBLEMS = 120, 4000   # tests/e2e/cookbook_base.lua's steps (32 chats each), its problems
 BASE_VERSION = 1                  # bump when the base model's recipe changes (names its cache entry)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -259,7 +260,7 @@ class CookbookLoops(unittest.TestCase):
         self.assertEqual(len(reward), RL_STEPS)
         first, last = sum(reward[:4]) / 4, sum(reward[-4:]) / 4
         self.assertGreater(first, 0.0, "the base model never answers right: no signal for RL")
-        self.assertGreater(last, first + 0.05, reward)
+        self.assertGreater(last, first + 0.08, reward)
         self.assertTrue(re.match(r"tinker://", read_jsonl(os.path.join(log, "checkpoints.jsonl"))[-1]["sampler_path"]))
 
 if __name__ == "__main__":
