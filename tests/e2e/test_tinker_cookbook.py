@@ -28,13 +28,13 @@ them, with rl_loop's few-shot example or three problems in a row, and answers en
 \\boxed{N}, 20% of them wrong (the default model's noisy-label habit, for RL to correct):
 tests/e2e/cookbook_base.lua, cached beside the default model (~3 min to build on 2 cores,
 once). The default model never produced "User:" or "\\boxed{", so those tokens'
-unembedding rows are untrained, and LoRA adapters without the unembedding (rlhost does
-not adapt it yet) learn them only slowly: sl_loop straight on the default model went from
-10.3 to 3.8 nats in 40 steps.
+unembedding rows are untrained, and LoRA adapters without the unembedding learnt them
+only slowly: sl_loop straight on the default model went from 10.3 to 3.8 nats in 40
+steps (measured before rlhost adapted the unembedding, train_unembed).
 
 Measured on the 2-core machine (docs/tinker.md): sl_loop's train_mean_nll 2.04 -> 0.31
-in 12 steps; rl_loop's reward/total 0.20 over the first four of 16 steps, 0.38 over the last
-four (+0.18; the test wants +0.08). The same run with learning_rate=0 (12 steps): +0.00, a failure.
+in 12 steps; rl_loop's reward/total 0.22 over the first four of 16 steps, 0.35 over the last
+four (+0.13; the test wants +0.08). The same run with learning_rate=0 (12 steps): +0.00, a failure.
 """
 import json
 import os
