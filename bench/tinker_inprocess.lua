@@ -8,7 +8,7 @@ local dir, data_file, iters, warmup, rank, alpha = arg[1], arg[2], tonumber(arg[
 local data = rl.json.decode(assert(require("rl._fs").read_file(data_file)))
 local model = assert(rl.model.load(dir, { dtype = "float32" }))
 local h = require("rl.torch")._stepwise.new(rl.model.handle(model),
-  rl.json.encode { rank = rank, alpha = alpha, seed = 1, targets = { "all-linear" } })
+  rl.json.encode { rank = rank, alpha = alpha, seed = 1, targets = { "all-linear", "lm_head" } })  -- the SDK's default (train_unembed)
 local adam = rl.json.encode { learning_rate = 1e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-12 }
 local function step()
   assert(rl.task.await_json(h:forward_backward(data, "cross_entropy", {}, false), "fb"))

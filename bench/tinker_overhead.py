@@ -42,10 +42,14 @@ for _ in range(args.batch):
 with tempfile.TemporaryDirectory(prefix="rlhost-tinker-bench-") as tmp:
     data_file = os.path.join(tmp, "data.json")
     json.dump(data, open(data_file, "w"))
-    out = subprocess.run([BIN, "--no-control", os.path.join(SRC, "bench", "tinker_inprocess.lua"), model, data_file,
-                          str(args.iters), str(args.warmup), str(args.rank), "32"],
-                         capture_output=True, text=True, check=True).stdout
-    inproc = float(out.split("inprocess_seconds_per_step")[1].split()[0])
+    def in_process():
+        out = subprocess.run([BIN, "--no-control", os.path.join(SRC, "bench", "tinker_inprocess.lua"), model, data_file,
+                              str(args.iters), str(args.warmup), str(args.rank), "32"],
+                             capture_output=True, text=True, check=True).stdout
+        return float(out.split("inprocess_seconds_per_step")[1].split()[0])
+
+    # in process before and after the SDK's run: the machine's drift shows, the mean is the reference
+    inproc_runs = [in_process()]
 
     ready = os.path.join(tmp, "ready")
     srv = subprocess.Popen([BIN, "tinker", "--base-model", model, "--port", "0", "--ready-file", ready,
@@ -82,10 +86,12 @@ with tempfile.TemporaryDirectory(prefix="rlhost-tinker-bench-") as tmp:
     finally:
         srv.terminate()
         srv.wait()
+    inproc_runs.append(in_process())
+    inproc = sum(inproc_runs) / len(inproc_runs)
 
 print("batch %d datums x %d tokens, LoRA rank %d, default model, %d iterations after %d warm-up"
       % (args.batch, args.tokens, args.rank, args.iters, args.warmup))
-print("in process (Lua):     %.4f s/step" % inproc)
+print("in process (Lua):     %.4f s/step (mean of %s, before and after)" % (inproc, ", ".join("%.4f" % x for x in inproc_runs)))
 print("tinker SDK over HTTP: %.4f s/step" % sdk)
 print("ratio SDK / in-process: %.3fx" % (sdk / inproc))
 print("CPU per step: the SDK's process %.4f s, the server %.4f s (cores: %d; both share them)"
