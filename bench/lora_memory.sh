@@ -28,19 +28,7 @@ trap 'rm -rf "$work"' EXIT
 results=$work/results.jsonl
 : >"$results"
 
-busy_pct() {  # busy share of all cores over 2 s (/proc/stat), in percent
-  local a b
-  a=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
-  sleep 2
-  b=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
-  awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%d", d > 0 ? 100 * (y[1] - x[1]) / d : 0 }'
-}
-wait_idle() {
-  local waited=0 b
-  while b=$(busy_pct); ((b >= 25 && waited < ${IDLE_WAIT:-60})); do waited=$((waited + 2)); done
-  ((waited > 0)) && echo "   (started at ${b}% busy after ${waited} s)"
-  return 0
-}
+source bench/idle.sh   # wait_idle
 
 for m in $MODELS; do
   case $m in

@@ -49,6 +49,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import support  # noqa: E402
 from support import BIN, read_jsonl  # noqa: E402
+from tinker_server import Server  # noqa: E402
 
 VENV = os.environ.get("RLHOST_COOKBOOK_VENV") or os.path.expanduser("~/.cache/rlhost/tinker-cookbook-venv")
 PYTHON = os.environ.get("RLHOST_COOKBOOK_PYTHON") or os.path.join(VENV, "bin", "python")
@@ -174,37 +175,6 @@ def prepare(work, default_dir, base_dir):
         f.write("---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n---\n")
 
 
-class Server:
-    """`rlhost tinker` serving MODEL (a relative path) from the working directory."""
-
-    def __init__(self, work):
-        self.ready = os.path.join(work, "ready")
-        self.key_file = os.path.join(work, "api_key")
-        self.log = open(os.path.join(work, "server.log"), "w")
-        self.proc = subprocess.Popen(
-            [BIN, "tinker", "--base-model", MODEL, "--port", "0", "--ready-file", self.ready,
-             "--api-key-file", self.key_file, "--checkpoint-dir", os.path.join(work, "ckpt"), "--poll", "5"],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=work)
-        t0 = time.time()
-        while not os.path.exists(self.ready):
-            if self.proc.poll() is not None or time.time() - t0 > 120:
-                raise AssertionError("rlhost tinker did not start: " + open(self.log.name).read()[-3000:])
-            time.sleep(0.1)
-        with open(self.ready) as f:
-            self.url = f.read().strip()
-        with open(self.key_file) as f:
-            self.key = f.read().strip()
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-
 @support.requires(HAVE_COOKBOOK, "tinker-cookbook's venv (%s)" % PYTHON, HINT)
 class CookbookLoops(unittest.TestCase):
     @classmethod
@@ -213,7 +183,7 @@ class CookbookLoops(unittest.TestCase):
         cls.work = cls.tmp.name
         default_dir = default_model()
         prepare(cls.work, default_dir, base_model(default_dir))
-        cls.server = Server(cls.work)
+        cls.server = Server(MODEL, cls.work, cwd=cls.work)
 
     @classmethod
     def tearDownClass(cls):
