@@ -9,22 +9,12 @@
 #include "engine/engine_impl.hpp"
 #include "engine/engine_weights.hpp"
 #include "nn/lora.hpp"
-#include "nn/weights_digest.hpp"
 
 namespace rl::engine {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// The adapter's digest by value, as the trainer's nn::lora_weights_digest adds it to the
-// base's: "" unless every tensor is float32 on the CPU (the exact kernels' case).
-std::string adapter_digest(const nn::LoraAdapter& a) {
-  for (const auto& [n, t] : a.named_parameters())
-    if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat32) return {};
-  torch::NoGradGuard no_grad;
-  return nn::weights_digest(a.named_parameters());
-}
 
 void check_name(const std::string& name, const std::string& served, const char* what) {
   if (name.empty()) throw Error(std::string(what) + ": lora_name is empty", "give the adapter a name, e.g. \"math\"");
@@ -84,7 +74,7 @@ std::vector<LoraInfo> EngineImpl::lora_adapters() const {
 LoraInfo EngineImpl::install_lora_now(const std::string& name, std::shared_ptr<const nn::LoraAdapter> adapter,
                                       const std::string& path, const std::optional<std::string>& version) {
   const uint64_t root = 0x9e3779b97f4a7c15ull * (++lora_loads_) | 1;  // never 0 (the base's root)
-  std::string digest = adapter_digest(*adapter);
+  std::string digest = nn::lora_adapter_digest(*adapter);
   LoraSlotPtr replaced;
   LoraInfo info;
   {

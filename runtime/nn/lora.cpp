@@ -202,12 +202,17 @@ uint64_t LoraAdapter::version() const {
   return v;
 }
 
-std::string lora_weights_digest(const std::string& base, const LoraAdapter& adapter) {
-  if (base.empty()) return {};
+std::string lora_adapter_digest(const LoraAdapter& adapter) {
   for (const auto& [n, t] : adapter.named_parameters())
     if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat32) return {};
   torch::NoGradGuard no_grad;
-  return add_digests(base, weights_digest(adapter.named_parameters()));
+  return weights_digest(adapter.named_parameters());
+}
+
+std::string lora_weights_digest(const std::string& base, const LoraAdapter& adapter) {
+  if (base.empty()) return {};
+  const std::string own = lora_adapter_digest(adapter);
+  return own.empty() ? std::string() : add_digests(base, own);
 }
 
 }  // namespace rl::nn

@@ -86,6 +86,9 @@ class LoraAdapter {
 // kernels) or the adapter is not float32 on the CPU. Transformer::exact_weights_digest
 // returns it while an adapter is set; an engine reports it for requests under an adapter.
 std::string lora_weights_digest(const std::string& base, const LoraAdapter& adapter);
+// The adapter's own part of it: its tensors' digest by value, "" unless all are float32
+// on the CPU (an engine computes it once per loaded adapter and adds it to its base's).
+std::string lora_adapter_digest(const LoraAdapter& adapter);
 
 // PEFT's on-disk adapter: adapter_config.json (peft_type LORA, r, lora_alpha,
 // target_modules, base_model_name_or_path) + adapter_model.safetensors, which

@@ -49,7 +49,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import support  # noqa: E402
 from support import BIN, read_jsonl  # noqa: E402
-from tinker_server import Server  # noqa: E402
+from tinker_server import Server, default_model  # noqa: E402
 
 VENV = os.environ.get("RLHOST_COOKBOOK_VENV") or os.path.expanduser("~/.cache/rlhost/tinker-cookbook-venv")
 PYTHON = os.environ.get("RLHOST_COOKBOOK_PYTHON") or os.path.join(VENV, "bin", "python")
@@ -71,13 +71,6 @@ RL_STEPS, RL_BATCH, RL_GROUP, RL_PROBLEMS = 16, 16, 8, 32
 BASE_STEPS, BASE_PROBLEMS = 120, 4000   # tests/e2e/cookbook_base.lua's steps (32 chats each), its problems
 BASE_VERSION = 1                  # bump when the base model's recipe changes (names its cache entry)
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def default_model():
-    out = subprocess.run([BIN, "-e", "print(rl.mathgen.default_model())"], capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise AssertionError("building the default model failed: " + out.stderr[-2000:])
-    return out.stdout.strip().splitlines()[-1]
 
 
 def write_jsonl(path, rows):

@@ -24,7 +24,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import support  # noqa: E402
 from support import BIN  # noqa: E402
-from tinker_server import Server  # noqa: E402
+from tinker_server import Server, default_model  # noqa: E402
 
 try:
     import numpy as np
@@ -35,13 +35,6 @@ except ImportError:  # pragma: no cover - reported by support.requires
     HAVE_TINKER = False
 
 HINT = support.PIP_HINT % "tinker==0.38.0"
-
-
-def default_model():
-    out = subprocess.run([BIN, "-e", "print(rl.mathgen.default_model())"], capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise AssertionError("building the default model failed: " + out.stderr[-2000:])
-    return out.stdout.strip().splitlines()[-1]
 
 
 def datum(prompt, answer):

@@ -8,6 +8,14 @@ import urllib.request
 from support import BIN
 
 
+def default_model():
+    """rl.mathgen.default_model()'s directory (built on first use, then cached)."""
+    out = subprocess.run([BIN, "-e", "print(rl.mathgen.default_model())"], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise AssertionError("building the default model failed: " + out.stderr[-2000:])
+    return out.stdout.strip().splitlines()[-1]
+
+
 class Server:
     """`rlhost tinker` in a child process serving `base` (a path, relative to `cwd` if
     given: the name the server serves it under), its URL and key; checkpoints in tmp/ckpt."""
