@@ -432,14 +432,11 @@ int l_lora_config(lua_State* L) {
   lua_createtable(L, 0, 3);
   set_number(L, "rank", static_cast<double>(c.rank));
   set_number(L, "alpha", c.alpha);
-  lua_createtable(L, static_cast<int>(c.targets.size() + 1), 0);
+  const auto targets = nn::lora_target_modules(c);
+  lua_createtable(L, static_cast<int>(targets.size()), 0);
   int i = 0;
-  for (auto t : c.targets) {
-    lua_pushstring(L, nn::lora_target_name(t));
-    lua_rawseti(L, -2, ++i);
-  }
-  if (c.lm_head) {
-    lua_pushstring(L, "lm_head");
+  for (const auto& t : targets) {
+    lua_pushlstring(L, t.data(), t.size());
     lua_rawseti(L, -2, ++i);
   }
   lua_setfield(L, -2, "target_modules");

@@ -8,13 +8,16 @@
 //                                          critic: the value model's decoder, with use_critic)
 //   handle:train(batch) -> op ("done", metrics_json)
 //   handle:sync(engine, version|nil) -> op ("done", json)   in-memory weights to a thread-mode engine
+//   handle:sync_lora(engine, name, version|nil) -> op   the LoRA adapter, a copy loaded under `name`
+//   (adapter = true below: the LoRA adapter's tensors, PEFT names, rather than the policy's)
 //   handle:response_logprobs(batch) -> {{...}, ...}
 //   handle:response_values(batch) -> {{...}, ...}   the critic's values (use_critic)
-//   handle:weight_meta() -> {names, dtypes, shapes} json (what /update_weights_from_distributed takes)
+//   handle:weight_meta(adapter?) -> {names, dtypes, shapes} json (what /update_weights_from_distributed
+//                                          takes; adapter: also r, lora_alpha, target_modules)
 //   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
-//   handle:send_weights(group, bucket_bytes?) -> op   broadcasts every parameter over it (bucketed)
+//   handle:send_weights(group, bucket_bytes?, adapter?) -> op   broadcasts every parameter over it (bucketed)
 //   handle:replica_digest() -> op {digest}   the policy's weights digest ("" unless exact; sharded: "")
-//   handle:shm_write(layout_json, buffer) -> op  every parameter into an engine's shared-memory buffer
+//   handle:shm_write(layout_json, buffer, adapter?) -> op  every parameter into an engine's shared-memory buffer
 //   handle:shm_forget(id)                  unmaps that engine's file
 //   handle:save_model(dir, dtype|nil, max_shard_bytes|nil, driven) -> op   the policy as a HF directory
 //   handle:follow_gathers() -> op, handle:gathers_done() -> op   a sharded trainer's sync
@@ -224,9 +227,46 @@ int l_sync(lua_State* L) {
   });
 }
 
+// The trained adapter (adapter = true in the calls below), or an ArgError at `idx`.
+std::shared_ptr<nn::LoraAdapter> adapter_of(lua_State* L, TrainerBox& box, int idx) {
+  auto a = box.trainer->lora();
+  if (!a) throw ArgError(idx, "adapter", "this trainer has no LoRA adapter (lora_rank = 0)");
+  return a;
+}
+
+bool wants_adapter(lua_State* L, int idx) { return lua_toboolean(L, idx) != 0; }
+
+int l_sync_lora(lua_State* L) {
+  TrainerBox& box = check_box(L, 1);
+  auto eng = engine_from(L, 2);
+  const std::string name(arg::string(L, 3, "name"));
+  std::optional<std::string> version;
+  if (auto v = arg::opt_string(L, 4, "version")) version = std::string(*v);
+  auto a = adapter_of(L, box, 1);
+  return start_job(L, box, [eng, a, name, version] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const engine::LoraInfo info = engine::load_lora_adapter(*eng, name, *a, version);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return json{{"success", true}, {"weight_version", info.version}, {"seconds", dt}};
+  });
+}
+
 int l_weight_meta(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   json names = json::array(), dtypes = json::array(), shapes = json::array();
+  if (wants_adapter(L, 2)) {
+    auto a = adapter_of(L, box, 2);
+    for (const auto& [name, t] : a->named_parameters()) {
+      names.push_back(name);
+      dtypes.push_back(nn::dtype_config_name(t.scalar_type()));
+      shapes.push_back(t.sizes().vec());
+    }
+    const auto& c = a->config();
+    const std::string s = json{{"names", names}, {"dtypes", dtypes}, {"shapes", shapes}, {"r", c.rank},
+                               {"lora_alpha", c.alpha}, {"target_modules", nn::lora_target_modules(c)}}.dump();
+    lua_pushlstring(L, s.data(), s.size());
+    return 1;
+  }
   // In the order the weights are sent: a sharded trainer's unit by unit.
   const auto& params = box.trainer->policy().named_parameters();
   std::vector<size_t> order;
@@ -268,6 +308,15 @@ int l_send_weights(lua_State* L) {
   const int64_t bucket = arg::opt_integer(L, 3, "bucket_bytes").value_or(0);
   if (bucket < 0) throw ArgError(3, "bucket_bytes", ">= 0 expected (0: a broadcast per tensor)");
   if (bucket > 0 && t->sharded()) throw ArgError(3, "bucket_bytes", "a sharded trainer sends a tensor at a time (0)");
+  if (wants_adapter(L, 4)) {
+    auto a = adapter_of(L, box, 4);
+    return start_job(L, box, [a, g, bucket] {
+      const auto t0 = std::chrono::steady_clock::now();
+      dist::send_weights(*g, a->named_parameters(), bucket);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return json{{"success", true}, {"seconds", dt}};
+    });
+  }
   return start_job(L, box, [t, g, bucket] {
     const auto t0 = std::chrono::steady_clock::now();
     if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { dist::send_weights(*g, unit); });
@@ -289,7 +338,8 @@ int l_shm_write(lua_State* L) {
     throw ArgError(3, "buffer", "0.." + std::to_string(layout->buffers - 1) + " expected, got " + std::to_string(buffer));
   auto t = box.trainer;
   auto shm = box.shm;
-  return start_job(L, box, [t, shm, layout, buffer] {
+  std::shared_ptr<nn::LoraAdapter> adapter = wants_adapter(L, 4) ? adapter_of(L, box, 4) : nullptr;
+  return start_job(L, box, [t, shm, layout, buffer, adapter] {
     const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<nn::SharedWeightsWriter> w;
     {
@@ -298,7 +348,8 @@ int l_shm_write(lua_State* L) {
       if (!slot) slot = std::make_shared<nn::SharedWeightsWriter>(*layout);
       w = slot;
     }
-    if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { w->write_some(static_cast<int>(buffer), unit); });
+    if (adapter) w->write(static_cast<int>(buffer), adapter->named_parameters());
+    else if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { w->write_some(static_cast<int>(buffer), unit); });
     else w->write(static_cast<int>(buffer), t->policy().named_parameters());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return json{{"success", true}, {"seconds", dt}};
@@ -494,7 +545,7 @@ int l_set_cpus(lua_State* L) {
 
 void open_trainer(lua_State* L, int t) {
   static const Reg methods[] = {
-      {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"response_logprobs", entry<l_response_logprobs>},
+      {"train", entry<l_train>}, {"sync", entry<l_sync>}, {"sync_lora", entry<l_sync_lora>}, {"response_logprobs", entry<l_response_logprobs>},
       {"response_values", entry<l_response_values>},
       {"step", entry<l_step>},   {"lr", entry<l_lr>},  {"progress", entry<l_progress>},
       {"save", entry<l_save>},   {"load", entry<l_load>},

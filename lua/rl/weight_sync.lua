@@ -32,13 +32,21 @@
 --   src:broadcast(group, bucket_bytes) -> true | nil, err   (bucket_bytes: dist::weight_buckets; 0 a tensor at a time)
 --   src:can_bucket()                   -> bool (optional: false sends a tensor at a time whatever is asked)
 --   src:save(dir)                      -> true | nil, err   (a Hugging Face directory)
---   src:save_lora(dir)                 -> true | nil, err   (LoRA trainers: the adapter as PEFT files)
 --
---   src.lora_name                      -- LoRA trainers: the name engines serve the adapter under
---
--- A LoRA trainer's weights are its adapter: push writes it as PEFT files on tmpfs and each
--- engine loads it under src.lora_name (or opts.lora_name) through /load_lora_adapter, in
--- place of the last one; the rollout's requests name it (lora_path). The base never moves.
+-- A LoRA trainer's weights are its adapter, and only the adapter moves (the base never
+-- does): each engine takes it under src.lora_name (or opts.lora_name) in place of the last
+-- one, and the rollout's requests name it (lora_path). The same methods carry it: "memory"
+-- (a copy into a thread engine), "shm" (a two-buffer file for the adapter's tensors,
+-- /init_lora_shm + /update_lora_from_shm), "disk" (PEFT files, /load_lora_adapter: what
+-- vLLM and SGLang take too), "distributed" (/update_lora_from_distributed over the same
+-- c10d group); "auto" picks as for weights. The source's side of it:
+--   src.lora_name                      -- the name engines serve the adapter under
+--   src:lora_meta()                    -> {names, dtypes, shapes, r, lora_alpha, target_modules}
+--   src:save_lora(dir)                 -> true | nil, err   (the adapter as PEFT files)
+--   src:copy_lora_to_engine(native, name, version) -> {weight_version} | nil, err
+--   src:write_lora_shm(layout_json, buffer) -> true | nil, err
+--   src:broadcast_lora(group, bucket_bytes) -> true | nil, err
+-- and a push reports methods[i] as "lora/memory", "lora/shm", "lora/disk" or "lora/distributed".
 local json = require "rl.json"
 local task = require "rl.task"
 local log = require "rl.log"
@@ -150,6 +158,38 @@ function Receiver:receive_lora(name, dir, version, timeout)
   return self:post("/load_lora_adapter", { lora_name = name, lora_path = dir, weight_version = version }, timeout or 600)
 end
 
+--- LoRA in memory: a copy of the source's adapter loaded under `name` by this thread-mode
+--- engine between two of its steps. → {weight_version, seconds} or nil, err.
+function Receiver:receive_lora_memory(source, name, version)
+  if not self._native then return nil, "memory transfers need a thread-mode rl.engine in this process" end
+  return source:copy_lora_to_engine(self._native, name, version)
+end
+
+--- LoRA through shared memory, step 1 (/init_lora_shm): a two-buffer file for an adapter
+--- like `meta` ({r, lora_alpha, target_modules}) under `name`. → its layout or nil, err.
+function Receiver:open_lora_shm(name, meta, timeout)
+  return self:post("/init_lora_shm", { lora_name = name, r = meta.r, lora_alpha = meta.lora_alpha,
+    target_modules = meta.target_modules }, timeout)
+end
+
+--- LoRA through shared memory, step 2 (/update_lora_from_shm): `buffer` of file `id`
+--- holds the adapter; the engine installs a copy under `name`. → {weight_version,
+--- next_buffer} or nil, err.
+function Receiver:receive_lora_shm(name, id, buffer, version, timeout)
+  return self:post("/update_lora_from_shm", { lora_name = name, id = id, buffer = buffer, weight_version = version },
+    timeout)
+end
+
+--- LoRA by c10d (/update_lora_from_distributed): the adapter's tensors (`meta`: names,
+--- dtypes, shapes, r, lora_alpha, target_modules) by broadcast from rank 0 of group
+--- `group_name` (joined as for weights), installed under `name`.
+function Receiver:receive_lora_distributed(name, meta, group_name, version, timeout, bucket_bytes)
+  return self:post("/update_lora_from_distributed", { lora_name = name, r = meta.r, lora_alpha = meta.lora_alpha,
+    target_modules = meta.target_modules, names = meta.names, dtypes = meta.dtypes, shapes = meta.shapes,
+    group_name = group_name, weight_version = version,
+    bucket_bytes = (bucket_bytes or 0) > 0 and bucket_bytes or nil }, timeout)
+end
+
 --- c10d, step 1 (/init_weights_update_group): joins the group as rank `args.rank_offset`
 --- (master_address, master_port, world_size, group_name, backend, timeout).
 function Receiver:join_group(args, timeout)
@@ -251,8 +291,9 @@ end
 
 -- c10d: one group of the source (rank 0) and the engines (ranks 1..n), made on the first
 -- push to this engine set; then every tensor is broadcast while the engines'
--- /update_weights_from_distributed calls receive it.
-local function push_distributed(self, receivers, version, o)
+-- /update_weights_from_distributed calls receive it (lora: the adapter's, while their
+-- /update_lora_from_distributed calls do).
+local function push_distributed(self, receivers, version, o, lora)
   local timeout = o.timeout or 120
   local keys = {}
   for i, rx in ipairs(receivers) do keys[i] = rx.url end
@@ -276,82 +317,107 @@ local function push_distributed(self, receivers, version, o)
       return nil, "init_weights_update_group: " .. err
     end
   end
-  local g, meta = self.group, self.source:meta()
+  local g, src = self.group, self.source
   local bucket = o.bucket_bytes or 0
-  if self.source.can_bucket and not self.source:can_bucket() then bucket = 0 end
-  local replies, err = overlap(function() return self.source:broadcast(g.handle, bucket) end, receivers, function(_, rx)
-    return rx:receive_distributed(meta, g.name, version, timeout + 10, bucket)
-  end)
+  if src.can_bucket and not src:can_bucket() then bucket = 0 end
+  local job, request, ep
+  if lora then
+    local meta = src:lora_meta()
+    ep = "update_lora_from_distributed"
+    job = function() return src:broadcast_lora(g.handle, bucket) end
+    request = function(_, rx) return rx:receive_lora_distributed(lora, meta, g.name, version, timeout + 10, bucket) end
+  else
+    local meta = src:meta()
+    ep = "update_weights_from_distributed"
+    job = function() return src:broadcast(g.handle, bucket) end
+    request = function(_, rx) return rx:receive_distributed(meta, g.name, version, timeout + 10, bucket) end
+  end
+  local replies, err = overlap(job, receivers, request)
   if not replies then
     drop_group(self)
-    return nil, "update_weights_from_distributed: " .. err
+    return nil, ep .. ": " .. err
   end
   return replies
 end
 
---- Forgets what the sender keeps for the engine at `url` (its shared-memory file): the
---- engine is gone.
-function Sender:forget(url)
-  local st = self.shm[url]
+-- Unmaps one shared file the sender keeps (by its key in self.shm).
+local function forget_key(self, key)
+  local st = self.shm[key]
   if not st then return end
-  self.shm[url] = nil
+  self.shm[key] = nil
   self.source:forget_shm(st.id)
 end
 
--- Shared memory: the layout the engine described is kept per URL, with the buffer to write
--- next. → the engine's reply, or nil, err, stage ("init" when the engine cannot share).
-local function push_shm(self, rx, version, timeout)
+--- Forgets what the sender keeps for the engine at `url` (its shared-memory files: the
+--- weights', an adapter's): the engine is gone.
+function Sender:forget(url)
+  local keys = {}
+  for key, st in pairs(self.shm) do if st.url == url then keys[#keys + 1] = key end end
+  for _, key in ipairs(keys) do forget_key(self, key) end
+end
+
+-- Shared memory: the layout the engine described is kept per URL (and adapter name), with
+-- the buffer to write next. → the engine's reply, or nil, err, stage ("init" when the
+-- engine cannot share). lora: the adapter's name (its own file; only the adapter moves).
+local function push_shm(self, rx, version, timeout, lora)
+  local src, key = self.source, lora and rx.url .. "\0lora\0" .. lora or rx.url
+  local ep = lora and "update_lora_from_shm" or "update_weights_from_shm"
   for attempt = 1, 2 do
-    local st = self.shm[rx.url]
+    local st = self.shm[key]
     if not st then
-      local r, err = rx:open_shm(timeout)
-      if not r then return nil, "init_weights_shm: " .. err, "init" end
-      st = { layout = json.encode(r), id = r.id, next = r.next_buffer }
-      self.shm[rx.url] = st
+      local r, err
+      if lora then r, err = rx:open_lora_shm(lora, src:lora_meta(), timeout) else r, err = rx:open_shm(timeout) end
+      if not r then return nil, (lora and "init_lora_shm: " or "init_weights_shm: ") .. err, "init" end
+      st = { layout = json.encode(r), id = r.id, next = r.next_buffer, url = rx.url }
+      self.shm[key] = st
     end
-    local w, werr = self.source:write_shm(st.layout, st.next)
+    local w, werr
+    if lora then w, werr = src:write_lora_shm(st.layout, st.next) else w, werr = src:write_shm(st.layout, st.next) end
     if not w then
-      self:forget(rx.url)
-      return nil, "writing shared weights: " .. tostring(werr)
+      forget_key(self, key)
+      return nil, (lora and "writing the shared adapter: " or "writing shared weights: ") .. tostring(werr)
     end
-    local r, err = rx:receive_shm(st.id, st.next, version, timeout)
+    local r, err
+    if lora then r, err = rx:receive_lora_shm(lora, st.id, st.next, version, timeout)
+    else r, err = rx:receive_shm(st.id, st.next, version, timeout) end
     if r then
       st.next = r.next_buffer
       return r
     end
-    self:forget(rx.url)
-    -- The engine released or re-shared its weights: share them anew, once.
-    if attempt == 2 or not err:find("no shared weights", 1, true) then return nil, "update_weights_from_shm: " .. err end
+    forget_key(self, key)
+    -- The engine released or re-shared its weights (or dropped the adapter): share anew, once.
+    local gone = err:find("no shared weights", 1, true) or err:find("no shared adapter file", 1, true)
+    if attempt == 2 or not gone then return nil, ep .. ": " .. err end
   end
 end
 
--- What a weight source needs for each method.
+-- What a weight source needs for each method (of its weights; of its LoRA adapter).
 local NEEDS = { memory = { "copy_to_engine" }, shm = { "write_shm", "forget_shm" }, disk = { "save" },
                 distributed = { "meta", "join_group", "broadcast" } }
+local LORA_NEEDS = { memory = { "copy_lora_to_engine" }, shm = { "lora_meta", "write_lora_shm", "forget_shm" },
+                     disk = { "save_lora" }, distributed = { "lora_meta", "join_group", "broadcast_lora" } }
 
--- Whether the source has what `method` needs; false and the first missing method.
-local function source_can(source, method)
-  for _, f in ipairs(NEEDS[method]) do
+-- Whether the source has what `method` needs (for its adapter: lora); false and the
+-- first missing method.
+local function source_can(source, method, lora)
+  for _, f in ipairs((lora and LORA_NEEDS or NEEDS)[method]) do
     if type(source[f]) ~= "function" then return false, f end
   end
   return true
 end
 
--- One engine of a push that is not "distributed". → reply, err, how.
+-- One engine of a push that is not "distributed". → reply, err, how. lora: the adapter's
+-- name (only the adapter moves, loaded under it in place of the last).
 local function push_one(self, rx, method, version, o, files, lora)
-  if lora then   -- LoRA: the adapter's PEFT files, loaded under its name in place of the last
-    local d, err = files()
-    if not d then return nil, err, "lora" end
-    local r, lerr = rx:receive_lora(lora, d, version, o.timeout)
-    return r, lerr, "lora"
+  local src, tag = self.source, lora and "lora/" or ""
+  if method == "auto" and rx:can("memory") and source_can(src, "memory", lora) then
+    local r, err
+    if lora then r, err = rx:receive_lora_memory(src, lora, version) else r, err = rx:receive_memory(src, version) end
+    return r, err, tag .. "memory"
   end
-  if method == "auto" and rx:can("memory") and source_can(self.source, "memory") then
-    local r, err = rx:receive_memory(self.source, version)
-    return r, err, "memory"
-  end
-  if method == "shm" or (method == "auto" and rx.kind == "process" and source_can(self.source, "shm")) then
-    local r, err, stage = push_shm(self, rx, version, o.timeout or 120)
-    if r or method == "shm" or stage ~= "init" then return r, err, "shm" end
+  if method == "shm" or (method == "auto" and rx.kind == "process" and source_can(src, "shm", lora)) then
+    local r, err, stage = push_shm(self, rx, version, o.timeout or 120, lora)
+    if r or method == "shm" or stage ~= "init" then return r, err, tag .. "shm" end
     -- auto: this engine cannot share its weights now (on a GPU, /dev/shm full, weights
     -- released): files this time, shared memory tried again next time.
     if not self.warned[rx.url] then
@@ -360,9 +426,10 @@ local function push_one(self, rx, method, version, o, files, lora)
     end
   end
   local d, err = files()
-  if not d then return nil, err, "disk" end
-  local r, uerr = rx:receive_disk(d, version)
-  return r, uerr, "disk"
+  if not d then return nil, err, tag .. "disk" end
+  local r, uerr
+  if lora then r, uerr = rx:receive_lora(lora, d, version, o.timeout) else r, uerr = rx:receive_disk(d, version) end
+  return r, uerr, tag .. "disk"
 end
 
 local METHODS = { auto = true, shm = true, disk = true, distributed = true }
@@ -415,21 +482,20 @@ function Sender:push(targets, opts, fname)
     error(fname .. ": a LoRA trainer syncs its adapter under a name the rollout's requests use "
       .. "(give opts.lora_name)", 3)
   end
-  if lora then method = "lora" end   -- the adapter alone, by files: whatever opts.method says
-  local can, missing = source_can(self.source, (method == "auto" or method == "lora") and "disk" or method)
+  local can, missing = source_can(self.source, method == "auto" and "disk" or method, lora)
   if not can then
-    error(("%s: the weight source cannot send by '%s' (it has no %s)"):format(fname,
+    error(("%s: the weight source cannot send %sby '%s' (it has no %s)"):format(fname, lora and "its adapter " or "",
       method == "auto" and "disk" or method, missing), 3)
   end
-  local receivers = receivers_of(targets, lora and "disk" or method, fname)
+  local receivers = receivers_of(targets, method, fname)
   local t0 = now()
   local methods, versions, errors = {}, {}, {}
   if method == "distributed" then
-    local replies, err = push_distributed(self, receivers, version, opts)
+    local replies, err = push_distributed(self, receivers, version, opts, lora)
     if not replies then return nil, err end
     for i = 1, #receivers do   -- the version each engine says it serves now
       local v = type(replies[i]) == "table" and replies[i].weight_version
-      methods[i], versions[i] = "distributed", v ~= nil and tostring(v) or version
+      methods[i], versions[i] = (lora and "lora/" or "") .. "distributed", v ~= nil and tostring(v) or version
     end
     return { seconds = now() - t0, weight_version = version, methods = methods, versions = versions, errors = errors }
   end

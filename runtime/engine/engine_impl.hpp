@@ -135,6 +135,16 @@ class EngineImpl final : public Engine {
   // engine_lora.cpp). `path`: where it came from ("" from memory).
   LoraInfo install_lora(const std::string& name, std::shared_ptr<const nn::LoraAdapter> adapter,
                         const std::string& path, const std::optional<std::string>& version);
+  // LoRA adapters through shared memory (engine_lora_sync.cpp): a staging adapter on the
+  // CPU whose storages live in a two-buffer file, kept per adapter name until the adapter
+  // is unloaded or shared again.
+  struct SharedLora {
+    std::shared_ptr<nn::LoraAdapter> stage;
+    std::unique_ptr<nn::SharedWeights> file;
+    std::mutex mu;  // one update reads the stage at a time
+  };
+  std::shared_ptr<SharedLora> shared_lora(const std::string& name) const;
+  void put_shared_lora(const std::string& name, std::shared_ptr<SharedLora> shared);
   void release_memory(const std::vector<std::string>& tags) override;
   void resume_memory(const std::vector<std::string>& tags) override;
   void run_between_steps(const std::function<void()>& fn) override;
@@ -203,6 +213,7 @@ class EngineImpl final : public Engine {
   std::map<std::string, LoraSlotPtr> loras_;
   uint64_t lora_loads_ = 0;  // makes each load's prefix-cache root unique
   std::atomic<int64_t> lora_count_{0};
+  std::map<std::string, std::shared_ptr<SharedLora>> shared_loras_;  // under mu_
   bool abort_everything_ = false;
   bool stopping_ = false;
   std::mt19937_64 rid_rng_;

@@ -57,8 +57,7 @@ LoraInfo EngineImpl::lora_info(const LoraSlot& slot) const {
     const nn::LoraConfig& c = slot.adapter->config();
     i.rank = c.rank;
     i.alpha = c.alpha;
-    for (nn::LoraTarget t : c.targets) i.targets.emplace_back(nn::lora_target_name(t));
-    if (c.lm_head) i.targets.emplace_back("lm_head");
+    i.targets = nn::lora_target_modules(c);
   }
   return i;
 }
@@ -164,6 +163,7 @@ void EngineImpl::unload_lora_adapter(const std::string& name) {
                     " unfinished request(s); it stays loaded",
                 "retry once they finish, or abort them first (POST /abort_request)");
   loras_.erase(it);  // its cached prefixes are unreachable (their root is gone) and age out
+  shared_loras_.erase(name);  // its shared-memory file, if any, goes when no update reads it
   lora_count_.store(static_cast<int64_t>(loras_.size()));
   log::info("engine: LoRA adapter '" + name + "' unloaded");
 }
@@ -187,6 +187,17 @@ void EngineImpl::load_startup_loras() {
     install_lora_now(name, std::move(adapter), dir, std::nullopt);
     log::info("engine: LoRA adapter '" + name + "' loaded from " + dir);
   }
+}
+
+std::shared_ptr<EngineImpl::SharedLora> EngineImpl::shared_lora(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = shared_loras_.find(name);
+  return it == shared_loras_.end() ? nullptr : it->second;
+}
+
+void EngineImpl::put_shared_lora(const std::string& name, std::shared_ptr<SharedLora> shared) {
+  std::lock_guard<std::mutex> lock(mu_);
+  shared_loras_[name] = std::move(shared);
 }
 
 LoraInfo load_lora_adapter(Engine& engine, const std::string& name, const nn::LoraAdapter& src,

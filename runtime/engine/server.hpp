@@ -188,6 +188,10 @@ class EngineServer {
   void on_destroy_weights_update_group(const Req&, Res&);
   void on_init_weights_shm(const Req&, Res&);
   void on_update_weights_from_shm(const Req&, Res&);
+  // ... and a LoRA adapter's tensors by the same two paths
+  void on_init_lora_shm(const Req&, Res&);
+  void on_update_lora_from_shm(const Req&, Res&);
+  void on_update_lora_from_distributed(const Req&, Res&);
   // server_lora.cpp: LoRA adapters
   void on_load_lora_adapter(const Req&, Res&);
   void on_unload_lora_adapter(const Req&, Res&);
@@ -282,6 +286,8 @@ class EngineServer {
   std::mutex groups_mu_;
   std::unordered_map<std::string, std::shared_ptr<dist::ProcessGroup>> weight_groups_;
   std::shared_ptr<dist::ProcessGroup> weight_group(const std::string& name);
+  std::shared_ptr<dist::ProcessGroup> joined_group(const std::string& name, const char* ep);  // or 400
+  bool receive_in_group(const std::string& name, Res& res, const std::function<void()>& receive);
 };
 
 // EngineStats under their own names (plus SGLang's num_running_reqs /

@@ -3,7 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/weights_digest.hpp"
@@ -200,6 +202,44 @@ uint64_t LoraAdapter::version() const {
   uint64_t v = 0;
   for (const auto& [n, t] : params_) v += static_cast<uint64_t>(t._version());
   return v;
+}
+
+std::vector<std::string> lora_target_modules(const LoraConfig& cfg) {
+  std::vector<std::string> out;
+  for (auto t : cfg.targets) out.emplace_back(lora_target_name(t));
+  if (cfg.lm_head) out.emplace_back("lm_head");
+  return out;
+}
+
+void copy_adapter_tensors(LoraAdapter& dst, const std::vector<std::pair<std::string, torch::Tensor>>& src) {
+  std::unordered_map<std::string, const torch::Tensor*> by_name;
+  for (const auto& [name, t] : src)
+    if (!by_name.emplace(name, &t).second) throw std::invalid_argument("LoRA tensor '" + name + "' is given twice");
+  const auto shape_text = [](torch::IntArrayRef s) {
+    std::ostringstream os;
+    os << s;
+    return os.str();
+  };
+  for (const auto& [name, t] : dst.named_parameters()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      throw std::invalid_argument("LoRA tensor '" + name + "' is missing (the adapter's config targets it: r=" +
+                                  std::to_string(dst.config().rank) + ")");
+    if (it->second->sizes() != t.sizes())
+      throw std::invalid_argument("LoRA tensor '" + name + "' has shape " + shape_text(it->second->sizes()) +
+                                  ", the adapter needs " + shape_text(t.sizes()));
+  }
+  if (by_name.size() != dst.named_parameters().size()) {
+    for (const auto& [name, t] : src) {
+      bool known = false;
+      for (const auto& p : dst.named_parameters()) known = known || p.first == name;
+      if (!known)
+        throw std::invalid_argument("LoRA tensor '" + name + "' is unexpected (not a lora_A/lora_B of the targets " +
+                                    "this adapter's config names)");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : dst.named_parameters()) t.copy_(*by_name.at(name));
 }
 
 std::string lora_adapter_digest(const LoraAdapter& adapter) {

@@ -81,6 +81,16 @@ class LoraAdapter {
   int64_t lm_head_index_ = -1;
 };
 
+// PEFT's target_modules names of `cfg` (its targets in its order, then lm_head): what make_lora_config takes back, and what adapter_config.json lists.
+std::vector<std::string> lora_target_modules(const LoraConfig& cfg);
+
+// Copies `src` into `dst` in place (an adapter sync that arrives as named tensors: shared
+// memory, a c10d broadcast): every one of dst's tensors must be in src under its PEFT name
+// with its shape, and src may hold nothing else; dtypes are converted. Throws
+// std::invalid_argument naming the first missing, unexpected or misshapen tensor (dst may
+// then be partly written: copy into a fresh adapter).
+void copy_adapter_tensors(LoraAdapter& dst, const std::vector<std::pair<std::string, torch::Tensor>>& src);
+
 // The weights digest (nn/weights_digest.hpp) of a base model with `adapter` applied:
 // add_digests(base, the adapter's tensors' digest); "" when base is "" (not the exact
 // kernels) or the adapter is not float32 on the CPU. Transformer::exact_weights_digest

@@ -27,9 +27,7 @@ nlohmann::json number(double v) {
 
 void save_peft_adapter(const LoraAdapter& adapter, const std::filesystem::path& dir, const std::string& base_model) {
   const auto& cfg = adapter.config();
-  nlohmann::json targets = nlohmann::json::array();
-  for (auto t : cfg.targets) targets.push_back(lora_target_name(t));
-  if (cfg.lm_head) targets.push_back("lm_head");
+  const nlohmann::json targets = lora_target_modules(cfg);
   nlohmann::json j = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},

@@ -9,6 +9,8 @@ rank 1 on host 1, started by two real torchrun agents (or with srun's variables)
   engine's command line holds the token).
 * kill -9 of host 1's engine during step 2: its host restarts it, it rejoins at the next
   weight sync, and every step keeps its full batch with no sample twice.
+* --lora-rank across hosts: the adapter alone reaches the other host's engine by the same
+  broadcast, which then answers with the trainer's log-probs bit for bit.
 * Four engines on two hosts take the trainer's weights by one c10d broadcast, init and
   update fanned out concurrently: no deadlock, every engine at the new version.
 
@@ -258,6 +260,28 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
                            text=True, timeout=60, env=self.env)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--remote-weight-sync disk needs --remote-weights-dir", r.stderr)
+
+    def test_lora_adapter_to_the_remote_engines(self):
+        # --lora-rank across hosts: only the adapter moves, by the same c10d broadcast
+        # (/update_lora_from_distributed); the other host's engine serves it from the first
+        # rollout on, and its log-probs are the trainer's bit for bit (--old-logprobs check
+        # recomputes every sample's, the remote engine's included).
+        d = os.path.join(self.dir, "lora")
+        os.makedirs(d)
+        with netns.Hosts(2) as hosts:
+            procs = self.start(hosts, d, "--num-rollout", "2", "--lora-rank", "8", "--lora-alpha", "16",
+                               "--lr", "5e-3", "--old-logprobs", "check")
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        rows, workers = self.check_steps(d, 2, hosts)
+        for step in range(2):
+            self.assertGreater(workers[step].get(hosts[1].addr, 0), 0, "step %d: %s" % (step, workers[step]))
+        for x in rows:
+            self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+            self.assertEqual(x["train/train_rollout_logprob_abs_diff"], 0.0, x)
+        self.assertIn("lora/memory, lora/distributed to other hosts", logs[0])
 
     def test_remote_engine_killed_during_a_step(self):
         d = os.path.join(self.dir, "kill")

@@ -264,7 +264,7 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
 
     def test_lora_trains_the_adapter_the_engines_serve(self):
         # --lora-rank: the trainer trains an adapter over the frozen model; each sync hands
-        # it to the engines (PEFT files, /load_lora_adapter under "policy") and every rollout
+        # it to the engines (a process engine: its own shared-memory file, under "policy") and every rollout
         # request names it. The engine answers with the trainer's log-probs exactly
         # (--check-weight-update-equal), a process engine included, and proves it with the
         # digest of base + adapter, so the rollout's log-probs serve as the old ones
@@ -276,7 +276,7 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
                             "--save", d + "/ck", "--metrics-dir", d + "/m")
         text = r.stdout + r.stderr
         self.assertIn("trainer: LoRA rank 8", text)
-        self.assertIn("weight sync to 1 engine(s): lora", text)
+        self.assertIn("weight sync to 1 engine(s): lora/shm", text)
         steps = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual(len(steps), 2)
         for m in steps:

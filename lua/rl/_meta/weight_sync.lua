@@ -34,6 +34,23 @@ function Receiver:join_group(args, timeout) end
 ---@param meta {names: string[], dtypes: string[], shapes: integer[][]}
 ---@return table|nil, string|nil
 function Receiver:receive_distributed(meta, group_name, version, timeout) end
+--- LoRA: a PEFT directory loaded under `name` in place of the adapter of that name (/load_lora_adapter).
+---@return {weight_version: string}|nil, string|nil
+function Receiver:receive_lora(name, dir, version, timeout) end
+--- LoRA in memory: a copy of the source's adapter loaded under `name` by a thread-mode engine.
+---@param source rl.weight_sync.Source
+---@return {weight_version: string}|nil, string|nil
+function Receiver:receive_lora_memory(source, name, version) end
+--- /init_lora_shm: a two-buffer file for an adapter like meta ({r, lora_alpha, target_modules}) under `name`.
+---@return table|nil layout, string|nil err
+function Receiver:open_lora_shm(name, meta, timeout) end
+--- /update_lora_from_shm: `buffer` of file `id` holds the adapter; a copy is installed under `name`.
+---@return {weight_version: string, next_buffer: integer}|nil, string|nil
+function Receiver:receive_lora_shm(name, id, buffer, version, timeout) end
+--- /update_lora_from_distributed: the adapter's tensors by broadcast from rank 0, installed under `name`.
+---@param meta {names: string[], dtypes: string[], shapes: integer[][], r: integer, lora_alpha: number, target_modules: string[]}
+---@return table|nil, string|nil
+function Receiver:receive_lora_distributed(name, meta, group_name, version, timeout, bucket_bytes) end
 --- /destroy_weights_update_group, best effort.
 function Receiver:leave_group(group_name, timeout) end
 --- The weight version the engine serves now.
@@ -51,6 +68,12 @@ function Receiver:cancel_pending() end
 ---@field join_group? fun(self, group: userdata): boolean|nil, string|nil
 ---@field broadcast? fun(self, group: userdata): boolean|nil, string|nil
 ---@field save? fun(self, dir: string): boolean|nil, string|nil
+---@field lora_name? string LoRA sources: the name engines serve the adapter under (only the adapter moves)
+---@field lora_meta? fun(self): {names: string[], dtypes: string[], shapes: integer[][], r: integer, lora_alpha: number, target_modules: string[]}
+---@field save_lora? fun(self, dir: string): boolean|nil, string|nil the adapter as PEFT files
+---@field copy_lora_to_engine? fun(self, native: userdata, name: string, version: string): table|nil, string|nil
+---@field write_lora_shm? fun(self, layout_json: string, buffer: integer): boolean|nil, string|nil
+---@field broadcast_lora? fun(self, group: userdata, bucket_bytes?: integer): boolean|nil, string|nil
 
 ---@class rl.weight_sync.PushOptions
 ---@field version string the weight version the engines take
@@ -60,6 +83,7 @@ function Receiver:cancel_pending() end
 ---@field master_port? integer distributed: the store's port (default a free one)
 ---@field backend? "gloo"|"nccl" distributed
 ---@field tmp_dir? string disk: where the weights' directory goes (default /dev/shm, else $TMPDIR)
+---@field lora_name? string LoRA sources: the name to load the adapter under (default source.lora_name)
 ---@field keep_going? boolean a failed engine does not stop the others (its versions[i] is false)
 ---@field bucket_bytes? integer distributed, rlhost engines: consecutive tensors of one dtype per broadcast, at most this many bytes (0: one per tensor)
 ---@field guard? fun(i: integer, rx: rl.weight_sync.Receiver): (fun()|nil) called as engine i's transfer starts; what it returns is called when it ends
@@ -67,7 +91,7 @@ function Receiver:cancel_pending() end
 ---@class rl.weight_sync.PushResult
 ---@field seconds number
 ---@field weight_version string
----@field methods string[] per engine: memory, shm, disk or distributed
+---@field methods string[] per engine: memory, shm, disk or distributed (a LoRA source's: lora/memory, lora/shm, ...)
 ---@field versions (string|false)[] per engine: the version it serves, or false
 ---@field errors table<integer, string> per failed engine: why
 

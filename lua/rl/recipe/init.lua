@@ -256,10 +256,6 @@ local function make_trainer(opt, job)
       rl.args.usage_error("--lora-rank with --rollout-backend vllm: rlhost does not hand LoRA adapters to vLLM yet "
         .. "(hint: the native engines serve them)")
     end
-    if require("rl.recipe.hosts").role(opt) ~= nil then
-      rl.args.usage_error("--lora-rank across hosts: the adapter's files are written where the trainer runs "
-        .. "(hint: one host for now)")
-    end
   end
   -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)
   local loss, optimizer, critic, lora = require("rl.trainer.options").from_flags(opt)
@@ -396,8 +392,9 @@ local function start_serving(opt, job)
     job.hosts = hosts.controller(job.router, hosts.host_count() - 1,
       { lost_timeout = opt.host_lost_timeout, ready_timeout = opt.dist_timeout, method = opt.remote_weight_sync,
         files_dir = opt.remote_weights_dir })
-    -- an engine joins at once while the trainer holds the weights it loaded (no step yet)
-    job.hosts:wait_ready(function() return not job.resumed and job.trainer:step() == 0 end)
+    -- an engine joins at once while the trainer holds the weights it loaded (no step yet;
+    -- with LoRA, after the first sync: requests name the adapter it hands out)
+    job.hosts:wait_ready(function() return not job.resumed and job.trainer:step() == 0 and not job.trainer:lora() end)
   end
   job.health = require("rl.recipe.health").from_options(opt, job)
   job.faults = require("rl.recipe.faults").from_options(opt, job)

@@ -208,7 +208,7 @@ function Trainer:weight_source()
     if not r then return nil, err end
     return true
   end
-  return {
+  local src = {
     meta = function() return json.decode(h:weight_meta()) end,
     copy_to_engine = function(_, native_engine, version) return task.await_json(h:sync(native_engine, version), fname) end,
     write_shm = function(_, layout, buffer) return done(h:shm_write(layout, buffer)) end,
@@ -221,10 +221,18 @@ function Trainer:weight_source()
       if not self:is_sharded() then return model:save(dir) end
       return done(h:save_model(dir, nil, nil, true))   -- rank 0 drives the gathers (Trainer:sync)
     end,
-    -- LoRA: the adapter is what moves (PEFT files, loaded by the engines under lora_name)
-    lora_name = self:lora() and self.lora_name or nil,
-    save_lora = self:lora() and function(_, dir) return self:save_lora(dir) end or nil,
   }
+  if self:lora() then   -- LoRA: the adapter is what moves, loaded by the engines under lora_name
+    src.lora_name = self.lora_name
+    src.lora_meta = function() return json.decode(h:weight_meta(true)) end
+    src.save_lora = function(_, dir) return self:save_lora(dir) end
+    src.copy_lora_to_engine = function(_, native_engine, name, version)
+      return task.await_json(h:sync_lora(native_engine, name, version), fname)
+    end
+    src.write_lora_shm = function(_, layout, buffer) return done(h:shm_write(layout, buffer, true)) end
+    src.broadcast_lora = function(_, group, bucket_bytes) return done(h:send_weights(group, bucket_bytes, true)) end
+  end
+  return src
 end
 
 --- Sharded over data-parallel ranks: rank 0 runs fn (any number of syncs to engines)
@@ -287,8 +295,9 @@ local SYNC_OPTS = { version = true, method = true, timeout = true, master_addres
 --- force one. The weight version becomes `version` (default: the trainer's step). On
 --- data-parallel ranks other than 0 it does nothing (rank 0 holds the same weights).
 --- Returns {seconds, weight_version, methods, versions, errors} (per engine i: how it got
---- them — "memory", "shm", "disk", "distributed" —, the version it serves or false, why
---- not) or nil, err (the first failure, unless keep_going).
+--- them — "memory", "shm", "disk", "distributed"; a LoRA trainer's adapter alone moves:
+--- "lora/memory", "lora/shm", ... —, the version it serves or false, why not) or nil, err
+--- (the first failure, unless keep_going).
 function Trainer:sync(engines, opts)
   local fname = "rl.trainer.Trainer:sync"
   task.need_task(fname)

@@ -298,6 +298,31 @@ CATCH_TEST_CASE("LoRA: configs are checked naming the option", "[lora]") {
   CATCH_CHECK(contains(error_of([&] { trainer::Trainer x(m, nullptr, t, {}, m); }), "use_critic"));
 }
 
+CATCH_TEST_CASE("LoRA: an adapter from named tensors (a sync's) takes exactly its own, naming what is off", "[lora]") {
+  const auto cfg = test::tiny_config("qwen3");
+  const auto lc = nn::make_lora_config(4, 8, {"q_proj", "down_proj", "lm_head"});
+  CATCH_CHECK(nn::lora_target_modules(lc) == std::vector<std::string>{"q_proj", "down_proj", "lm_head"});
+  nn::LoraAdapter src(cfg, lc);
+  src.init(3, /*identity=*/false);
+  nn::LoraAdapter dst(cfg, lc);
+  nn::copy_adapter_tensors(dst, src.named_parameters());
+  for (size_t i = 0; i < dst.named_parameters().size(); ++i)
+    CATCH_CHECK(torch::equal(dst.named_parameters()[i].second, src.named_parameters()[i].second));
+  auto named = src.named_parameters();
+  auto missing = named;
+  missing.pop_back();
+  CATCH_CHECK(contains(error_of([&] { nn::copy_adapter_tensors(dst, missing); }), "is missing"));
+  auto extra = named;
+  extra.emplace_back("base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight", torch::zeros({4, 8}));
+  CATCH_CHECK(contains(error_of([&] { nn::copy_adapter_tensors(dst, extra); }), "k_proj.lora_A.weight' is unexpected"));
+  auto twice = named;
+  twice.push_back(named.front());
+  CATCH_CHECK(contains(error_of([&] { nn::copy_adapter_tensors(dst, twice); }), "given twice"));
+  auto misshapen = named;
+  misshapen.front().second = torch::zeros({3, 3});
+  CATCH_CHECK(contains(error_of([&] { nn::copy_adapter_tensors(dst, misshapen); }), "has shape [3, 3]"));
+}
+
 CATCH_TEST_CASE("LoRA: the trainer trains the adapter only, over the frozen base, and checkpoints it", "[lora]") {
   TempDir tmp;
   auto make = [] {
