@@ -22,12 +22,25 @@ EngineImpl& impl_of(Engine& engine, const char* what) {
   return *impl;
 }
 
-nn::LoraConfig config_of(const LoraSpec& spec, const char* what) {
+// The adapter's config, checked before anything is allocated for it: a rank above the
+// engine's --max-lora-rank or the model's hidden size (an adapter that size is larger
+// than the projections it adapts) is refused.
+nn::LoraConfig config_of(EngineImpl& impl, const LoraSpec& spec, const char* what) {
+  nn::LoraConfig cfg;
   try {
-    return nn::make_lora_config(spec.rank, spec.alpha, spec.target_modules);
+    cfg = nn::make_lora_config(spec.rank, spec.alpha, spec.target_modules);
   } catch (const std::invalid_argument& e) {
     throw Error(std::string(what) + ": " + e.what(), "r, lora_alpha and target_modules as adapter_config.json has them");
   }
+  const int64_t max_rank = impl.options().max_lora_rank;
+  if (max_rank > 0 && cfg.rank > max_rank)
+    throw Error(std::string(what) + ": r " + std::to_string(cfg.rank) + " is above the engine's max_lora_rank " +
+                    std::to_string(max_rank),
+                "restart the engine with a higher --max-lora-rank, or train a lower-rank adapter");
+  if (cfg.rank > impl.config().hidden_size)
+    throw Error(std::string(what) + ": r " + std::to_string(cfg.rank) + " is above the model's hidden_size " +
+                std::to_string(impl.config().hidden_size));
+  return cfg;
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -49,7 +62,7 @@ nlohmann::json share_lora(Engine& engine, const std::string& name, const LoraSpe
   auto shared = std::make_shared<EngineImpl::SharedLora>();
   // The staging adapter lives on the CPU, its storages in the file: the writer fills a
   // buffer, the engine points the stage at it and copies it onto its device.
-  shared->stage = std::make_shared<nn::LoraAdapter>(impl.config(), config_of(spec, what), torch::kFloat32);
+  shared->stage = std::make_shared<nn::LoraAdapter>(impl.config(), config_of(impl, spec, what), torch::kFloat32);
   shared->file = std::make_unique<nn::SharedWeights>(shared->stage->named_parameters(), dir);
   nlohmann::json out = shared->file->layout().to_json();
   impl.put_shared_lora(name, shared);
@@ -81,11 +94,25 @@ LoraInfo receive_lora(Engine& engine, dist::ProcessGroup& g, const dist::WeightM
                       const LoraSpec& spec, const std::optional<std::string>& version, int64_t bucket_bytes) {
   const char* what = "update_lora_from_distributed";
   EngineImpl& impl = impl_of(engine, what);
+  nn::LoraAdapter stage(impl.config(), config_of(impl, spec, what), impl.runner().lora_options());
+  // More values announced than the adapter holds: refused before receiving (the sender's
+  // broadcast then has no receiver: the group is given up).
+  int64_t announced = 0, holds = 0;
+  for (const auto& shape : meta.shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n = d < 0 || (d > 0 && n > (int64_t{1} << 40) / d) ? (int64_t{1} << 40) : n * d;
+    announced += n;
+  }
+  for (const auto& [n, t] : stage.named_parameters()) holds += t.numel();
+  if (announced > holds)
+    throw GroupAbandoned(std::string(what) + ": adapter '" + name + "': the tensors announced hold " +
+                             std::to_string(announced) + " values, an adapter of r " + std::to_string(spec.rank) +
+                             " over these targets " + std::to_string(holds),
+                         "send the adapter's own tensors (its r and target_modules as the trainer made it)");
   const auto t0 = Clock::now();
-  // Received first, whatever follows: the group stays in step with the sender.
+  // Received, whatever follows: the group stays in step with the sender.
   auto tensors = dist::receive_weights(g, meta, bucket_bytes);
   const double receive_s = seconds_since(t0);
-  nn::LoraAdapter stage(impl.config(), config_of(spec, what), impl.runner().lora_options());
   try {
     nn::copy_adapter_tensors(stage, tensors);
   } catch (const std::invalid_argument& e) {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/errors.hpp"
 #include "engine/engine.hpp"
 
 namespace rl::dist {
@@ -39,6 +40,12 @@ nlohmann::json share_lora(Engine& engine, const std::string& name, const LoraSpe
 // adapter; a copy of it is installed under `name`. Unknown name or id: rl::Error.
 LoraInfo update_lora_from_shm(Engine& engine, const std::string& name, const std::string& id, int buffer,
                               const std::optional<std::string>& version = {});
+
+// receive_lora refused the tensors announced before receiving any (more than the adapter
+// holds): the sender's broadcast has no receiver, so the group cannot be used again.
+struct GroupAbandoned : Error {
+  using Error::Error;
+};
 
 // /update_lora_from_distributed: every tensor of `meta` (the adapter's, PEFT names)
 // received from the group's rank 0, then installed under `name` as an adapter of `spec`.

@@ -173,7 +173,7 @@ bool EngineServer::receive_in_group(const std::string& name, Res& res, const std
     receive();
     return true;
   } catch (const std::exception& e) {
-    const bool broken = std::string(e.what()).rfind("dist:", 0) == 0;
+    const bool broken = std::string(e.what()).rfind("dist:", 0) == 0 || dynamic_cast<const GroupAbandoned*>(&e);
     if (broken) {
       std::lock_guard lk(groups_mu_);
       weight_groups_.erase(name);

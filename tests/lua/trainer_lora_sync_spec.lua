@@ -113,6 +113,29 @@ describe("rl.trainer LoRA sync", function()
     if not ok_run then error(err, 0) end
   end, { timeout = 300 })
 
+  it("a broadcast announcing more than the adapter holds is refused before it is received; the next sync forms a new group", function()
+    local eng = assert(rl.engine.start { model = STORIES, threads = 1, device = "cpu", mode = "process" })
+    local ok_run, err = pcall(function()
+      local tr = lora_trainer()
+      local b = engine_batch(eng, 2)
+      assert(tr:train(b))
+      local src = tr:weight_source()
+      local meta = src.lora_meta
+      src.lora_meta = function(self) local m = meta(self); m.r = 2; return m end   -- says r 2, sends r 4
+      local tx = rl.weight_sync.sender(src)
+      local s, serr = tx:push(eng, { version = "bad", method = "distributed", timeout = 5 })
+      eq(s, nil)
+      ok(tostring(serr):find("the tensors announced hold", 1, true), serr)
+      tx:close()
+      s, serr = tr:sync(eng, { version = "good", method = "distributed", timeout = 30 })
+      ok(s, serr)
+      eq(s.methods, { "lora/distributed" })
+      eq(gap(eng, tr, b), 0)
+    end)
+    eng:stop()
+    if not ok_run then error(err, 0) end
+  end, { timeout = 120 })
+
   it("the engine names bad adapter sync requests", function()
     local eng = assert(rl.engine.start { model = STORIES, threads = 1, device = "cpu" })
     local ok_run, err = pcall(function()
@@ -131,6 +154,7 @@ describe("rl.trainer LoRA sync", function()
         { { lora_name = "a", r = 4, lora_alpha = 8, target_modules = {} }, "'target_modules' must be a non-empty list" },
         { { lora_name = "a", r = 4, lora_alpha = 8, target_modules = { "qkv" } }, "'qkv'" },
         { { r = 4, lora_alpha = 8, target_modules = { "q_proj" } }, "'lora_name' is required" },
+        { { lora_name = "a", r = 65, lora_alpha = 8, target_modules = { "q_proj" } }, "above the model's hidden_size 64" },
       } do
         local s, body = post("/init_lora_shm", case[1])
         eq(s, 400)
@@ -156,6 +180,13 @@ describe("rl.trainer LoRA sync", function()
       ok(body:find("no weight update group 'none'", 1, true), body)
       -- a trainer without an adapter has none to send
       eq(rl.trainer.new({ model = STORIES, device = "cpu" }):weight_source().lora_meta, nil)
+      -- an engine with --max-lora-rank refuses a larger adapter before making room for it
+      local small = assert(rl.engine.start { model = STORIES, threads = 1, device = "cpu", max_lora_rank = 2 })
+      local st2 = assert(rl.http.request { method = "POST", url = small.url .. "/init_lora_shm",
+        body = rl.json.encode(spec), headers = rl.engine.control_headers(), timeout = 10 })
+      small:stop()
+      eq(st2.status, 400)
+      ok(st2.body:find("above the engine's max_lora_rank 2", 1, true), st2.body)
     end)
     eng:stop()
     if not ok_run then error(err, 0) end
