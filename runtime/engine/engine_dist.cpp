@@ -1,16 +1,31 @@
 #include "engine/engine_dist.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/log_text.hpp"
 #include <cstdio>
 #include "dist/dist.hpp"
+#include "engine/engine.hpp"
 #include "engine/engine_weights.hpp"
 
 namespace rl::engine {
 
 void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMeta& meta,
                      const std::optional<std::string>& weight_version, int64_t bucket_bytes) {
+  // More values announced than the model has: refused before receiving anything (a full
+  // update sends each weight once); the sender's broadcast has no receiver, the group goes.
+  const int64_t model_values = engine.config().num_parameters();
+  int64_t announced = 0;
+  for (const auto& shape : meta.shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n = d < 0 || (d > 0 && n > (int64_t{1} << 50) / d) ? (int64_t{1} << 50) : n * d;
+    announced = std::min<int64_t>(announced + n, int64_t{1} << 50);
+  }
+  if (announced > model_values)
+    throw GroupAbandoned("update_weights_from_distributed: the tensors announced hold " + std::to_string(announced) +
+                             " values, the engine's model " + std::to_string(model_values),
+                         "send this model's weights (names and shapes as its config.json makes them)");
   const auto t0 = std::chrono::steady_clock::now();
   auto tensors = dist::receive_weights(g, meta, bucket_bytes);
   const auto t1 = std::chrono::steady_clock::now();

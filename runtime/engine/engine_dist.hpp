@@ -3,11 +3,14 @@
 // group's rank 0 (dist::receive_weights), then copies them into the live weights
 // between two steps (update_weights: the engine's own layout and dtype), flushes the
 // prefix cache and sets the weight version. Throws rl::Error naming a bad name,
-// dtype or shape. LibTorch-free header: the engine's HTTP server calls it.
+// dtype or shape; GroupAbandoned, before receiving, when the tensors announced hold more
+// values than the model. LibTorch-free header: the engine's HTTP server calls it.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "base/errors.hpp"
 
 namespace rl::dist {
 class ProcessGroup;
@@ -17,6 +20,13 @@ struct WeightMeta;
 namespace rl::engine {
 
 class Engine;
+
+// A receive refused the tensors announced before receiving any (more values than the
+// engine's model, or adapter, holds): the sender's broadcast has no receiver, so the
+// group cannot be used again (the server drops it).
+struct GroupAbandoned : Error {
+  using Error::Error;
+};
 
 // bucket_bytes: the sender's (dist::weight_buckets; 0 = a broadcast per tensor).
 void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMeta& meta,

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/errors.hpp"
 #include "engine/engine.hpp"
+#include "engine/engine_dist.hpp"
 
 namespace rl::dist {
 class ProcessGroup;
@@ -41,14 +41,9 @@ nlohmann::json share_lora(Engine& engine, const std::string& name, const LoraSpe
 LoraInfo update_lora_from_shm(Engine& engine, const std::string& name, const std::string& id, int buffer,
                               const std::optional<std::string>& version = {});
 
-// receive_lora refused the tensors announced before receiving any (more than the adapter
-// holds): the sender's broadcast has no receiver, so the group cannot be used again.
-struct GroupAbandoned : Error {
-  using Error::Error;
-};
-
 // /update_lora_from_distributed: every tensor of `meta` (the adapter's, PEFT names)
-// received from the group's rank 0, then installed under `name` as an adapter of `spec`.
+// received from the group's rank 0, then installed under `name` as an adapter of `spec`
+// (more values announced than that adapter holds: GroupAbandoned, before receiving).
 LoraInfo receive_lora(Engine& engine, dist::ProcessGroup& g, const dist::WeightMeta& meta, const std::string& name,
                       const LoraSpec& spec, const std::optional<std::string>& version, int64_t bucket_bytes = 0);
 

@@ -111,6 +111,19 @@ describe("rl.trainer distributed weight sync", function()
     eq(eng:stats().weight_version, "v7")
     local after = gap(eng, tr, b)
     ok(after <= 1e-5, "thread engine vs trainer after distributed sync " .. after)
+    -- a sender announcing more values than the model has is refused before the engine
+    -- allocates them; the group goes, and the next sync makes a new one
+    local src = tr:weight_source()
+    local meta = src.meta
+    src.meta = function(self) local m = meta(self); m.shapes[1] = { 1000000, 1000 }; return m end
+    local tx = rl.weight_sync.sender(src)
+    s, err = tx:push(eng, { version = "huge", method = "distributed", timeout = 5 })
+    eq(s, nil)
+    ok(tostring(err):find("the tensors announced hold 1000", 1, true), err)
+    tx:close()
+    s, err = tr:sync({ eng }, { method = "distributed", timeout = 30, version = "v8" })
+    ok(s, err)
+    eq(eng:stats().weight_version, "v8")
     eng:stop()
   end, { timeout = 60 })
 end)
