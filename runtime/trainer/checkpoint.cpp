@@ -204,7 +204,7 @@ void agree(Trainer& t, const std::function<void()>& fn, const std::string& what)
 // Writes everything into `dir` (a fresh temporary directory); returns the file names.
 std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const SaveRequest& req, int64_t iteration) {
   auto& m = t.policy();
-  if (t.sharded()) {
+  if (t.sharded() && !t.lora()) {
     // Every rank: the model gathered unit by unit (rank 0 writes it) and its own AdamW
     // shard; a failure anywhere fails the save on every rank at the same point.
     agree(t, [&] { save_policy(t, dir, m.options().dtype, size_t(5) << 30); }, "writing the model");
@@ -213,6 +213,8 @@ std::vector<std::string> write_contents(Trainer& t, const fs::path& dir, const S
   } else if (t.lora()) {
     // LoRA: the base is frozen (its source is in trainer_state.json's sources): the
     // adapter as PEFT files, and config.json to check the base's shape against on load.
+    // Over a sharded base the adapter is replicated: rank 0 writes it.
+    if (t.sharded() && t.sharded()->rank() != 0) return {};
     torch::NoGradGuard ng;
     auto cfg = m.config().to_json();
     write_synced(dir / "config.json", cfg.dump(2) + "\n");

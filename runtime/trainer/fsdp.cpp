@@ -48,6 +48,10 @@ struct ShardedModel::Use {
   size_t nbytes = 0;
   bool refill = false;   // the backward reads the parameters: gathered again for it
   bool filled = true;    // the storage holds the parameters now
+  // A frozen unit's (no gradient: a LoRA adapter's base) that its backward reads: no
+  // reduce-scatter ends that backward, so the next refill (an earlier unit's) or settle()
+  // releases it.
+  bool frozen = false;
   std::shared_ptr<dist::ProcessGroup::Pending> pending;
 };
 
@@ -242,12 +246,14 @@ torch::Tensor ShardedModel::finish(int unit, const torch::Tensor& out, bool back
   auto use = it->second;
   release(use->storage);
   use->filled = false;
-  const bool graph = torch::GradMode::is_enabled() && out.requires_grad() &&
-                     units_[static_cast<size_t>(unit)].local.requires_grad();
+  // A frozen unit is differentiated through too when its output needs a gradient (the
+  // LoRA adapter inside it, or one before it): its backward reads its parameters.
+  const bool graph = torch::GradMode::is_enabled() && out.requires_grad();
   if (!graph) {  // nothing will read these parameters again
     uses_.erase(it);
     return out;
   }
+  use->frozen = !units_[static_cast<size_t>(unit)].local.requires_grad();
   // The embedding's backward needs only the token ids; every other unit's reads its
   // parameters again: gathered back when its output's gradient arrives.
   use->refill = backward_reads;
@@ -263,6 +269,18 @@ torch::Tensor ShardedModel::finish(int unit, const torch::Tensor& out, bool back
 }
 
 void ShardedModel::refill(int64_t use_id) {
+  // Backward reaches the units in reverse: a frozen use refilled before this one is done.
+  for (auto f = refilled_.begin(); f != refilled_.end();) {
+    if (*f == use_id) {
+      ++f;
+      continue;
+    }
+    if (auto done = uses_.find(*f); done != uses_.end()) {
+      release(done->second->storage);
+      uses_.erase(done);
+    }
+    f = refilled_.erase(f);
+  }
   const auto it = uses_.find(use_id);
   if (it == uses_.end()) return;
   auto& use = *it->second;
@@ -275,6 +293,7 @@ void ShardedModel::refill(int64_t use_id) {
     fill(u, alias(use, u));
   }
   use.filled = true;
+  if (use.frozen) refilled_.insert(use_id);
   prefetch_refill(use_id);
 }
 
@@ -323,6 +342,7 @@ void ShardedModel::settle() {
   for (auto& [id, use] : uses_)
     if (use->pending) use->pending->wait();
   uses_.clear();
+  refilled_.clear();
   open_.clear();
 }
 

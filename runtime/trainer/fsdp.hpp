@@ -8,7 +8,9 @@
 // on, the released storage is gathered again when the unit's output gradient arrives
 // (a hook on that output), and the gathered tensor's backward reduce-scatters the
 // unit's gradient onto the shards: sum over ranks, / N, as the replicated trainer's
-// all-reduce mean. The optimizer steps on the shards.
+// all-reduce mean. The optimizer steps on the shards. A frozen model (a LoRA adapter's
+// base, trainable = false) is gathered back for its backward the same way when
+// gradients flow through it, and released after it; it has no gradients to reduce.
 //
 // Every forward and backward is a collective: all ranks run the same sequence of them
 // (the trainer pads ranks with fewer micro-batches with empty passes). Knows nothing
@@ -18,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,6 +112,7 @@ class ShardedModel : public nn::UnitHooks {
   std::vector<Unit> units_;
   std::map<int64_t, std::shared_ptr<Use>> uses_;  // gathered and not yet released for good
   std::map<int, int64_t> open_;  // unit -> its use between enter() and leave()
+  std::set<int64_t> refilled_;   // frozen uses refilled for their backward (released by the next refill)
   int64_t next_use_ = 0;
   // The next unit's gather, issued while this one computes.
   struct Prefetch;

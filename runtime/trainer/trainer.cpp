@@ -111,9 +111,6 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
   if (opts_.optim.lr < 0 || !std::isfinite(opts_.optim.lr)) throw std::invalid_argument("trainer: lr must be >= 0");
   if (opts_.lora_rank != 0) {
     const auto cfg = lora_config(opts_);  // checks rank, alpha and target_modules
-    if (opts_.sharded)
-      throw std::invalid_argument("trainer: lora_rank with train_backend = fsdp is not supported (the adapter is small: "
-                                  "use --train-backend replicated with LoRA)");
     if (opts_.use_critic)
       throw std::invalid_argument("trainer: lora_rank with use_critic is not supported (the critic would be a full "
                                   "model); drop --use-critic or --lora-rank");
@@ -151,9 +148,11 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
     };
     {
       const auto src = files(sources.policy);  // mapped while the slices are copied
-      fsdp_ = std::make_unique<ShardedModel>(policy_, group, true, src ? &*src : nullptr);
+      // LoRA: the base is sharded and frozen; the adapter is replicated (params_ already),
+      // its gradients all-reduced as a replicated trainer's.
+      fsdp_ = std::make_unique<ShardedModel>(policy_, group, !lora_, src ? &*src : nullptr);
     }
-    params_ = fsdp_->shards();
+    if (!lora_) params_ = fsdp_->shards();
     if (ref_ && (opts_.loss.use_kl_loss || opts_.kl_coef != 0.0)) {
       const auto src = files(sources.ref);
       ref_fsdp_ = std::make_unique<ShardedModel>(ref_, group, false, src ? &*src : nullptr);
@@ -340,8 +339,10 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
   // Sharded: the lm_head is gathered for this use (and again for its backward).
   ShardedModel* sm = sharded_of(m);
-  const bool merged = !sm && m.lora_lm_head();  // LoRA on lm_head: the adapter merged into the weight
-  auto out = nn::token_logprobs(flat, sm ? sm->lm_head() : merged ? m.effective_lm_head() : m.lm_head_weight(),
+  const bool merged = m.lora_lm_head();  // LoRA on lm_head: the adapter merged into the weight
+  auto weight = sm ? sm->lm_head() : merged ? m.effective_lm_head() : m.lm_head_weight();
+  if (sm && merged) weight = m.lora()->merged_lm_head(weight);
+  auto out = nn::token_logprobs(flat, weight,
                                 on_device(p.targets), opts_.temperature, with_entropy, 0, -1,
                                 sm || merged ? nullptr : &m.lm_head_packed());
   if (sm) out.logprobs = sm->lm_head_done(out.logprobs);
@@ -617,10 +618,12 @@ void Trainer::critic_step(const StepNorm& norm, Metrics& m) {
 // Returns the gradient norm before clipping.
 double Trainer::clip_and_step(const StepNorm& norm, Metrics& m) {
   if (norm.world > 1) {
-    if (!fsdp_) norm.group->allreduce_mean_grads(params_, "gradients");  // sharded: reduce-scattered in backward
+    // sharded: reduce-scattered in backward (a LoRA adapter over a sharded base is replicated)
+    if (!fsdp_ || lora_) norm.group->allreduce_mean_grads(params_, "gradients");
     average_metrics(*norm.group, m);
   }
-  if (fsdp_) return clip_and_step_sharded(norm);
+  if (fsdp_ && !lora_) return clip_and_step_sharded(norm);
+  if (fsdp_) fsdp_->settle();  // the frozen base's last gathered unit, released
   double grad_norm = 0;
   // On CUDA the same norm, clip and AdamW step in ATen's multi-tensor kernels
   // (optim_fused.hpp): a few launches instead of several per parameter.
@@ -843,7 +846,8 @@ Metrics Trainer::train(const TrainBatch& b) {
 // A sharded policy's weights digest: each gathered unit's, added (the digest is a sum
 // over elements); a collective, cached until the next optimiser step.
 std::string Trainer::sharded_digest() {
-  if (digest_step_ == step_) return digest_;
+  // LoRA: the sharded base never changes (rollout_is_policy adds the adapter's part)
+  if (digest_step_ == step_ || (lora_ && digest_step_ >= 0)) return digest_;
   std::string d;
   bool exact = true;
   fsdp_->for_each_unit([&](const nn::NamedTensors& unit) {
@@ -855,7 +859,12 @@ std::string Trainer::sharded_digest() {
   return digest_;
 }
 
-std::string Trainer::replica_digest() { return fsdp_ ? std::string() : policy_->exact_weights_digest(); }
+// Sharded: "" (the shards differ by design), but a LoRA adapter over a sharded base is
+// replicated: its own digest.
+std::string Trainer::replica_digest() {
+  if (fsdp_) return lora_ ? nn::lora_adapter_digest(*lora_) : std::string();
+  return policy_->exact_weights_digest();
+}
 
 std::vector<char> Trainer::rollout_is_policy(const TrainBatch& b) {
   std::vector<char> out(b.tokens.size(), 0);
@@ -865,7 +874,8 @@ std::vector<char> Trainer::rollout_is_policy(const TrainBatch& b) {
       opts_.bf16)
     return out;
   // "" unless the policy computes with the batch-invariant kernels (float32 on the CPU).
-  const std::string mine = fsdp_ ? sharded_digest() : policy_->exact_weights_digest();
+  std::string mine = fsdp_ ? sharded_digest() : policy_->exact_weights_digest();
+  if (fsdp_ && lora_) mine = nn::lora_weights_digest(mine, *lora_);
   if (mine.empty()) return out;
   const std::string want = nn::logprob_digest(mine, opts_.temperature);
   for (size_t i = 0; i < out.size(); ++i) out[i] = b.logprob_digests[i] == want;
@@ -908,7 +918,7 @@ std::vector<std::vector<float>> Trainer::behaviour_logprobs(const TrainBatch& b,
 // ranks take the same number of steps (else they would wait on each other).
 int64_t Trainer::prepare_data_parallel(dist::ProcessGroup& g, int64_t n) {
   const int world = g.world_size();
-  if (!params_broadcast_ && !fsdp_) {  // sharded: the shards were rank 0's from the start
+  if (!params_broadcast_ && (!fsdp_ || lora_)) {  // sharded: the shards were rank 0's from the start
     torch::NoGradGuard ng;
     g.broadcast(params_, 0, lora_ ? "the initial LoRA adapter" : "the initial parameters");
     policy_->weights_changed();

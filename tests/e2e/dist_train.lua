@@ -10,12 +10,16 @@
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
 -- DIST_CRITIC=1 (train): PPO with a critic (use_critic); each rank also writes the
 -- critic's values of the whole global batch into OUT_DIR/rank<R>.json.
+-- DIST_LORA=1 (train, sync): a LoRA adapter (r 4, all seven projections and lm_head) over
+-- the frozen model; train also writes the adapter (PEFT files) into OUT_DIR/rank<R>/.
 --   sync:  a sharded trainer (BACKEND fsdp) trains a step, then rank 0 pushes its weights
 --          to a thread and a process engine by one method while the other ranks follow
 --          the gathers, for each method in turn; after each, the engines' log-probs of a
 --          continuation against the trainer's (a collective). Rank 0 writes
 --          OUT_DIR/sync.json.
 local mode, out, backend = arg[1], arg[2], arg[3] or "replicated"
+local LORA = os.getenv("DIST_LORA") == "1"
+  and { lora_rank = 4, lora_alpha = 8, target_modules = { "all-linear", "lm_head" } } or {}
 
 local TINY = {
   architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
@@ -69,7 +73,8 @@ end
 
 if mode == "sync" then
   local dir = rl.dist.broadcast_object(rl.dist.is_main() and assert(rl.model.init { config = TINY, seed = 7 }) or nil)
-  local tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2 }, micro_batch_size = 2, train_backend = backend }
+  local tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2 }, micro_batch_size = 2, train_backend = backend,
+    lora_rank = LORA.lora_rank, lora_alpha = LORA.lora_alpha, target_modules = LORA.target_modules }
   local part = rl.dist.scatter_object(rl.dist.is_main() and rl.rollout.train_data.split(batch, rl.dist.world_size()) or nil)
   local engines = rl.dist.is_main() and { assert(rl.engine.start { model = dir, threads = 1 }),
                                           assert(rl.engine.start { model = dir, threads = 1, mode = "process" }) }
@@ -85,6 +90,7 @@ if mode == "sync" then
       local toks, lps
       if engines then
         local out = assert(engines[i]:generate { input_ids = ids, return_logprob = true,
+          lora_path = tr:lora() and tr.lora_name or nil,
           sampling_params = { temperature = 0, max_new_tokens = 4, ignore_eos = true } })
         toks, lps = { unpack(ids) }, {}
         for j, it in ipairs(out.meta_info.output_token_logprobs) do toks[#toks + 1], lps[j] = it[2], it[1] end
@@ -128,6 +134,7 @@ else
   local critic = os.getenv("DIST_CRITIC") == "1"
   tr = rl.trainer.new { model = dir, optimizer = { lr = 1e-2, clip_grad = 0.5 }, micro_batch_size = 2,
     calculate_per_token_loss = true, normalize_advantages = true, train_backend = backend,
+    lora_rank = LORA.lora_rank, lora_alpha = LORA.lora_alpha, target_modules = LORA.target_modules,
     loss = critic and { advantage_estimator = "ppo" } or nil, use_critic = critic or nil,
     critic_lr = critic and 1e-2 or nil }
 end
@@ -146,6 +153,7 @@ if save_to and (tr:is_sharded() or rl.dist.is_main()) then assert(tr:save(save_t
 rl.dist.barrier()
 local r = rl.dist.rank()
 assert(tr:save_model(("%s/rank%d"):format(out, r)))
+if tr:lora() then assert(tr:save_lora(("%s/rank%d"):format(out, r))) end
 write(("%s/rank%d.json"):format(out, r), rl.json.encode { rank = r, world_size = ws, samples = #part.tokens,
                                                           steps = steps, gathered = gathered or false,
                                                           values = tr.critic and tr:values(batch) or false })

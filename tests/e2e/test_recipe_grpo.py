@@ -357,6 +357,28 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
         self.assertIn("rank 1: done after trainer step 6", r.stdout + r.stderr)
         self.assertTrue(os.path.exists(d + "/ck/iter_0000006/optimizer.shard_1_of_2.pt"))
 
+    def test_lora_over_sharded_trainer_ranks(self):
+        # --lora-rank with --train-backend fsdp: the frozen base sharded over both ranks,
+        # the adapter replicated (its replicas compared after every step) and synced alone;
+        # the engine's log-probs under it are the trainer's exactly and serve as the old ones.
+        d = self.dir
+        r = self.run_recipe("--num-rollout", "2", "--train-backend", "fsdp", "--lora-rank", "8", "--lr", "5e-3",
+                            "--engine-mode", "process", "--check-weight-update-equal", "--use-kl-loss",
+                            "--global-batch-size", "4", "--old-logprobs", "check", "--save", d + "/ck",
+                            "--metrics-dir", d + "/m", host_args=("--nproc", "2"))
+        text = r.stdout + r.stderr
+        self.assertIn("weight sync to 1 engine(s): lora/shm", text)
+        self.assertIn("rank 1: done after trainer step 4", text)
+        steps = [m for m in self.metrics(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual(len(steps), 2)
+        for m in steps:
+            self.assertEqual(m["train/train_rollout_logprob_abs_diff"], 0.0)
+            self.assertEqual(m["rollout/weight_sync_logprob_abs_diff"], 0.0)
+            self.assertEqual(m["train/old_logprobs_from_rollout"], 1.0)
+            self.assertEqual(m["train/replica_weights_equal"], 1)
+            self.assertGreater(m["perf/fsdp_gathers"], 0)
+        self.assertTrue(glob.glob(d + "/ck/iter_0000004/adapter_model.safetensors"))
+
     def test_ctrl_c_saves_and_exits_130(self):
         d = self.dir
         p = self.start_recipe("--num-rollout", "100000", "--save", d + "/ckpt", "--metrics-dir", d + "/m",

@@ -13,6 +13,9 @@ trainer, on the same tiny model and batch as test_trainer_dist.py (dist_train.lu
 * rank 0 pushes a sharded trainer's weights to a thread and a process engine by every
   method (memory, shm, c10d broadcast, disk) while rank 1 joins the gathers; after a
   train step before each, both engines' log-probs equal the trainer's bit for bit;
+* LoRA over a sharded base: the adapter trained as by one replicated process, equal on
+  both ranks, the base untouched; its checkpoint resumes both ways; every sync method
+  carries the adapter alone;
 * the sharded checkpoint's model directory, written by rank 0 a layer at a time,
   loads in Hugging Face transformers with the same tensors.
 
@@ -92,6 +95,44 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
             self.assertEqual(r["served"], [method, method], method)
             # a step trained before each sync: an engine that missed it would differ
             self.assertEqual(r["gaps"], [0, 0], "%s: engine vs sharded trainer log-probs" % method)
+
+    def test_lora_over_a_sharded_base(self):
+        # --lora-rank with --train-backend fsdp (slime's FSDP LoRA): the base sharded and
+        # frozen (gathered for each forward and again for each backward, no gradient), the
+        # adapter replicated and its gradients all-reduced. Two ranks train the adapter of one
+        # replicated process within 1e-6, hold the same adapter bit for bit, leave the base as
+        # it was; a sharded checkpoint (rank 0 writes the adapter) resumes replicated and
+        # sharded to the replicated continuation; rank 0 syncs the adapter alone by every
+        # method, the engines then answering with the trainer's log-probs bit for bit.
+        d, lora = self.dir, {"DIST_LORA": "1"}
+        one = self.train("lora_one", 1, "replicated", dict(lora, DIST_SAVE=d + "/ck_lora_rep"))
+        two = self.train("lora_two", 2, "fsdp", dict(lora, DIST_SAVE=d + "/ck_lora_sh2"))
+        self.assert_same_training(one, two, "LoRA over a base sharded over 2 ranks")
+        adapter = lambda name, r: read_safetensors(os.path.join(d, name, "rank%d" % r, "adapter_model.safetensors"))
+        a_one, a0, a1 = adapter("lora_one", 0), adapter("lora_two", 0), adapter("lora_two", 1)
+        self.assertEqual(len(a_one), 2 * 7 * 2 + 2)   # 2 layers x 7 projections x (A, B), lm_head's A and B
+        self.assertLess(max_diff(a_one, a0), 1e-6)
+        self.assertEqual(max_diff(a0, a1), 0.0, "the replicas of the adapter are equal")
+        self.assertEqual(max_diff(one[0], two[0]), 0.0, "the base never moves")
+        ck = d + "/ck_lora_sh2/iter_0000002"
+        self.assertTrue(os.path.exists(ck + "/adapter_model.safetensors"))
+        self.assertFalse(os.path.exists(ck + "/model.safetensors"), "a LoRA checkpoint holds no model weights")
+        cont = self.train("lora_cont", 1, "replicated", dict(lora, DIST_LOAD=d + "/ck_lora_rep"))
+        for n, backend in ((1, "replicated"), (2, "fsdp")):
+            got = self.train("lora_sh2_%s%d" % (backend, n), n, backend, dict(lora, DIST_LOAD=d + "/ck_lora_sh2"))
+            self.assert_same_training(cont, got, "the sharded LoRA checkpoint resumed %s over %d ranks" % (backend, n))
+        out = os.path.join(d, "lora_sync")
+        os.makedirs(out)
+        p, _ = self.run_rlhost(["--nproc", "2", SCRIPT, "sync", out, "fsdp"], env=lora)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr[-4000:])
+        with open(os.path.join(out, "sync.json")) as f:
+            report = json.load(f)
+        for method, how in (("auto", ["memory", "shm"]), ("shm", ["shm", "shm"]),
+                            ("distributed", ["distributed", "distributed"]), ("disk", ["disk", "disk"])):
+            r = report[method]
+            self.assertEqual(r["methods"], ["lora/" + x for x in how], method)
+            self.assertEqual(r["served"], ["default", "default"], "%s: the base's version stays" % method)
+            self.assertEqual(r["gaps"], [0, 0], "%s: engine under the adapter vs the sharded trainer" % method)
 
     @support.requires(transformers is not None,
                       "torch and transformers (Python) are needed: %s" % (IMPORT_ERROR if transformers is None else ""),

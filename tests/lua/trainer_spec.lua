@@ -355,7 +355,6 @@ describe("rl.trainer", function()
     eq(tr2:step(), 6)
     eq(tr2:logprobs(b), tr:logprobs(b))
     raises(function() rl.trainer.new { model = dir, lora_rank = 4, target_modules = { "qkv" } } end, "'qkv'")
-    raises(function() rl.trainer.new { model = dir, lora_rank = 4, train_backend = "fsdp" } end, "fsdp")
   end, { timeout = 120 })
 
   it("declares its options once: rl.trainer.options' names and defaults are the native trainer's", function()

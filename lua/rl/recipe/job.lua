@@ -241,7 +241,7 @@ function Job:train(batch)
       if theirs[r] then rl.trainer.trace_samples(theirs[r], got[r].stats) end
     end
     -- replicas (not shards) must hold the same weights after every step, to the bit
-    local mine = not tr:is_sharded() and tr:replica_digest() or ""
+    local mine = (not tr:is_sharded() or tr:lora()) and tr:replica_digest() or ""
     if mine ~= "" then
       local differ = {}
       for r = 2, self.world_size do
@@ -348,7 +348,7 @@ function Job:train_worker()
       local m, stats = tr:train(msg.batch)
       if not m then error(("train step failed on rank %d: %s"):format(self.rank, tostring(stats)), 0) end
       -- rank 0 puts the stats in its samples' traces and compares the replicas' weights
-      rl.dist.gather_object { stats = stats, digest = not tr:is_sharded() and tr:replica_digest() or "" }
+      rl.dist.gather_object { stats = stats, digest = (not tr:is_sharded() or tr:lora()) and tr:replica_digest() or "" }
       self.step_metrics = m
     end
   end

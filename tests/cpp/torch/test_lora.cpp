@@ -290,9 +290,6 @@ CATCH_TEST_CASE("LoRA: configs are checked naming the option", "[lora]") {
   m->init_random(1);
   trainer::TrainerOptions t;
   t.lora_rank = 4;
-  t.sharded = true;
-  CATCH_CHECK(contains(error_of([&] { trainer::Trainer x(m, nullptr, t); }), "fsdp"));
-  t.sharded = false;
   t.use_critic = true;
   t.loss.estimator = trainer::Estimator::ppo;
   CATCH_CHECK(contains(error_of([&] { trainer::Trainer x(m, nullptr, t, {}, m); }), "use_critic"));
