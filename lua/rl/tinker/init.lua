@@ -15,7 +15,8 @@
 --- clients long-poll /api/v1/retrieve_future (rl.tinker.futures). The server runs on
 --- the event loop (rl.http.serve{event_driven}), so held polls cost no threads.
 --- Sessions end when finished or after session_timeout seconds without a heartbeat
---- (rl.tinker.sessions); the RestClient's runs, checkpoints and sessions are rl.tinker.rest.
+--- (rl.tinker.sessions); the RestClient's runs, checkpoints and sessions are rl.tinker.rest,
+--- checkpoint TTLs, publishing and copies rl.tinker.checkpoint_ops (expiry: rl.tinker.expiry).
 local http = require "rl.http"
 local json = require "rl.json"
 local log = require "rl.log"
@@ -56,9 +57,14 @@ end
 
 -- ---- routes --------------------------------------------------------------------------
 
--- A save replaced what was at its path: a sampler on that path loads the new weights.
+-- A save replaced what was at its path: a sampler on that path loads the new weights,
+-- and the expiry is what the checkpoint's metadata says (a save keeps it).
 function Server:_saved(r)
-  self.sampling:forget((self.training:resolve_path(r.path)))
+  local dir = self.training:resolve_path(r.path)
+  self.sampling:forget(dir)
+  local run, id = r.path:match("^tinker://([^/]+)/(.+)$")
+  self.expiry:note({ dir = dir, run = run, id = id, path = r.path,
+                     expires_at = require("rl.tinker.checkpoints").meta(dir).expires_at })
   return r
 end
 
@@ -212,7 +218,9 @@ local PATTERNS = {
       return reply(200, {})
     end },
 }
-for _, r in ipairs(require("rl.tinker.rest").routes) do PATTERNS[#PATTERNS + 1] = r end
+for _, m in ipairs({ "rl.tinker.rest", "rl.tinker.checkpoint_ops" }) do
+  for _, r in ipairs(require(m).routes) do PATTERNS[#PATTERNS + 1] = r end
+end
 
 ROUTES["/api/v1/telemetry"] = function() return reply(200, { status = "accepted" }) end
 
@@ -280,7 +288,8 @@ end
 --- checkpoint_dir, host (127.0.0.1), port (0: a free one), poll (seconds a
 --- retrieve_future waits before try_again, 20), session_timeout (seconds without a
 --- heartbeat before a session expires and its clients are released, 60; 0: never; the
---- SDK beats every 10 s), engine (rl.engine.start options for the samplers), threads
+--- SDK beats every 10 s), min_checkpoint_ttl (the shortest ttl_seconds a client may set,
+--- 3600 as Tinker), engine (rl.engine.start options for the samplers), threads
 --- (LibTorch threads of the trainer). → server {url, stop()} | nil, err.
 function M.serve(opts)
   opts = opts or {}
@@ -299,16 +308,21 @@ function M.serve(opts)
   self.futures = require("rl.tinker.futures").new { poll = opts.poll }
   self.training = require("rl.tinker.training").new(opts)
   self.sampling = require("rl.tinker.sampling").new(opts, self.training)
+  self.expiry = require("rl.tinker.expiry").new {
+    dir = self.training.dir, on_delete = function(cdir) self.sampling:forget(cdir) end }
+  self.training:use_expiry(self.expiry)
   local srv, err = http.serve { host = opts.host, port = opts.port or 0, allow_remote = opts.allow_remote,
                                 event_driven = true, handler = function(req) return self:_handle(req) end }
   if not srv then return nil, err end
   self.http, self.url = srv, srv:url()
   self.sessions:start()
+  self.expiry:start()
   return self
 end
 
 function Server:stop()
   self.sessions:stop()
+  self.expiry:stop()
   self.http:stop()
   self.sampling:stop()
 end
