@@ -106,7 +106,7 @@ local function copy_run(srv, body)
     user_error("copy_weights needs destination_project_id (any name: one key holder owns every project here), "
       .. "or session_id and model_seq_id")
   end
-  return ("copy-%08x%08x"):format(math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  return "copy-" .. require("rl.tinker.keys").random_hex(8)
 end
 
 local copies = setmetatable({}, { __mode = "k" })   -- server → {keys = {key → path}, order, next}

@@ -173,7 +173,7 @@ function M.copy(dir, src, run, kind, name)
   local dst = kind_dir .. "/" .. name
   if exists(dst) then return nil, "exists", path .. " exists (delete it first, or copy to another run)" end
   local fs, process = require("rl._fs"), require("rl.process")
-  local tmp = ("%s/.copying-%08x%08x"):format(dir, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  local tmp = dir .. "/.copying-" .. require("rl.tinker.keys").random_hex(8)
   local code, out = process.run({ "mkdir", "-p", kind_dir }, { timeout = 60 })
   if code == 0 then code, out = process.run({ "cp", "-R", "--", src, tmp }, { timeout = 600 }) end
   if code ~= 0 then

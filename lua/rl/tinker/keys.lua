@@ -27,7 +27,9 @@ function M.matches(given, keys)
   return found
 end
 
-local function random_hex(n)
+--- `n` random bytes from /dev/urandom as 2n hex digits (math.random repeats its sequence
+--- from one process to the next: ids made with it would too).
+function M.random_hex(n)
   local f = io.open("/dev/urandom", "rb")
   if not f then error("rl.tinker.keys: cannot read /dev/urandom", 0) end
   local bytes = f:read(n)
@@ -53,7 +55,7 @@ function M.load_or_create(path)
     os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
     os.execute("chmod 700 '" .. dir:gsub("'", "'\\''") .. "'")
   end
-  local key = "tml-" .. random_hex(24)
+  local key = "tml-" .. M.random_hex(24)
   local ffi = require("ffi")
   pcall(ffi.cdef, "unsigned int umask(unsigned int mask);")
   local prev = ffi.C.umask(tonumber("077", 8))   -- the file is created owner-only
