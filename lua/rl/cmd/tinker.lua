@@ -23,6 +23,9 @@ local opt = rl.args {
       .. "training clients and samplers are released (0: never)" },
   { name = "min_checkpoint_ttl", type = "int", default = 3600,
     help = "shortest ttl_seconds a client may set on a checkpoint (seconds; Tinker's floor is 1 hour)" },
+  { name = "jwt_auth", type = "bool", default = true,
+    help = "let clients trade the API key for short-lived JWTs, as Tinker does (RestClient.whoami reads them); "
+      .. "--no-jwt-auth: clients send the key itself" },
   { name = "ready_file", type = "string", help = "write the server's URL here once it serves (for parents)" },
 }
 rl.script = "tinker"
@@ -58,6 +61,7 @@ local srv, err = rl.tinker.serve {
   allow_remote = opt.host ~= "127.0.0.1" and opt.host ~= "localhost" and opt.host ~= "::1",
   checkpoint_dir = opt.checkpoint_dir or cache, lora_alpha = opt.lora_alpha, max_rank = opt.max_rank, poll = opt.poll,
   session_timeout = opt.session_timeout, min_checkpoint_ttl = opt.min_checkpoint_ttl,
+  jwt_auth = opt.jwt_auth,
 }
 if not srv then
   io.stderr:write("rlhost tinker: ", tostring(err), "\n")

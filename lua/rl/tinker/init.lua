@@ -73,10 +73,11 @@ local ROUTES = {}
 ROUTES["/api/v1/healthz"] = function() return reply(200, { status = "ok" }) end
 
 ROUTES["/api/v1/client/config"] = function(self)
-  -- the SDK's feature flags: API keys (no JWT exchange), plain bodies, client-side custom
-  -- losses, one retrieve_future poll per request
+  -- the SDK's feature flags: the API key traded for short-lived JWTs (rl.tinker.tokens;
+  -- whoami reads them) unless jwt_auth is off, plain bodies, client-side custom losses,
+  -- one retrieve_future poll per request
   return reply(200, {
-    pjwt_auth_enabled = false, credential_default_source = "api_key", proto_compress_fwdbwd = false,
+    pjwt_auth_enabled = self.tokens ~= nil, credential_default_source = "api_key", proto_compress_fwdbwd = false,
     custom_loss_server_side = false, sample_use_retrieve_futures = false, sample_join_sampling_session = false,
     use_pyqwest_transport = self.opts.pyqwest ~= false,
   })
@@ -84,6 +85,18 @@ end
 
 ROUTES["/api/v1/client/dynamic_config"] = function()
   return reply(200, { refresh_interval_sec = 300, sample_cancel_enabled = false })
+end
+
+-- The API key for a JWT (only the key itself may ask: a token cannot prolong itself).
+ROUTES["/api/v1/auth/token"] = function(self, req)
+  if not self.tokens then
+    return reply(404, { error = "JWT auth is off on this server (--no-jwt-auth): send the API key itself",
+                        category = "user" })
+  end
+  if self:_authorised(req) ~= "key" then
+    return reply(401, { error = "auth/token takes the API key (tml-...), not a token", category = "user" })
+  end
+  return reply(200, { jwt = self.tokens:issue() })
 end
 
 ROUTES["/api/v1/create_session"] = function(self, req, body)
@@ -237,7 +250,9 @@ function Server:_authorised(req)
     local auth = req.headers["authorization"] or ""
     key = auth:match("^[Bb]earer%s+(.+)$")
   end
-  return require("rl.tinker.keys").matches(key, self.keys)
+  if require("rl.tinker.keys").matches(key, self.keys) then return "key" end
+  if self.tokens and self.tokens:valid(key) then return "token" end
+  return false, key
 end
 
 local function unescape(s) return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)) end
@@ -262,7 +277,15 @@ function Server:_handle(req)
     return reply(404, { error = ("%s %s is not served by rlhost tinker (docs/tinker.md lists what is)")
       :format(req.method, req.path), category = "user" })
   end
-  if req.path ~= "/api/v1/healthz" and not self:_authorised(req) then
+  local authorised, sent = true, nil
+  if req.path ~= "/api/v1/healthz" then authorised, sent = self:_authorised(req) end
+  if not authorised then
+    if self.tokens and type(sent) == "string" and sent:sub(1, 4) ~= "tml-" then
+      -- not a key: a token that expired or an earlier server issued; the SDK trades its key again
+      return { status = 401, headers = { ["www-authenticate"] = 'Bearer error="invalid_token"' },
+               body = { error = "unknown or expired token (trade the API key for a new one at /api/v1/auth/token)",
+                        category = "user" } }
+    end
     return reply(401, { error = "missing or wrong API key (send X-API-Key: the key this server was started with, "
       .. "tml-...; the SDK reads TINKER_API_KEY)", category = "user" })
   end
@@ -289,7 +312,8 @@ end
 --- retrieve_future waits before try_again, 20), session_timeout (seconds without a
 --- heartbeat before a session expires and its clients are released, 60; 0: never; the
 --- SDK beats every 10 s), min_checkpoint_ttl (the shortest ttl_seconds a client may set,
---- 3600 as Tinker), engine (rl.engine.start options for the samplers), threads
+--- 3600 as Tinker), jwt_auth (false: clients send the API key itself, and whoami is
+--- not served; default true), token_lifetime (seconds a JWT lives, 3600), engine (rl.engine.start options for the samplers), threads
 --- (LibTorch threads of the trainer). → server {url, stop()} | nil, err.
 function M.serve(opts)
   opts = opts or {}
@@ -306,6 +330,7 @@ function M.serve(opts)
     timeout = opts.session_timeout == nil and M.SESSION_TIMEOUT or opts.session_timeout,
     on_end = function(s, why) self:_release(s, why) end }
   self.futures = require("rl.tinker.futures").new { poll = opts.poll }
+  if opts.jwt_auth ~= false then self.tokens = require("rl.tinker.tokens").new { lifetime = opts.token_lifetime } end
   self.training = require("rl.tinker.training").new(opts)
   self.sampling = require("rl.tinker.sampling").new(opts, self.training)
   self.expiry = require("rl.tinker.expiry").new {
