@@ -103,7 +103,7 @@ function Sampling:_adapter(eng, s)
   local name = self.loaded[s.adapter_dir]
   if name then return name end
   local f = io.open(s.adapter_dir .. "/adapter_config.json", "r")
-  if not f then user_error(s.model_path .. " was deleted (delete_checkpoint); save the weights again") end
+  if not f then user_error(s.model_path .. " was deleted (delete_checkpoint, or its TTL ran out); save the weights again") end
   f:close()
   name = s.model_path:gsub("^tinker://", ""):gsub("[^%w%-_.]", "_")
   local ok, err = eng:load_lora(name, s.adapter_dir)
