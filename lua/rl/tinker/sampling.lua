@@ -51,7 +51,7 @@ end
 function Sampling:create(session, body)
   local s = new_sampler(self, body)
   self.next = self.next + 1
-  s.id = ("sampler-%d-%08x"):format(self.next, math.random(0, 0x7fffffff))
+  s.id = ("sampler-%d-%s"):format(self.next, require("rl.tinker.keys").random_hex(4))
   s.session_id = session.id
   self.sessions[s.id] = s
   session.samplers[#session.samplers + 1] = s.id
