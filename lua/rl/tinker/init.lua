@@ -313,8 +313,9 @@ end
 --- heartbeat before a session expires and its clients are released, 60; 0: never; the
 --- SDK beats every 10 s), min_checkpoint_ttl (the shortest ttl_seconds a client may set,
 --- 3600 as Tinker), jwt_auth (false: clients send the API key itself, and whoami is
---- not served; default true), token_lifetime (seconds a JWT lives, 3600), engine (rl.engine.start options for the samplers), threads
---- (LibTorch threads of the trainer). → server {url, stop()} | nil, err.
+--- not served; default true), token_lifetime (seconds a JWT lives, 3600), engine
+--- (rl.engine.start options for the samplers), threads (LibTorch threads of the trainer).
+--- → server {url, stop()} | nil, err.
 function M.serve(opts)
   opts = opts or {}
   local keys = {}
