@@ -3,8 +3,10 @@ a scripted session of a LoRA training client on the default model — forward_ba
 optim_step until the loss falls, save for a sampler, sample, check that the sampled
 log-probs equal a forward of the same tokens bit for bit, save and load state — and the
 errors the SDK shows for bad input, with the server serving on after each; the
-RestClient's training runs and checkpoints (listed from disk, deleted for real); and a
-client killed with SIGKILL, whose session expires once its heartbeats stop.
+RestClient's training runs and checkpoints (listed from disk, deleted for real), their TTLs
+(an expired checkpoint's files deleted), publish / unpublish and copy_weights (a copy loads
+and computes what the original does), kept across a restart; whoami from the JWT the SDK trades its key for; and a client killed with
+SIGKILL, whose session expires once its heartbeats stop.
 
 The SDK runs unmodified: it reaches the server through TINKER_BASE_URL / TINKER_API_KEY.
 """
@@ -294,6 +296,307 @@ class TinkerSdkErrors(unittest.TestCase):
             tc.forward_backward([huge], "cross_entropy").result()
         self.assertIn("vocabulary", str(cm.exception))
         self.serves()
+
+
+def listed(rest, path):
+    """The SDK's Checkpoint of `path` as list_user_checkpoints has it, or None."""
+    for c in rest.list_user_checkpoints(limit=10000).result().checkpoints:
+        if c.tinker_path == path:
+            return c
+    return None
+
+
+def logprobs_of(result):
+    return [out["logprobs"].to_numpy() for out in result.loss_fn_outputs]
+
+
+@support.requires(HAVE_TINKER, "the tinker SDK", HINT)
+class TinkerSdkCheckpointOps(unittest.TestCase):
+    """The RestClient's checkpoint TTLs (expiry deletes the files), publish / unpublish and
+    copy_weights through the SDK, the bad input of each, and a restart that keeps them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="rlhost-tinker-ops-")
+        cls.server = Server(default_model(), cls.tmp.name, extra=("--min-checkpoint-ttl", "1"))
+        cls.rest = tinker.RestClient(base_url=cls.server.url, api_key=cls.server.key)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def serves(self):
+        status, body = self.server.post("/api/v1/healthz", b"")
+        self.assertEqual(status, 200, body)
+
+    def trained_client(self, sc):
+        tc = sc.create_lora_training_client(base_model=self.server.base, rank=4, seed=1).result()
+        tok = tc.get_tokenizer()
+        data = [datum(tok.encode("What is 3 plus 4?"), tok.encode(" 3 + 4 = 7. #### 7"))]
+        tc.forward_backward(data, "cross_entropy").result()
+        tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        return tc, tok, data
+
+    def test_ttl_publish_and_errors(self):
+        sc = tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
+        tc, tok, data = self.trained_client(sc)
+        state = tc.save_state("keep").result().path
+        cdir = os.path.join(self.server.ckpt, tc.model_id, "weights", "keep")
+        self.assertIsNone(listed(self.rest, state).expires_at)
+
+        # a TTL: listed as expires_at (now + ttl), kept on disk beside the files; None removes it
+        self.rest.set_checkpoint_ttl_from_tinker_path(state, 7200).result()
+        c = listed(self.rest, state)
+        self.assertLess(abs(c.expires_at.timestamp() - (time.time() + 7200)), 60, c.expires_at)
+        with open(os.path.join(cdir, "tinker_meta.json")) as f:
+            self.assertAlmostEqual(json.load(f)["expires_at"], c.expires_at.timestamp(), delta=1)
+        run = self.rest.get_training_run(tc.model_id).result()
+        self.assertEqual(run.last_checkpoint.expires_at, c.expires_at)
+        self.rest.set_checkpoint_ttl_from_tinker_path(state, None).result()
+        self.assertIsNone(listed(self.rest, state).expires_at)
+
+        # bad TTLs and paths: the SDK's BadRequestError / NotFoundError, naming what is wrong
+        for bad in (-5, 0, 1.5, 11 * 365 * 86400):
+            with self.assertRaises(tinker.BadRequestError) as cm:
+                self.rest.set_checkpoint_ttl_from_tinker_path(state, bad).result()
+            self.assertIn("ttl_seconds", str(cm.exception))
+        with self.assertRaises(tinker.NotFoundError):
+            self.rest.set_checkpoint_ttl_from_tinker_path("tinker://%s/weights/never" % tc.model_id, 60).result()
+        url = "/api/v1/training_runs/%s/checkpoints/weights/keep/ttl" % tc.model_id
+        for body, ctype, want in ((b"{not json", "application/json", "not a JSON object"),
+                                  (b"{}", "application/json", "needs ttl_seconds"),
+                                  (b'{"ttl_seconds": "60"}', "application/json", "ttl_seconds")):
+            status, got = self.server.post(url, body, content_type=ctype, method="PUT")
+            self.assertEqual(status, 400, got)
+            self.assertIn(want, json.loads(got)["error"])
+        status, got = self.server.post("/api/v1/training_runs/..%2F..%2Fx/checkpoints/weights/keep/ttl",
+                                       b'{"ttl_seconds": 60}', method="PUT")
+        self.assertEqual(status, 400, got)
+        status, _ = self.server.post(url, b'{"ttl_seconds": 60}', key="tml-not-the-key", method="PUT")
+        self.assertEqual(status, 401)
+        self.assertIsNone(listed(self.rest, state).expires_at)
+        self.serves()
+
+        # publish / unpublish: the public flag, listed and kept on disk; twice is the user's error
+        self.rest.publish_checkpoint_from_tinker_path(state).result()
+        self.assertTrue(listed(self.rest, state).public)
+        self.assertTrue(self.rest.get_training_run(tc.model_id).result().last_checkpoint.public)
+        with open(os.path.join(cdir, "tinker_meta.json")) as f:
+            self.assertTrue(json.load(f)["public"])
+        with self.assertRaises(tinker.BadRequestError) as cm:
+            self.rest.publish_checkpoint_from_tinker_path(state).result()
+        self.assertIn("already public", str(cm.exception))
+        self.rest.unpublish_checkpoint_from_tinker_path(state).result()
+        self.assertFalse(listed(self.rest, state).public)
+        with self.assertRaises(tinker.BadRequestError) as cm:
+            self.rest.unpublish_checkpoint_from_tinker_path(state).result()
+        self.assertIn("already private", str(cm.exception))
+        with self.assertRaises(tinker.NotFoundError):
+            self.rest.publish_checkpoint_from_tinker_path("tinker://%s/sampler_weights/never" % tc.model_id).result()
+        # the metadata counts in neither the checkpoint's size nor its time
+        size = sum(os.path.getsize(os.path.join(cdir, f)) for f in os.listdir(cdir) if f != "tinker_meta.json")
+        self.assertEqual(listed(self.rest, state).size_bytes, size)
+        self.serves()
+
+        # a short TTL: the sweep deletes the files with nobody asking; then it is a missing checkpoint
+        sampler_path = tc.save_weights_for_sampler("brief").result().path
+        sampler = sc.create_sampling_client(model_path=sampler_path)
+        prompt = types.ModelInput.from_ints(tok.encode("What is 2 plus 2?"))
+        sampler.compute_logprobs(prompt).result()
+        sdir = os.path.join(self.server.ckpt, tc.model_id, "sampler_weights", "brief")
+        self.rest.set_checkpoint_ttl_from_tinker_path(sampler_path, 2).result()
+        self.assertTrue(os.path.isfile(os.path.join(sdir, "adapter_model.safetensors")))
+        t0 = time.time()
+        while os.path.exists(sdir):
+            self.assertLess(time.time() - t0, 15, "the expired checkpoint's files are still there")
+            time.sleep(0.1)
+        gone = time.time() - t0
+        self.assertGreaterEqual(gone, 0.9, gone)   # not before its time (whole seconds)
+        print("\na 2 s TTL: files deleted %.1f s after it was set" % gone, file=sys.stderr)
+        self.assertIsNone(listed(self.rest, sampler_path))
+        with open(self.server.log.name) as f:
+            self.assertIn("checkpoint %s expired" % sampler_path, f.read())
+        never = "tinker://%s/sampler_weights/never-saved" % tc.model_id
+        errors = []
+        for path in (sampler_path, never):
+            with self.assertRaises(Exception) as cm:
+                sc.create_sampling_client(model_path=path).compute_logprobs(prompt).result()
+            errors.append(cm.exception)
+        self.assertEqual(type(errors[0]), type(errors[1]))
+        self.assertIn("no checkpoint at " + sampler_path, str(errors[0]))
+        with self.assertRaises(Exception) as cm:   # the live sampler on it is refused too
+            sampler.compute_logprobs(prompt).result()
+        self.assertIn("TTL", str(cm.exception))
+        with self.assertRaises(tinker.NotFoundError):
+            self.rest.set_checkpoint_ttl_from_tinker_path(sampler_path, 60).result()
+        self.assertEqual([c.tinker_path for c in self.rest.list_checkpoints(tc.model_id).result().checkpoints], [state])
+        self.serves()
+
+    def test_copy_weights(self):
+        sc = tinker.ServiceClient(base_url=self.server.url, api_key=self.server.key)
+        tc, tok, data = self.trained_client(sc)
+        state = tc.save_state("w1").result().path
+        sampler_path = tc.save_weights_for_sampler("s1").result().path
+        self.rest.publish_checkpoint_from_tinker_path(state).result()
+        self.rest.set_checkpoint_ttl_from_tinker_path(state, 7200).result()
+
+        # a training checkpoint: its files under a new run, private, with no expiry of its own
+        copy = self.rest.copy_weights(state, "proj-archive").result()
+        run_id, kind, name = copy[len("tinker://"):].split("/")
+        self.assertNotEqual(run_id, tc.model_id)
+        self.assertEqual((kind, name), ("weights", "w1"))
+        src_dir = os.path.join(self.server.ckpt, tc.model_id, "weights", "w1")
+        dst_dir = os.path.join(self.server.ckpt, run_id, "weights", "w1")
+        files = sorted(f for f in os.listdir(src_dir) if f != "tinker_meta.json")
+        self.assertEqual(sorted(os.listdir(dst_dir)), files)
+        for f in files:
+            with open(os.path.join(src_dir, f), "rb") as a, open(os.path.join(dst_dir, f), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+        c = listed(self.rest, copy)
+        self.assertEqual((c.checkpoint_type, c.public, c.expires_at), ("training", False, None))
+        self.assertEqual([x.tinker_path for x in self.rest.list_checkpoints(run_id).result().checkpoints], [copy])
+        run = self.rest.get_training_run(run_id).result()
+        self.assertEqual((run.base_model, run.lora_rank, run.last_checkpoint.tinker_path), (self.server.base, 4, copy))
+        # loadable: a training client from the copy computes what the original's state does
+        want = logprobs_of(tc.forward(data, "cross_entropy").result())
+        from_copy = sc.create_training_client_from_state(copy).result()
+        for a, b in zip(want, logprobs_of(from_copy.forward(data, "cross_entropy").result())):
+            np.testing.assert_array_equal(a, b)
+
+        # a sampler checkpoint, with a TTL on the copy: samples as the original does
+        scopy = self.rest.copy_weights(sampler_path, "proj-archive", ttl_seconds=3600).result()
+        self.assertTrue(scopy.endswith("/sampler_weights/s1"), scopy)
+        c = listed(self.rest, scopy)
+        self.assertEqual(c.checkpoint_type, "sampler")
+        self.assertLess(abs(c.expires_at.timestamp() - (time.time() + 3600)), 60)
+        prompt = types.ModelInput.from_ints(tok.encode("What is 3 plus 4? 3 + 4 = 7. #### 7"))
+        a = sc.create_sampling_client(model_path=sampler_path).compute_logprobs(prompt).result()
+        b = sc.create_sampling_client(model_path=scopy).compute_logprobs(prompt).result()
+        self.assertEqual(a, b)
+        base = sc.create_sampling_client(base_model=self.server.base).compute_logprobs(prompt).result()
+        self.assertNotEqual(a, base)   # the adapter was trained: the check can tell them apart
+
+        # into a session's model_seq_id slot; onto a path that exists it is refused, nothing changes
+        session_id = tc.model_id.split(":train:")[0]
+        body = {"source_path": sampler_path, "session_id": session_id, "model_seq_id": 77}
+        status, got = self.server.post("/api/v1/copy_weights", json.dumps(body).encode())
+        self.assertEqual(status, 200, got)
+        slot = json.loads(got)["tinker_path"]
+        self.assertEqual(slot, "tinker://%s:train:77/sampler_weights/s1" % session_id)
+        status, got = self.server.post("/api/v1/copy_weights", json.dumps(body).encode())
+        self.assertEqual(status, 400, got)
+        self.assertIn("exists", json.loads(got)["error"])
+        # the same idempotency key (an SDK retry) answers the first copy's path, copying nothing
+        hdr_body = json.dumps({"source_path": state, "destination_project_id": "p"}).encode()
+        paths = []
+        for _ in range(2):
+            req = urllib.request.Request(self.server.url + "/api/v1/copy_weights", data=hdr_body, method="POST",
+                                         headers={"Content-Type": "application/json", "X-API-Key": self.server.key,
+                                                  "X-Idempotency-Key": "copy-key-1"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                paths.append(json.loads(r.read())["tinker_path"])
+        self.assertEqual(paths[0], paths[1])
+        for bad, want in (({"source_path": state, "session_id": session_id,
+                            "model_seq_id": int(tc.model_id.split(":train:")[1])}, "live training client"),
+                          ({"source_path": state}, "destination_project_id"),
+                          ({"source_path": 5, "destination_project_id": "p"}, "source_path"),
+                          ({"source_path": "tinker://x", "destination_project_id": "p"}, "source_path"),
+                          ({"source_path": state, "destination_project_id": "p", "ttl_seconds": -1}, "ttl_seconds"),
+                          ({"source_path": state, "session_id": "session-nope", "model_seq_id": 1}, "session_id")):
+            status, got = self.server.post("/api/v1/copy_weights", json.dumps(bad).encode())
+            self.assertEqual(status, 400, (bad, got))
+            self.assertIn(want, json.loads(got)["error"])
+        status, got = self.server.post("/api/v1/copy_weights", b"[1, 2", content_type="application/json")
+        self.assertEqual(status, 400, got)
+        with self.assertRaises(tinker.NotFoundError):
+            self.rest.copy_weights("tinker://%s/weights/never" % tc.model_id, "p").result()
+        self.serves()
+
+    def test_restart_keeps_ttl_and_public(self):
+        """A second server on the same checkpoint directory: TTLs and flags stay; what
+        expired while no server ran is deleted by its first sweep."""
+        tmp = tempfile.TemporaryDirectory(prefix="rlhost-tinker-restart-")
+        server = Server(default_model(), tmp.name, extra=("--min-checkpoint-ttl", "1"))
+        try:
+            rest = tinker.RestClient(base_url=server.url, api_key=server.key)
+            sc = tinker.ServiceClient(base_url=server.url, api_key=server.key)
+            tc = sc.create_lora_training_client(base_model=server.base, rank=4).result()
+            long_path = tc.save_state("long").result().path
+            short_path = tc.save_weights_for_sampler("short").result().path
+            rest.set_checkpoint_ttl_from_tinker_path(long_path, 7200).result()
+            rest.publish_checkpoint_from_tinker_path(long_path).result()
+            rest.set_checkpoint_ttl_from_tinker_path(short_path, 3).result()
+            before = listed(rest, long_path)
+            sc.close("success").result()
+        finally:
+            server.stop()
+        time.sleep(3.5)   # the short one expires while no server runs
+        short_dir = os.path.join(server.ckpt, tc.model_id, "sampler_weights", "short")
+        self.assertTrue(os.path.isdir(short_dir))
+        os.remove(server.ready)
+        server = Server(default_model(), tmp.name, extra=("--min-checkpoint-ttl", "1"))
+        try:
+            t0 = time.time()
+            while os.path.exists(short_dir):   # the first sweep, about 1 s after the start
+                self.assertLess(time.time() - t0, 15, "the checkpoint that expired meanwhile is still there")
+                time.sleep(0.1)
+            rest = tinker.RestClient(base_url=server.url, api_key=server.key)
+            after = listed(rest, long_path)
+            self.assertEqual((after.expires_at, after.public), (before.expires_at, True))
+            self.assertIsNone(listed(rest, short_path))
+        finally:
+            server.stop()
+            tmp.cleanup()
+
+
+@support.requires(HAVE_TINKER, "the tinker SDK", HINT)
+class TinkerSdkWhoami(unittest.TestCase):
+    """JWT auth: the SDK trades its key for a token (/api/v1/auth/token) and reads whoami
+    from it; a token that is not one the server issued is 401 invalid_token."""
+
+    def test_whoami_and_tokens(self):
+        tmp = tempfile.TemporaryDirectory(prefix="rlhost-tinker-jwt-")
+        server = Server(default_model(), tmp.name)
+        try:
+            rest = tinker.RestClient(base_url=server.url, api_key=server.key)
+            me = rest.whoami().result()
+            self.assertEqual((me.user_urn, me.org_urn, me.email), ("tml:user:local", "tml:organization:local", None))
+            self.assertIn(server.base, [m.model_name for m in rest.get_server_capabilities().result().supported_models])
+            status, body = server.post("/api/v1/auth/token", b"{}")
+            self.assertEqual(status, 200, body)
+            jwt = json.loads(body)["jwt"]
+            status, body = server.post("/api/v1/get_server_capabilities", b"{}", key=jwt)
+            self.assertEqual(status, 200, body)
+            status, _ = server.post("/api/v1/auth/token", b"{}", key=jwt)   # a token cannot prolong itself
+            self.assertEqual(status, 401)
+            forged = jwt[:-2] + ("AA" if not jwt.endswith("AA") else "BB")
+            req = urllib.request.Request(server.url + "/api/v1/get_server_capabilities", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json", "X-API-Key": forged})
+            with self.assertRaises(urllib.error.HTTPError) as cm:
+                urllib.request.urlopen(req, timeout=30)
+            self.assertEqual(cm.exception.code, 401)
+            self.assertIn('error="invalid_token"', cm.exception.headers.get("WWW-Authenticate", ""))
+            # billing and audit logs stay unserved, and say so
+            with self.assertRaises(tinker.NotFoundError) as cm:
+                tinker.AdminClient(base_url=server.url, api_key=server.key).get_audit_log().result()
+            self.assertIn("not served by rlhost tinker", str(cm.exception))
+        finally:
+            server.stop()
+        # --no-jwt-auth: the key itself on every call; whoami has nothing to read
+        os.remove(server.ready)
+        server = Server(default_model(), tmp.name, extra=("--no-jwt-auth",))
+        try:
+            rest = tinker.RestClient(base_url=server.url, api_key=server.key)
+            self.assertEqual(rest.list_user_checkpoints().result().checkpoints, [])
+            with self.assertRaises(RuntimeError) as cm:
+                rest.whoami().result()
+            self.assertIn("JWT auth", str(cm.exception))
+            status, body = server.post("/api/v1/auth/token", b"{}")
+            self.assertEqual(status, 404, body)
+        finally:
+            server.stop()
+            tmp.cleanup()
 
 
 # A client of its own process: a session with a training client and a sampler, then it

@@ -1,6 +1,6 @@
 -- rl.tinker.sessions (heartbeats, expiry, finish), rl.tinker.checkpoints (the tinker://
 -- checkpoints on disk: listing, deleting, ids that are not checkpoints) and
--- rl.tinker.keys' key check.
+-- rl.tinker.keys' key check, and rl.tinker.tokens (the JWTs the SDK trades its key for).
 local rl = require "rl"
 local sessions = require "rl.tinker.sessions"
 local checkpoints = require "rl.tinker.checkpoints"
@@ -128,5 +128,45 @@ describe("rl.tinker.keys", function()
     end
     ok(not keys.matches(nil, list))
     ok(not keys.matches("tml-first-key-0001", {}))
+  end)
+end)
+
+describe("rl.tinker.tokens", function()
+  local tokens = require "rl.tinker.tokens"
+  local function claims_of(jwt)
+    -- base64url → bytes, the way the SDK's jwt_claims reads the middle part
+    local part = jwt:match("^[^.]+%.([^.]+)%.")
+    local padded = part:gsub("%-", "+"):gsub("_", "/") .. ("="):rep(-#part % 4)
+    local f = assert(io.popen("printf %s " .. rl.process.quote(padded) .. " | base64 -d", "r"))
+    local text = f:read("*a")
+    f:close()
+    return rl.json.decode(text)
+  end
+
+  it("base64url-encodes as RFC 4648 section 5 does, without padding", function()
+    eq(tokens.b64url(""), "")
+    eq(tokens.b64url("f"), "Zg")
+    eq(tokens.b64url("fo"), "Zm8")
+    eq(tokens.b64url("foo"), "Zm9v")
+    eq(tokens.b64url("\255\254\253\252"), "__79_A")
+  end)
+
+  it("takes a token it issued, whole and unexpired, and nothing else", function()
+    local t = 1000
+    local store = tokens.new { lifetime = 60, clock = function() return t end }
+    local a, b = store:issue(), store:issue()
+    ok(a ~= b)
+    ok(store:valid(a) and store:valid(b))
+    local claims = claims_of(a)
+    eq({ claims.sub, claims.org_id, claims.iat, claims.exp }, { tokens.USER, tokens.ORG, 1000, 1060 })
+    local head, mid, sig = a:match("^([^.]+)%.([^.]+)%.([^.]+)$")
+    ok(not store:valid(head .. "." .. mid .. "." .. sig:sub(1, -2) .. (sig:sub(-1) == "A" and "B" or "A")), "a changed secret")
+    ok(not store:valid(head .. "." .. mid .. "." .. sig:sub(1, -2)), "a cut secret")
+    ok(not store:valid(head .. "." .. b:match("%.([^.]+)%.") .. "." .. sig), "another token's claims")
+    ok(not store:valid("tml-some-key-0001"))
+    ok(not store:valid(nil))
+    t = 1060
+    ok(not store:valid(a), "expired")
+    ok(tokens.new():valid(a) == false, "another server (a restart) knows none")
   end)
 end)

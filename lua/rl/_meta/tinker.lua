@@ -18,6 +18,9 @@ rl.tinker.SESSION_TIMEOUT = 60
 ---@field lora_alpha? number every adapter's alpha (default 32; scale alpha / rank)
 ---@field max_rank? integer largest LoRA rank a client may ask for (default 128)
 ---@field session_timeout? number seconds without a heartbeat before a session expires and its training clients and samplers are released (default rl.tinker.SESSION_TIMEOUT = 60; 0: never; the SDK beats every 10 s)
+---@field min_checkpoint_ttl? integer shortest ttl_seconds a client may set on a checkpoint (default 3600, Tinker's 1 hour)
+---@field jwt_auth? boolean let clients trade the API key for short-lived JWTs (rl.tinker.tokens; RestClient.whoami reads them); default true
+---@field token_lifetime? number seconds such a JWT lives (default 3600)
 ---@field engine? table rl.engine.start options for the samplers (over {model, mode = "thread", serve = false})
 
 ---@class rl.tinker.Server

@@ -21,6 +21,11 @@ local opt = rl.args {
   { name = "session_timeout", type = "number", default = rl.tinker.SESSION_TIMEOUT,
     help = "seconds without a heartbeat (the SDK sends one every 10 s) before a session expires and its "
       .. "training clients and samplers are released (0: never)" },
+  { name = "min_checkpoint_ttl", type = "int", default = 3600,
+    help = "shortest ttl_seconds a client may set on a checkpoint (seconds; Tinker's floor is 1 hour)" },
+  { name = "jwt_auth", type = "bool", default = true,
+    help = "let clients trade the API key for short-lived JWTs, as Tinker does (RestClient.whoami reads them); "
+      .. "--no-jwt-auth: clients send the key itself" },
   { name = "ready_file", type = "string", help = "write the server's URL here once it serves (for parents)" },
 }
 rl.script = "tinker"
@@ -30,6 +35,9 @@ if opt.session_timeout < 0 then
 elseif opt.session_timeout > 0 and opt.session_timeout < 20 then
   rl.log.warn("rlhost tinker: --session-timeout %g: the SDK sends a heartbeat every 10 s, so a live client's "
     .. "session may expire between two of them when one is late", opt.session_timeout)
+end
+if opt.min_checkpoint_ttl < 1 then
+  rl.args.usage_error(("--min-checkpoint-ttl %d: give seconds >= 1"):format(opt.min_checkpoint_ttl))
 end
 if #opt.base_model == 0 then rl.args.usage_error("--base-model: give at least one model directory to serve") end
 for _, dir in ipairs(opt.base_model) do
@@ -52,7 +60,8 @@ local srv, err = rl.tinker.serve {
   base_models = opt.base_model, api_keys = { key }, host = opt.host, port = opt.port,
   allow_remote = opt.host ~= "127.0.0.1" and opt.host ~= "localhost" and opt.host ~= "::1",
   checkpoint_dir = opt.checkpoint_dir or cache, lora_alpha = opt.lora_alpha, max_rank = opt.max_rank, poll = opt.poll,
-  session_timeout = opt.session_timeout,
+  session_timeout = opt.session_timeout, min_checkpoint_ttl = opt.min_checkpoint_ttl,
+  jwt_auth = opt.jwt_auth,
 }
 if not srv then
   io.stderr:write("rlhost tinker: ", tostring(err), "\n")

@@ -121,7 +121,8 @@ function Store:submit(fn, opts)
   opts = opts or {}
   if opts.key and self._keys[opts.key] and self._entries[self._keys[opts.key]] then return self._keys[opts.key] end
   self._next = self._next + 1
-  local id = ("%s-%d-%08x"):format(self._prefix, self._next, math.random(0, 0x7fffffff))
+  -- random bytes, not math.random: a retry after a restart must not name another request
+  local id = ("%s-%d-%s"):format(self._prefix, self._next, require("rl.tinker.keys").random_hex(4))
   local entry = { id = id, state = "queued", created = self._clock(), what = opts.what or "request", waiters = {}, key = opts.key }
   self._entries[id] = entry
   if opts.key then self._keys[opts.key] = id end

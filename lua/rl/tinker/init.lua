@@ -15,7 +15,8 @@
 --- clients long-poll /api/v1/retrieve_future (rl.tinker.futures). The server runs on
 --- the event loop (rl.http.serve{event_driven}), so held polls cost no threads.
 --- Sessions end when finished or after session_timeout seconds without a heartbeat
---- (rl.tinker.sessions); the RestClient's runs, checkpoints and sessions are rl.tinker.rest.
+--- (rl.tinker.sessions); the RestClient's runs, checkpoints and sessions are rl.tinker.rest,
+--- checkpoint TTLs, publishing and copies rl.tinker.checkpoint_ops (expiry: rl.tinker.expiry).
 local http = require "rl.http"
 local json = require "rl.json"
 local log = require "rl.log"
@@ -56,9 +57,14 @@ end
 
 -- ---- routes --------------------------------------------------------------------------
 
--- A save replaced what was at its path: a sampler on that path loads the new weights.
+-- A save replaced what was at its path: a sampler on that path loads the new weights,
+-- and the expiry is what the checkpoint's metadata says (a save keeps it).
 function Server:_saved(r)
-  self.sampling:forget((self.training:resolve_path(r.path)))
+  local dir = self.training:resolve_path(r.path)
+  self.sampling:forget(dir)
+  local run, id = r.path:match("^tinker://([^/]+)/(.+)$")
+  self.expiry:note({ dir = dir, run = run, id = id, path = r.path,
+                     expires_at = require("rl.tinker.checkpoints").meta(dir).expires_at })
   return r
 end
 
@@ -67,10 +73,11 @@ local ROUTES = {}
 ROUTES["/api/v1/healthz"] = function() return reply(200, { status = "ok" }) end
 
 ROUTES["/api/v1/client/config"] = function(self)
-  -- the SDK's feature flags: API keys (no JWT exchange), plain bodies, client-side custom
-  -- losses, one retrieve_future poll per request
+  -- the SDK's feature flags: the API key traded for short-lived JWTs (rl.tinker.tokens;
+  -- whoami reads them) unless jwt_auth is off, plain bodies, client-side custom losses,
+  -- one retrieve_future poll per request
   return reply(200, {
-    pjwt_auth_enabled = false, credential_default_source = "api_key", proto_compress_fwdbwd = false,
+    pjwt_auth_enabled = self.tokens ~= nil, credential_default_source = "api_key", proto_compress_fwdbwd = false,
     custom_loss_server_side = false, sample_use_retrieve_futures = false, sample_join_sampling_session = false,
     use_pyqwest_transport = self.opts.pyqwest ~= false,
   })
@@ -78,6 +85,18 @@ end
 
 ROUTES["/api/v1/client/dynamic_config"] = function()
   return reply(200, { refresh_interval_sec = 300, sample_cancel_enabled = false })
+end
+
+-- The API key for a JWT (only the key itself may ask: a token cannot prolong itself).
+ROUTES["/api/v1/auth/token"] = function(self, req)
+  if not self.tokens then
+    return reply(404, { error = "JWT auth is off on this server (--no-jwt-auth): send the API key itself",
+                        category = "user" })
+  end
+  if self:_authorised(req) ~= "key" then
+    return reply(401, { error = "auth/token takes the API key (tml-...), not a token", category = "user" })
+  end
+  return reply(200, { jwt = self.tokens:issue() })
 end
 
 ROUTES["/api/v1/create_session"] = function(self, req, body)
@@ -212,7 +231,9 @@ local PATTERNS = {
       return reply(200, {})
     end },
 }
-for _, r in ipairs(require("rl.tinker.rest").routes) do PATTERNS[#PATTERNS + 1] = r end
+for _, m in ipairs({ "rl.tinker.rest", "rl.tinker.checkpoint_ops" }) do
+  for _, r in ipairs(require(m).routes) do PATTERNS[#PATTERNS + 1] = r end
+end
 
 ROUTES["/api/v1/telemetry"] = function() return reply(200, { status = "accepted" }) end
 
@@ -229,7 +250,9 @@ function Server:_authorised(req)
     local auth = req.headers["authorization"] or ""
     key = auth:match("^[Bb]earer%s+(.+)$")
   end
-  return require("rl.tinker.keys").matches(key, self.keys)
+  if require("rl.tinker.keys").matches(key, self.keys) then return "key" end
+  if self.tokens and self.tokens:valid(key) then return "token" end
+  return false, key
 end
 
 local function unescape(s) return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)) end
@@ -254,7 +277,15 @@ function Server:_handle(req)
     return reply(404, { error = ("%s %s is not served by rlhost tinker (docs/tinker.md lists what is)")
       :format(req.method, req.path), category = "user" })
   end
-  if req.path ~= "/api/v1/healthz" and not self:_authorised(req) then
+  local authorised, sent = true, nil
+  if req.path ~= "/api/v1/healthz" then authorised, sent = self:_authorised(req) end
+  if not authorised then
+    if self.tokens and type(sent) == "string" and sent:sub(1, 4) ~= "tml-" then
+      -- not a key: a token that expired or an earlier server issued; the SDK trades its key again
+      return { status = 401, headers = { ["www-authenticate"] = 'Bearer error="invalid_token"' },
+               body = { error = "unknown or expired token (trade the API key for a new one at /api/v1/auth/token)",
+                        category = "user" } }
+    end
     return reply(401, { error = "missing or wrong API key (send X-API-Key: the key this server was started with, "
       .. "tml-...; the SDK reads TINKER_API_KEY)", category = "user" })
   end
@@ -280,8 +311,11 @@ end
 --- checkpoint_dir, host (127.0.0.1), port (0: a free one), poll (seconds a
 --- retrieve_future waits before try_again, 20), session_timeout (seconds without a
 --- heartbeat before a session expires and its clients are released, 60; 0: never; the
---- SDK beats every 10 s), engine (rl.engine.start options for the samplers), threads
---- (LibTorch threads of the trainer). → server {url, stop()} | nil, err.
+--- SDK beats every 10 s), min_checkpoint_ttl (the shortest ttl_seconds a client may set,
+--- 3600 as Tinker), jwt_auth (false: clients send the API key itself, and whoami is
+--- not served; default true), token_lifetime (seconds a JWT lives, 3600), engine
+--- (rl.engine.start options for the samplers), threads (LibTorch threads of the trainer).
+--- → server {url, stop()} | nil, err.
 function M.serve(opts)
   opts = opts or {}
   local keys = {}
@@ -297,18 +331,24 @@ function M.serve(opts)
     timeout = opts.session_timeout == nil and M.SESSION_TIMEOUT or opts.session_timeout,
     on_end = function(s, why) self:_release(s, why) end }
   self.futures = require("rl.tinker.futures").new { poll = opts.poll }
+  if opts.jwt_auth ~= false then self.tokens = require("rl.tinker.tokens").new { lifetime = opts.token_lifetime } end
   self.training = require("rl.tinker.training").new(opts)
   self.sampling = require("rl.tinker.sampling").new(opts, self.training)
+  self.expiry = require("rl.tinker.expiry").new {
+    dir = self.training.dir, on_delete = function(cdir) self.sampling:forget(cdir) end }
+  self.training:use_expiry(self.expiry)
   local srv, err = http.serve { host = opts.host, port = opts.port or 0, allow_remote = opts.allow_remote,
                                 event_driven = true, handler = function(req) return self:_handle(req) end }
   if not srv then return nil, err end
   self.http, self.url = srv, srv:url()
   self.sessions:start()
+  self.expiry:start()
   return self
 end
 
 function Server:stop()
   self.sessions:stop()
+  self.expiry:stop()
   self.http:stop()
   self.sampling:stop()
 end

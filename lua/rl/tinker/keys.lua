@@ -27,11 +27,20 @@ function M.matches(given, keys)
   return found
 end
 
-local function random_hex(n)
-  local f = io.open("/dev/urandom", "rb")
-  if not f then error("rl.tinker.keys: cannot read /dev/urandom", 0) end
-  local bytes = f:read(n)
-  f:close()
+local pool, used = "", 0   -- /dev/urandom's bytes, read 4 KiB at a time (ids are made per request)
+
+--- `n` random bytes from /dev/urandom as 2n hex digits (math.random repeats its sequence
+--- from one process to the next: ids made with it would too).
+function M.random_hex(n)
+  if #pool - used < n then
+    local f = io.open("/dev/urandom", "rb")
+    if not f then error("rl.tinker.keys: cannot read /dev/urandom", 0) end
+    pool, used = f:read(math.max(4096, n)) or "", 0
+    f:close()
+    if #pool < n then error("rl.tinker.keys: short read from /dev/urandom", 0) end
+  end
+  local bytes = pool:sub(used + 1, used + n)
+  used = used + n
   return (bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
 end
 
@@ -53,7 +62,7 @@ function M.load_or_create(path)
     os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
     os.execute("chmod 700 '" .. dir:gsub("'", "'\\''") .. "'")
   end
-  local key = "tml-" .. random_hex(24)
+  local key = "tml-" .. M.random_hex(24)
   local ffi = require("ffi")
   pcall(ffi.cdef, "unsigned int umask(unsigned int mask);")
   local prev = ffi.C.umask(tonumber("077", 8))   -- the file is created owner-only

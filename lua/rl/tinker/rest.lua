@@ -2,7 +2,7 @@
 --- sessions (tinker/lib/public_interfaces/rest_client.py): list_training_runs,
 --- get_training_run[_by_tinker_path], list_checkpoints, list_user_checkpoints,
 --- delete_checkpoint[_from_tinker_path], get_weights_info_by_tinker_path, list_sessions,
---- get_session. A training run is a training client (model_id), live or gone: what it
+--- get_session (TTLs, publishing and copies: rl.tinker.checkpoint_ops). A training run is a training client (model_id), live or gone: what it
 --- saved stays on disk (rl.tinker.checkpoints) until deleted.
 ---
 --- M.routes: {method, path pattern, handler(server, req, body, captures...)} each, for
@@ -32,7 +32,7 @@ end
 local function scan(srv, run)
   local list, err = checkpoints.scan(srv.training.dir, run)
   if not list then error("listing checkpoints: " .. tostring(err), 0) end
-  return list
+  return srv.expiry:filter(list)   -- the expired ones go now
 end
 
 -- Only string values: the SDK's TrainingRun.user_metadata is dict[str, str].
@@ -131,6 +131,7 @@ local function delete_checkpoint(srv, req, body, id, kind, name)
     error(msg, 0)
   end
   srv.sampling:forget(dir)
+  srv.expiry:forget(dir)
   require("rl.log").info("tinker: deleted checkpoint tinker://%s/%s/%s", id, kind, name)
   return reply(200, {})
 end

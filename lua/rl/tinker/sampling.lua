@@ -51,7 +51,7 @@ end
 function Sampling:create(session, body)
   local s = new_sampler(self, body)
   self.next = self.next + 1
-  s.id = ("sampler-%d-%08x"):format(self.next, math.random(0, 0x7fffffff))
+  s.id = ("sampler-%d-%s"):format(self.next, require("rl.tinker.keys").random_hex(4))
   s.session_id = session.id
   self.sessions[s.id] = s
   session.samplers[#session.samplers + 1] = s.id
@@ -103,7 +103,7 @@ function Sampling:_adapter(eng, s)
   local name = self.loaded[s.adapter_dir]
   if name then return name end
   local f = io.open(s.adapter_dir .. "/adapter_config.json", "r")
-  if not f then user_error(s.model_path .. " was deleted (delete_checkpoint); save the weights again") end
+  if not f then user_error(s.model_path .. " was deleted (delete_checkpoint, or its TTL ran out); save the weights again") end
   f:close()
   name = s.model_path:gsub("^tinker://", ""):gsub("[^%w%-_.]", "_")
   local ok, err = eng:load_lora(name, s.adapter_dir)

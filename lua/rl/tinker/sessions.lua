@@ -21,7 +21,9 @@ local ENDED_KEPT = 4096   -- how many ended sessions are remembered (to say why 
 local function loop_now() return require("rl._core").loop.now() end
 
 local function new_id()
-  return ("session-%08x%08x"):format(math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  -- random across processes too: a training run is named by its session, and its
+  -- checkpoints stay on disk for the next server, which must not reuse the name
+  return "session-" .. require("rl.tinker.keys").random_hex(8)
 end
 
 --- opts: timeout (seconds without a heartbeat before a session expires; 0 or nil:

@@ -52,6 +52,9 @@ end
 
 function Training:base_names() return self.names end
 
+--- Checkpoints past their time to live (rl.tinker.expiry) are gone for loads and saves.
+function Training:use_expiry(expiry) self.expiry = expiry end
+
 -- The base's model, loaded on first use (float32 on the CPU: exact kernels), on a helper
 -- thread: the server keeps answering meanwhile; a second caller waits for the first load.
 function Training:_model(base)
@@ -216,6 +219,7 @@ function Training:save(c, body, kind)
   local name = body.path or ("%06d"):format(c.saved)
   if not valid_name(name) then user_error("path '" .. tostring(name) .. "': letters, digits, '.', '_' and '-' only") end
   local dir = table.concat({ self.dir, c.id, kind, name }, "/")
+  if self.expiry then self.expiry:expired(dir) end   -- an expired one goes first: this save is new
   local f = io.open(dir .. "/adapter_config.json", "r")
   if f then
     f:close()
@@ -241,6 +245,7 @@ function Training:resolve_path(path)
   local f = io.open(dir .. "/adapter_config.json", "r")
   if not f then user_error("no checkpoint at " .. path) end
   f:close()
+  if self.expiry and self.expiry:expired(dir) then user_error("no checkpoint at " .. path) end
   return dir, self.clients[id], kind
 end
 
