@@ -9,9 +9,9 @@
 -- temporary directory and deletes it at the end), LAYERS (num_hidden_layers, 24),
 -- STEPS (optimiser steps, 3; the first is left out of the median), SAMPLES (8),
 -- PROMPT_LEN / RESPONSE_LEN (64 / 64 tokens), MICRO_BATCH (2), THREADS (LibTorch
--- intra-op threads per rank; default: its own), LORA_RANK (replicated only: train a LoRA
--- adapter of this rank, alpha 2 x rank, all linear projections, on the frozen model;
--- bench/lora_memory.sh), LR (the AdamW learning rate, 1e-5).
+-- intra-op threads per rank; default: its own), LORA_RANK (train a LoRA adapter of this
+-- rank, alpha 2 x rank, all linear projections, on the frozen model — replicated, or over
+-- the sharded base with fsdp; bench/lora_memory.sh), LR (the AdamW learning rate, 1e-5).
 --
 -- Every rank trains on its part (rl.rollout.train_data.split) of one fixed batch,
 -- global_batch_size = the whole batch, so each train() call is one optimiser step.
@@ -52,7 +52,6 @@ local MICRO = env_int("MICRO_BATCH", 2)
 local THREADS = env_int("THREADS", 0)
 if THREADS > 0 then rl.torch.set_num_threads(THREADS) end
 local LORA_RANK = env_int("LORA_RANK", 0)
-assert(LORA_RANK == 0 or backend == "replicated", "LORA_RANK: LoRA trains a replicated trainer only")
 local LR = tonumber(os.getenv("LR") or "") or 1e-5
 
 -- /proc/self/status fields, in bytes (VmHWM: peak resident set; VmRSS: now; RssAnon /
