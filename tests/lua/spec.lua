@@ -81,8 +81,17 @@ function read_file(path)
   return s
 end
 
---- Writes bytes to path (raises when it cannot).
+--- Whether a file or directory is there.
+function path_exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
+--- Writes bytes to path, making its directory first (raises when it cannot).
 function write_file(path, bytes)
+  local parent = path:match("^(.*)/[^/]+$")
+  if parent and parent ~= "" then os.execute("mkdir -p '" .. parent:gsub("'", "'\\''") .. "'") end
   local f = assert(io.open(path, "wb"))
   f:write(bytes)
   f:close()

@@ -5,18 +5,8 @@ local rl = require "rl"
 local checkpoints = require "rl.tinker.checkpoints"
 local expiry = require "rl.tinker.expiry"
 
-local function write(path, text)
-  os.execute("mkdir -p " .. rl.process.quote(path:match("^(.*)/[^/]+$")))
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function exists(path)
-  local f = io.open(path, "r")
-  if f then f:close() end
-  return f ~= nil
-end
+local write = write_file
+local exists = path_exists
 
 local function fresh_dir()
   local dir = os.tmpname()

@@ -6,18 +6,8 @@ local sessions = require "rl.tinker.sessions"
 local checkpoints = require "rl.tinker.checkpoints"
 local keys = require "rl.tinker.keys"
 
-local function write(path, text)
-  os.execute("mkdir -p " .. rl.process.quote(path:match("^(.*)/[^/]+$")))
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function exists(path)
-  local f = io.open(path, "r")
-  if f then f:close() end
-  return f ~= nil
-end
+local write = write_file
+local exists = path_exists
 
 describe("rl.tinker.sessions", function()
   it("a session not heard from for `timeout` seconds expires, once, and says why", function()
