@@ -10,7 +10,8 @@ default model with every projection and the unembedding adapted: each sync took 
 path and vLLM loaded a new adapter from a new path each time; after each sync the engine's
 log-probs under the adapter match the trainer's (--check-weight-update-equal) and so do the
 rollout's (train_rollout_logprob_abs_diff), while the last rollout's log-probs differ from the
-base model's (training moved the adapter away from B = 0, and vLLM served it).
+base model's (training moved the adapter away from B = 0, and vLLM served it). And the fully
+asynchronous recipe, whose syncs land while vLLM generates, runs through.
 
     RLHOST_BIN=build/rlhost python3 tests/vllm/test_vllm_lora.py
 """
@@ -110,6 +111,37 @@ class VllmLoraTest(vs.RlhostTestCase):
 
         pid = re.search(r"Starting vLLM server on \S+ \(pid (\d+)\)", log)
         self.assertTrue(vs.wait_group_gone(int(pid.group(1)), 30), "vLLM processes left after the run")
+        # the engine's copies of the adapter's files are gone with it
+        self.assertEqual([x for x in loads if os.path.exists(x)], [])
+
+    def test_fully_async_swaps_the_adapter_under_running_requests(self):
+        """recipes/grpo_gsm8k_async.lua --async-mode fully-async: the syncs land while vLLM
+        generates, so requests still run under the adapter a sync replaced. vLLM reads an
+        evicted adapter's files again for them: the engine's own copies of the files keep that
+        working (the sync removes its directory), and no sample fails."""
+        d = self.dir
+        args = [vs.BIN, "--no-control", os.path.join(vs.SOURCE_DIR, "recipes", "grpo_gsm8k_async.lua"),
+                "--async-mode", "fully-async", "--max-staleness", "2", "--rollout-backend", "vllm",
+                "--num-engines", "1", "--lora-rank", "8", "--lr", "5e-3", "--num-rollout", "4",
+                "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "32",
+                "--eval-max-prompts", "4", "--metrics-dir", d + "/m", "--no-progress"]
+        p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=1500)
+        log = p.stderr + p.stdout
+        self.assertEqual(p.returncode, 0, log[-8000:])
+        self.assertEqual(re.findall(r"weight sync to \d+ engine\(s\): (.*) \(", log), ["lora"], log[-4000:])
+        steps = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
+        self.assertEqual([m["rollout/step"] for m in steps], [0, 1, 2, 3])
+        for m in steps:
+            print("step %d: staleness max %s, failed samples %s" % (m["rollout/step"], m["async/staleness_max"],
+                                                                   m["rollout/failed_samples"]), flush=True)
+            self.assertEqual(m["rollout/failed_samples"], 0, m)
+        # generation ran across syncs: some step trained on samples of an older adapter
+        self.assertGreaterEqual(max(m["async/staleness_max"] for m in steps), 1)
+        launch = re.search(r"Launching vLLM server: .* \(log: (\S+)\)", log)
+        with open(launch.group(1), errors="replace") as f:
+            loads = re.findall(r"Loaded new LoRA adapter: name 'policy', path '(\S+)'", f.read())
+        self.assertEqual(len(loads), 5, loads)   # the first sync and one per step
+        self.assertEqual([x for x in loads if os.path.exists(x)], [])
 
 
 if __name__ == "__main__":

@@ -422,9 +422,13 @@ end
 --- with max_lora_rank, or --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True).
 --- Replacing is an unload and a load, not vLLM's load_inplace: the adapter gets a fresh
 --- id, so vLLM loads its files once (a load_inplace adapter is reloaded from its path at
---- every step that runs it, and the sync removes the files afterwards); the prefix cache
---- is dropped too. A request naming the adapter between the two answers 404: sync
---- between rollouts. Returns {success, message, weight_version} or nil, err.
+--- every step that runs it); the prefix cache is dropped too. vLLM loads a hard-linked
+--- copy of `dir` that the engine keeps (the last M.KEEP_LORA_FILES, until :stop()): it
+--- reads an adapter's files again when requests still running under an evicted one need
+--- it. A request naming the adapter between the unload and the load answers 404 (the
+--- rollout retries it). Returns {success, message, weight_version} or nil, err.
+M.KEEP_LORA_FILES = 4
+
 function VllmEngine:load_lora(name, dir, weight_version)
   if type(name) ~= "string" or name == "" then
     error("rl.engine.Engine:load_lora: bad argument #1 'name' (non-empty string expected, got " .. type(name) .. ")", 2)
@@ -433,7 +437,16 @@ function VllmEngine:load_lora(name, dir, weight_version)
     error("rl.engine.Engine:load_lora: bad argument #2 'dir' (string expected, got " .. type(dir) .. ")", 2)
   end
   task.need_task("rl.engine.Engine:load_lora")
+  -- vLLM reads the files again whenever it evicts and needs an adapter that requests still
+  -- run under (a sync during generation), and the sync removes its directory afterwards:
+  -- the engine loads its own hard-linked copy and keeps the last KEEP_LORA_FILES of them
+  self._lora_seq = (self._lora_seq or 0) + 1
+  local own = ("%s.vllm-%s-%d"):format((dir:gsub("/+$", "")), tostring(self.url):match(":(%d+)$") or "x", self._lora_seq)
+  local q = require("rl.process").quote
+  local rc = os.execute(("cp -al -- %s %s 2>/dev/null || cp -a -- %s %s"):format(q(dir), q(own), q(dir), q(own)))
+  if rc ~= 0 and rc ~= true then return nil, ("load_lora: copying %s to %s failed"):format(dir, own) end
   local function failed(err)
+    require("rl._fs").remove_tree(own)
     if err:find('HTTP 404: {"detail":"Not Found"}', 1, true) then   -- no such route
       err = err .. " (hint: this server loads no LoRA adapters at run time: rlhost starts it so with "
         .. "max_lora_rank (the recipe's --lora-rank); one started elsewhere needs --enable-lora, --max-lora-rank "
@@ -445,8 +458,11 @@ function VllmEngine:load_lora(name, dir, weight_version)
   if uerr and not (uerr:find(": HTTP 404: ", 1, true) and uerr:find("NotFoundError", 1, true)) then
     return failed(uerr)   -- (an adapter of that name not loaded yet: NotFoundError)
   end
-  local _, err = post(self, "/v1/load_lora_adapter", { lora_name = name, lora_path = dir }, 600)
+  local _, err = post(self, "/v1/load_lora_adapter", { lora_name = name, lora_path = own }, 600)
   if err then return failed(err) end
+  self._lora_files = self._lora_files or {}
+  table.insert(self._lora_files, own)
+  while #self._lora_files > M.KEEP_LORA_FILES do require("rl._fs").remove_tree(table.remove(self._lora_files, 1)) end
   local ok, ferr = self:flush_cache()
   if not ok then return nil, "after load_lora: " .. ferr end
   if weight_version ~= nil then
@@ -454,7 +470,7 @@ function VllmEngine:load_lora(name, dir, weight_version)
     local _, verr = post(self, "/update_weight_version", { new_version = self.weight_version }, 60)
     if verr then log.debug("rl.engine.vllm: update_weight_version: " .. verr) end
   end
-  return { success = true, message = ("adapter '%s' loaded from %s"):format(name, dir),
+  return { success = true, message = ("adapter '%s' loaded from %s (a copy of %s)"):format(name, own, dir),
            weight_version = self.weight_version }
 end
 
@@ -508,6 +524,8 @@ function VllmEngine:stop_within(timeout)
   release_port(self)
   if self.pid then require("rl.process").stop_pid(self.pid, math.min(timeout, 20)) end
   self.pid = nil
+  for _, d in ipairs(self._lora_files or {}) do require("rl._fs").remove_tree(d) end
+  self._lora_files = nil
   return true
 end
 
