@@ -114,6 +114,34 @@ class VllmLoraTest(vs.RlhostTestCase):
         # the engine's copies of the adapter's files are gone with it
         self.assertEqual([x for x in loads if os.path.exists(x)], [])
 
+    def test_engine_load_lora(self):
+        """rl.engine's vLLM engine with max_lora_rank: its flags, load_lora and replacing under one
+        name (own copies, gone at stop), the weight version, a request naming an adapter not loaded
+        yet retried by the rollout until it is, a rank above the server's refused."""
+        d = self.dir
+        r = subprocess.run([vs.BIN, "--no-control", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "lora_scenario.lua"), vs.default_model(self.env), d],
+                           capture_output=True, text=True, env=self.env, cwd=d, timeout=1500)
+        self.assertEqual(r.returncode, 0, r.stderr[-6000:])
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        log = r.stderr + r.stdout
+        # rank 4 asked: vLLM's smallest --max-lora-rank at or above it
+        self.assertIn("--enable-lora", log)
+        self.assertIn("--max-lora-rank 8 --max-loras 1", log)
+        ro = out["rollout"]
+        self.assertTrue(ro["ok"], ro)
+        self.assertTrue(ro["after_load"], ro)
+        self.assertEqual(ro["response_length"], 4, ro)
+        self.assertGreater(ro["waited"], 1.5, ro)   # it waited for the adapter (404, retried)
+        self.assertEqual((out["first_load"]["weight_version"], out["second_load"]["weight_version"]), ("7", "8"))
+        self.assertEqual(out["version"], "8")
+        # a fresh adapter (B = 0) answers as the base model does
+        self.assertEqual(out["adapter_ids"], out["base_ids"])
+        self.assertEqual(len(set(out["copies"])), 2, out["copies"])
+        self.assertEqual([c for c in out["copies"] if os.path.exists(c)], [])
+        self.assertIn("LoRA rank 16 is greater than max_lora_rank 8", out["big_err"])
+        self.assertTrue(out["serving_after"])
+
     def test_fully_async_swaps_the_adapter_under_running_requests(self):
         """recipes/grpo_gsm8k_async.lua --async-mode fully-async: the syncs land while vLLM
         generates, so requests still run under the adapter a sync replaced. vLLM reads an

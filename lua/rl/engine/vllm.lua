@@ -416,6 +416,9 @@ function VllmEngine:update_weights_from_disk(dir, weight_version)
   return { success = true, message = "reloaded from " .. dir, weight_version = self.weight_version }
 end
 
+-- How many of its adapters' files a vLLM engine keeps (load_lora's copies).
+M.KEEP_LORA_FILES = 4
+
 --- Loads the LoRA adapter in `dir` (PEFT files) under `name`, in place of the adapter of
 --- that name if any (a trainer's adapter sync); requests naming it (lora_path, OpenAI's
 --- model) run under the new one from then on. The server needs LoRA enabled (launched
@@ -427,8 +430,6 @@ end
 --- reads an adapter's files again when requests still running under an evicted one need
 --- it. A request naming the adapter between the unload and the load answers 404 (the
 --- rollout retries it). Returns {success, message, weight_version} or nil, err.
-M.KEEP_LORA_FILES = 4
-
 function VllmEngine:load_lora(name, dir, weight_version)
   if type(name) ~= "string" or name == "" then
     error("rl.engine.Engine:load_lora: bad argument #1 'name' (non-empty string expected, got " .. type(name) .. ")", 2)
