@@ -71,7 +71,7 @@ class VllmLoraTest(vs.RlhostTestCase):
         for flag in ("--enable-lora", "--max-lora-rank 8", "--max-loras 1"):
             self.assertIn(flag, launch.group(0))
         # every sync took the adapter's path (the line is said again when the method changes)
-        self.assertEqual(re.findall(r"weight sync to \d+ engine\(s\): (.*) \(", log), ["lora"], log[-4000:])
+        self.assertEqual(re.findall(r"weight sync to \d+ engine\(s\): (.*) \(", log), ["lora/disk"], log[-4000:])
         with open(launch.group(1), errors="replace") as f:
             vlog = f.read()
         loads = re.findall(r"Loaded new LoRA adapter: name 'policy', path '(\S+)'", vlog)
@@ -156,7 +156,7 @@ class VllmLoraTest(vs.RlhostTestCase):
         p = subprocess.run(args, capture_output=True, text=True, env=self.env, cwd=d, timeout=1500)
         log = p.stderr + p.stdout
         self.assertEqual(p.returncode, 0, log[-8000:])
-        self.assertEqual(re.findall(r"weight sync to \d+ engine\(s\): (.*) \(", log), ["lora"], log[-4000:])
+        self.assertEqual(re.findall(r"weight sync to \d+ engine\(s\): (.*) \(", log), ["lora/disk"], log[-4000:])
         steps = [m for m in read_jsonl(d + "/m/metrics.jsonl") if "rollout/step" in m]
         self.assertEqual([m["rollout/step"] for m in steps], [0, 1, 2, 3])
         for m in steps:
