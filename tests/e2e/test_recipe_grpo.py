@@ -294,10 +294,14 @@ class GrpoRecipe(TinyModel, RlhostTestCase):
         self.assertEqual([m["rollout/weight_sync_logprob_abs_diff"] for m in rows], [0.0])
 
     def test_lora_refused_where_it_cannot_go(self):
-        r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--lora-rank", "4", "--rollout-backend", "vllm")],
+        # vLLM serves adapters up to rank 512 (its --max-lora-rank): a usage error before anything starts
+        r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--lora-rank", "1024", "--rollout-backend", "vllm")],
                            capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn("--lora-rank with --rollout-backend vllm", r.stderr)
+        self.assertIn("--lora-rank 1024 with --rollout-backend vllm: rank 1024 is above the largest vLLM serves (512)",
+                      r.stderr)
+        self.assertIn("hint: a smaller --lora-rank", r.stderr)
+        self.assertNotIn("Launching vLLM server", r.stderr)
 
     def test_data_parallel_two_ranks(self):
         d = self.dir

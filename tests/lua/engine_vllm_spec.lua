@@ -66,6 +66,22 @@ describe("rl.engine.vllm translation", function()
     ok(err:find("batched input_ids", 1, true))
   end)
 
+  it("names a LoRA adapter as the model (lora_path: vLLM picks adapters by model name)", function()
+    eq(assert(vllm.completions_request({ input_ids = { 1 }, lora_path = "policy" }, "base")).model, "policy")
+    eq(assert(vllm.completions_request({ input_ids = { 1 }, lora_path = json.null }, "base")).model, "base")
+    local _, err = vllm.completions_request { input_ids = { 1 }, lora_path = { "a", "b" } }
+    ok(err:find("'lora_path' must name one loaded adapter", 1, true), err)
+  end)
+
+  it("starts LoRA serving at the smallest rank vLLM takes at or above the trainer's", function()
+    eq({ vllm.lora_rank(1), vllm.lora_rank(4), vllm.lora_rank(8), vllm.lora_rank(9), vllm.lora_rank(300) },
+       { 1, 8, 8, 16, 320 })
+    local none, err = vllm.lora_rank(1024)
+    eq(none, nil)
+    ok(err:find("above the largest vLLM serves (512)", 1, true), err)
+    raises(function() rl.engine.start { model = "/m", backend = "vllm", max_lora_rank = -1 } end, "max_lora_rank")
+  end)
+
   it("sends a request where its backend takes it (rl.engine.vllm.target)", function()
     local req = { input_ids = { 1, 2, 3 }, sampling_params = { max_new_tokens = 4 } }
     local path, body = vllm.target(req, "vllm")

@@ -35,7 +35,7 @@
 ---@field weight_version? string reported until the first update (default "default")
 ---@field lora_paths? string[] LoRA adapters loaded at start: "NAME=DIR" (or "DIR"), PEFT directories
 ---@field max_loras_per_batch? integer distinct LoRA adapters in one step (default 8)
----@field max_lora_rank? integer refuse LoRA adapters of a higher rank (default 0: any)
+---@field max_lora_rank? integer refuse LoRA adapters of a higher rank (default 0: any); vllm: > 0 serves adapters loaded at run time (--enable-lora, --max-lora-rank)
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)
 ---@field server_args? string JSON object text echoed by /get_server_info (`rlhost engine` passes its flags)

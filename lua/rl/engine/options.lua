@@ -101,6 +101,8 @@ M.VLLM = {
   { name = "mode", type = "string" },
   { name = "device", type = "string", help = "cpu, or cuda:N (the server sees that GPU only)" },
   { name = "cpus", type = "string", help = "CPU list its OpenMP threads bind to (VLLM_CPU_OMP_THREADS_BIND)" },
+  { name = "max_lora_rank", type = "int", min = 0,
+    help = "> 0: serve LoRA adapters up to this rank, loaded at run time (:load_lora; --enable-lora)" },
 }
 
 local O = require "rl._options"

@@ -60,6 +60,12 @@ local SAMPLING = {
 function M.completions_request(req, model)
   local sp = req.sampling_params or {}
   local body = { model = model, return_token_ids = true, stream = false }
+  if req.lora_path ~= nil and req.lora_path ~= json.null then   -- vLLM picks an adapter by model name
+    if type(req.lora_path) ~= "string" or req.lora_path == "" then
+      return nil, "vLLM generate: 'lora_path' must name one loaded adapter (a string; vLLM takes no per-prompt list)"
+    end
+    body.model = req.lora_path
+  end
   if req.input_ids ~= nil then body.prompt = req.input_ids else body.prompt = req.text end
   if type(body.prompt) ~= "table" and type(body.prompt) ~= "string" then
     return nil, "vLLM generate: the request has neither 'input_ids' nor 'text'"
@@ -213,10 +219,23 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 ]]
 
 
+-- The ranks vLLM's --max-lora-rank takes (vllm/config/lora.py, MaxLoRARanks).
+M.LORA_RANKS = { 1, 8, 16, 32, 64, 128, 256, 320, 512 }
+
+--- The --max-lora-rank that serves adapters of rank `rank`: the smallest vLLM takes
+--- at or above it; nil and why above the largest.
+function M.lora_rank(rank)
+  for _, r in ipairs(M.LORA_RANKS) do if r >= rank then return r end end
+  return nil, ("rank %d is above the largest vLLM serves (%d) (hint: a smaller --lora-rank)")
+    :format(rank, M.LORA_RANKS[#M.LORA_RANKS])
+end
+
 --- Spawns a vLLM server. opts: model, host, port, served_model_name, python,
 --- vllm_args (flags, `--<key>`), env (extra environment), ready_timeout (s, default
 --- 600), log_file, kv_cache_space (GiB, VLLM_CPU_KVCACHE_SPACE, default 1),
---- weight_version. Returns a launch handle (rl.engine.launch): ready once /health
+--- weight_version, max_lora_rank (> 0: --enable-lora, --max-lora-rank the smallest
+--- vLLM rank at or above it, --max-loras 1 unless vllm_args says, and run-time adapter
+--- loading: VLLM_ALLOW_RUNTIME_LORA_UPDATING). Returns a launch handle (rl.engine.launch): ready once /health
 --- answers; or nil and why.
 function M.launch(opts)
   local py, from = M.python(opts.python)
@@ -240,6 +259,14 @@ function M.launch(opts)
     args.max_model_len, why = M.max_model_len(opts.model, kv_space)
     log.debug("vLLM max_model_len %d (%s)", args.max_model_len, why)
   end
+  local lora = (opts.max_lora_rank or 0) > 0
+  if lora then   -- adapters loaded at run time (:load_lora), up to that rank
+    local rank, err = M.lora_rank(opts.max_lora_rank)
+    if not rank then return nil, "rl.engine.start: opts.max_lora_rank: " .. err end
+    if args.enable_lora == nil then args.enable_lora = true end
+    if args.max_lora_rank == nil then args.max_lora_rank = rank end
+    if args.max_loras == nil then args.max_loras = 1 end
+  end
   local profiling = args.profiler_config ~= nil
   local env = {
     VLLM_TARGET_DEVICE = os.getenv("VLLM_TARGET_DEVICE") or "cpu",
@@ -248,6 +275,7 @@ function M.launch(opts)
     -- /stop_profile flushes traces through the engine's RPC: minutes, not the default 10 s
     VLLM_RPC_TIMEOUT = os.getenv("VLLM_RPC_TIMEOUT") or (profiling and "1800000" or nil),
     VLLM_LOGGING_LEVEL = os.getenv("VLLM_LOGGING_LEVEL"),
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING = lora and "True" or nil,   -- /v1/load_lora_adapter, /v1/unload_lora_adapter
   }
   for k, v in pairs(opts.env or {}) do env[k] = tostring(v) end
   local served = opts.served_model_name or opts.model
@@ -388,6 +416,65 @@ function VllmEngine:update_weights_from_disk(dir, weight_version)
   return { success = true, message = "reloaded from " .. dir, weight_version = self.weight_version }
 end
 
+-- How many of its adapters' files a vLLM engine keeps (load_lora's copies).
+M.KEEP_LORA_FILES = 4
+
+--- Loads the LoRA adapter in `dir` (PEFT files) under `name`, in place of the adapter of
+--- that name if any (a trainer's adapter sync); requests naming it (lora_path, OpenAI's
+--- model) run under the new one from then on. The server needs LoRA enabled (launched
+--- with max_lora_rank, or --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True).
+--- Replacing is an unload and a load, not vLLM's load_inplace: the adapter gets a fresh
+--- id, so vLLM loads its files once (a load_inplace adapter is reloaded from its path at
+--- every step that runs it); the prefix cache is dropped too. vLLM loads a hard-linked
+--- copy of `dir` that the engine keeps (the last M.KEEP_LORA_FILES, until :stop()): it
+--- reads an adapter's files again when requests still running under an evicted one need
+--- it. A request naming the adapter between the unload and the load answers 404 (the
+--- rollout retries it). Returns {success, message, weight_version} or nil, err.
+function VllmEngine:load_lora(name, dir, weight_version)
+  if type(name) ~= "string" or name == "" then
+    error("rl.engine.Engine:load_lora: bad argument #1 'name' (non-empty string expected, got " .. type(name) .. ")", 2)
+  end
+  if type(dir) ~= "string" then
+    error("rl.engine.Engine:load_lora: bad argument #2 'dir' (string expected, got " .. type(dir) .. ")", 2)
+  end
+  task.need_task("rl.engine.Engine:load_lora")
+  -- vLLM reads the files again whenever it evicts and needs an adapter that requests still
+  -- run under (a sync during generation), and the sync removes its directory afterwards:
+  -- the engine loads its own hard-linked copy and keeps the last KEEP_LORA_FILES of them
+  self._lora_seq = (self._lora_seq or 0) + 1
+  local own = ("%s.vllm-%s-%d"):format((dir:gsub("/+$", "")), tostring(self.url):match(":(%d+)$") or "x", self._lora_seq)
+  local q = require("rl.process").quote
+  local rc = os.execute(("cp -al -- %s %s 2>/dev/null || cp -a -- %s %s"):format(q(dir), q(own), q(dir), q(own)))
+  if rc ~= 0 and rc ~= true then return nil, ("load_lora: copying %s to %s failed"):format(dir, own) end
+  local function failed(err)
+    require("rl._fs").remove_tree(own)
+    if err:find('HTTP 404: {"detail":"Not Found"}', 1, true) then   -- no such route
+      err = err .. " (hint: this server loads no LoRA adapters at run time: rlhost starts it so with "
+        .. "max_lora_rank (the recipe's --lora-rank); one started elsewhere needs --enable-lora, --max-lora-rank "
+        .. "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+    end
+    return nil, "load_lora: " .. err
+  end
+  local _, uerr = post(self, "/v1/unload_lora_adapter", { lora_name = name }, 120)
+  if uerr and not (uerr:find(": HTTP 404: ", 1, true) and uerr:find("NotFoundError", 1, true)) then
+    return failed(uerr)   -- (an adapter of that name not loaded yet: NotFoundError)
+  end
+  local _, err = post(self, "/v1/load_lora_adapter", { lora_name = name, lora_path = own }, 600)
+  if err then return failed(err) end
+  self._lora_files = self._lora_files or {}
+  table.insert(self._lora_files, own)
+  while #self._lora_files > M.KEEP_LORA_FILES do require("rl._fs").remove_tree(table.remove(self._lora_files, 1)) end
+  local ok, ferr = self:flush_cache()
+  if not ok then return nil, "after load_lora: " .. ferr end
+  if weight_version ~= nil then
+    self.weight_version = tostring(weight_version)
+    local _, verr = post(self, "/update_weight_version", { new_version = self.weight_version }, 60)
+    if verr then log.debug("rl.engine.vllm: update_weight_version: " .. verr) end
+  end
+  return { success = true, message = ("adapter '%s' loaded from %s (a copy of %s)"):format(name, own, dir),
+           weight_version = self.weight_version }
+end
+
 --- A handle on a vLLM server started elsewhere (slime's --rollout-external): requests,
 --- stats and weight reloads as for one rlhost launched, never stopped by rlhost. opts:
 --- model (the served name), weight_version, api_key.
@@ -438,6 +525,8 @@ function VllmEngine:stop_within(timeout)
   release_port(self)
   if self.pid then require("rl.process").stop_pid(self.pid, math.min(timeout, 20)) end
   self.pid = nil
+  for _, d in ipairs(self._lora_files or {}) do require("rl._fs").remove_tree(d) end
+  self._lora_files = nil
   return true
 end
 

@@ -248,6 +248,10 @@ local function engine_specs(opt, models, base_opts)
       if backend == "vllm" then   -- --vllm-<flag> and --vllm-python reach a vLLM group whatever the policy's backend
         if eopts.vllm_args == nil then eopts.vllm_args = opt.vllm_args end
         if eopts.python == nil then eopts.python = opt.vllm_python end
+        -- --lora-rank: the policy's vLLM servers load the trainer's adapter at run time
+        if (opt.lora_rank or 0) > 0 and m.update_weights and eopts.max_lora_rank == nil then
+          eopts.max_lora_rank = opt.lora_rank
+        end
       elseif sg.overrides.python == nil then
         eopts.python = nil   -- vLLM's python, when the flags' backend is vllm
       end

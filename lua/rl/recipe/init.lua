@@ -251,10 +251,10 @@ local function check_load_path(opt)
 end
 
 local function make_trainer(opt, job)
-  if (opt.lora_rank or 0) > 0 then   -- the adapter travels to rlhost's engines by name (/load_lora_adapter)
-    if opt.rollout_backend == "vllm" then
-      rl.args.usage_error("--lora-rank with --rollout-backend vllm: rlhost does not hand LoRA adapters to vLLM yet "
-        .. "(hint: the native engines serve them)")
+  if (opt.lora_rank or 0) > 0 then   -- the adapter travels to the engines by name (Engine:load_lora)
+    local _, rerr = require("rl.engine.vllm").lora_rank(opt.lora_rank)
+    if opt.rollout_backend == "vllm" and rerr then
+      rl.args.usage_error(("--lora-rank %d with --rollout-backend vllm: %s"):format(opt.lora_rank, rerr))
     end
   end
   -- the trainer's declared loss and optimiser options the flags hold (rl.trainer.options)

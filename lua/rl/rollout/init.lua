@@ -155,7 +155,11 @@ function Rollout:_post(req, routing_key)
                          attempts = tries + (tonumber(h["x-rlhost-attempts"]) or 1) - 1, last_error = last }
     end
     last = resp and ("HTTP %d: %s"):format(resp.status, resp.body:sub(1, 300)) or err
-    if resp and resp.status >= 400 and resp.status < 500 then break end
+    -- a 4xx is the request's fault, but for one: vLLM swaps an adapter by unloading and
+    -- loading it (rl.engine.vllm's load_lora), and a request in between finds none
+    local swapping = vllm and resp and resp.status == 404 and req.lora_path ~= nil
+      and resp.body:find("does not exist", 1, true) ~= nil
+    if resp and resp.status >= 400 and resp.status < 500 and (not swapping or attempt > 5) then break end
     if self.aborted then break end
     -- the engines may be gone (one engine, killed): wait for fault tolerance's restart
     -- rather than spend the retries on a router with no worker (a few times per request)
