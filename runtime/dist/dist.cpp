@@ -2,6 +2,7 @@
 // sync"). The only translation unit that includes c10d: TCPStore, Gloo, NCCL.
 #include "dist/dist.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
@@ -543,6 +544,17 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
     std::vector<at::Tensor> one{torch::cat(flat)};
     g.broadcast(one, 0, "weights " + params[b].first + " .. " + params[e - 1].first);
   }
+}
+
+int64_t WeightMeta::values() const {
+  constexpr int64_t kCap = int64_t{1} << 50;
+  int64_t total = 0;
+  for (const auto& shape : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n = d < 0 || (d > 0 && n > kCap / d) ? kCap : n * d;
+    total = std::min(total + n, kCap);
+  }
+  return total;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,

@@ -142,6 +142,9 @@ struct WeightMeta {
   std::vector<std::string> names;
   std::vector<std::string> dtypes;  // "float32", "bfloat16", ... ("torch." prefix allowed)
   std::vector<std::vector<int64_t>> shapes;
+  // The values the shapes announce, summed (saturating at 2^50; a negative size counts
+  // as that much): what a receiver checks before it allocates for them.
+  int64_t values() const;
 };
 
 // Both sides cut the tensors, in order, into the same buckets: consecutive tensors of

@@ -1,6 +1,5 @@
 #include "engine/engine_dist.hpp"
 
-#include <algorithm>
 #include <chrono>
 
 #include "base/log_text.hpp"
@@ -16,12 +15,7 @@ void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMe
   // More values announced than the model has: refused before receiving anything (a full
   // update sends each weight once); the sender's broadcast has no receiver, the group goes.
   const int64_t model_values = engine.config().num_parameters();
-  int64_t announced = 0;
-  for (const auto& shape : meta.shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n = d < 0 || (d > 0 && n > (int64_t{1} << 50) / d) ? (int64_t{1} << 50) : n * d;
-    announced = std::min<int64_t>(announced + n, int64_t{1} << 50);
-  }
+  const int64_t announced = meta.values();
   if (announced > model_values)
     throw GroupAbandoned("update_weights_from_distributed: the tensors announced hold " + std::to_string(announced) +
                              " values, the engine's model " + std::to_string(model_values),

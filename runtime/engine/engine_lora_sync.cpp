@@ -94,16 +94,14 @@ LoraInfo receive_lora(Engine& engine, dist::ProcessGroup& g, const dist::WeightM
                       const LoraSpec& spec, const std::optional<std::string>& version, int64_t bucket_bytes) {
   const char* what = "update_lora_from_distributed";
   EngineImpl& impl = impl_of(engine, what);
-  nn::LoraAdapter stage(impl.config(), config_of(impl, spec, what), impl.runner().lora_options());
+  // The engine's own adapter, on its device: filled from the broadcast and installed as is.
+  auto stage = std::make_shared<nn::LoraAdapter>(impl.config(), config_of(impl, spec, what),
+                                                 impl.runner().lora_options());
   // More values announced than the adapter holds: refused before receiving (the sender's
   // broadcast then has no receiver: the group is given up).
-  int64_t announced = 0, holds = 0;
-  for (const auto& shape : meta.shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n = d < 0 || (d > 0 && n > (int64_t{1} << 40) / d) ? (int64_t{1} << 40) : n * d;
-    announced += n;
-  }
-  for (const auto& [n, t] : stage.named_parameters()) holds += t.numel();
+  const int64_t announced = meta.values();
+  int64_t holds = 0;
+  for (const auto& [n, t] : stage->named_parameters()) holds += t.numel();
   if (announced > holds)
     throw GroupAbandoned(std::string(what) + ": adapter '" + name + "': the tensors announced hold " +
                              std::to_string(announced) + " values, an adapter of r " + std::to_string(spec.rank) +
@@ -114,12 +112,12 @@ LoraInfo receive_lora(Engine& engine, dist::ProcessGroup& g, const dist::WeightM
   auto tensors = dist::receive_weights(g, meta, bucket_bytes);
   const double receive_s = seconds_since(t0);
   try {
-    nn::copy_adapter_tensors(stage, tensors);
+    nn::copy_adapter_tensors(*stage, tensors);
   } catch (const std::invalid_argument& e) {
     throw Error(std::string(what) + ": adapter '" + name + "': " + e.what(),
                 "send the adapter's tensors under their PEFT names, with the r and target_modules they were made with");
   }
-  const LoraInfo info = load_lora_adapter(engine, name, stage, version);
+  const LoraInfo info = impl.install_lora(name, std::move(stage), "", version);
   log_received(name, ("a c10d broadcast (" + std::to_string(meta.names.size()) + " tensors)").c_str(), receive_s, info);
   return info;
 }

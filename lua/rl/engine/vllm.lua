@@ -396,6 +396,20 @@ function VllmEngine:flush_cache()
   return true
 end
 
+-- After new weights or a new adapter: the prefix cache dropped (its KV came from the old
+-- ones) and the weight version recorded, here and in vLLM's own record (GET /weight_info;
+-- not fatal: older vLLMs lack it). → true | nil, err
+local function swapped(self, weight_version)
+  local ok, ferr = self:flush_cache()
+  if not ok then return nil, ferr end
+  if weight_version ~= nil then
+    self.weight_version = tostring(weight_version)
+    local _, verr = post(self, "/update_weight_version", { new_version = self.weight_version }, 60)
+    if verr then log.debug("rl.engine.vllm: update_weight_version: " .. verr) end
+  end
+  return true
+end
+
 --- Reloads the weights in place from a safetensors directory (/collective_rpc
 --- reload_weights), drops the prefix cache and records the weight version.
 function VllmEngine:update_weights_from_disk(dir, weight_version)
@@ -405,14 +419,8 @@ function VllmEngine:update_weights_from_disk(dir, weight_version)
   task.need_task("rl.engine.Engine:update_weights_from_disk")
   local r, err = post(self, "/collective_rpc", { method = "reload_weights", kwargs = { weights_path = dir } })
   if not r then return nil, "reload_weights: " .. err end
-  local ok, ferr = self:flush_cache()
+  local ok, ferr = swapped(self, weight_version)
   if not ok then return nil, "after reload_weights: " .. ferr end
-  if weight_version ~= nil then
-    self.weight_version = tostring(weight_version)
-    -- vLLM's own record (GET /weight_info); failures are not fatal (older vLLMs lack it)
-    local _, verr = post(self, "/update_weight_version", { new_version = self.weight_version }, 60)
-    if verr then log.debug("rl.engine.vllm: update_weight_version: " .. verr) end
-  end
   return { success = true, message = "reloaded from " .. dir, weight_version = self.weight_version }
 end
 
@@ -464,13 +472,8 @@ function VllmEngine:load_lora(name, dir, weight_version)
   self._lora_files = self._lora_files or {}
   table.insert(self._lora_files, own)
   while #self._lora_files > M.KEEP_LORA_FILES do require("rl._fs").remove_tree(table.remove(self._lora_files, 1)) end
-  local ok, ferr = self:flush_cache()
+  local ok, ferr = swapped(self, weight_version)
   if not ok then return nil, "after load_lora: " .. ferr end
-  if weight_version ~= nil then
-    self.weight_version = tostring(weight_version)
-    local _, verr = post(self, "/update_weight_version", { new_version = self.weight_version }, 60)
-    if verr then log.debug("rl.engine.vllm: update_weight_version: " .. verr) end
-  end
   return { success = true, message = ("adapter '%s' loaded from %s (a copy of %s)"):format(name, own, dir),
            weight_version = self.weight_version }
 end
