@@ -186,6 +186,13 @@ int l_start(lua_State* L) {
   so.max_top_logprobs = opt_int(L, 1, "max_top_logprobs", so.max_top_logprobs, 0);
   so.max_response_entries = opt_int(L, 1, "max_response_entries", so.max_response_entries, 0);
   if (auto v = opt_str(L, 1, "api_key")) so.api_key = *v;
+  if (auto v = opt_str(L, 1, "disaggregation_mode")) so.pd.mode = *v;
+  so.pd.bootstrap_port = static_cast<int>(opt_int(L, 1, "disaggregation_bootstrap_port", 0, 0));
+  if (so.pd.bootstrap_port > 65535) throw ArgError(0, "opts.disaggregation_bootstrap_port", "integer 0-65535 expected");
+  so.pd.bootstrap_host = so.host;
+  if (auto v = opt_str(L, 1, "disaggregation_transfer_backend")) so.pd.transfer_backend = *v;
+  if (auto v = arg::field_number(L, 1, "disaggregation_transfer_timeout", "opts")) so.pd.transfer_timeout_s = *v;
+  if (auto v = arg::field_boolean(L, 1, "disaggregation_kv_checksum", "opts")) so.pd.kv_checksum = *v;
   if (auto v = opt_str(L, 1, "server_args")) {
     try {
       so.server_args = json::parse(*v);
@@ -480,7 +487,12 @@ int l_defaults(lua_State* L) {
                   {"max_queued_requests", so.max_queued_requests},
                   {"max_tokens_in_flight", so.max_tokens_in_flight},
                   {"max_top_logprobs", so.max_top_logprobs},
-                  {"max_response_entries", so.max_response_entries}};
+                  {"max_response_entries", so.max_response_entries},
+                  {"disaggregation_mode", so.pd.mode},
+                  {"disaggregation_bootstrap_port", so.pd.bootstrap_port},
+                  {"disaggregation_transfer_backend", so.pd.transfer_backend},
+                  {"disaggregation_transfer_timeout", so.pd.transfer_timeout_s},
+                  {"disaggregation_kv_checksum", so.pd.kv_checksum}};
   const std::string s = j.dump();
   lua_pushlstring(L, s.data(), s.size());
   return 1;

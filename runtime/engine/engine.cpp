@@ -116,6 +116,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts) : opts_(opts) {
   if (opts_.overlap_schedule != "auto" && opts_.overlap_schedule != "on" && opts_.overlap_schedule != "off")
     throw Error("engine: overlap_schedule must be auto, on or off, got '" + opts_.overlap_schedule + "'");
   overlap_ = opts_.overlap_schedule == "on" || (opts_.overlap_schedule == "auto" && runner_->async());
+  layout_ = runner_->kv_layout();
   if (cpu) tensor::run_on_passing_thread(opts_.threads, [&] { runner_->allocate_cache(num_blocks_, opts_.block_size); });
   else runner_->allocate_cache(num_blocks_, opts_.block_size);
   weight_version_ = opts_.weight_version;
@@ -243,6 +244,16 @@ bool EngineImpl::abort(const std::string& rid) {
   return true;
 }
 
+bool EngineImpl::deliver_kv(const std::string& rid, std::shared_ptr<const pd::Delivery> kv) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!known_rids_.count(rid)) return false;
+    deliveries_.emplace_back(rid, std::move(kv));
+  }
+  cv_.notify_all();
+  return true;
+}
+
 int64_t EngineImpl::abort_all() {
   int64_t n;
   {
@@ -356,6 +367,12 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
   check_tags(tags);
   run_between_steps([&] {
     if (has_tag(tags, "kv_cache") && !kv_released_) {
+      // Prompts whose K/V are on their way have nowhere to land: they end.
+      for (auto& s : scheduler_->importing()) {
+        s->abort_requested = true;
+        s->abort_message = "the KV cache was released while this request's prompt K/V were on their way";
+      }
+      finish_aborted_and_empty();
       scheduler_->preempt_all();  // their KV goes; they recompute after resume
       blocks_->flush();
       runner_->free_cache();
@@ -406,14 +423,16 @@ void EngineImpl::loop() {
     std::deque<SequencePtr> arrived;
     std::vector<std::string> aborts;
     std::vector<std::function<void()>> commands;
+    std::vector<std::pair<std::string, std::shared_ptr<const pd::Delivery>>> deliveries;
     bool abort_everything = false, stopping = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         return stopping_ || !inbox_.empty() || !aborts_.empty() || !commands_.empty() || abort_everything_ ||
-               can_step() || inflight_.has_value();
+               !deliveries_.empty() || can_step() || inflight_.has_value();
       });
       arrived.swap(inbox_);
+      deliveries.swap(deliveries_);
       aborts.swap(aborts_);
       commands.swap(commands_);
       abort_everything = abort_everything_;
@@ -422,7 +441,11 @@ void EngineImpl::loop() {
     }
     for (auto& s : arrived) {
       index_[s->out.rid] = s.get();
-      scheduler_->add(std::move(s));
+      if (s->req.pd_import) {
+        s->input_logprob_next = s->prompt_len;  // prompt log-probs come from the prefill
+        scheduler_->add_import(std::move(s));
+      }
+      else scheduler_->add(std::move(s));
       ++requests_total_;
     }
     // Commands (weight updates, flushes, memory release) and stopping see no step in flight.
@@ -437,6 +460,8 @@ void EngineImpl::loop() {
       }
     }
     finish_aborted_and_empty();
+    for (auto& [rid, kv] : deliveries) take_delivery(rid, *kv);
+    if (!stopping && !kv_released_) reserve_imports();
     if (stopping) {
       drain();
       publish_stats();
@@ -601,35 +626,12 @@ void EngineImpl::complete(InFlight& f) {
       finished.push_back(s);
       continue;
     }
-    const int32_t tok = sampled.tokens[i];
-    s->tokens.push_back(tok);
-    if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed, s->prefix_root());
-    s->out.output_ids.push_back(tok);
-    auto& spans = s->out.weight_version_spans;
-    if (spans.empty() || spans.back().second != weight_version_)
-      spans.emplace_back(s->out.completion_tokens() - 1, weight_version_);
-    if (s->req.return_logprob) {
-      s->out.output_logprobs.push_back(sampled.logprobs[i]);
-      if (s->req.top_logprobs_num > 0) s->out.output_top_logprobs.push_back(std::move(sampled.top_logprobs[i]));
-    }
     ++generated;
-    if (s->t_first < 0) s->t_first = t1;
-    s->t_last = t1;
-    auto matched = s->text->push(tok);
-    auto& fr = s->out.finish_reason;
-    const int64_t n_out = s->out.completion_tokens();
-    if (n_out >= s->req.params.min_new_tokens &&
-        std::find(s->stop_ids.begin(), s->stop_ids.end(), tok) != s->stop_ids.end()) {
-      fr.type = "stop";
-      fr.matched_token = tok;
-    } else if (matched) {
-      fr.type = "stop";
-      fr.matched_str = *matched;
-    } else if (n_out >= s->max_new_tokens || static_cast<int64_t>(s->tokens.size()) >= context_length_) {
-      fr.type = "length";
-      fr.length = n_out;
-    }
-    if (!fr.type.empty()) finished.push_back(s);
+    std::vector<std::pair<int32_t, float>> top;
+    if (s->req.return_logprob && s->req.top_logprobs_num > 0) top = std::move(sampled.top_logprobs[i]);
+    if (accept_token(s, sampled.tokens[i], s->req.return_logprob ? sampled.logprobs[i] : 0.f, std::move(top), t1,
+                     weight_version_))
+      finished.push_back(s);
   }
   generation_tokens_total_ += generated;
   throughput_window_.emplace_back(t1, generated);
@@ -644,6 +646,36 @@ void EngineImpl::complete(InFlight& f) {
   completed_ = f.id;
   std::erase_if(retired_, [&](const auto& r) { return r.first <= completed_; });
   if (step_hook_) step_hook_();
+}
+
+bool EngineImpl::accept_token(Sequence* s, int32_t tok, float logprob, std::vector<std::pair<int32_t, float>>&& top,
+                              double t1, const std::string& version) {
+  s->tokens.push_back(tok);
+  if (!s->kv_mixed) blocks_->commit(s->tokens, s->blocks, s->num_computed, s->committed, s->prefix_root());
+  s->out.output_ids.push_back(tok);
+  auto& spans = s->out.weight_version_spans;
+  if (spans.empty() || spans.back().second != version) spans.emplace_back(s->out.completion_tokens() - 1, version);
+  if (s->req.return_logprob) {
+    s->out.output_logprobs.push_back(logprob);
+    if (s->req.top_logprobs_num > 0) s->out.output_top_logprobs.push_back(std::move(top));
+  }
+  if (s->t_first < 0) s->t_first = t1;
+  s->t_last = t1;
+  auto matched = s->text->push(tok);
+  auto& fr = s->out.finish_reason;
+  const int64_t n_out = s->out.completion_tokens();
+  if (n_out >= s->req.params.min_new_tokens &&
+      std::find(s->stop_ids.begin(), s->stop_ids.end(), tok) != s->stop_ids.end()) {
+    fr.type = "stop";
+    fr.matched_token = tok;
+  } else if (matched) {
+    fr.type = "stop";
+    fr.matched_str = *matched;
+  } else if (n_out >= s->max_new_tokens || static_cast<int64_t>(s->tokens.size()) >= context_length_) {
+    fr.type = "length";
+    fr.length = n_out;
+  }
+  return !fr.type.empty();
 }
 
 void EngineImpl::fill_output(Sequence& s, double now) {
@@ -665,9 +697,15 @@ void EngineImpl::fill_output(Sequence& s, double now) {
   o.prefill_time = s.t_first >= 0 && s.t_scheduled >= 0 ? s.t_first - s.t_scheduled : 0;
   o.decode_time = s.t_first >= 0 ? s.t_last - s.t_first : 0;
   o.e2e_latency = now - s.t_arrival;
+  if (s.t_delivered >= 0) {  // a decode engine's request: the prefill's K/V came at t_delivered
+    auto it = std::find_if(o.pd_meta.begin(), o.pd_meta.end(), [](const auto& m) { return m.first == "pd_decode_forward_duration"; });
+    if (it == o.pd_meta.end()) it = o.pd_meta.insert(o.pd_meta.end(), {"pd_decode_forward_duration", 0.0});
+    it->second = std::max(0.0, s.t_last - s.t_delivered);
+  }
 }
 
 void EngineImpl::finish(Sequence* s) {
+  if (s->req.pd_export) export_kv(s);  // before its blocks go back
   SequencePtr owned = scheduler_->remove(s);
   index_.erase(s->out.rid);
   if (!owned) return;
@@ -734,6 +772,8 @@ void EngineImpl::publish_stats() {
   st.weight_version = weight_version_;
   st.memory_released = kv_released_ || !runner_->has_weights();
   st.lora_adapters = lora_count_.load();
+  st.pd_prealloc = scheduler_->num_importing(false);
+  st.pd_transfer = scheduler_->num_importing(true);
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(st);
 }

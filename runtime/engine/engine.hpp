@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/pd.hpp"
 #include "engine/sampling_params.hpp"
 
 namespace rl::model {
@@ -112,6 +113,9 @@ struct RequestOutput {
   double decode_time = 0;                  // first token -> last token
   double e2e_latency = 0;                  // arrival -> finish (or now, while running)
   int64_t preemptions = 0;                 // times evicted from the KV cache and recomputed
+  // Prefill/decode disaggregation: pd_prefill_* / pd_decode_* durations (seconds) and
+  // pd_transfer_* figures, for meta_info (the trace viewer's [P]/[D] lanes).
+  std::vector<std::pair<std::string, double>> pd_meta;
   int64_t completion_tokens() const { return static_cast<int64_t>(output_ids.size()); }
   double decode_throughput() const;        // completion tokens / decode_time (0 if unknown)
 };
@@ -129,6 +133,11 @@ struct GenerateRequest {
   bool stream = false;                     // true: an update after every step, not only at the end
   // A loaded LoRA adapter's name (SGLang's lora_path); "": the base model.
   std::string lora_name;
+  // Prefill/decode disaggregation (engine/pd.hpp): on a prefill engine, the prompt's
+  // K/V and first token are handed over as the request finishes; on a decode engine,
+  // the prompt's K/V arrive through deliver_kv instead of being computed.
+  std::shared_ptr<pd::Export> pd_export;
+  std::shared_ptr<pd::Import> pd_import;
 };
 
 // Called on the scheduler thread: after each step when streaming, and exactly
@@ -151,6 +160,8 @@ struct EngineStats {
   std::string weight_version;
   bool memory_released = false;
   int64_t lora_adapters = 0;               // loaded LoRA adapters
+  int64_t pd_prealloc = 0;                 // decode: requests waiting for KV blocks for their prompt
+  int64_t pd_transfer = 0;                 // decode: requests whose prompt K/V is on its way
 };
 
 class Engine {
@@ -165,6 +176,11 @@ class Engine {
   // queues. Returns the rid.
   virtual std::string submit(GenerateRequest req, UpdateFn on_update) = 0;
   virtual bool abort(const std::string& rid) = 0;  // false: unknown or finished
+  // A decode engine's request (GenerateRequest::pd_import) gets its prompt's K/V and
+  // first token, or an error that ends it (finish_reason abort with that message).
+  // False: no such request waits for its K/V (finished, aborted, unknown).
+  virtual bool deliver_kv(const std::string& rid, std::shared_ptr<const pd::Delivery> kv) = 0;
+  virtual pd::KvLayout kv_layout() const = 0;  // how this engine's K/V travel
   virtual int64_t abort_all() = 0;                 // number aborted
   // Drops the control commands (weight updates, flushes, ...) the scheduler has not
   // taken yet; each caller gets an rl::Error. For a scheduler that is stuck: without

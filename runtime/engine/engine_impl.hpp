@@ -78,6 +78,11 @@ class ModelRunner {
   void launch(const std::vector<Sequence*>& batch, const std::vector<SampleRow>& rows,
               const std::vector<int32_t>* ahead = nullptr);
   SampleOutput collect();
+  // Prefill/decode disaggregation (pd_kv.cpp): the K/V of tokens [from, to) of a
+  // sequence with these blocks, token-major (engine/pd.hpp), out of / into the cache.
+  pd::KvLayout kv_layout() const;
+  void read_kv(const std::vector<int32_t>& blocks, int64_t from, int64_t to, char* dst);
+  void write_kv(const std::vector<int32_t>& blocks, int64_t from, int64_t to, const char* src);
   // Whether a launched step runs while the host goes on (CUDA).
   bool async() const { return gpu_ != nullptr; }
   // Once the engine knows its context length: on a CUDA device (and a CUDA build,
@@ -116,6 +121,8 @@ class EngineImpl final : public Engine {
 
   std::string submit(GenerateRequest req, UpdateFn on_update) override;
   bool abort(const std::string& rid) override;
+  bool deliver_kv(const std::string& rid, std::shared_ptr<const pd::Delivery> kv) override;
+  pd::KvLayout kv_layout() const override { return layout_; }
   int64_t abort_all() override;
   int64_t cancel_pending_commands() override;
   bool flush_cache() override;
@@ -182,6 +189,14 @@ class EngineImpl final : public Engine {
   void mark_abort(const std::string& rid, const std::string& why);
   void finish_aborted_and_empty();
   void finish(Sequence* s);
+  // Output bookkeeping for a token sampled for s (under weight version `version`): its
+  // log-probs, stop and length checks. True when it ends the sequence.
+  bool accept_token(Sequence* s, int32_t tok, float logprob, std::vector<std::pair<int32_t, float>>&& top,
+                    double now, const std::string& version);
+  // Prefill/decode disaggregation (engine_pd.cpp), scheduler thread.
+  void reserve_imports();                      // blocks for waiting imports; tells their servers
+  void take_delivery(const std::string& rid, const pd::Delivery& kv);  // K/V in: it runs on
+  void export_kv(Sequence* s);                 // a prefill request finishing: hand its K/V over
   void notify_finished();
   void fill_output(Sequence& s, double now);
   void publish_stats();
@@ -198,6 +213,7 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> eos_;
   int64_t context_length_ = 0;
   int64_t num_blocks_ = 0;
+  pd::KvLayout layout_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
 
@@ -206,6 +222,7 @@ class EngineImpl final : public Engine {
   std::condition_variable cv_;
   std::deque<SequencePtr> inbox_;
   std::vector<std::string> aborts_;
+  std::vector<std::pair<std::string, std::shared_ptr<const pd::Delivery>>> deliveries_;
   std::vector<std::function<void()>> commands_;
   std::unordered_set<std::string> known_rids_;  // submitted and not finished
   // LoRA adapters by name (engine_lora.cpp): the map under mu_; a slot's adapter and

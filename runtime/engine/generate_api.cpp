@@ -217,8 +217,13 @@ GenerateCall parse_generate(const json& body, const Engine& engine, const CallLi
   if (!body.is_object()) bad("request body", "expected a JSON object, got " + type_of(body));
   for (auto& [k, v] : body.items()) {
     if (kKnown.count(k) || kHarmless.count(k)) continue;
+    // A prefill or decode engine reads these itself (engine/pd_bridge.hpp).
+    if (limits.pd_fields && (k == "bootstrap_host" || k == "bootstrap_port" || k == "bootstrap_room")) continue;
     if (kNeutralWhenNull.count(k)) {
-      if (!neutral(v)) bad(k, "is not supported by rlhost", "leave it out or null");
+      if (!neutral(v))
+        bad(k, "is not supported by rlhost" + std::string(k.rfind("bootstrap_", 0) == 0 ? " on an engine not in prefill/decode mode" : ""),
+            k.rfind("bootstrap_", 0) == 0 ? "start the engines with --disaggregation-mode prefill|decode, or leave it out"
+                                           : "leave it out or null");
       continue;
     }
     bad(k, "unknown field", "SGLang's /generate fields: text, input_ids, sampling_params, rid, return_logprob, "
@@ -367,6 +372,7 @@ json meta_info_json(const RequestOutput& out, const GenerateRequest& req, const 
   m["decode_throughput"] = out.decode_throughput();
   m["arrival_time"] = out.arrival_time;
   m["preemptions"] = out.preemptions;
+  for (const auto& [key, value] : out.pd_meta) m[key] = value;  // prefill/decode: pd_prefill_*, pd_decode_*, pd_transfer_*
   if (req.return_logprob) {
     json lps = json::array();
     const size_t n = std::min(out.output_logprobs.size(), out.output_ids.size());

@@ -63,6 +63,8 @@ struct CallLimits {
   // Prompt text longer than this cannot fit the context whatever it encodes to:
   // refused before tokenizing (text_bytes_bound()).
   int64_t max_text_bytes = 0;
+  // A prefill or decode engine: bootstrap_host, _port and _room are its to read.
+  bool pd_fields = false;
 };
 
 // Bytes of text that can fit in `engine`'s context: context length x the longest

@@ -121,6 +121,45 @@ std::vector<Sequence*> Scheduler::schedule(double now) {
   return out;
 }
 
+std::vector<Sequence*> Scheduler::reserve_imports(double now) {
+  std::vector<Sequence*> got;
+  const int64_t bs = bm_.block_size();
+  for (auto& p : importing_) {
+    Sequence& s = *p;
+    if (s.pd_reserved) continue;
+    const int64_t L = s.prompt_len;
+    const uint64_t root = s.prefix_root();
+    // All but the last prompt token may come from the cache: only the rest travels.
+    BlockManager::Match m = bm_.match(s.tokens, std::min<int64_t>(s.cacheable_prefix(), L - 1), root);
+    const int64_t need = blocks_for(L, bs) - m.blocks;
+    if (need > bm_.num_free() - m.reused_free) break;  // arrival order: later ones wait too
+    s.blocks = bm_.acquire_prefix(s.tokens, m.blocks, root);
+    for (int64_t i = 0; i < need; ++i) s.blocks.push_back(*bm_.allocate());
+    s.num_computed = s.committed = m.blocks * bs;
+    bm_.queried_tokens += L;
+    bm_.hit_tokens += s.num_computed;
+    s.pd_reserved = true;
+    s.t_reserved = now;
+    got.push_back(&s);
+  }
+  return got;
+}
+
+void Scheduler::activate(Sequence* seq) {
+  for (size_t i = 0; i < importing_.size(); ++i) {
+    if (importing_[i].get() != seq) continue;
+    seq->admit_order = next_admit_++;
+    seq->scheduled_once = true;
+    running_.push_back(std::move(importing_[i]));
+    importing_.erase(importing_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
+int64_t Scheduler::num_importing(bool reserved) const {
+  return std::count_if(importing_.begin(), importing_.end(), [&](const SequencePtr& s) { return s->pd_reserved == reserved; });
+}
+
 SequencePtr Scheduler::remove(Sequence* seq) {
   for (size_t i = 0; i < running_.size(); ++i) {
     if (running_[i].get() != seq) continue;
@@ -134,6 +173,14 @@ SequencePtr Scheduler::remove(Sequence* seq) {
     if (it->get() != seq) continue;
     SequencePtr s = std::move(*it);
     waiting_.erase(it);
+    if (!s->blocks.empty()) bm_.release(s->blocks);
+    s->blocks.clear();
+    return s;
+  }
+  for (auto it = importing_.begin(); it != importing_.end(); ++it) {
+    if (it->get() != seq) continue;
+    SequencePtr s = std::move(*it);
+    importing_.erase(it);
     if (!s->blocks.empty()) bm_.release(s->blocks);
     s->blocks.clear();
     return s;

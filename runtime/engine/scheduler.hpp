@@ -40,6 +40,17 @@ class Scheduler {
   Scheduler(BlockManager& blocks, SchedulerLimits limits) : bm_(blocks), limits_(limits) {}
 
   void add(SequencePtr seq) { waiting_.push_back(std::move(seq)); }
+  // Prefill/decode disaggregation: a sequence whose prompt K/V come from elsewhere
+  // waits here (not in the queue) until reserve_imports() gives it blocks for its
+  // prompt (from the prefix cache where it can), and runs once activate()d with its
+  // prompt computed.
+  void add_import(SequencePtr seq) { importing_.push_back(std::move(seq)); }
+  // In arrival order while blocks suffice: the sequences that got theirs now.
+  std::vector<Sequence*> reserve_imports(double now);
+  // Its K/V are in: it joins the running sequences (num_computed set by the caller).
+  void activate(Sequence* seq);
+  int64_t num_importing(bool reserved) const;
+  std::vector<SequencePtr>& importing() { return importing_; }
   // The sequences of the next step (running, in order), each with query_len() >= 1.
   // Empty when nothing can run. `now` stamps first scheduling.
   std::vector<Sequence*> schedule(double now);
@@ -67,6 +78,7 @@ class Scheduler {
   SchedulerLimits limits_;
   std::deque<SequencePtr> waiting_;
   std::vector<SequencePtr> running_;  // admission order
+  std::vector<SequencePtr> importing_;  // arrival order
   uint64_t next_admit_ = 1;
 };
 

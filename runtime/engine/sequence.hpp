@@ -36,6 +36,10 @@ struct Sequence {
   // (logprob_start_len + 1 up to prompt_len; prompt_len: none pending).
   int64_t input_logprob_next = 0;
   bool scheduled_once = false;
+  // A decode engine's request whose prompt K/V come from a prefill (GenerateRequest::pd_import):
+  // blocks reserved for the prompt (Scheduler::reserve_imports), then delivered.
+  bool pd_reserved = false;
+  double t_reserved = -1, t_delivered = -1;
   // Its KV cache holds keys/values computed under weights older than the engine's
   // (kept across a weight update): never committed for prefix reuse.
   bool kv_mixed = false;

@@ -55,6 +55,8 @@ json stats_json(const EngineStats& s) {
       {"requests_finished", s.requests_finished},
       {"requests_aborted", s.requests_aborted},
       {"preemptions_total", s.preemptions_total},
+      {"num_decode_prealloc_queue_reqs", s.pd_prealloc},
+      {"num_decode_transfer_queue_reqs", s.pd_transfer},
       {"steps", s.steps},
       {"cuda_graphs", s.cuda_graphs},
       {"cuda_graph_steps", s.cuda_graph_steps},
@@ -111,6 +113,7 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
   limits_.max_top_logprobs = opts_.max_top_logprobs;
   limits_.max_response_entries = opts_.max_response_entries;
   limits_.max_text_bytes = text_bytes_bound(*engine_);
+  limits_.pd_fields = opts_.pd.mode != "null";
   if (opts_.admin_token.empty()) opts_.admin_token = admin_token();
   net::EventServer::Options so;
   so.host = opts_.host;
@@ -130,6 +133,18 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
     throw Error(e.what());
   }
   link_->loop = loop_.get();
+  if (opts_.pd.mode != "null") {
+    opts_.pd.admin_token = opts_.admin_token;
+    if (opts_.pd.advertise_url.empty()) opts_.pd.advertise_url = http_->url();
+    if (opts_.pd.bootstrap_host.empty()) opts_.pd.bootstrap_host = opts_.host;
+    pd_ = std::make_unique<PdBridge>(*engine_, *loop_, opts_.pd, [this](std::function<void()> fn) { return post(std::move(fn)); });
+    pd_->on_transfer = [this](const PdBridge::TransferStat& t) { metrics_.observe_transfer(t.bytes, t.seconds); };
+    metrics_.set_pd_mode(opts_.pd.mode);
+    if (pd_->prefill())
+      pd_->start_bootstrap([this](net::ServerRequest& req, std::shared_ptr<net::Responder> res) {
+        dispatch_bootstrap(req, std::move(res));
+      });
+  }
   loop_thread_ = std::thread([this] {
     loop_id_ = std::this_thread::get_id();  // before any request: workers start from the loop
     loop_->run();
@@ -179,6 +194,7 @@ void EngineServer::stop() {
     std::condition_variable cv;
     bool done = false;
     loop_->post([&] {
+      if (pd_) pd_->stop();
       http_->stop();
       deferred_.clear();
       streams_.clear();
@@ -245,6 +261,7 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
       {"POST", "/v1/completions", false, false, &EngineServer::on_completions, true},
       {"POST", "/v1/chat/completions", false, false, &EngineServer::on_chat_completions, true},
       {"GET", "/v1/models", false, false, &EngineServer::on_models},
+      {"POST", "/disagg/kv", true, false, &EngineServer::on_disagg_kv},
   };
   // HEAD is served by GET routes (the event server drops the body).
   const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
@@ -278,7 +295,8 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
   // Long operations, and generation requests whose body is large enough that parsing
   // and tokenizing it would hold the loop (every other connection) for a while, run on
   // a worker thread; a generation then hands its run back to the loop.
-  if (route->worker || (route->generation && req.body.size() > kParseOnLoopBytes)) {
+  // (A prefill/decode engine parses them on the loop: their rooms live there.)
+  if (route->worker || (route->generation && !pd_ && req.body.size() > kParseOnLoopBytes)) {
     run_on_worker(std::move(req), std::move(res), route->fn);
     return;
   }
@@ -523,6 +541,9 @@ json EngineServer::server_info() const {
       {"version", std::string("rlhost ") + RLHOST_VERSION},
       {"start_time", start_time_},
   };
+  j["disaggregation_mode"] = opts_.pd.mode;
+  if (pd_ && pd_->prefill()) j["disaggregation_bootstrap_port"] = pd_->bootstrap_port();
+  if (pd_) j["disaggregation_transfer_backend"] = opts_.pd.transfer_backend;
   j["max_loras_per_batch"] = o.max_loras_per_batch;
   j["max_lora_rank"] = o.max_lora_rank;
   j["lora_paths"] = loaded_adapters();  // loaded now: {name: path}
@@ -573,7 +594,9 @@ json EngineServer::loads() const {
 void EngineServer::on_loads(const Req&, Res& res) { res.set_content(loads().dump(), "application/json"); }
 
 void EngineServer::on_metrics(const Req&, Res& res) {
-  res.set_content(metrics_.render(engine_->stats()), "text/plain; version=0.0.4; charset=utf-8");
+  ServerMetrics::PdQueues q;
+  if (pd_) q = {pd_->bootstrap_queue(), pd_->inflight_queue()};
+  res.set_content(metrics_.render(engine_->stats(), q), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 }  // namespace rl::engine

@@ -42,6 +42,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/generate_api.hpp"
+#include "engine/pd_bridge.hpp"
 #include "engine/server_metrics.hpp"
 #include "net/event_server.hpp"
 
@@ -80,6 +81,8 @@ struct ServerOptions {
   int64_t max_top_logprobs = 20;             // top log-probs per position a call may ask for: 400 beyond
   int64_t max_response_entries = int64_t{4} << 20;  // values a response may hold (CallLimits): 400 beyond
   double retry_after_s = 1;                  // Retry-After sent with 429/503
+  // Prefill/decode disaggregation (engine/pd_bridge.hpp): mode "null" serves as one engine.
+  PdOptions pd;
 };
 
 // What a handler answers. Handlers on the loop thread may instead keep
@@ -200,6 +203,9 @@ class EngineServer {
   void on_completions(const Req&, Res&);
   void on_chat_completions(const Req&, Res&);
   void on_models(const Req&, Res&);
+  // server_pd.cpp: prefill/decode disaggregation
+  void on_disagg_kv(const Req&, Res&);
+  void dispatch_bootstrap(net::ServerRequest& req, std::shared_ptr<net::Responder> res);
 
  public:
   // Admits and submits a call, tracked for /abort_request, admission and
@@ -236,6 +242,7 @@ class EngineServer {
   std::thread loop_thread_;
   std::thread::id loop_id_;  // set by the loop thread as it starts
   std::shared_ptr<Link> link_ = std::make_shared<Link>();
+  std::unique_ptr<PdBridge> pd_;  // prefill/decode disaggregation, or none (loop thread)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   double start_time_ = 0;

@@ -65,6 +65,7 @@ nlohmann::ordered_json parse_json_body_ordered(const net::ServerRequest& req) {
 void EngineServer::on_generate(const Req& req, Res& res) {
   const json body = parse_json_body(req);
   GenerateCall call = parse_generate(body, *engine_, limits_);
+  if (pd_) pd_->attach(body, call);  // prefill/decode: each request's room
   const model::Tokenizer* tok = engine_->tokenizer();
   if (call.stream) {
     const bool with_index = call.batched;

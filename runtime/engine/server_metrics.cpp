@@ -36,7 +36,24 @@ std::vector<double> token_buckets() {
 ServerMetrics::ServerMetrics(std::string model_name)
     : labels_("model_name=\"" + metrics::prom_label_value(model_name) + "\""),
       ttft_(ttft_buckets()), itl_(itl_buckets()), e2e_(e2e_buckets()), queue_(e2e_buckets()),
-      prefill_(ttft_buckets()), decode_(e2e_buckets()), prompt_len_(token_buckets()), gen_len_(token_buckets()) {}
+      prefill_(ttft_buckets()), decode_(e2e_buckets()), prompt_len_(token_buckets()), gen_len_(token_buckets()),
+      kv_speed_({0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 50, 100}),
+      kv_latency_({0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}),
+      kv_mb_({0.01, 0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 500, 1000}) {}
+
+void ServerMetrics::set_pd_mode(const std::string& mode) {
+  std::lock_guard lk(mu_);
+  pd_mode_ = mode;
+}
+
+void ServerMetrics::observe_transfer(double bytes, double seconds) {
+  std::lock_guard lk(mu_);
+  kv_mb_.observe(bytes / 1e6);
+  if (seconds > 0) {
+    kv_latency_.observe(seconds * 1e3);
+    kv_speed_.observe(bytes / 1e9 / seconds);
+  }
+}
 
 void ServerMetrics::observe(const RequestOutput& out) {
   std::lock_guard lk(mu_);
@@ -66,7 +83,7 @@ void ServerMetrics::count_rejected(const std::string& cap) {
   ++rejected_[cap];
 }
 
-std::string ServerMetrics::render(const EngineStats& s) const {
+std::string ServerMetrics::render(const EngineStats& s, const PdQueues& pd) const {
   std::string o;
   o.reserve(16 << 10);
   const std::string& L = labels_;
@@ -99,6 +116,16 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   counter("sglang:num_steps_total", "Number of engine model steps.", static_cast<double>(s.steps));
 
   std::lock_guard lk(mu_);
+  if (pd_mode_ == "prefill") {
+    gauge("sglang:num_prefill_bootstrap_queue_reqs", "Prefill: requests whose K/V wait for their decode's registration.",
+          static_cast<double>(pd.bootstrap));
+    gauge("sglang:num_prefill_inflight_queue_reqs", "Prefill: K/V transfers in flight.", static_cast<double>(pd.inflight));
+  } else if (pd_mode_ == "decode") {
+    gauge("sglang:num_decode_prealloc_queue_reqs", "Decode: requests waiting for KV blocks for their prompt.",
+          static_cast<double>(s.pd_prealloc));
+    gauge("sglang:num_decode_transfer_queue_reqs", "Decode: requests whose prompt K/V are on their way.",
+          static_cast<double>(s.pd_transfer));
+  }
   header(o, "sglang:num_finished_requests_total", "counter", "Finished requests by finish reason.");
   const char* reasons[] = {"stop", "length", "abort", "other"};
   for (int k = 0; k < 4; ++k)
@@ -128,6 +155,11 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   hist(decode_, "sglang:decode_time_seconds", "Histogram of decode time (first to last token) in seconds.");
   hist(prompt_len_, "sglang:request_prompt_tokens", "Histogram of prompt lengths in tokens.");
   hist(gen_len_, "sglang:request_generation_tokens", "Histogram of generated lengths in tokens.");
+  if (pd_mode_ == "decode") {
+    hist(kv_speed_, "sglang:kv_transfer_speed_gb_s", "Histogram of K/V transfer speed (GB/s), sent to written.");
+    hist(kv_latency_, "sglang:kv_transfer_latency_ms", "Histogram of K/V transfer latency (ms), sent to received.");
+    hist(kv_mb_, "sglang:kv_transfer_total_mb", "Histogram of K/V bytes per transfer (MB).");
+  }
   return o;
 }
 

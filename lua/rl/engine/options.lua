@@ -59,6 +59,17 @@ M.NATIVE = {
   { name = "max_loras_per_batch", type = "int", default = 8, min = 1,
     help = "distinct LoRA adapters in one step (requests under others wait)" },
   { name = "max_lora_rank", type = "int", default = 0, min = 0, help = "refuse LoRA adapters of a higher rank (0: any)" },
+  -- prefill/decode disaggregation (SGLang's flags; docs/engine.md)
+  { name = "disaggregation_mode", type = "string", default = "null", choices = { "null", "prefill", "decode" },
+    help = "null: one engine does both; prefill: runs prompts and hands their K/V over; decode: takes them and decodes" },
+  { name = "disaggregation_bootstrap_port", type = "int", default = 0, min = 0, max = 65535,
+    help = "prefill: the bootstrap server's port, where decodes register (0: a free one; /get_server_info says which)" },
+  { name = "disaggregation_transfer_backend", type = "string", default = "auto", choices = { "auto", "shm", "tcp" },
+    help = "decode: how K/V arrive: shm (/dev/shm, one host), tcp (HTTP over TCP), auto (shm when the prefill is on loopback)" },
+  { name = "disaggregation_transfer_timeout", type = "number", default = 60, min = 0.001,
+    help = "seconds each prefill/decode wait may take (KV blocks, bootstrap, K/V) before the request fails" },
+  { name = "disaggregation_kv_checksum", type = "bool", default = false,
+    help = "both sides checksum the K/V rows; a mismatch fails the request" },
   -- Lua-side: how rl.engine runs it
   { name = "mode", type = "string", default = "thread", choices = { "thread", "process" }, flag = false,
     help = "thread: in this process; process: a child `rlhost engine`" },
