@@ -203,7 +203,7 @@ namespace {
 
 // One HTTP worker on its own thread; `handler` answers every request but /health.
 struct StubWorker {
-  using Handler = std::function<void(ServerRequest&, std::shared_ptr<Responder>)>;
+  using Handler = std::function<void(ServerRequest&, std::shared_ptr<Responder>, EventLoop&)>;
   EventLoop loop;
   std::unique_ptr<EventServer> srv;
   std::thread thread;
@@ -218,7 +218,7 @@ struct StubWorker {
         std::lock_guard<std::mutex> l(mu);
         bodies.push_back(json::parse(req.body));
       }
-      handler(req, std::move(res));
+      handler(req, std::move(res), loop);
     });
     srv->start();
     url = srv->url();
@@ -247,11 +247,17 @@ struct StubWorker {
 // answers with input log-probs and pd_prefill_* timings (per item for a batch).
 // `fail`: that status instead.
 StubWorker::Handler prefill_handler(int bootstrap_port, std::atomic<int>* fail) {
-  return [bootstrap_port, fail](ServerRequest& req, std::shared_ptr<Responder> res) {
+  return [bootstrap_port, fail](ServerRequest& req, std::shared_ptr<Responder> res, EventLoop& loop) {
     if (req.path == "/server_info")
       return res->send_json(200, json({{"disaggregation_mode", "prefill"}, {"disaggregation_bootstrap_port", bootstrap_port}}).dump());
-    if (fail && *fail) return res->send_json(*fail, R"({"error":{"message":"KV transfer failed"}})");
     const json b = json::parse(req.body);
+    if (fail && *fail) {
+      const int st = *fail;
+      loop.call_later(b.value("prefill_delay", 0.0), [res, st] {
+        res->send_json(st, R"({"error":{"message":"KV transfer failed"}})");
+      });
+      return;
+    }
     auto one = [](const json& room) {
       return json{{"text", "P"}, {"meta_info", {{"input_token_logprobs", {{nullptr, 1, nullptr}, {-0.5, 2, nullptr}}},
                                                 {"pd_prefill_forward_ms", 1.5}, {"room", room}}}};
@@ -267,15 +273,18 @@ StubWorker::Handler prefill_handler(int bootstrap_port, std::atomic<int>* fail) 
 
 // As SGLang's decode server: the generation (streamed as SSE when asked).
 StubWorker::Handler decode_handler(std::atomic<int>* fail) {
-  return [fail](ServerRequest& req, std::shared_ptr<Responder> res) {
+  return [fail](ServerRequest& req, std::shared_ptr<Responder> res, EventLoop& loop) {
     if (fail && *fail) return res->send_json(*fail, R"({"error":{"message":"decode out of memory"}})");
     const json b = json::parse(req.body);
     if (b.value("stream", false)) {
-      res->start(200, {{"Content-Type", "text/event-stream"}});
-      res->write("data: {\"text\":\"D1\"}\n\n");
-      res->write("data: {\"text\":\"D1D2\"}\n\n");
-      res->write("data: [DONE]\n\n");
-      return res->end();
+      loop.call_later(b.value("decode_delay", 0.0), [res] {
+        res->start(200, {{"Content-Type", "text/event-stream"}});
+        res->write("data: {\"text\":\"D1\"}\n\n");
+        res->write("data: {\"text\":\"D1D2\"}\n\n");
+        res->write("data: [DONE]\n\n");
+        res->end();
+      });
+      return;
     }
     auto one = [] {
       return json{{"text", "D"}, {"output_ids", {5}},
@@ -418,6 +427,21 @@ TEST_CASE("pd: a router in PD mode over prefill and decode workers", "[router_pd
     HttpResult both = c.post(router.url() + "/generate", {{"text", "x"}});
     CHECK(both.response.status == 400);
     CHECK(both.response.body.find("prefill worker") != std::string::npos);
+    // The decode failed first: the prefill's error is awaited for a moment (1 s), no longer.
+    p_fail = 500;
+    const double t0 = EventLoop::now();
+    HttpResult slow = c.post(router.url() + "/generate", {{"text", "x"}, {"prefill_delay", 5.0}});
+    CHECK(slow.response.status == 503);
+    CHECK(slow.response.body.find("decode worker") != std::string::npos);
+    CHECK(EventLoop::now() - t0 < 3.0);
+    HttpResult quick = c.post(router.url() + "/generate", {{"text", "x"}, {"prefill_delay", 0.2}});
+    CHECK(quick.response.status == 500);  // came within the moment: the prefill's
+    CHECK(quick.response.body.find("prefill worker") != std::string::npos);
+    // Streaming: a prefill that fails before the decode's stream starts is the answer.
+    d_fail = 0;
+    HttpResult st = c.post(router.url() + "/generate", {{"text", "x"}, {"stream", true}, {"decode_delay", 0.5}});
+    CHECK(st.response.status == 500);
+    CHECK(st.response.body.find("prefill worker") != std::string::npos);
     p_fail = 0;
     d_fail = 0;
     for (auto& w : router.workers()) CHECK(w.circuit == "closed");
