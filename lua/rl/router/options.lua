@@ -57,7 +57,7 @@ M.ROUTER = {
   { name = "prefill", type = "table", cli = { name = "prefill", type = "list", of = "string", default = {},
                                               metavar = "URL [BOOTSTRAP_PORT]" },
     help = "PD mode: a prefill worker and its KV bootstrap port (repeatable; no port: asked from its /server_info)" },
-  { name = "decode", type = "table", cli = { name = "decode", type = "list", of = "string", default = {} },
+  { name = "decode", type = "table", cli = { name = "decode", type = "list", of = "string", default = {}, metavar = "URL" },
     help = "PD mode: decode worker URLs (repeatable)" },
   { name = "prefill_policy", type = "string", choices = require("rl._core").router.policies(),
     help = "PD mode: the prefill pool's policy (default: --policy)" },
