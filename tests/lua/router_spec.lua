@@ -169,6 +169,24 @@ describe("rl.router", function()
     eq({ added.worker_type, added.bootstrap_port }, { "prefill", 9000 })
     raises(function() r:add("http://127.0.0.1:8", { worker_type = "both" }) end, "opts.worker_type")
     r:stop()
+    -- process mode: the child gets --pd-disaggregation --prefill URL PORT --decode URL
+    seen = {}
+    local pr = assert(rl.router.start { mode = "process", pd_disaggregation = true, health_interval = 0.2,
+                                        prefill = { { url = p:url(), bootstrap_port = 7777 } }, decode = { d:url() } })
+    local pws
+    for _ = 1, 500 do
+      pws = pr:workers()
+      if pws[1].is_healthy and pws[2].is_healthy then break end
+      rl.sleep(0.01)
+    end
+    eq({ pws[1].worker_type, pws[1].bootstrap_port, pws[2].worker_type }, { "prefill", 7777, "decode" })
+    out = rl.http.json(rl.http.post(pr.url .. "/generate", { text = { "a", "b" } }))
+    eq(out.text, "decode")   -- the stub answers one object for the batch: passed through unmerged
+    eq(seen.prefill.bootstrap_port, { 7777, 7777 })
+    eq(#seen.decode.bootstrap_room, 2)
+    assert(pr:add("http://127.0.0.1:9", { worker_type = "decode" }))
+    eq(#pr:workers(), 3)
+    pr:stop()
     -- a router without PD mode refuses prefill workers, with a hint
     local plain = assert(rl.router.start {})
     local none, e2 = plain:add("http://127.0.0.1:9", { worker_type = "decode" })
