@@ -109,6 +109,7 @@ describe("rl.router", function()
     -- --prefill's words (URL [BOOTSTRAP_PORT], repeatable) and back
     eq(options.prefill_entries { "http://a:1", "8998", "http://b:2" },
        { { url = "http://a:1", bootstrap_port = 8998 }, "http://b:2" })
+    eq(options.prefill_entries { "http://a:1", "none", "http://b:2", "9" }, { "http://a:1", { url = "http://b:2", bootstrap_port = 9 } })
     raises(function() options.prefill_entries { "8998" } end, "a bootstrap port must follow a URL")
     raises(function() options.prefill_entries { "http://a:1", "70000" } end, "must be 1-65535, got 70000")
     eq(options.argv { pd_disaggregation = true, prefill = { { url = "http://a:1", bootstrap_port = 8998 }, "http://b:2" },

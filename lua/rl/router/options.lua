@@ -126,11 +126,14 @@ function M.check(opts, fname)
 end
 
 --- `--prefill`'s words (URL [BOOTSTRAP_PORT], repeated: one flat list) as prefill entries:
---- {"http://a:1", "8998", "http://b:2"} -> {{url = "http://a:1", bootstrap_port = 8998}, "http://b:2"}.
+--- {"http://a:1", "8998", "http://b:2"} -> {{url = "http://a:1", bootstrap_port = 8998}, "http://b:2"};
+--- a port of "none" (sglang-router's) is no port.
 function M.prefill_entries(words)
   local out = {}
   for _, w in ipairs(words or {}) do
-    if w:match("^%d+$") then
+    if w:lower() == "none" and type(out[#out]) == "string" then
+      -- sglang-router's spelling of "no bootstrap port": the worker is asked for it
+    elseif w:match("^%d+$") then
       local last = out[#out]
       if last == nil or type(last) == "table" then
         error(("rl.router.start: bad argument 'opts.prefill' (a bootstrap port must follow a URL: --prefill URL "
