@@ -492,3 +492,33 @@ TEST_CASE("pd: a refused prefill before sending picks another pair", "[router_pd
   CHECK(router.metrics_text().find("rlhost_router_retries_total{worker=\"" + doomed.url + "\"}") != std::string::npos);
   router.stop();
 }
+
+TEST_CASE("pd: cache_aware keeps a prefix on one prefill and one decode worker", "[router_pd]") {
+  StubWorker p1(prefill_handler(18998, nullptr)), p2(prefill_handler(18999, nullptr));
+  StubWorker d1(decode_handler(nullptr)), d2(decode_handler(nullptr));
+  RouterOptions o;
+  o.pd_disaggregation = true;
+  o.policy = "cache_aware";
+  o.prefill = {{p1.url, 0}, {p2.url, 0}};
+  o.decode = {d1.url, d2.url};
+  Router router(o);
+  router.start();
+  Client c;
+  REQUIRE(rl::test::run_until(c.loop, [&] { return pools_ready(router, 4); }, 10));
+  auto pair_of = [&](const std::string& text) {
+    HttpResult r = c.post(router.url() + "/generate", {{"text", text}});
+    REQUIRE(r.response.status == 200);
+    std::string pair;
+    for (auto& [k, v] : r.response.headers)
+      if (k == "x-rlhost-worker" || k == "x-rlhost-prefill-worker") pair += v + " ";
+    return pair;
+  };
+  const std::string a = "Once upon a time there was a router that", b = "A completely different prompt about numbers";
+  const std::string pa = pair_of(a + " 1"), pb = pair_of(b + " 1");
+  CHECK(pa != pb);  // two prefixes spread over both pools
+  for (int i = 2; i < 6; ++i) {
+    CHECK(pair_of(a + " " + std::to_string(i)) == pa);  // a turn that extends the prefix: the same pair
+    CHECK(pair_of(b + " " + std::to_string(i)) == pb);
+  }
+  router.stop();
+}
