@@ -1,7 +1,7 @@
 // rl._core.router: the router (runtime/router/) for lua/rl/router.lua.
 //
 //   _core.router.start(opts) -> handle | nil, err     an in-process router on its own thread
-//   handle:url() / :port() / :add(url) / :remove(key) / :workers() / :metrics() / :stop()
+//   handle:url() / :port() / :add(url[, {worker_type, bootstrap_port}]) / :remove(key) / :workers() / :metrics() / :stop()
 //   _core.router.policies() -> {names};  _core.router.defaults() -> json (the options' C++ defaults)
 //   (child processes, process-mode routers included: _core.process, bindings/core_process.cpp)
 //
@@ -57,6 +57,68 @@ int opt_int(lua_State* L, int t, const char* key, int dflt, int lo, int hi) {
   return static_cast<int>(*v);
 }
 
+std::string check_policy(const std::string& field, std::string_view name) {
+  std::string valid;
+  for (auto& n : router::policy_names()) {
+    if (n == name) return std::string(name);
+    valid += (valid.empty() ? "" : ", ") + n;
+  }
+  throw ArgError(0, field, "unknown policy '" + std::string(name) + "'; valid: " + valid);
+}
+
+// PD mode: pd_disaggregation, prefill = {URL or {url = URL, bootstrap_port = N}, ...},
+// decode = {URL, ...}, prefill_policy, decode_policy (lua/rl/router/options.lua).
+void read_pd_options(lua_State* L, int t, router::RouterOptions& o) {
+  if (auto v = arg::field_boolean(L, t, "pd_disaggregation", "opts")) o.pd_disaggregation = *v;
+  if (auto v = arg::field_string(L, t, "prefill_policy", "opts")) o.prefill_policy = check_policy("opts.prefill_policy", *v);
+  if (auto v = arg::field_string(L, t, "decode_policy", "opts")) o.decode_policy = check_policy("opts.decode_policy", *v);
+  lua_getfield(L, t, "prefill");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1))
+      throw ArgError(0, "opts.prefill", std::string("list of URLs or {url = URL, bootstrap_port = N} expected, got ") +
+                                            arg::type_name(L, -1));
+    const int n = static_cast<int>(lua_objlen(L, -1));
+    for (int i = 1; i <= n; ++i) {
+      const std::string field = "opts.prefill[" + std::to_string(i) + "]";
+      lua_rawgeti(L, -1, i);
+      router::RouterOptions::PrefillWorker p;
+      if (lua_type(L, -1) == LUA_TSTRING) {
+        p.url = lua_tostring(L, -1);
+      } else if (lua_istable(L, -1)) {
+        const int e = lua_gettop(L);
+        auto url = arg::field_string(L, e, "url", field.c_str());
+        if (!url) throw ArgError(0, field + ".url", "URL string expected, got nil");
+        p.url = std::string(*url);
+        if (auto port = arg::field_integer(L, e, "bootstrap_port", field.c_str())) {
+          if (*port < 1 || *port > 65535)
+            throw ArgError(0, field + ".bootstrap_port", "an integer 1-65535 expected, got " + std::to_string(*port));
+          p.bootstrap_port = static_cast<int>(*port);
+        }
+      } else {
+        throw ArgError(0, field, std::string("URL string or {url = URL, bootstrap_port = N} expected, got ") +
+                                     arg::type_name(L, -1));
+      }
+      o.prefill.push_back(std::move(p));
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, t, "decode");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1))
+      throw ArgError(0, "opts.decode", std::string("list of URLs expected, got ") + arg::type_name(L, -1));
+    const int n = static_cast<int>(lua_objlen(L, -1));
+    for (int i = 1; i <= n; ++i) {
+      lua_rawgeti(L, -1, i);
+      if (lua_type(L, -1) != LUA_TSTRING)
+        throw ArgError(0, "opts.decode[" + std::to_string(i) + "]", std::string("URL string expected, got ") + arg::type_name(L, -1));
+      o.decode.emplace_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+}
+
 router::RouterOptions read_options(lua_State* L, int t) {
   router::RouterOptions o;
   if (auto v = arg::field_string(L, t, "host", "opts")) o.host = std::string(*v);
@@ -88,6 +150,7 @@ router::RouterOptions read_options(lua_State* L, int t) {
     }
   }
   lua_pop(L, 1);
+  read_pd_options(L, t, o);
   o.health_interval_s = opt_positive(L, t, "health_interval", o.health_interval_s);
   o.health_timeout_s = opt_positive(L, t, "health_timeout", o.health_timeout_s);
   o.health_failure_threshold = opt_int(L, t, "health_failure_threshold", o.health_failure_threshold, 1, 1000);
@@ -125,6 +188,8 @@ void push_worker(lua_State* L, const router::WorkerInfo& w) {
   set_number(L, "requests", static_cast<double>(w.requests));
   set_number(L, "failures", static_cast<double>(w.failures));
   set_string(L, "last_error", w.last_error);
+  set_string(L, "worker_type", w.type);
+  if (w.bootstrap_port > 0) set_number(L, "bootstrap_port", w.bootstrap_port);
 }
 
 int l_start(lua_State* L) {
@@ -165,8 +230,21 @@ int l_port(lua_State* L) {
 int l_add(lua_State* L) {
   RouterBox& b = check_router(L, 1);
   const std::string url(arg::string(L, 2, "url"));
+  // opts: {worker_type = "regular" | "prefill" | "decode", bootstrap_port = N}
+  router::WorkerType type = router::WorkerType::regular;
+  int bootstrap_port = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    arg::table(L, 3, "opts");
+    if (auto v = arg::field_string(L, 3, "worker_type", "opts"); v && !router::parse_worker_type(*v, type))
+      throw ArgError(3, "opts.worker_type", "'regular', 'prefill' or 'decode' expected, got '" + std::string(*v) + "'");
+    if (auto v = arg::field_integer(L, 3, "bootstrap_port", "opts")) {
+      if (*v < 1 || *v > 65535)
+        throw ArgError(3, "opts.bootstrap_port", "an integer 1-65535 expected, got " + std::to_string(*v));
+      bootstrap_port = static_cast<int>(*v);
+    }
+  }
   router::WorkerInfo info;
-  const std::string err = b.router->add_worker(url, &info);
+  const std::string err = b.router->add_worker(url, &info, type, bootstrap_port);
   if (!err.empty()) return fail(L, err);
   push_worker(L, info);
   return 1;
@@ -236,7 +314,8 @@ int l_defaults(lua_State* L) {
                             {"max_tree_chars", o.policy_opts.max_tree_chars},
                             {"max_connections", o.max_connections},
                             {"max_conns_per_worker", o.max_conns_per_worker},
-                            {"seed", o.policy_opts.seed}};
+                            {"seed", o.policy_opts.seed},
+                            {"pd_disaggregation", o.pd_disaggregation}};
   const std::string s = j.dump();
   lua_pushlstring(L, s.data(), s.size());
   return 1;

@@ -28,7 +28,8 @@ local Thread = {}
 Thread.__index = Thread
 
 --- Adds a worker; returns its entry ({id, url, is_healthy, load, ...}) or nil, err.
-function Thread:add(url) return self._h:add(url) end
+--- opts (PD mode): {worker_type = "prefill" | "decode", bootstrap_port = N}.
+function Thread:add(url, opts) return self._h:add(url, opts) end
 --- Removes a worker by URL or id; true when it was registered.
 function Thread:remove(url) return self._h:remove(url) end
 --- The workers: {{id, url, is_healthy, status, load, circuit_state, requests, failures, last_error}, ...};
@@ -50,8 +51,10 @@ local function json() return require "rl.json" end
 -- The child's worker changes need the run's admin token, which it inherited.
 local function admin_headers() return require("rl._admin").headers() end
 
-function Process:add(url)
-  local resp, err = http().request { method = "POST", url = self.url .. "/workers", body = json().encode { url = url },
+function Process:add(url, opts)
+  opts = opts or {}
+  local body = { url = url, worker_type = opts.worker_type, bootstrap_port = opts.bootstrap_port }
+  local resp, err = http().request { method = "POST", url = self.url .. "/workers", body = json().encode(body),
                                      headers = admin_headers(), timeout = 10 }
   if not resp then return nil, err end
   local body = json().decode(resp.body)
@@ -126,8 +129,8 @@ end
 local Lent = setmetatable({}, { __index = Process })
 Lent.__index = Lent
 
-function Lent:add(url)
-  local r, err = Process.add(self, url)
+function Lent:add(url, opts)
+  local r, err = Process.add(self, url, opts)
   if r then self.added[#self.added + 1] = url end
   return r, err
 end
@@ -153,6 +156,8 @@ function M.connect(url)
 end
 
 --- Starts a router. opts: workers, policy, host, port, mode ("thread"|"process"),
+--- PD mode: pd_disaggregation = true, prefill = {URL or {url = URL, bootstrap_port = N}, ...},
+--- decode = {URL, ...}, prefill_policy, decode_policy;
 --- health_*, max_retries, retry_backoff, request_timeout, circuit_*, cache_threshold,
 --- balance_*_threshold, ... (docs/router.md). Returns a handle with `url`,
 --- :add(url), :remove(url), :workers(), :metrics(), :stop(); or nil, err when it

@@ -54,6 +54,52 @@ void Router::Impl::probe(Worker& w) {
     // Suspects (failing, or unhealthy and maybe coming back) are probed sooner.
     const bool suspect = !ok;
     w->next_probe_at = EventLoop::now() + (suspect ? suspect_interval(opts) : opts.health_interval_s);
+    // A prefill worker given without its bootstrap port: ask it, once it answers.
+    if (ok && w->type == WorkerType::prefill && w->bootstrap_port == 0 && !w->bootstrap_asking) ask_bootstrap_port(*w);
+  });
+}
+
+// GET /server_info (SGLang's; /get_server_info on a 404, its older name, which rlhost
+// engines serve) and read disaggregation_bootstrap_port, at the top or in server_args.
+// Until it is known the worker gets no PD requests; a probe later asks again.
+void Router::Impl::ask_bootstrap_port(Worker& w, const std::string& path) {
+  w.bootstrap_asking = true;
+  net::HttpRequest hr;
+  hr.url = w.url + path;
+  hr.timeout_s = opts.health_timeout_s;
+  hr.connect_timeout_s = opts.health_timeout_s;
+  const uint64_t id = w.id;
+  client->submit(std::move(hr), [this, id, path](net::HttpResult&& r) {
+    Worker* w = registry.by_id(id);
+    if (!w) return;
+    w->bootstrap_asking = false;
+    if (r.ok && r.response.status == 404 && path == "/server_info") return ask_bootstrap_port(*w, "/get_server_info");
+    std::string why;
+    if (!r.ok) {
+      why = r.error;
+    } else if (r.response.status != 200) {
+      why = "HTTP " + std::to_string(r.response.status);
+    } else {
+      try {
+        const json j = json::parse(r.response.body);
+        const json* port = nullptr;
+        if (j.is_object() && j.contains("disaggregation_bootstrap_port")) port = &j["disaggregation_bootstrap_port"];
+        else if (j.is_object() && j.contains("server_args") && j["server_args"].is_object() &&
+                 j["server_args"].contains("disaggregation_bootstrap_port"))
+          port = &j["server_args"]["disaggregation_bootstrap_port"];
+        if (port && port->is_number_integer() && port->get<int64_t>() >= 1 && port->get<int64_t>() <= 65535) {
+          w->bootstrap_port = static_cast<int>(port->get<int64_t>());
+          spdlog::info("router: prefill worker {} has bootstrap port {}", w->url, w->bootstrap_port);
+          return;
+        }
+        why = port ? "disaggregation_bootstrap_port is " + port->dump() : "no disaggregation_bootstrap_port in it";
+      } catch (const std::exception& e) {
+        why = std::string("not JSON: ") + e.what();
+      }
+    }
+    w->last_error = "bootstrap port: GET " + path + ": " + why +
+                    " (is it started with --disaggregation-mode prefill? or give the port: --prefill URL PORT)";
+    spdlog::warn("router: prefill worker {}: {}", w->url, w->last_error);
   });
 }
 

@@ -74,6 +74,28 @@ std::string RouterMetrics::render(const WorkerRegistry& workers) const {
   family(out, "rlhost_router_worker_circuit_state", "gauge", "Circuit breaker: 0 closed, 1 open, 2 half-open.");
   for (auto& w : workers.all())
     sample(out, "rlhost_router_worker_circuit_state", {{"worker", w->url}}, static_cast<uint64_t>(w->circuit));
+  // The pools (regular, and in PD mode prefill and decode).
+  uint64_t total[3] = {0, 0, 0}, healthy[3] = {0, 0, 0};
+  for (auto& w : workers.all()) {
+    total[static_cast<int>(w->type)]++;
+    healthy[static_cast<int>(w->type)] += w->healthy && !w->pending ? 1 : 0;
+  }
+  const WorkerType types[] = {WorkerType::regular, WorkerType::prefill, WorkerType::decode};
+  family(out, "rlhost_router_workers", "gauge", "Registered workers per pool (worker_type regular, prefill, decode).");
+  for (auto t : types)
+    if (total[static_cast<int>(t)] || t == WorkerType::regular)
+      sample(out, "rlhost_router_workers", {{"worker_type", worker_type_name(t)}}, total[static_cast<int>(t)]);
+  family(out, "rlhost_router_healthy_workers", "gauge", "Workers whose health probes pass, per pool.");
+  for (auto t : types)
+    if (total[static_cast<int>(t)] || t == WorkerType::regular)
+      sample(out, "rlhost_router_healthy_workers", {{"worker_type", worker_type_name(t)}}, healthy[static_cast<int>(t)]);
+  family(out, "rlhost_router_pd_requests_total", "counter", "PD mode: requests sent to each prefill and decode worker.");
+  for (auto& [k, v] : pd_requests_) sample(out, "rlhost_router_pd_requests_total", {{"role", k.first}, {"worker", k.second}}, v);
+  family(out, "rlhost_router_pd_errors_total", "counter",
+         "PD mode: failed sides by role, worker and kind (connect, timeout, http_5xx).");
+  for (auto& [k, v] : pd_errors_)
+    sample(out, "rlhost_router_pd_errors_total",
+           {{"role", std::get<0>(k)}, {"worker", std::get<1>(k)}, {"kind", std::get<2>(k)}}, v);
   return out;
 }
 

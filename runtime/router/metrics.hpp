@@ -9,7 +9,10 @@
 //   in_flight{worker}                               gauge
 //   worker_healthy{worker}                          gauge 1/0
 //   worker_circuit_state{worker}                    gauge 0 closed, 1 open, 2 half-open
-//   rejected_total{reason}                          counter (no_worker, bad_request)
+//   rejected_total{reason}                          counter (no_worker, bad_request, no_prefill_worker, no_decode_worker)
+//   pd_requests_total{role,worker}                  counter (PD mode: requests sent to each prefill/decode worker)
+//   pd_errors_total{role,worker,kind}               counter (PD mode: connect, timeout, http_5xx per side)
+//   workers{worker_type}, healthy_workers{worker_type}  gauges (the pools: regular, prefill, decode)
 //
 // Written with the one exposition writer (runtime/metrics/prometheus_text.hpp).
 // Merging: samples are grouped by metric family (promtool insists that a
@@ -37,6 +40,10 @@ class RouterMetrics {
   void record_retry(const std::string& worker) { retries_[worker]++; }
   void record_upstream_error(const std::string& worker, const std::string& kind) { errors_[{worker, kind}]++; }
   void record_rejected(const std::string& reason) { rejected_[reason]++; }
+  void record_pd_dispatch(const std::string& role, const std::string& worker) { pd_requests_[{role, worker}]++; }
+  void record_pd_error(const std::string& role, const std::string& worker, const std::string& kind) {
+    pd_errors_[{role, worker, kind}]++;
+  }
 
   // The whole exposition, with gauges read from `workers` now.
   std::string render(const WorkerRegistry& workers) const;
@@ -49,6 +56,8 @@ class RouterMetrics {
   std::map<std::string, uint64_t> retries_;
   std::map<std::pair<std::string, std::string>, uint64_t> errors_;
   std::map<std::string, uint64_t> rejected_;
+  std::map<std::pair<std::string, std::string>, uint64_t> pd_requests_;
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> pd_errors_;
 };
 
 // Merges per-worker expositions: (worker url, text or "" when the fetch failed).

@@ -87,16 +87,7 @@ class ConsistentHashing : public Policy {
   const char* name() const override { return "consistent_hashing"; }
   Worker* pick(const std::vector<Worker*>& c, const RouteInput& in) override {
     if (in.routing_key.empty()) return least_loaded(c, rr_);
-    Worker* best = nullptr;
-    uint64_t best_score = 0;
-    for (Worker* w : c) {
-      const uint64_t s = hash64(in.routing_key, w->url);
-      if (!best || s > best_score) {
-        best = w;
-        best_score = s;
-      }
-    }
-    return best;
+    return rendezvous_pick(c, in.routing_key);
   }
 
  private:
@@ -104,6 +95,19 @@ class ConsistentHashing : public Policy {
 };
 
 }  // namespace
+
+Worker* rendezvous_pick(const std::vector<Worker*>& c, std::string_view key) {
+  Worker* best = nullptr;
+  uint64_t best_score = 0;
+  for (Worker* w : c) {
+    const uint64_t s = hash64(key, w->url);
+    if (!best || s > best_score) {
+      best = w;
+      best_score = s;
+    }
+  }
+  return best;
+}
 
 Worker* CacheAwarePolicy::pick(const std::vector<Worker*>& c, const RouteInput& in) {
   int min_load = std::numeric_limits<int>::max(), max_load = 0;

@@ -52,6 +52,11 @@ class Policy {
   virtual void on_worker_removed(uint64_t id) {}
 };
 
+// Rendezvous (highest-random-weight) hashing of `key` over the candidates' URLs:
+// consistent_hashing's choice, and PD mode's for a request with a routing key (so a
+// session keeps its prefill and its decode worker whatever the pools' policies).
+Worker* rendezvous_pick(const std::vector<Worker*>& candidates, std::string_view key);
+
 // The valid names, for error messages ("round_robin, random, ...").
 const std::vector<std::string>& policy_names();
 // Throws std::invalid_argument naming the valid choices for an unknown name.

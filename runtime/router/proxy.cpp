@@ -19,13 +19,13 @@ namespace rl::router {
 
 using nlohmann::json;
 
-namespace {
-
 bool hop_by_hop(std::string_view name) {  // lowercase names
   return name == "connection" || name == "keep-alive" || name == "proxy-connection" || name == "transfer-encoding" ||
          name == "te" || name == "trailer" || name == "upgrade" || name == "content-length" || name == "host" ||
          name == "expect";
 }
+
+namespace {
 
 void pack_ids(const json& ids, std::string& out) {
   for (auto& v : ids) {
@@ -45,10 +45,9 @@ void append_text(const json& v, std::string& out) {
   }
 }
 
-// The text a prefix-affinity policy routes on: SGLang's text/input_ids, OpenAI's
-// prompt or messages. Throws json_input::Error for a non-JSON or over-limit body.
-std::string routing_text(const std::string& body) {
-  const json j = json_input::parse(body, "request body");
+}  // namespace
+
+std::string routing_text(const json& j) {
   std::string out;
   if (!j.is_object()) return out;
   if (auto it = j.find("input_ids"); it != j.end()) append_text(*it, out);
@@ -70,6 +69,9 @@ std::string routing_text(const std::string& body) {
   return out;
 }
 
+namespace {
+// Throws json_input::Error for a non-JSON or over-limit body.
+std::string routing_text_of(const std::string& body) { return routing_text(json_input::parse(body, "request body")); }
 }  // namespace
 
 // One client request across its attempts.
@@ -303,7 +305,7 @@ void Router::Impl::proxy(net::ServerRequest& req, const Res& res, bool route_on_
   if (!has_type && !req.body.empty()) ex->headers.emplace_back("content-type", "application/json");
   if (route_on_body && policy->needs_text()) {
     try {
-      ex->text = routing_text(req.body);
+      ex->text = routing_text_of(req.body);
     } catch (const json_input::Error& e) {
       metrics.record_rejected("bad_request");
       metrics.record_request("none", req.path, 400, 0);

@@ -30,6 +30,22 @@ void check_options(const RouterOptions& o) {
   if (o.port < 0 || o.port > 65535) throw std::invalid_argument("router: port must be 0-65535 (got " + std::to_string(o.port) + ")");
   if (o.policy_opts.cache_threshold < 0 || o.policy_opts.cache_threshold > 1)
     throw std::invalid_argument("router: cache_threshold must be within [0, 1]");
+  if (!o.pd_disaggregation) {
+    const char* hint = " (hint: add --pd-disaggregation / pd_disaggregation = true)";
+    if (!o.prefill.empty()) throw std::invalid_argument(std::string("router: --prefill needs PD mode") + hint);
+    if (!o.decode.empty()) throw std::invalid_argument(std::string("router: --decode needs PD mode") + hint);
+    if (!o.prefill_policy.empty())
+      throw std::invalid_argument(std::string("router: --prefill-policy needs PD mode") + hint);
+    if (!o.decode_policy.empty()) throw std::invalid_argument(std::string("router: --decode-policy needs PD mode") + hint);
+  } else if (!o.workers.empty()) {
+    throw std::invalid_argument(
+        "router: --worker (regular workers) and --pd-disaggregation do not mix: in PD mode give prefill workers "
+        "(--prefill URL [BOOTSTRAP_PORT]) and decode workers (--decode URL)");
+  }
+  for (auto& p : o.prefill)
+    if (p.bootstrap_port < 0 || p.bootstrap_port > 65535)
+      throw std::invalid_argument("router: --prefill " + p.url + ": bootstrap port must be 1-65535 (got " +
+                                  std::to_string(p.bootstrap_port) + "; leave it out to ask the worker)");
 }
 
 // Runs fn on the router's loop and waits for it; directly when already on it
@@ -59,11 +75,15 @@ auto on_loop(Router::Impl& r, F&& fn) -> decltype(fn()) {
 
 WorkerInfo info_of(const Worker& w) {
   return WorkerInfo{w.id,         w.url,      w.healthy && !w.pending, WorkerRegistry::status_name(w), w.in_flight,
-                    circuit_name(w.circuit), w.requests, w.failures, w.last_error};
+                    circuit_name(w.circuit), w.requests, w.failures, w.last_error, worker_type_name(w.type),
+                    w.bootstrap_port};
 }
 
 Router::Impl::Impl(RouterOptions o) : opts(std::move(o)), registry(opts.breaker) {
   policy = make_policy(opts.policy, opts.policy_opts);
+  // Each pool its own policy object: cache_aware's tree, round robin's turn.
+  prefill_policy = make_policy(opts.prefill_policy.empty() ? opts.policy : opts.prefill_policy, opts.policy_opts);
+  decode_policy = make_policy(opts.decode_policy.empty() ? opts.policy : opts.decode_policy, opts.policy_opts);
 }
 
 Router::Router(RouterOptions opts) {
@@ -72,6 +92,14 @@ Router::Router(RouterOptions opts) {
   for (auto& u : impl_->opts.workers) {
     std::string err = impl_->add(u, nullptr);
     if (!err.empty()) throw std::invalid_argument("router: --worker " + err);
+  }
+  for (auto& p : impl_->opts.prefill) {
+    std::string err = impl_->add(p.url, nullptr, WorkerType::prefill, p.bootstrap_port);
+    if (!err.empty()) throw std::invalid_argument("router: --prefill " + err);
+  }
+  for (auto& u : impl_->opts.decode) {
+    std::string err = impl_->add(u, nullptr, WorkerType::decode);
+    if (!err.empty()) throw std::invalid_argument("router: --decode " + err);
   }
 }
 
@@ -135,8 +163,8 @@ int Router::port() const { return impl_->server ? impl_->server->port() : 0; }
 std::string Router::url() const { return impl_->server ? impl_->server->url() : ""; }
 const RouterOptions& Router::options() const { return impl_->opts; }
 
-std::string Router::add_worker(const std::string& url, WorkerInfo* added) {
-  return on_loop(*impl_, [&] { return impl_->add(url, added); });
+std::string Router::add_worker(const std::string& url, WorkerInfo* added, WorkerType type, int bootstrap_port) {
+  return on_loop(*impl_, [&] { return impl_->add(url, added, type, bootstrap_port); });
 }
 bool Router::remove_worker(const std::string& key) {
   return on_loop(*impl_, [&] { return impl_->remove(key); });
@@ -150,13 +178,27 @@ std::string Router::metrics_text() {
 
 // ---- Impl: workers ----------------------------------------------------------------
 
-std::string Router::Impl::add(const std::string& url, WorkerInfo* out) {
+std::string Router::Impl::add(const std::string& url, WorkerInfo* out, WorkerType type, int bootstrap_port) {
+  const char* tn = worker_type_name(type);
+  if (type != WorkerType::regular && !opts.pd_disaggregation)
+    return std::string("a ") + tn + " worker needs a router in PD mode (hint: start it with --pd-disaggregation, "
+           "or add a regular worker: worker_type \"regular\")";
+  if (type == WorkerType::regular && opts.pd_disaggregation)
+    return "this router runs in PD mode: a worker must be a prefill or a decode worker (hint: worker_type "
+           "\"prefill\" with its bootstrap_port, or \"decode\")";
+  if (bootstrap_port != 0 && type != WorkerType::prefill)
+    return std::string("bootstrap_port is for prefill workers only (this one is ") + tn + ")";
+  if (bootstrap_port < 0 || bootstrap_port > 65535)
+    return "bootstrap_port must be 1-65535 (got " + std::to_string(bootstrap_port) + "; leave it out to ask the worker's /server_info)";
   std::string err;
   Worker* w = registry.add(url, err, opts.allow_link_local_workers);
   if (!w) return err;
+  w->type = type;
+  w->bootstrap_port = bootstrap_port;
   w->next_probe_at = 0;  // probe at the next tick: an unreachable worker is found out fast
   if (out) *out = info_of(*w);
-  if (running) spdlog::info("router: added worker {} (id {})", w->url, w->id);
+  if (running)
+    spdlog::info("router: added {}worker {} (id {})", type == WorkerType::regular ? "" : std::string(tn) + " ", w->url, w->id);
   return "";
 }
 
@@ -166,6 +208,8 @@ bool Router::Impl::remove(const std::string& key) {
   const uint64_t id = w->id;
   const std::string url = w->url;
   policy->on_worker_removed(id);
+  prefill_policy->on_worker_removed(id);
+  decode_policy->on_worker_removed(id);
   registry.remove(key);
   if (running) spdlog::info("router: removed worker {} (id {})", url, id);
   return true;
@@ -188,7 +232,9 @@ void Router::Impl::workers_json(json& out) {
                    {"circuit_state", circuit_name(w->circuit)},
                    {"requests", w->requests},
                    {"failures", w->failures},
-                   {"last_error", w->last_error}});
+                   {"last_error", w->last_error},
+                   {"worker_type", worker_type_name(w->type)},
+                   {"bootstrap_port", w->bootstrap_port > 0 ? json(w->bootstrap_port) : json(nullptr)}});
   }
 }
 

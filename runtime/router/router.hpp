@@ -36,6 +36,20 @@ struct RouterOptions {
   BreakerOptions breaker;
   std::vector<std::string> workers;
 
+  // Prefill/decode disaggregation (sglang-router's PD mode; docs/router.md): each
+  // generation goes to one prefill and one decode worker at once, with the prefill's
+  // KV bootstrap address added to the body. Prefill and decode workers exist only
+  // in this mode.
+  struct PrefillWorker {
+    std::string url;
+    int bootstrap_port = 0;  // 0: ask the worker (GET /server_info's disaggregation_bootstrap_port)
+  };
+  bool pd_disaggregation = false;
+  std::vector<PrefillWorker> prefill;
+  std::vector<std::string> decode;
+  std::string prefill_policy;  // "": the policy
+  std::string decode_policy;   // "": the policy
+
   double health_interval_s = 5;    // probe period per worker
   double health_timeout_s = 2;
   int health_failure_threshold = 2;  // consecutive failed probes -> unhealthy
@@ -64,6 +78,8 @@ struct WorkerInfo {
   uint64_t requests = 0;
   uint64_t failures = 0;
   std::string last_error;
+  std::string type = "regular";  // "regular", "prefill" or "decode"
+  int bootstrap_port = 0;        // prefill: the KV bootstrap port (0 while unknown)
 };
 
 class Router {
@@ -84,8 +100,10 @@ class Router {
   std::string url() const;
   const RouterOptions& options() const;
 
-  // Thread-safe control. add_worker: "" on success, else why not.
-  std::string add_worker(const std::string& url, WorkerInfo* added = nullptr);
+  // Thread-safe control. add_worker: "" on success, else why not (a bad URL, a
+  // prefill/decode worker without PD mode, a regular one in it, a bad bootstrap port).
+  std::string add_worker(const std::string& url, WorkerInfo* added = nullptr,
+                         WorkerType type = WorkerType::regular, int bootstrap_port = 0);
   bool remove_worker(const std::string& id_or_url);
   std::vector<WorkerInfo> workers();
   std::string metrics_text();

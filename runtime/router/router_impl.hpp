@@ -33,7 +33,9 @@ struct Router::Impl {
   std::unique_ptr<net::HttpClient> client;     // probes, fan-outs, https:// workers
   std::unique_ptr<net::UpstreamPool> upstream; // the proxy's hot path to http:// workers
   WorkerRegistry registry;
-  std::unique_ptr<Policy> policy;
+  std::unique_ptr<Policy> policy;          // regular workers (and, in PD mode, the info endpoints)
+  std::unique_ptr<Policy> prefill_policy;  // PD mode: each pool has its own state (cache_aware's tree)
+  std::unique_ptr<Policy> decode_policy;
   RouterMetrics metrics;
   std::thread thread;
   std::thread::id loop_thread;
@@ -42,7 +44,8 @@ struct Router::Impl {
   std::mt19937_64 rng{std::random_device{}()};
 
   // router.cpp
-  std::string add(const std::string& url, WorkerInfo* out);
+  std::string add(const std::string& url, WorkerInfo* out, WorkerType type = WorkerType::regular,
+                  int bootstrap_port = 0);
   bool remove(const std::string& key);
   std::vector<WorkerInfo> infos();
   void workers_json(nlohmann::json& out);
@@ -67,15 +70,24 @@ struct Router::Impl {
 
   // proxy.cpp
   void proxy(net::ServerRequest& req, const Res& res, bool route_on_body);
+  // pd_proxy.cpp: one generation to a prefill and a decode worker at once
+  void pd_proxy(net::ServerRequest& req, const Res& res);
 
   // health.cpp
   void start_health();
   void health_tick();
   void probe(Worker& w);
+  void ask_bootstrap_port(Worker& w, const std::string& path = "/server_info");
   void engine_metrics(const Res& res);
   void flush_cache(const Res& res);
 };
 
 WorkerInfo info_of(const Worker& w);
+
+// proxy.cpp, shared with pd_proxy.cpp
+bool hop_by_hop(std::string_view lowercase_name);
+// The text a prefix-affinity policy routes on: SGLang's text/input_ids, OpenAI's
+// prompt or messages ("" when the body has none).
+std::string routing_text(const nlohmann::json& body);
 
 }  // namespace rl::router

@@ -3,6 +3,7 @@
 // token, the 405 hint, and its handler. handle() looks the path up, checks the admin
 // token and the method, then calls the handler; unknown paths are 404 naming the
 // endpoints, known paths with another method 405.
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -109,18 +110,36 @@ void Router::Impl::handle(net::ServerRequest& req, const Res& res) {
 
 // ---- the endpoints ---------------------------------------------------------------------
 
-void Router::Impl::on_generate(net::ServerRequest& req, const Res& res) { proxy(req, res, true); }
+void Router::Impl::on_generate(net::ServerRequest& req, const Res& res) {
+  if (opts.pd_disaggregation) return pd_proxy(req, res);
+  proxy(req, res, true);
+}
 void Router::Impl::on_info(net::ServerRequest& req, const Res& res) { proxy(req, res, false); }
 void Router::Impl::on_embeddings(net::ServerRequest& req, const Res& res) { proxy(req, res, true); }
 
 void Router::Impl::on_health(net::ServerRequest& req, const Res& res) {
-  size_t healthy = 0;
-  for (auto& w : registry.all()) healthy += w->healthy && !w->pending ? 1 : 0;
-  const bool ready_fail = req.path == "/readiness" && healthy == 0;
-  res->send_json(ready_fail ? 503 : 200, json({{"status", ready_fail ? "no healthy worker" : "ok"},
-                                               {"workers", registry.size()},
-                                               {"healthy_workers", healthy}})
-                                             .dump());
+  size_t healthy = 0, healthy_of[3] = {0, 0, 0}, of[3] = {0, 0, 0};
+  for (auto& w : registry.all()) {
+    const bool ok = w->healthy && !w->pending;
+    healthy += ok ? 1 : 0;
+    healthy_of[static_cast<int>(w->type)] += ok ? 1 : 0;
+    of[static_cast<int>(w->type)]++;
+  }
+  const int P = static_cast<int>(WorkerType::prefill), D = static_cast<int>(WorkerType::decode);
+  // PD mode is ready with a healthy worker in each pool.
+  const bool none = opts.pd_disaggregation ? healthy_of[P] == 0 || healthy_of[D] == 0 : healthy == 0;
+  const bool ready_fail = req.path == "/readiness" && none;
+  json j = {{"status", ready_fail ? (opts.pd_disaggregation ? "no healthy prefill or decode worker" : "no healthy worker") : "ok"},
+            {"workers", registry.size()},
+            {"healthy_workers", healthy}};
+  if (opts.pd_disaggregation) {
+    j["pd_disaggregation"] = true;
+    j["prefill_workers"] = of[P];
+    j["healthy_prefill_workers"] = healthy_of[P];
+    j["decode_workers"] = of[D];
+    j["healthy_decode_workers"] = healthy_of[D];
+  }
+  res->send_json(ready_fail ? 503 : 200, j.dump());
 }
 
 void Router::Impl::on_list_workers(net::ServerRequest&, const Res& res) {
@@ -149,14 +168,30 @@ void Router::Impl::on_workers(net::ServerRequest& req, const Res& res) {
     return send_error(res, 400, "invalid_request_error",
                       std::string("POST /workers: body must be a JSON object with a string 'url' (e.g. ") + example + ")");
   }
+  WorkerType type = WorkerType::regular;
+  if (auto t = body.find("worker_type"); t != body.end() && !t->is_null()) {
+    if (!t->is_string() || !parse_worker_type(t->get_ref<const std::string&>(), type))
+      return send_error(res, 400, "invalid_request_error",
+                        "POST /workers: 'worker_type' must be \"regular\", \"prefill\" or \"decode\" (got " +
+                            json_input::excerpt(t->dump(), 80) + ")");
+  }
+  int bootstrap_port = 0;
+  if (auto b = body.find("bootstrap_port"); b != body.end() && !b->is_null()) {
+    if (!b->is_number_integer() || b->get<int64_t>() < 1 || b->get<int64_t>() > 65535)
+      return send_error(res, 400, "invalid_request_error",
+                        "POST /workers: 'bootstrap_port' must be an integer 1-65535 (got " +
+                            json_input::excerpt(b->dump(), 80) + "; leave it out to have the router ask the prefill worker's /server_info)");
+    bootstrap_port = static_cast<int>(b->get<int64_t>());
+  }
   WorkerInfo info;
-  const std::string err = add(body["url"].get<std::string>(), &info);
+  const std::string err = add(body["url"].get<std::string>(), &info, type, bootstrap_port);
   if (!err.empty()) {
     return send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error",
                       "POST /workers: " + json_input::excerpt(err, 300));
   }
   res->send_json(201, json({{"id", std::to_string(info.id)}, {"url", info.url}, {"is_healthy", info.healthy},
-                            {"status", info.status}, {"load", 0}})
+                            {"status", info.status}, {"load", 0}, {"worker_type", info.type},
+                            {"bootstrap_port", info.bootstrap_port > 0 ? json(info.bootstrap_port) : json(nullptr)}})
                           .dump());
 }
 
@@ -185,8 +220,23 @@ void Router::Impl::on_add_or_remove_worker(net::ServerRequest& req, const Res& r
   if (url.empty())
     return send_error(res, 400, "invalid_request_error", p + ": missing query parameter 'url' (" + p + "?url=http://host:port)");
   if (p == "/add_worker") {
+    WorkerType type = WorkerType::regular;
+    if (const std::string t = req.query_param("worker_type"); !t.empty() && !parse_worker_type(t, type))
+      return send_error(res, 400, "invalid_request_error",
+                        p + ": query parameter 'worker_type' must be regular, prefill or decode (got '" +
+                            json_input::excerpt(t, 80) + "')");
+    int bootstrap_port = 0;
+    if (const std::string b = req.query_param("bootstrap_port"); !b.empty()) {
+      char* end = nullptr;
+      const long v = std::strtol(b.c_str(), &end, 10);
+      if (!end || *end || v < 1 || v > 65535)
+        return send_error(res, 400, "invalid_request_error",
+                          p + ": query parameter 'bootstrap_port' must be an integer 1-65535 (got '" +
+                              json_input::excerpt(b, 80) + "')");
+      bootstrap_port = static_cast<int>(v);
+    }
     WorkerInfo info;
-    const std::string err = add(url, &info);
+    const std::string err = add(url, &info, type, bootstrap_port);
     if (!err.empty())
       return send_error(res, err.find("already") != std::string::npos ? 409 : 400, "invalid_request_error", p + ": " + err);
     res->send_json(200, json({{"id", std::to_string(info.id)}, {"url", info.url}, {"message", "added worker " + info.url}}).dump());

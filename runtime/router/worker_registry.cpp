@@ -18,6 +18,23 @@ const char* circuit_name(Circuit c) {
   return "?";
 }
 
+const char* worker_type_name(WorkerType t) {
+  switch (t) {
+    case WorkerType::regular: return "regular";
+    case WorkerType::prefill: return "prefill";
+    case WorkerType::decode: return "decode";
+  }
+  return "?";
+}
+
+bool parse_worker_type(std::string_view s, WorkerType& out) {
+  if (s == "regular") out = WorkerType::regular;
+  else if (s == "prefill") out = WorkerType::prefill;
+  else if (s == "decode") out = WorkerType::decode;
+  else return false;
+  return true;
+}
+
 namespace {
 
 bool link_local_host(const std::string& host) {
@@ -127,11 +144,13 @@ bool WorkerRegistry::remove(std::string_view key) {
   return true;
 }
 
-std::vector<Worker*> WorkerRegistry::available(double now, const std::vector<uint64_t>& exclude) {
+std::vector<Worker*> WorkerRegistry::available(double now, const std::vector<uint64_t>& exclude,
+                                               std::optional<WorkerType> type) {
   std::vector<Worker*> out, pending;
   out.reserve(workers_.size());
   for (auto& p : workers_) {
     Worker& w = *p;
+    if (type && w.type != *type) continue;
     if (!w.healthy) continue;
     if (std::find(exclude.begin(), exclude.end(), w.id) != exclude.end()) continue;
     if (w.circuit == Circuit::open) {
@@ -179,6 +198,12 @@ void WorkerRegistry::on_failure(Worker& w, double now, const std::string& error)
   }
 }
 
+void WorkerRegistry::on_soft_failure(Worker& w, const std::string& error) {
+  w.failures++;
+  w.last_error = error;
+  if (w.circuit == Circuit::half_open) w.trial_in_flight = false;  // the trial ended; no verdict
+}
+
 void WorkerRegistry::on_probe(Worker& w, bool ok, const std::string& error, int failure_threshold,
                               int success_threshold) {
   if (w.pending) {  // the first answer decides: healthy, or unhealthy at once
@@ -204,11 +229,20 @@ void WorkerRegistry::on_probe(Worker& w, bool ok, const std::string& error, int 
   }
 }
 
-std::string WorkerRegistry::why_unavailable(double now) const {
-  if (workers_.empty()) return "no workers registered (hint: POST /workers {\"url\": ...} or --worker URL)";
-  std::string s = "0 of " + std::to_string(workers_.size()) + " workers can take requests (";
+std::string WorkerRegistry::why_unavailable(double now, std::optional<WorkerType> type) const {
+  size_t n = 0;
+  for (auto& w : workers_) n += !type || w->type == *type ? 1 : 0;
+  if (n == 0 && !type) return "no workers registered (hint: POST /workers {\"url\": ...} or --worker URL)";
+  const std::string role = type ? std::string(worker_type_name(*type)) + " " : "";
+  if (n == 0) {
+    const std::string flag = *type == WorkerType::prefill ? "--prefill URL [BOOTSTRAP_PORT]" : "--decode URL";
+    return "no " + role + "workers registered (hint: " + flag + ", or POST /workers {\"url\": ..., \"worker_type\": \"" +
+           worker_type_name(*type) + "\"})";
+  }
+  std::string s = "0 of " + std::to_string(n) + " " + role + "workers can take requests (";
   bool first = true;
   for (auto& w : workers_) {
+    if (type && w->type != *type) continue;
     if (!first) s += "; ";
     first = false;
     s += w->url + ": ";
@@ -216,6 +250,8 @@ std::string WorkerRegistry::why_unavailable(double now) const {
       s += "unhealthy";
     } else if (w->circuit == Circuit::open) {
       s += "circuit open for another " + std::to_string(static_cast<int>(std::max(0.0, breaker_.open_s - (now - w->opened_at)))) + " s";
+    } else if (w->type == WorkerType::prefill && w->bootstrap_port == 0) {
+      s += "bootstrap port not known yet (asked from its /server_info; or give it: --prefill URL PORT)";
     } else {
       s += std::string("circuit ") + circuit_name(w->circuit) + ", trial in flight";
     }

@@ -24,6 +24,14 @@ namespace rl::router {
 enum class Circuit { closed, open, half_open };
 const char* circuit_name(Circuit c);
 
+// A worker's role: a plain engine, or one side of prefill/decode disaggregation
+// (docs/router.md#prefilldecode-disaggregation). Prefill and decode workers only
+// exist in a router started in PD mode.
+enum class WorkerType { regular, prefill, decode };
+const char* worker_type_name(WorkerType t);
+// "regular", "prefill" or "decode"; false for anything else.
+bool parse_worker_type(std::string_view s, WorkerType& out);
+
 struct BreakerOptions {
   int failure_threshold = 5;  // consecutive request failures that open the circuit
   int success_threshold = 1;  // trial successes in half-open that close it
@@ -33,6 +41,12 @@ struct BreakerOptions {
 struct Worker {
   uint64_t id = 0;
   std::string url;  // "http://host:port", no trailing slash
+  WorkerType type = WorkerType::regular;
+  // Prefill workers: the KV bootstrap port decode workers connect to. 0 while
+  // unknown (not given: asked from the worker's /server_info), -1 when the worker
+  // said it has none (requests then carry bootstrap_port null, as sglang-router's).
+  int bootstrap_port = 0;
+  bool bootstrap_asking = false;  // a /server_info request for it is in flight
   bool healthy = true;
   bool pending = true;       // no probe has answered yet
   int probe_failures = 0;    // consecutive failed health probes
@@ -69,18 +83,22 @@ class WorkerRegistry {
 
   // Workers that may take a request now (healthy, circuit not refusing; pending
   // ones only when no probed one can). An open circuit whose time is up turns
-  // half-open here. `exclude`: already tried.
-  std::vector<Worker*> available(double now, const std::vector<uint64_t>& exclude = {});
+  // half-open here. `exclude`: already tried. `type`: only workers of that role.
+  std::vector<Worker*> available(double now, const std::vector<uint64_t>& exclude = {},
+                                 std::optional<WorkerType> type = std::nullopt);
   // Outcome of a request dispatched to `w` (before: on_dispatch).
   void on_dispatch(Worker& w);
   void on_success(Worker& w);
   void on_failure(Worker& w, double now, const std::string& error);
+  // A failure that must not move the circuit breaker (a PD transfer timeout or 5xx:
+  // the room is the other side's as much as this one's): counted and shown only.
+  void on_soft_failure(Worker& w, const std::string& error);
   void on_released(Worker& w);  // the request ended (either way): load goes down
   // Health probe outcome; thresholds from the router's options.
   void on_probe(Worker& w, bool ok, const std::string& error, int failure_threshold, int success_threshold);
 
   // A human-readable reason why nothing is available (for the 503 message).
-  std::string why_unavailable(double now) const;
+  std::string why_unavailable(double now, std::optional<WorkerType> type = std::nullopt) const;
 
   // http(s)://host[:port] only: no user info, path, query or fragment; a
   // link-local host (169.254.0.0/16, fe80::/10: cloud metadata services live

@@ -62,7 +62,7 @@ describe("rl.router", function()
         n = n + 1
       end
     end
-    eq(n, 25)   -- every option but workers and the Lua-side ones
+    eq(n, 26)   -- every option but workers, the PD lists and policies (nil: the policy) and the Lua-side ones
     local spec, by = options.cli_spec {}, {}
     for _, f in ipairs(spec) do by[f.name] = f end
     eq({ by.port.default, by.worker.type, by.worker.of, by.workers, by.mode, by.max_tree_chars.default },
@@ -102,6 +102,100 @@ describe("rl.router", function()
     eq(r2, nil)
     ok(err:find("cannot listen on 127.0.0.1:" .. r.port, 1, true))
     r:stop()
+  end)
+
+  it("PD mode: options, the bootstrap fields sent to both workers, the decode's answer merged", function()
+    local options = require "rl.router.options"
+    -- --prefill's words (URL [BOOTSTRAP_PORT], repeatable) and back
+    eq(options.prefill_entries { "http://a:1", "8998", "http://b:2" },
+       { { url = "http://a:1", bootstrap_port = 8998 }, "http://b:2" })
+    eq(options.prefill_entries { "http://a:1", "none", "http://b:2", "9" }, { "http://a:1", { url = "http://b:2", bootstrap_port = 9 } })
+    raises(function() options.prefill_entries { "8998" } end, "a bootstrap port must follow a URL")
+    raises(function() options.prefill_entries { "http://a:1", "70000" } end, "must be 1-65535, got 70000")
+    eq(options.argv { pd_disaggregation = true, prefill = { { url = "http://a:1", bootstrap_port = 8998 }, "http://b:2" },
+                      decode = { "http://c:3" }, decode_policy = "round_robin" },
+       { "--pd-disaggregation", "--prefill=http://a:1", "--prefill=8998", "--prefill=http://b:2", "--decode=http://c:3",
+         "--decode-policy=round_robin" })
+    raises(function() rl.router.start { prefill = { "http://a:1" } } end,
+      "rl.router.start: bad argument 'opts.prefill' (needs PD mode: add pd_disaggregation = true (--pd-disaggregation))")
+    raises(function() rl.router.start { decode_policy = "random" } end, "opts.decode_policy")
+    raises(function() rl.router.start { pd_disaggregation = true, workers = { "http://a:1" } } end, "do not mix")
+    raises(function() rl.router.start { pd_disaggregation = true, prefill = { { url = "http://a:1", bootstrap_port = 0 } } } end,
+      "bad argument 'opts.prefill[1].bootstrap_port' (integer 1-65535 expected, got 0)")
+    raises(function() rl.router.start { pd_disaggregation = true, prefill = { { url = "http://a:1", port = 1 } } } end,
+      "opts.prefill[1].port")
+    raises(function() rl.router.start { pd_disaggregation = true, decode = { 7 } } end, "opts.decode[1]")
+    raises(function() rl.router.start { pd_disaggregation = true, prefill_policy = "fastest" } end, "opts.prefill_policy")
+
+    local seen = {}
+    local function pd_worker(role)
+      return assert(rl.http.serve {
+        port = 0,
+        handler = function(req)
+          if req.path == "/health" then return "ok" end
+          if req.path == "/server_info" then return { body = { disaggregation_bootstrap_port = 18998 } } end
+          local b = rl.json.decode(req.body)
+          seen[role] = b
+          local meta = role == "prefill" and { input_token_logprobs = { { -1.5, 1 } }, pd_prefill_ms = 2 }
+                       or { input_token_logprobs = { { -2.5, 2 } }, output_token_logprobs = { { -0.5, 9 } } }
+          return { body = { text = role, meta_info = meta } }
+        end,
+      })
+    end
+    local p, d = pd_worker("prefill"), pd_worker("decode")
+    local r = assert(rl.router.start { pd_disaggregation = true, prefill = { p:url() }, decode = { d:url() },
+                                       health_interval = 0.2 })
+    local ready
+    for _ = 1, 500 do
+      local ws = r:workers()
+      ready = #ws == 2 and ws[1].is_healthy and ws[2].is_healthy and ws[1].bootstrap_port == 18998
+      if ready then break end
+      rl.sleep(0.01)
+    end
+    ok(ready, "both healthy, the prefill's bootstrap port read from its /server_info")
+    local ws = r:workers()
+    eq({ ws[1].worker_type, ws[2].worker_type, ws[2].bootstrap_port }, { "prefill", "decode", nil })
+    local out = rl.http.json(rl.http.post(r.url .. "/generate", { text = "hi", return_logprob = true }))
+    eq(out.text, "decode")
+    eq(out.meta_info.input_token_logprobs, { { -1.5, 1 }, { -2.5, 2 } })
+    eq(out.meta_info.pd_prefill_ms, 2)
+    eq(seen.prefill, seen.decode)
+    eq(seen.prefill.bootstrap_host, "127.0.0.1")
+    eq(seen.prefill.bootstrap_port, 18998)
+    eq(type(seen.prefill.bootstrap_room), "number")
+    -- the handle adds typed workers; a regular one is refused in PD mode
+    local _, err = r:add("http://127.0.0.1:9")
+    ok(err:find("PD mode", 1, true), err)
+    local added = assert(r:add("http://127.0.0.1:9", { worker_type = "prefill", bootstrap_port = 9000 }))
+    eq({ added.worker_type, added.bootstrap_port }, { "prefill", 9000 })
+    raises(function() r:add("http://127.0.0.1:8", { worker_type = "both" }) end, "opts.worker_type")
+    r:stop()
+    -- process mode: the child gets --pd-disaggregation --prefill URL PORT --decode URL
+    seen = {}
+    local pr = assert(rl.router.start { mode = "process", pd_disaggregation = true, health_interval = 0.2,
+                                        prefill = { { url = p:url(), bootstrap_port = 7777 } }, decode = { d:url() } })
+    local pws
+    for _ = 1, 500 do
+      pws = pr:workers()
+      if pws[1].is_healthy and pws[2].is_healthy then break end
+      rl.sleep(0.01)
+    end
+    eq({ pws[1].worker_type, pws[1].bootstrap_port, pws[2].worker_type }, { "prefill", 7777, "decode" })
+    out = rl.http.json(rl.http.post(pr.url .. "/generate", { text = { "a", "b" } }))
+    eq(out.text, "decode")   -- the stub answers one object for the batch: passed through unmerged
+    eq(seen.prefill.bootstrap_port, { 7777, 7777 })
+    eq(#seen.decode.bootstrap_room, 2)
+    assert(pr:add("http://127.0.0.1:9", { worker_type = "decode" }))
+    eq(#pr:workers(), 3)
+    pr:stop()
+    -- a router without PD mode refuses prefill workers, with a hint
+    local plain = assert(rl.router.start {})
+    local none, e2 = plain:add("http://127.0.0.1:9", { worker_type = "decode" })
+    eq(none, nil)
+    ok(e2:find("--pd-disaggregation", 1, true), e2)
+    plain:stop()
+    p:stop()
+    d:stop()
   end)
 
   it("process mode: a child rlhost router with the same handle", function()

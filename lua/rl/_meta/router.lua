@@ -35,6 +35,11 @@ rl.router = {}
 ---@field max_connections? integer client connections at once (20000)
 ---@field max_conns_per_worker? integer upstream transfers per worker at once (2048)
 ---@field seed? integer random/power_of_two seed
+---@field pd_disaggregation? boolean prefill/decode disaggregation: each generation to a prefill and a decode worker
+---@field prefill? (string|{url: string, bootstrap_port?: integer})[] PD mode: prefill workers (no bootstrap_port: asked from the worker)
+---@field decode? string[] PD mode: decode worker URLs
+---@field prefill_policy? string PD mode: the prefill pool's policy (default: policy)
+---@field decode_policy? string PD mode: the decode pool's policy (default: policy)
 
 ---@class rl.router.Worker
 ---@field id string
@@ -46,16 +51,19 @@ rl.router = {}
 ---@field requests integer
 ---@field failures integer
 ---@field last_error string
+---@field worker_type "regular"|"prefill"|"decode"
+---@field bootstrap_port? integer prefill workers: the KV bootstrap port (absent while unknown)
 
 ---@class rl.router.Handle
 ---@field url string
 ---@field mode "thread"|"process"
 local Handle = {}
---- Registers a worker; its entry, or nil, err.
+--- Registers a worker; its entry, or nil, err. opts (PD mode): {worker_type = "prefill"|"decode", bootstrap_port = N}.
 ---@param url string
+---@param opts? {worker_type?: "regular"|"prefill"|"decode", bootstrap_port?: integer}
 ---@return rl.router.Worker|nil
 ---@return string|nil err
-function Handle:add(url) end
+function Handle:add(url, opts) end
 --- Removes a worker by URL or id; true when it was registered.
 ---@param url string
 ---@return boolean

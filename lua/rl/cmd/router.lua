@@ -11,16 +11,21 @@ local opt = rl.args(options.cli_spec {
   prog = "router",
   description = "Route requests over engines: sglang-router's HTTP surface (docs/router.md).",
 })
-local opts = options.from_cli(opt)
-
 rl.script = "router"  -- messages say `rlhost router`, not the path of this file
+local okc, opts = pcall(options.from_cli, opt)
+if not okc then rl.args.option_error(opts, "rl.router.start") end
 local ok, h, err = pcall(router.start, opts)
 if not ok then rl.args.option_error(h, "rl.router.start") end
 if not h then
   io.stderr:write("rlhost router: ", err, "\n")
   rl.exit(1)
 end
-rl.log.info("router listening on %s (policy %s, %d workers)", h.url, opt.policy, #opt.worker)
+if opts.pd_disaggregation then
+  rl.log.info("router listening on %s in PD mode (%d prefill, %d decode workers; policies: prefill %s, decode %s)",
+    h.url, #opts.prefill, #opts.decode, opts.prefill_policy or opt.policy, opts.decode_policy or opt.policy)
+else
+  rl.log.info("router listening on %s (policy %s, %d workers)", h.url, opt.policy, #opt.worker)
+end
 rl.log.info("router: worker changes (/add_worker, /remove_worker, POST/DELETE /workers) and /flush_cache"
   .. " " .. require("rl._admin").hint())
 if opt.ready_file then

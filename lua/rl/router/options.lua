@@ -51,6 +51,18 @@ M.ROUTER = {
   { name = "max_conns_per_worker", type = "int", default = 2048, min = 1, max = 2 ^ 20,
     help = "upstream transfers per worker at once (the rest queue)" },
   { name = "seed", type = "int", default = 0, min = 0, max = 2 ^ 30, help = "random/power_of_two seed (0: random)" },
+  -- prefill/decode disaggregation (sglang-router's PD mode; docs/router.md)
+  { name = "pd_disaggregation", type = "bool", default = false,
+    help = "PD mode: each generation goes to a prefill and a decode worker (--prefill, --decode)" },
+  { name = "prefill", type = "table", cli = { name = "prefill", type = "list", of = "string", default = {},
+                                              metavar = "URL [BOOTSTRAP_PORT]" },
+    help = "PD mode: a prefill worker and its KV bootstrap port (repeatable; no port: asked from its /server_info)" },
+  { name = "decode", type = "table", cli = { name = "decode", type = "list", of = "string", default = {}, metavar = "URL" },
+    help = "PD mode: decode worker URLs (repeatable)" },
+  { name = "prefill_policy", type = "string", choices = require("rl._core").router.policies(),
+    help = "PD mode: the prefill pool's policy (default: --policy)" },
+  { name = "decode_policy", type = "string", choices = require("rl._core").router.policies(),
+    help = "PD mode: the decode pool's policy (default: --policy)" },
   -- Lua-side: how rl.router runs it
   { name = "mode", type = "string", default = "thread", choices = { "thread", "process" }, flag = false,
     help = "thread: in this process, on a thread and loop of its own; process: a child `rlhost router`" },
@@ -66,6 +78,42 @@ M.CLI_ONLY = {
 
 local O = require "rl._options"
 
+local function is_port(v) return type(v) == "number" and v == math.floor(v) and v >= 1 and v <= 65535 end
+
+-- PD mode's options: prefill entries are a URL string or {url = URL, bootstrap_port = N};
+-- prefill/decode workers need pd_disaggregation, which takes no regular workers.
+local function check_pd(opts, fname)
+  local function bad(field, why) error(("%s: bad argument 'opts.%s' (%s)"):format(fname, field, why), 5) end
+  for i, p in ipairs(opts.prefill or {}) do
+    if type(p) == "table" then
+      for k in pairs(p) do
+        if k ~= "url" and k ~= "bootstrap_port" then
+          bad(("prefill[%d].%s"):format(i, tostring(k)), "unknown field; an entry is {url = URL, bootstrap_port = N}")
+        end
+      end
+      if type(p.url) ~= "string" then bad(("prefill[%d].url"):format(i), "URL string expected, got " .. type(p.url)) end
+      if p.bootstrap_port ~= nil and not is_port(p.bootstrap_port) then
+        bad(("prefill[%d].bootstrap_port"):format(i), "integer 1-65535 expected, got " .. tostring(p.bootstrap_port))
+      end
+    elseif type(p) ~= "string" then
+      bad(("prefill[%d]"):format(i), "URL string or {url = URL, bootstrap_port = N} expected, got " .. type(p))
+    end
+  end
+  for i, d in ipairs(opts.decode or {}) do
+    if type(d) ~= "string" then bad(("decode[%d]"):format(i), "URL string expected, got " .. type(d)) end
+  end
+  if not opts.pd_disaggregation then
+    for _, k in ipairs { "prefill", "decode", "prefill_policy", "decode_policy" } do
+      local v = opts[k]
+      if v ~= nil and not (type(v) == "table" and #v == 0) then
+        bad(k, "needs PD mode: add pd_disaggregation = true (--pd-disaggregation)")
+      end
+    end
+  elseif opts.workers and #opts.workers > 0 then
+    bad("workers", "regular workers and PD mode do not mix: give prefill and decode workers")
+  end
+end
+
 --- Checks rl.router.start's table (fname: the public function; errors point at its caller).
 function M.check(opts, fname)
   O.check(fname, M.ROUTER, opts, { level = 4 })
@@ -74,15 +122,63 @@ function M.check(opts, fname)
       error(("%s: bad argument 'opts.workers[%d]' (URL string expected, got %s)"):format(fname, i, type(w)), 4)
     end
   end
+  check_pd(opts, fname)
+end
+
+--- `--prefill`'s words (URL [BOOTSTRAP_PORT], repeated: one flat list) as prefill entries:
+--- {"http://a:1", "8998", "http://b:2"} -> {{url = "http://a:1", bootstrap_port = 8998}, "http://b:2"};
+--- a port of "none" (sglang-router's) is no port.
+function M.prefill_entries(words)
+  local out = {}
+  for _, w in ipairs(words or {}) do
+    if w:lower() == "none" and type(out[#out]) == "string" then
+      -- sglang-router's spelling of "no bootstrap port": the worker is asked for it
+    elseif w:match("^%d+$") then
+      local last = out[#out]
+      if last == nil or type(last) == "table" then
+        error(("rl.router.start: bad argument 'opts.prefill' (a bootstrap port must follow a URL: --prefill URL "
+          .. "[BOOTSTRAP_PORT], got '%s'%s)"):format(w, last and " after a port" or " first"), 0)
+      end
+      local port = tonumber(w)
+      if not is_port(port) then
+        error(("rl.router.start: bad argument 'opts.prefill' (bootstrap port of %s must be 1-65535, got %s)")
+          :format(last, w), 0)
+      end
+      out[#out] = { url = last, bootstrap_port = port }
+    else
+      out[#out + 1] = w
+    end
+  end
+  return out
 end
 
 --- A process-mode router's flags for `opts` (those given; the child has the same defaults).
-function M.argv(opts) return O.argv(M.ROUTER, opts) end
+function M.argv(opts)
+  local flat = {}
+  for k, v in pairs(opts) do flat[k] = v end
+  if opts.prefill then   -- entries back to --prefill's words
+    local words = {}
+    for _, p in ipairs(opts.prefill) do
+      if type(p) == "table" then
+        words[#words + 1] = p.url
+        if p.bootstrap_port then words[#words + 1] = tostring(p.bootstrap_port) end
+      else
+        words[#words + 1] = p
+      end
+    end
+    flat.prefill = words
+  end
+  return O.argv(M.ROUTER, flat)
+end
 
 --- `rlhost router`'s rl.args spec: every flag option, with the command line's defaults.
 function M.cli_spec(spec) return O.cli_spec(M.ROUTER, spec, M.CLI_ONLY) end
 
---- rl.router.start's table from `rlhost router`'s parsed flags.
-function M.from_cli(opt) return O.from_cli(M.ROUTER, opt) end
+--- rl.router.start's table from `rlhost router`'s parsed flags (raises on a bad --prefill).
+function M.from_cli(opt)
+  local out = O.from_cli(M.ROUTER, opt)
+  out.prefill = M.prefill_entries(out.prefill)
+  return out
+end
 
 return M
