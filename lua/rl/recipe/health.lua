@@ -529,7 +529,10 @@ function Health:rejoin(i, version)
   local eng = engine_of(st)
   local stats = eng:stats()
   local serving = type(stats) == "table" and stats.weight_version or "?"
-  if st.group.router then st.group.router:add(eng.url) end
+  if st.group.router then   -- a PD group's engine rejoins as prefill (its new bootstrap port) or decode
+    local ok, err = engines.router_add(st.group, st.index)
+    if not ok then log.warn("%s: back into the router failed: %s", st.label, tostring(err)) end
+  end
   st.state, st.why = "healthy", nil
   local took = st.died_at and (now() - st.died_at)
   st.died_at = nil
