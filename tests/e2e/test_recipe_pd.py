@@ -10,7 +10,8 @@ router sends every request to the pair.
   its sglang_generate span, the flat keys slime's viewer draws as [P]/[D] lanes;
 - the weight sync reaches both pools: asked from the reward during each step, the
   prefill and the decode engine serve the same weight version, and it advances from
-  step to step with the trainer's;
+  step to step with the trainer's; --check-weight-update-equal (through the router)
+  finds the pair answering with the trainer's log-probs after each sync;
 - --use-fault-tolerance with a drill that kills the prefill engine as step 1's weight
   sync starts: it restarts as a prefill engine (a bootstrap port again), is refit and
   rejoins the router, and the next steps are served by the pair again;
@@ -151,7 +152,11 @@ class RecipePD(RlhostTestCase):
 
     def test_grpo_run_with_a_prefill_and_a_decode_engine(self):
         self.need_pd()
-        self.run_pd()
+        self.run_pd("--check-weight-update-equal")
+        # after each sync the pair answers with the trainer's log-probs (through the router)
+        rows = [m for m in read_jsonl(self.dir + "/m/metrics.jsonl") if "rollout/step" in m]
+        for m in rows:
+            self.assertLessEqual(m["rollout/weight_sync_logprob_abs_diff"], 1e-3, m)
 
     def test_a_dead_prefill_engine_restarts_as_prefill(self):
         self.need_pd()
