@@ -52,6 +52,8 @@ describe("--prefill-num-servers", function()
         "--sglang-router-ip with prefill/decode engines: not supported yet" },
       { { num_engines = 2, prefill_num_servers = 1, rollout_num_gpus_per_node = 2 },
         "--rollout-num-gpus-per-node with prefill/decode engines: not supported yet" },
+      { { num_engines = 2, disaggregation_transfer_backend = "tcp" },
+        "--disaggregation-transfer-backend needs prefill/decode engines (--prefill-num-servers N, or worker_type" },
     }
     for _, c in ipairs(cases) do
       local msg = usage_msg(function() plan_of(c[1]) end)

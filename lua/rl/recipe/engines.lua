@@ -192,10 +192,12 @@ local function models_of(opt, job)
     models = { { name = "default", model_path = job.model_dir, update_weights = true, server_groups = sgs,
                  where = "the engine flags" } }
   end
+  local any_pd = false
   for _, m in ipairs(models) do
     m.pd = pd.is_pd(m.server_groups)
-    if m.pd then pd.check_options(opt) end
+    any_pd = any_pd or m.pd
   end
+  pd.check_options(opt, any_pd)
   return models
 end
 

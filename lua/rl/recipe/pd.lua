@@ -76,8 +76,16 @@ function M.server_groups(opt)
            { worker_type = "decode", num_engines = total - n, overrides = {}, where = "--prefill-num-servers" } }
 end
 
---- The flags a PD job cannot take, checked before anything starts (usage errors naming them).
-function M.check_options(opt)
+--- The flags a PD job cannot take, and those only a PD job takes (any_pd: whether a
+--- group disaggregates), checked before anything starts (usage errors naming them).
+function M.check_options(opt, any_pd)
+  if not any_pd then
+    if opt.disaggregation_transfer_backend then
+      rl.args.usage_error("--disaggregation-transfer-backend needs prefill/decode engines (--prefill-num-servers N, or "
+        .. "worker_type prefill and decode in --sglang-config)")
+    end
+    return
+  end
   if opt.sglang_router_ip then
     rl.args.usage_error("--sglang-router-ip with prefill/decode engines: not supported yet (rlhost starts the group's "
       .. "router in PD mode; hint: leave out --sglang-router-ip/--sglang-router-port)")
