@@ -534,7 +534,7 @@ function M.roles_summary(g)
 end
 
 --- Puts engine i of group g (back) into its router: as a prefill or decode worker in a
---- PD group (rl.recipe.pd.add_worker), else router:add. true, or nil and why.
+--- PD group (rl.recipe.pd.add_worker), else router:add. The entry, or nil and why.
 function M.router_add(g, i)
   local eng = g.engines[i]
   if g.pd then return pd.add_worker(g.router, eng, g.roles[i]) end

@@ -160,16 +160,12 @@ function M.router_options(base, engines, roles)
 end
 
 --- Puts engine eng (role: prefill or decode) into a PD router (a restarted engine's
---- rejoin): POST /workers {url, worker_type, bootstrap_port}. true, or nil and why.
+--- rejoin): router:add(url, {worker_type, bootstrap_port}), POST /workers on the wire.
+--- The router's entry, or nil and why.
 function M.add_worker(router, eng, role)
   local m, err = member(role, eng)
   if not m then return nil, err end
-  local body = { url = eng.url, worker_type = role, bootstrap_port = type(m) == "table" and m.bootstrap_port or nil }
-  local resp, rerr = rl.http.request { method = "POST", url = router.url .. "/workers", body = rl.json.encode(body),
-                                       headers = require("rl._admin").headers(), timeout = 10 }
-  if not resp then return nil, rerr end
-  if resp.status >= 300 then return nil, ("POST %s/workers: HTTP %d: %s"):format(router.url, resp.status, resp.body:sub(1, 300)) end
-  return true
+  return router:add(eng.url, { worker_type = role, bootstrap_port = type(m) == "table" and m.bootstrap_port or nil })
 end
 
 return M
