@@ -76,7 +76,7 @@ sglang:
     local cases = {
       { "sglang:\n  - name: a\n    server_groups: [{num_gpus: 0}]\n", "sglang%[1%] %(a%)%.server_groups%[1%]%.num_gpus: expected the number of engines" },
       { "sglang:\n  - name: a\n    server_gropus: [{num_gpus: 1}]\n", "sglang%[1%] %(a%): unknown field%(s%) server_gropus" },
-      { "sglang:\n  - name: a\n    server_groups: [{num_gpus: 1, worker_type: prefill}]\n", "worker_type: 'prefill' is not supported" },
+      { "sglang:\n  - name: a\n    server_groups: [{num_gpus: 1, worker_type: prefill}]\n", "server_groups: has prefill groups but no decode group" },
       { "sglang:\n  - name: a\n    server_groups: [{num_gpus: 1, overrides: [1]}]\n", "server_groups%[1%]%.overrides: expected a mapping" },
       { "sglang:\n  - name: a\n    server_groups: [{num_gpus: 1}]\n  - name: b\n    update_weights: true\n"
         .. "    server_groups: [{num_gpus: 1}]\n", "at most one model may take weight updates %(update_weights: true%); got a, b" },

@@ -8,6 +8,7 @@
 --- See docs/recipes.md, "Engine groups" and "Offload".
 local rl = require "rl"
 local log = require "rl.log"
+local pd = require "rl.recipe.pd"
 
 local M = {}
 
@@ -138,9 +139,8 @@ function M.load_config(path, policy_model)
           .. "overrides, worker_type)")
       end
       local wt = g.worker_type or "regular"
-      if wt ~= "regular" then
-        bad(gat .. ".worker_type", "'" .. brief(tostring(wt)) .. "' is not supported (rlhost engines are 'regular'; "
-          .. "no prefill/decode disaggregation)")
+      if not pd.ROLES[wt] then
+        bad(gat .. ".worker_type", "'" .. brief(tostring(wt)) .. "' is not supported (regular, prefill or decode)")
       end
       if type(g.num_gpus) ~= "number" or g.num_gpus < 1 or g.num_gpus % 1 ~= 0 then
         bad(gat .. ".num_gpus", "expected the number of engines (an integer >= 1), got " .. brief(tostring(g.num_gpus)))
@@ -160,8 +160,9 @@ function M.load_config(path, policy_model)
         end
         ov.model_path = nil
       end
-      groups[gi] = { num_engines = g.num_gpus, overrides = ov, where = gat }
+      groups[gi] = { num_engines = g.num_gpus, overrides = ov, where = gat, worker_type = wt }
     end
+    pd.check_model(groups, at, bad)   -- prefill and decode together, no regular beside them
     models[mi] = { name = m.name, model_path = model_path, update_weights = update, backend = m.backend,
                    offload = m.offload, server_groups = groups, where = at }
   end
@@ -179,11 +180,25 @@ function M.load_config(path, policy_model)
   return models
 end
 
--- The models of the job: the config's, or one "default" group from the flags.
+-- The models of the job: the config's, or one "default" group from the flags (its first
+-- --prefill-num-servers engines prefill, the rest decode).
 local function models_of(opt, job)
-  if opt.sglang_config then return M.load_config(opt.sglang_config, job.model_dir) end
-  return { { name = "default", model_path = job.model_dir, update_weights = true,
-             server_groups = { { num_engines = opt.num_engines, overrides = {} } }, where = "the engine flags" } }
+  local models
+  if opt.sglang_config then
+    models = M.load_config(opt.sglang_config, job.model_dir)
+  else
+    local sgs = opt.prefill_num_servers and pd.server_groups(opt)
+      or { { num_engines = opt.num_engines, overrides = {}, worker_type = "regular" } }
+    models = { { name = "default", model_path = job.model_dir, update_weights = true, server_groups = sgs,
+                 where = "the engine flags" } }
+  end
+  local any_pd = false
+  for _, m in ipairs(models) do
+    m.pd = pd.is_pd(m.server_groups)
+    any_pd = any_pd or m.pd
+  end
+  pd.check_options(opt, any_pd)
+  return models
 end
 
 --- The groups the job will start, before any starts (checked, read once per job):
@@ -195,7 +210,7 @@ function M.plan(opt, job)
   for i, m in ipairs(job.engine_models) do
     local n = 0
     for _, sg in ipairs(m.server_groups) do n = n + sg.num_engines end
-    out[i] = { name = m.name, update_weights = m.update_weights, engines = { n = n } }
+    out[i] = { name = m.name, update_weights = m.update_weights, engines = { n = n }, pd = m.pd or nil }
   end
   return out
 end
@@ -255,10 +270,32 @@ local function engine_specs(opt, models, base_opts)
       elseif sg.overrides.python == nil then
         eopts.python = nil   -- vLLM's python, when the flags' backend is vllm
       end
-      specs[#specs + 1] = { model = m, si = si, sg = sg, eopts = eopts, backend = backend }
+      local role = sg.worker_type or "regular"
+      pd.engine_options(role, eopts, backend, opt, (opt.sglang_config and ("--sglang-config " .. opt.sglang_config .. ": ")
+        or "") .. (sg.where or m.where) .. (opt.sglang_config and ".worker_type" or ""))
+      specs[#specs + 1] = { model = m, si = si, sg = sg, eopts = eopts, backend = backend, role = role }
     end
   end
   return specs
+end
+
+--- What M.start would launch, before anything starts (checked as M.start checks it):
+--- per group {name, pd, engines = {{role, opts}, ...}} — each engine's role (regular,
+--- prefill or decode) and its rl.engine.start options, in launch order. A PD group's
+--- router pairs them (rl.recipe.pd.router_options, once their bootstrap ports are known).
+function M.launch_plan(opt, job, base_opts)
+  job.engine_models = job.engine_models or models_of(opt, job)
+  local out, by_model = {}, {}
+  for _, sp in ipairs(engine_specs(opt, job.engine_models, base_opts)) do
+    local g = by_model[sp.model]
+    if not g then
+      g = { name = sp.model.name, pd = sp.model.pd or false, engines = {} }
+      by_model[sp.model] = g
+      out[#out + 1] = g
+    end
+    for _ = 1, sp.sg.num_engines do g.engines[#g.engines + 1] = { role = sp.role, opts = sp.eopts } end
+  end
+  return out
 end
 
 -- Every engine of every group spawned (in order: groups, their server groups, engines),
@@ -271,15 +308,16 @@ local function launch_all(opt, models, groups, base_opts)
     local g = by_model[m]
     if not g then
       g = { name = m.name, model_path = m.model_path, update_weights = m.update_weights,
-            engines = {}, engine_opts = {}, server_groups = {}, launched = 0 }
+            engines = {}, engine_opts = {}, server_groups = {}, launched = 0, pd = m.pd or nil, roles = {} }
       by_model[m] = g
       groups[#groups + 1] = g
     end
     g.backend = sp.backend
-    g.server_groups[sp.si] = { num_engines = sg.num_engines, engine_opts = eopts }
+    g.server_groups[sp.si] = { num_engines = sg.num_engines, engine_opts = eopts, worker_type = sp.role }
     for _ = 1, sg.num_engines do
       g.launched = g.launched + 1
       local n = g.launched
+      g.roles[n] = sp.role
       local ok, l, err = pcall(rl.engine.launch, eopts)
       if not ok or not l then
         stop_all(groups, launches)
@@ -392,7 +430,14 @@ end
 -- The router of a group: the one running at --sglang-router-ip/port (the policy's group
 -- only; the engines are registered with it), else a new one on --sglang-router-port (the
 -- first group; others on free ports, as slime) with --sglang-router-request-timeout-secs.
-local function group_router(opt, urls, first)
+local function group_router(opt, urls, first, g)
+  local ropts = { workers = urls, policy = opt.router_policy, port = first and opt.sglang_router_port or nil,
+                  request_timeout = opt.sglang_router_request_timeout_secs }
+  if g and g.pd then   -- prefill/decode: the router pairs them (rl.recipe.pd)
+    local o, err = pd.router_options(ropts, g.engines, g.roles)
+    if not o then return nil, err end
+    return rl.router.start(o)
+  end
   if opt.sglang_router_ip and first then
     local url = ("http://%s:%d"):format(opt.sglang_router_ip, opt.sglang_router_port)
     local r, err = rl.router.connect(url)
@@ -404,8 +449,7 @@ local function group_router(opt, urls, first)
     r.reused = true   -- its stop() takes our engines out and leaves it running
     return r
   end
-  return rl.router.start { workers = urls, policy = opt.router_policy, port = first and opt.sglang_router_port or nil,
-                           request_timeout = opt.sglang_router_request_timeout_secs }
+  return rl.router.start(ropts)
 end
 
 -- --rollout-external: the policy's group from the engines at the given addresses.
@@ -453,7 +497,7 @@ function M.start(opt, job, base_opts)
     by_name[m.name] = g
     local urls = {}
     for k, e in ipairs(g.engines) do urls[k] = e.url end
-    local router, rerr = group_router(opt, urls, gi == 1)
+    local router, rerr = group_router(opt, urls, gi == 1, g)
     if not router then
       stop_all(groups)
       error(("router of group '%s' did not start: %s"):format(m.name, tostring(rerr)), 0)
@@ -470,14 +514,31 @@ function M.start(opt, job, base_opts)
       log.warn("--offload-rollout: group '%s' keeps its memory: its %s engines cannot release it", m.name, g.backend)
       g.offload = false
     end
-    if #models > 1 or opt.sglang_config then
-      log.info("engine group '%s': %d %s engine(s) of %s behind %s%s%s", m.name, #g.engines, g.backend, m.model_path,
-        g.url, m.update_weights and " (takes weight updates)" or " (frozen)", g.offload and ", offloaded while training" or "")
+    if #models > 1 or opt.sglang_config or g.pd then
+      log.info("engine group '%s': %d %s engine(s) of %s behind %s%s%s%s", m.name, #g.engines, g.backend, m.model_path,
+        g.url, M.roles_summary(g), m.update_weights and " (takes weight updates)" or " (frozen)",
+        g.offload and ", offloaded while training" or "")
     end
   end
   for name, g in pairs(by_name) do groups[name] = g end
   log_ports(groups)
   return groups, policy
+end
+
+--- A PD group's split as logs say it (" (1 prefill + 1 decode)"), else "".
+function M.roles_summary(g)
+  if not g.pd then return "" end
+  local n = { prefill = 0, decode = 0 }
+  for _, r in ipairs(g.roles or {}) do n[r] = (n[r] or 0) + 1 end
+  return (" (%d prefill + %d decode)"):format(n.prefill, n.decode)
+end
+
+--- Puts engine i of group g (back) into its router: as a prefill or decode worker in a
+--- PD group (rl.recipe.pd.add_worker), else router:add. The entry, or nil and why.
+function M.router_add(g, i)
+  local eng = g.engines[i]
+  if g.pd then return pd.add_worker(g.router, eng, g.roles[i]) end
+  return g.router:add(eng.url)
 end
 
 --- Asks group g through its router: one SGLang-shaped /generate request (req: text or

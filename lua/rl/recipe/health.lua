@@ -334,10 +334,20 @@ local function live_of(self, g)
   return out
 end
 
+-- Whether engines `idx` (indices into self.states) of group g can serve it: any one, or
+-- in a prefill/decode group at least one of each (the router sends every request to a pair).
+local function serves(self, g, idx)
+  if not g.pd then return #idx > 0 end
+  local have = {}
+  for _, i in ipairs(idx) do have[g.roles[self.states[i].index]] = true end
+  return have.prefill == true and have.decode == true
+end
+
 -- One recovery (await_engines): probes g's engines now, twice if need be (one failed
--- probe is only "suspect"); when none serves, restarts the dead at once and, for the
--- policy's group, refits them with the trainer's weights (the trainer is idle while
--- the rollout waits) before they rejoin the router. True when g serves again.
+-- probe is only "suspect"); when none serves (a PD group: no prefill/decode pair),
+-- restarts the dead at once and, for the policy's group, refits them with the trainer's
+-- weights (the trainer is idle while the rollout waits) before they rejoin the router.
+-- True when g serves again.
 function Health:recover_group(g)
   for _ = 1, 2 do
     local live = live_of(self, g)
@@ -349,14 +359,14 @@ function Health:recover_group(g)
         return ok
       end)
     end
-    local any = false
-    for _, t in ipairs(tasks) do any = t:wait() or any end
-    if any then return true end
-    if #live_of(self, g) == 0 then break end
+    local up = {}
+    for k, t in ipairs(tasks) do if t:wait() then up[#up + 1] = live[k] end end
+    if serves(self, g, up) then return true end
+    if not serves(self, g, live_of(self, g)) then break end
   end
   local t0 = now()
-  log.warn("fault tolerance: no engine of group '%s' serves; restarting now so the rollout's requests wait for it "
-    .. "rather than fail", g.name)
+  log.warn("fault tolerance: %s of group '%s' serves; restarting now so the rollout's requests wait for it "
+    .. "rather than fail", g.pd and "no prefill/decode pair" or "no engine", g.name)
   self:restart_dead(g)
   local restarted = {}
   for i, st in ipairs(self.states) do
@@ -367,7 +377,7 @@ function Health:recover_group(g)
     self:sync_engines(self.job.trainer, restarted, out)
     if #out.errs > 0 then log.warn("fault tolerance: refit after the restart failed: %s", table.concat(out.errs, "; ")) end
   end
-  local serving = #live_of(self, g) > 0
+  local serving = serves(self, g, live_of(self, g))
   log.info("fault tolerance: group '%s' %s %.1f s after its requests found no engine", g.name,
     serving and "serves again" or "still has no engine", now() - t0)
   return serving
@@ -529,7 +539,10 @@ function Health:rejoin(i, version)
   local eng = engine_of(st)
   local stats = eng:stats()
   local serving = type(stats) == "table" and stats.weight_version or "?"
-  if st.group.router then st.group.router:add(eng.url) end
+  if st.group.router then   -- a PD group's engine rejoins as prefill (its new bootstrap port) or decode
+    local ok, err = engines.router_add(st.group, st.index)
+    if not ok then log.warn("%s: back into the router failed: %s", st.label, tostring(err)) end
+  end
   st.state, st.why = "healthy", nil
   local took = st.died_at and (now() - st.died_at)
   st.died_at = nil

@@ -48,6 +48,7 @@ local NUMERIC = {
   { "max_tokens_per_gpu", "int", 1 }, { "rollout_top_k", "int", -1 }, { "rollout_seed", "int", 0 },
   { "metrics_port", "int", 0, 65535 }, { "num_epoch", "int", 1 }, { "rollout_num_gpus", "int", 1 },
   { "rollout_num_gpus_per_engine", "int", 1 }, { "sglang_router_port", "int", 1, 65535 },
+  { "prefill_num_servers", "int", 1, nil },
   { "sglang_router_request_timeout_secs", "number", 0, nil, lo_open = true },
   { "load_debug_rollout_data_subsample", "number", 0, 1, lo_open = true },
   { "rollout_temperature", "number", 0 }, { "eval_temperature", "number", 0 },

@@ -161,8 +161,14 @@ local FLAGS = {
     help = "the engines' device (default: the trainer's, or the next GPU when there is one and no --colocate)" },
   { name = "sglang_config", type = "string",
     help = "engine groups (slime's server groups): a YAML, JSON or Lua file 'sglang: [{name, model_path, update_weights, "
-      .. "backend, server_groups: [{num_gpus, overrides}]}]'; each model gets its engines and router; backend native or vllm "
-      .. "per model, whatever --rollout-backend says (docs/recipes.md)" },
+      .. "backend, server_groups: [{worker_type, num_gpus, overrides}]}]'; each model gets its engines and router; backend "
+      .. "native or vllm per model, whatever --rollout-backend says; worker_type regular, or prefill and decode "
+      .. "(docs/recipes.md)" },
+  { name = "prefill_num_servers", type = "int",
+    help = "slime's prefill/decode disaggregation: the first N engines (of --num-engines) prefill, the rest decode; "
+      .. "the router pairs one of each per request (native engines; docs/recipes.md)" },
+  { name = "disaggregation_transfer_backend", choices = { "auto", "shm", "tcp" },
+    help = "how a prefill engine hands the KV cache to a decode engine (default: the engine's, auto)" },
   { name = "colocate", type = "bool", default = false,
     help = "slime's: the engines share the trainer's device (--device) and release weights and KV cache while it steps (--offload-rollout)" },
   { name = "offload_rollout", type = "bool",

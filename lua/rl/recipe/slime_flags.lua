@@ -89,6 +89,9 @@ local EXCLUDES = {
   { "debug_rollout_only", "debug_train_only", "one skips training, the other generation" },
   { "debug_rollout_only", "load_debug_rollout_data", "one generates rollouts, the other replays them" },
   { "rollout_external", "sglang_config", "the engines are given, not started" },
+  { "rollout_external", "prefill_num_servers", "the engines are given, not started (slime's rule too)" },
+  { "sglang_config", "prefill_num_servers", "the config's server groups say which engines prefill: worker_type "
+    .. "prefill and decode" },
   { "rollout_external", "use_fault_tolerance", "fault tolerance restarts engines rlhost started; supervise external "
     .. "ones where they run" },
 }

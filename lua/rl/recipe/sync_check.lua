@@ -4,7 +4,9 @@
 --- that did not take the new weights disagree by the size of the last update; the
 --- ones that did agree to the engines' numerics (float32 on a CPU: ~1e-6 for native
 --- engines, ~1e-5 for vLLM). Returns the largest |engine - trainer| over engines and
---- tokens, or raises naming the engine when it is above `tolerance`.
+--- tokens, or raises naming the engine when it is above `tolerance`. A prefill/decode
+--- group's engines answer only in pairs: its checks go through the group's router (one
+--- per engine; the router picks the pairs).
 local json = require "rl.json"
 
 local M = {}
@@ -19,11 +21,21 @@ function M.run(job, tolerance)
   if type(prompt) == "table" then prompt = job.tokenizer:apply_chat_template(prompt, { add_generation_prompt = true }) end
   local ids = job.tokenizer:encode(prompt, { add_special_tokens = false })
   local worst = 0
+  -- a prefill/decode group's engines answer in pairs only: as many checks through its router
+  local pd = job.policy_group and job.policy_group.pd and job.policy_group
   for i, eng in ipairs(job.engines or {}) do
-    local out, err = eng:generate { input_ids = json.array(ids), return_logprob = true,
+    local req = { input_ids = json.array(ids), return_logprob = true,
       lora_path = job.trainer:lora() and job.trainer.lora_name or nil,
       sampling_params = { max_new_tokens = M.MAX_NEW_TOKENS, temperature = opt.rollout_temperature, top_p = 1,
                           top_k = -1, sampling_seed = opt.rollout_seed } }
+    local out, err
+    if pd then
+      local via
+      out, err, via = require("rl.recipe.engines").generate(pd, req)
+      eng = { url = ("%s (a prefill/decode pair: %s)"):format(pd.url, via and via.worker or "?") }
+    else
+      out, err = eng:generate(req)
+    end
     if not out then error(("--check-weight-update-equal: engine %d (%s): %s"):format(i, tostring(eng.url), tostring(err)), 0) end
     if out[1] ~= nil then out = out[1] end
     local items = out.meta_info and out.meta_info.output_token_logprobs
