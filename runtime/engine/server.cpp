@@ -134,7 +134,9 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
   }
   link_->loop = loop_.get();
   if (opts_.pd.mode != "null") {
-    opts_.pd.admin_token = opts_.admin_token;
+    // Each side calls the other's control endpoint with this: the --api-key when given
+    // (the same on every engine of a deployment), else the run's admin token.
+    opts_.pd.admin_token = opts_.api_key.empty() ? opts_.admin_token : opts_.api_key;
     if (opts_.pd.advertise_url.empty()) opts_.pd.advertise_url = http_->url();
     if (opts_.pd.bootstrap_host.empty()) opts_.pd.bootstrap_host = opts_.host;
     pd_ = std::make_unique<PdBridge>(*engine_, *loop_, opts_.pd, [this](std::function<void()> fn) { return post(std::move(fn)); });

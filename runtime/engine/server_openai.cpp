@@ -42,6 +42,8 @@ GenerateCall openai_call(const json& body, std::vector<std::vector<int32_t>> pro
   for (auto& [k, v] : body.items()) {
     if (auto m = kSamplingFields.find(k); m != kSamplingFields.end()) {
       if (!v.is_null()) sp[m->second] = v;
+    } else if (limits.pd_fields && k.rfind("bootstrap_", 0) == 0) {
+      // a prefill or decode engine's: read by EngineServer's PD bridge
     } else if (!kIgnored.count(k) && !extra_known.count(k)) {
       throw BadRequest(json_input::excerpt(k) + ": unknown field", "see docs/engine.md for the OpenAI fields rlhost accepts");
     }
@@ -297,6 +299,7 @@ void EngineServer::on_completions(const Req& req, Res& res) {
   GenerateCall call = openai_call(body, std::move(prompts), {"prompt", "max_tokens", "max_completion_tokens", "stream",
                                                               "logprobs", "echo", "suffix", "best_of"},
                                   logprobs, top, *engine_, limits_, true);
+  if (pd_) pd_->attach(body, call);  // prefill/decode: each request's room
   if (echo) {
     for (auto& r : call.requests)
       if (r.return_logprob) r.logprob_start_len = 0;
@@ -379,6 +382,7 @@ void EngineServer::on_chat_completions(const Req& req, Res& res) {
   GenerateCall call = openai_call(body, {ids}, {"messages", "max_tokens", "max_completion_tokens", "stream",
                                                 "logprobs", "top_logprobs", "response_format"},
                                   logprobs, top, *engine_, limits_, false);
+  if (pd_) pd_->attach(body, call);
   if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null() && rf->value("type", "") != "text")
     throw BadRequest("response_format: only {\"type\": \"text\"} is supported by rlhost");
   const std::string id = "chatcmpl-" + std::to_string(unix_seconds()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&req) & 0xffffff);

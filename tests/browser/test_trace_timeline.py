@@ -170,6 +170,30 @@ class TraceTimelineBrowserTest(RlhostTestCase):
         self.assertEqual(errors, [])
         page.close()
 
+    def test_a_real_pd_run(self):
+        # One GRPO step on a prefill and a decode engine (slime's --prefill-num-servers):
+        # the rollout dump's samples carry the engines' own pd_* timings, drawn as lanes.
+        d = self.dir
+        recipe = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
+        r = subprocess.run([BIN, "--no-control", recipe, "--prefill-num-servers", "1", "--num-engines", "2",
+                            "--engine-mode", "process", "--num-rollout", "1", "--rollout-batch-size", "2",
+                            "--n-samples-per-prompt", "4", "--rollout-max-response-len", "24",
+                            "--dynamic-sampling-filter", "none", "--threads", "1", "--no-progress",
+                            "--eval-interval", "1000", "--metrics-dir", d + "/m",
+                            "--save-debug-rollout-data", d + "/dump/r_{rollout_id}.pt"],
+                           env=self.env, cwd=d, capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+        url, out = self.serve(d + "/dump/r_0.pt")
+        self.assertIn("samples: 8", out)
+        page, errors = self.open_page(url)
+        self.assertEqual(page.evaluate("__timeline.virtualLanes"), 16)  # a [P] and a [D] lane per sample
+        self.expanded(page)
+        self.assertEqual(set(page.evaluate("__timeline.drawnVirtualLanes")), {"sglang_generate [P]", "sglang_generate [D]"})
+        self.assertGreater(page.evaluate(PIXELS_JS), 500, "bars drawn on the canvas")
+        page.screenshot(path=os.path.join(ARTIFACTS, "trace_timeline_real_pd_run.png"))
+        self.assertEqual(errors, [])
+        page.close()
+
     def test_plain_dump_and_file_url(self):
         pt = self.make_dump("plain")
         url, out = self.serve(pt)

@@ -115,9 +115,11 @@ class TestPdOverEngines(RouterCase):
         cls.engines = []
         try:
             cls.unified = Engine(model=cls.model, wait=False)
-            cls.prefill = Engine(model=cls.model, wait=False, args=[
+            # a prefill and its decode call each other's control endpoints with the run's token
+            env = {"RLHOST_ADMIN_TOKEN": "pd-router-test-" + os.urandom(8).hex()}
+            cls.prefill = Engine(model=cls.model, wait=False, env=env, args=[
                 "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(cls.bootstrap_port)])
-            cls.decode = Engine(model=cls.model, wait=False, args=["--disaggregation-mode", "decode"])
+            cls.decode = Engine(model=cls.model, wait=False, env=env, args=["--disaggregation-mode", "decode"])
             cls.engines = [cls.unified, cls.prefill, cls.decode]
             for e in cls.engines:
                 e.wait_ready(timeout=300)
