@@ -175,6 +175,21 @@ class PdParity(unittest.TestCase):
         self.assertEqual(res["d"][0], 200, res["d"])
         self.assertEqual([x["output_ids"] for x in u], [x["output_ids"] for x in res["d"][1]])
 
+    def test_openai_completions(self):
+        b = {"prompt": prompt(25, seed=6), "max_tokens": 10, "temperature": 0, "logprobs": 2}
+        u = self.unified.post("/v1/completions", b)
+        room = random.randrange(2 ** 63)
+        bb = dict(b, bootstrap_host="127.0.0.1", bootstrap_port=self.tcp.bootstrap_port, bootstrap_room=room)
+        res = {}
+        ts = [threading.Thread(target=lambda n=n, e=e: res.__setitem__(n, e.post("/v1/completions", bb)))
+              for n, e in (("p", self.tcp.p), ("d", self.tcp.d))]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        self.assertEqual(u[0], 200, u)
+        self.assertEqual(res["d"][0], 200, res["d"])
+        self.assertEqual(u[1]["choices"][0]["text"], res["d"][1]["choices"][0]["text"])
+        self.assertEqual(u[1]["choices"][0]["logprobs"], res["d"][1]["choices"][0]["logprobs"])
+
     def test_metrics(self):
         self.shm.pd_generate(self.body(prompt(12, seed=5)))
         _, text = self.shm.d.get("/metrics")
@@ -258,6 +273,22 @@ class PdFailures(unittest.TestCase):
             self.assertNotEqual(u["meta_info"]["output_token_logprobs"][1:], d["meta_info"]["output_token_logprobs"][1:])
         finally:
             unified.stop()
+            pair.stop()
+
+    def test_prefill_and_decode_at_different_weight_versions_is_flagged(self):
+        pair = Pair(p_args=("--weight-version", "7"), d_args=("--weight-version", "8"))
+        try:
+            b = {"input_ids": prompt(40, seed=12), "return_logprob": True,
+                 "sampling_params": {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}}
+            d, _ = pair.pd_generate(b)
+            m = d["meta_info"]
+            # the first token was sampled under the prefill's weights, the rest under the decode's
+            self.assertEqual(m["weight_version_spans"], [[0, "7"], [1, "8"]])
+            # (the weights' digest is of their contents, the same here: it stays)
+            # K/V computed under other weights never serve another request from the cache
+            d2, _ = pair.pd_generate(b)
+            self.assertAlmostEqual(d2["meta_info"]["pd_transfer_total_mb"], 40 * TOKEN_BYTES / 1e6, places=9)
+        finally:
             pair.stop()
 
     def test_abort_while_waiting_for_kv(self):

@@ -87,7 +87,7 @@ describe("rl.engine thread mode", function()
         n = n + 1
       end
     end
-    eq(n, 24)   -- every engine and server option with a C++ default
+    eq(n, 29)   -- every engine and server option with a C++ default
     -- a process engine's child gets the flags of the options given, nothing else
     eq(options.argv { model = "m", mode = "process", threads = 2, enable_prefix_cache = false,
                       disable_cuda_graph = true, cuda_graph_max_bs = 8, ready_timeout = 9 },

@@ -36,6 +36,11 @@
 ---@field lora_paths? string[] LoRA adapters loaded at start: "NAME=DIR" (or "DIR"), PEFT directories
 ---@field max_loras_per_batch? integer distinct LoRA adapters in one step (default 8)
 ---@field max_lora_rank? integer refuse LoRA adapters of a higher rank (default 0: any); vllm: > 0 serves adapters loaded at run time (--enable-lora, --max-lora-rank)
+---@field disaggregation_mode? "null"|"prefill"|"decode" prefill/decode disaggregation (SGLang's): null (default) does both; prefill runs prompts and hands their K/V over; decode takes them and decodes (docs/engine.md)
+---@field disaggregation_bootstrap_port? integer prefill: the bootstrap server's port (default 0: a free one; /get_server_info's disaggregation_bootstrap_port)
+---@field disaggregation_transfer_backend? "auto"|"shm"|"tcp" decode: how K/V arrive (auto: shm when the prefill is on loopback, else tcp)
+---@field disaggregation_transfer_timeout? number seconds each PD wait may take (KV blocks, bootstrap, K/V; default 60)
+---@field disaggregation_kv_checksum? boolean both sides checksum the K/V rows; a mismatch fails the request
 ---@field ready_timeout? number process mode: seconds to wait for the child to serve (default 300)
 ---@field log_file? string process mode / vllm: the child's stdout/stderr (default a temp file)
 ---@field server_args? string JSON object text echoed by /get_server_info (`rlhost engine` passes its flags)
