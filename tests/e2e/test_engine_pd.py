@@ -14,8 +14,12 @@ import threading
 import time
 import unittest
 
-from engine_support import Engine
-from support import main, wait_for
+import subprocess
+import sys
+
+import netns
+from engine_support import STORIES, Engine
+from support import BIN, main, requires, wait_for
 
 CFG = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "models",
                                   "stories260K", "config.json")))
@@ -363,6 +367,79 @@ class PdFailures(unittest.TestCase):
             self.assertEqual(status, 401)
         finally:
             pair.stop()
+
+
+# Run inside host 0's namespace: the router's part, to the two hosts' engines.
+CLIENT = r"""
+import json, random, sys, threading, urllib.request
+p, d, bport, body = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+host = p.split("//")[1].split(":")[0]
+b = dict(body, bootstrap_host=host, bootstrap_port=bport, bootstrap_room=random.randrange(2 ** 63))
+out = {}
+def post(name, url):
+    req = urllib.request.Request(url + "/generate", data=json.dumps(b).encode(), headers={"Content-Type": "application/json"})
+    out[name] = json.loads(urllib.request.urlopen(req, timeout=60).read())
+ts = [threading.Thread(target=post, args=(n, u)) for n, u in (("p", p), ("d", d))]
+[t.start() for t in ts]
+[t.join() for t in ts]
+out["d"]["meta_info"]["input_token_logprobs"] = out["p"]["meta_info"]["input_token_logprobs"]
+print(json.dumps(out["d"]))
+"""
+
+WHY_NOT = netns.available()
+
+
+def read(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
+@requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
+class PdAcrossHosts(unittest.TestCase):
+    def test_prefill_and_decode_on_two_hosts_over_tcp(self):
+        unified = engine()
+        procs = []
+        try:
+            with netns.Hosts(2) as hosts:
+                env = dict(os.environ, RLHOST_ADMIN_TOKEN=TOKEN, RLHOST_API_KEY="pd-hosts-" + os.urandom(8).hex())
+                urls = []
+                for i, (h, role) in enumerate(zip(hosts, ("prefill", "decode"))):
+                    ready = "/tmp/rlhost-pd-hosts-%d-%d.url" % (os.getpid(), i)
+                    extra = ["--disaggregation-bootstrap-port", "0"] if role == "prefill" else []
+                    procs.append(h.popen([BIN, "engine", "--model", STORIES, "--host", h.addr, "--port", "0",
+                                          "--threads", "1", "--block-size", str(BLOCK), "--ready-file", ready,
+                                          "--disaggregation-mode", role, "--disaggregation-kv-checksum", *extra],
+                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    wait_for(lambda: os.path.exists(ready) and read(ready).startswith("http"),
+                             timeout=120, what="the %s engine on %s" % (role, h.addr))
+                    urls.append(read(ready))
+                    os.remove(ready)
+                info = hosts[0].run([sys.executable, "-c", "import sys, urllib.request; "
+                                     "print(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())",
+                                     urls[0] + "/get_server_info"], capture_output=True, text=True, timeout=60)
+                bport = json.loads(info.stdout)["disaggregation_bootstrap_port"]
+                body = {"input_ids": prompt(45, seed=21), "return_logprob": True, "logprob_start_len": 0,
+                        "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}}
+                r = hosts[0].run([sys.executable, "-c", CLIENT, urls[0], urls[1], str(bport), json.dumps(body)],
+                                 capture_output=True, text=True, timeout=120)
+                self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+                d = json.loads(r.stdout)
+                for p in procs:
+                    p.terminate()
+                for p in procs:
+                    p.wait(30)
+            u = unified.generate(body)
+            self.assertEqual(u["output_ids"], d["output_ids"])
+            for key in ("output_token_logprobs", "input_token_logprobs"):
+                self.assertEqual(u["meta_info"][key], d["meta_info"][key], key)
+            self.assertAlmostEqual(d["meta_info"]["pd_transfer_total_mb"], 45 * TOKEN_BYTES / 1e6, places=9)
+            self.assertEqual(sorted({x.split("//")[1].split(":")[0] for x in urls}), ["198.18.0.1", "198.18.0.2"])
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            unified.stop()
 
 
 if __name__ == "__main__":
