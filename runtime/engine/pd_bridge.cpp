@@ -313,6 +313,7 @@ PdReply PdBridge::on_register(const net::ServerRequest& req) {
 }
 
 void PdBridge::push(uint64_t room) {
+  if (!http_) return;  // stopped
   auto it = prooms_.find(room);
   if (it == prooms_.end() || it->second->pushing) return;
   std::shared_ptr<PRoom> p = it->second;
@@ -401,6 +402,7 @@ void PdBridge::reserved(uint64_t room, int64_t from) {
 }
 
 void PdBridge::register_with_prefill(uint64_t room, int attempt) {
+  if (!http_) return;  // stopped
   auto it = drooms_.find(room);
   if (it == drooms_.end()) return;
   std::shared_ptr<DRoom> d = it->second;
@@ -443,7 +445,7 @@ void PdBridge::fail_decode(uint64_t room, const std::string& why) {
   if (it == drooms_.end()) return;
   auto d = it->second;
   if (d->timer) loop_.cancel_timer(d->timer);
-  if (d->request) http_->cancel(d->request);
+  if (d->request && http_) http_->cancel(d->request);
   drooms_.erase(it);
   auto kv = std::make_shared<pd::Delivery>();
   kv->error = "prefill/decode: " + why;

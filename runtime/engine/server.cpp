@@ -139,7 +139,14 @@ EngineServer::EngineServer(std::shared_ptr<Engine> engine, ServerOptions opts)
     opts_.pd.admin_token = opts_.api_key.empty() ? opts_.admin_token : opts_.api_key;
     if (opts_.pd.advertise_url.empty()) opts_.pd.advertise_url = http_->url();
     if (opts_.pd.bootstrap_host.empty()) opts_.pd.bootstrap_host = opts_.host;
-    pd_ = std::make_unique<PdBridge>(*engine_, *loop_, opts_.pd, [this](std::function<void()> fn) { return post(std::move(fn)); });
+    // The engine may call back after this server is gone (it outlives it): through the
+    // link, which stop() clears, never through `this`.
+    pd_ = std::make_unique<PdBridge>(*engine_, *loop_, opts_.pd, [link = link_](std::function<void()> fn) {
+      std::lock_guard lk(link->mu);
+      if (!link->loop) return false;
+      link->loop->post(std::move(fn));
+      return true;
+    });
     pd_->on_transfer = [this](const PdBridge::TransferStat& t) { metrics_.observe_transfer(t.bytes, t.seconds); };
     metrics_.set_pd_mode(opts_.pd.mode);
     if (pd_->prefill())
