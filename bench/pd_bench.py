@@ -133,7 +133,7 @@ def router(*args):
     sys.exit("router did not become ready: " + open(log.name).read()[-2000:])
 
 
-def load(url, n_req=64, conc=16, plen=96, new=128):
+def load(url, n_req=256, conc=16, plen=96, new=128):
     bodies = [{"input_ids": prompt(plen, seed=7 + i), "sampling_params": {"max_new_tokens": new, "ignore_eos": True,
                                                                             "temperature": 1.0, "seed": i}}
               for i in range(n_req)]
@@ -166,7 +166,7 @@ def throughput():
     load(r_pd, n_req=8)
     tps_u, _, dt_u = load(r_uni)
     tps_pd, outs, dt_pd = load(r_pd)
-    print("64 requests, 96-token prompts, 128 new tokens, 16 at once; one core per engine")
+    print("256 requests, 96-token prompts, 128 new tokens, 16 at once; one core per engine")
     print("  2 unified engines: %.0f tokens/s (%.1f s)" % (tps_u, dt_u))
     print("  1 prefill + 1 decode: %.0f tokens/s (%.1f s)   PD/unified = %.2f" % (tps_pd, dt_pd, tps_pd / tps_u))
     keys = sorted({k for o in outs for k in o["meta_info"] if k.startswith("pd_")})
