@@ -194,6 +194,20 @@ class PdParity(unittest.TestCase):
         self.assertEqual(u[1]["choices"][0]["text"], res["d"][1]["choices"][0]["text"])
         self.assertEqual(u[1]["choices"][0]["logprobs"], res["d"][1]["choices"][0]["logprobs"])
 
+    def test_streaming_decode(self):
+        b = self.body(prompt(33, seed=14), return_logprob=False, logprob_start_len=-1)
+        u = self.unified.generate(b)
+        room = random.randrange(2 ** 63)
+        bb = dict(b, stream=True, bootstrap_host="127.0.0.1", bootstrap_port=self.shm.bootstrap_port, bootstrap_room=room)
+        t = threading.Thread(target=lambda: self.shm.p.post("/generate", dict(bb, stream=False)))
+        t.start()
+        events = self.shm.d.stream("/generate", bb)
+        t.join()
+        self.assertEqual(events[-1], "[DONE]")
+        chunks = [json.loads(e) for e in events[:-1]]
+        self.assertGreater(len(chunks), 1)
+        self.assertEqual(chunks[-1]["output_ids"], u["output_ids"])
+
     def test_metrics(self):
         self.shm.pd_generate(self.body(prompt(12, seed=5)))
         _, text = self.shm.d.get("/metrics")
