@@ -161,31 +161,21 @@ int64_t Scheduler::num_importing(bool reserved) const {
 }
 
 SequencePtr Scheduler::remove(Sequence* seq) {
-  for (size_t i = 0; i < running_.size(); ++i) {
-    if (running_[i].get() != seq) continue;
-    SequencePtr s = std::move(running_[i]);
-    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-    bm_.release(s->blocks);
-    s->blocks.clear();
-    return s;
-  }
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if (it->get() != seq) continue;
-    SequencePtr s = std::move(*it);
-    waiting_.erase(it);
-    if (!s->blocks.empty()) bm_.release(s->blocks);
-    s->blocks.clear();
-    return s;
-  }
-  for (auto it = importing_.begin(); it != importing_.end(); ++it) {
-    if (it->get() != seq) continue;
-    SequencePtr s = std::move(*it);
-    importing_.erase(it);
-    if (!s->blocks.empty()) bm_.release(s->blocks);
-    s->blocks.clear();
-    return s;
-  }
-  return nullptr;
+  // Running, waiting or importing: out of its list, its blocks released.
+  auto take = [&](auto& list) -> SequencePtr {
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      if (it->get() != seq) continue;
+      SequencePtr s = std::move(*it);
+      list.erase(it);
+      if (!s->blocks.empty()) bm_.release(s->blocks);
+      s->blocks.clear();
+      return s;
+    }
+    return nullptr;
+  };
+  if (SequencePtr s = take(running_)) return s;
+  if (SequencePtr s = take(waiting_)) return s;
+  return take(importing_);
 }
 
 }  // namespace rl::engine

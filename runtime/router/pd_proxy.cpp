@@ -345,13 +345,10 @@ void Router::Impl::pd_proxy(net::ServerRequest& req, const Res& res) {
   ex->method = req.method;
   ex->target = req.target;
   ex->endpoint = req.path;
-  bool has_type = false;
-  for (auto& [k, v] : req.headers) {
-    if (hop_by_hop(k)) continue;
-    if (k == "content-type") has_type = true;
-    if (k == "x-smg-routing-key" || (k == "x-session-id" && ex->key.empty())) ex->key = v;
-    ex->headers.emplace_back(k, v);
-  }
+  ForwardHeaders fwd = forward_headers(req);
+  ex->headers = std::move(fwd.headers);
+  ex->key = std::move(fwd.key);
+  const bool has_type = fwd.has_type;
   if (!has_type) ex->headers.emplace_back("content-type", "application/json");
   try {
     ex->body = json_input::parse(req.body, "request body");

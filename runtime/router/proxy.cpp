@@ -25,6 +25,17 @@ bool hop_by_hop(std::string_view name) {  // lowercase names
          name == "expect";
 }
 
+ForwardHeaders forward_headers(const net::ServerRequest& req) {
+  ForwardHeaders f;
+  for (auto& [k, v] : req.headers) {
+    if (hop_by_hop(k)) continue;
+    if (k == "content-type") f.has_type = true;
+    if (k == "x-smg-routing-key" || (k == "x-session-id" && f.key.empty())) f.key = v;
+    f.headers.emplace_back(k, v);
+  }
+  return f;
+}
+
 namespace {
 
 void pack_ids(const json& ids, std::string& out) {
@@ -294,13 +305,10 @@ void Router::Impl::proxy(net::ServerRequest& req, const Res& res, bool route_on_
   ex->method = req.method;
   ex->target = req.target;
   ex->endpoint = req.path;
-  bool has_type = false;
-  for (auto& [k, v] : req.headers) {
-    if (hop_by_hop(k)) continue;
-    if (k == "content-type") has_type = true;
-    if (k == "x-smg-routing-key" || (k == "x-session-id" && ex->key.empty())) ex->key = v;
-    ex->headers.emplace_back(k, v);
-  }
+  ForwardHeaders fwd = forward_headers(req);
+  ex->headers = std::move(fwd.headers);
+  ex->key = std::move(fwd.key);
+  const bool has_type = fwd.has_type;
   // libcurl would label a body without a type as a form; these APIs speak JSON.
   if (!has_type && !req.body.empty()) ex->headers.emplace_back("content-type", "application/json");
   if (route_on_body && policy->needs_text()) {

@@ -86,6 +86,14 @@ WorkerInfo info_of(const Worker& w);
 
 // proxy.cpp, shared with pd_proxy.cpp
 bool hop_by_hop(std::string_view lowercase_name);
+// A client's headers as they go on to a worker (hop-by-hop ones dropped), its routing
+// key (X-SMG-Routing-Key, else x-session-id) and whether it named a Content-Type.
+struct ForwardHeaders {
+  net::HeaderList headers;
+  std::string key;
+  bool has_type = false;
+};
+ForwardHeaders forward_headers(const net::ServerRequest& req);
 // The text a prefix-affinity policy routes on: SGLang's text/input_ids, OpenAI's
 // prompt or messages ("" when the body has none).
 std::string routing_text(const nlohmann::json& body);
