@@ -74,15 +74,14 @@ void PdBridge::attach(const json& body, GenerateCall& call) {
     throw BadRequest("bootstrap_room: this engine is not a prefill or decode engine",
                      "start it with --disaggregation-mode prefill|decode, or send the request without bootstrap_*");
   const size_t n = call.requests.size();
-  const size_t per = call.batched && room->is_array() ? std::max<size_t>(1, n / std::max<size_t>(1, room->size())) : n;
+  // One value for every sequence, or a list with one per sequence (rooms must be a list then).
   auto item = [&](const char* field, size_t i) -> const json& {
     const json& v = body.at(field);
     if (!v.is_array()) return v;
-    const size_t k = i / per;
-    if (k >= v.size())
-      throw BadRequest(std::string(field) + ": " + std::to_string(v.size()) + " values for " +
-                       std::to_string(n / per) + " prompts", "one per prompt");
-    return v[k];
+    if (v.size() != n)
+      throw BadRequest(std::string(field) + ": " + std::to_string(v.size()) + " values for " + std::to_string(n) +
+                           " sequences", "one per sequence (n = 1 per prompt)");
+    return v[i];
   };
   for (const char* f : {"bootstrap_host", "bootstrap_port"})
     if (decode() && (!body.contains(f) || body[f].is_null()))
@@ -91,9 +90,6 @@ void PdBridge::attach(const json& body, GenerateCall& call) {
   if (n > 1 && !room->is_array())
     throw BadRequest("bootstrap_room: one room for " + std::to_string(n) + " sequences (n > 1 or a batch)",
                      "each sequence needs a room of its own: send a list, one per prompt, with n = 1");
-  if (room->is_array() && room->size() != n)
-    throw BadRequest("bootstrap_room: " + std::to_string(room->size()) + " rooms for " + std::to_string(n) + " sequences",
-                     "one room per sequence (n = 1 per prompt)");
   for (size_t i = 0; i < n; ++i) {
     const json& r = item("bootstrap_room", i);
     if (!r.is_number_unsigned() && !(r.is_number_integer() && r.get<int64_t>() >= 0))

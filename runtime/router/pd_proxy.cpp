@@ -51,6 +51,19 @@ std::string error_text(const std::string& body) {
   return json_input::excerpt(body, 300);
 }
 
+// The client's response headers: the decode's (hop-by-hop ones dropped) and which
+// workers served it.
+net::ResponseHeaders answer_headers(const net::HeaderList& upstream, const std::string& decode,
+                                    const std::string& prefill, int attempt) {
+  net::ResponseHeaders hs;
+  for (auto& [k, v] : upstream)
+    if (!hop_by_hop(k)) hs.emplace_back(k, v);
+  hs.emplace_back("x-rlhost-worker", decode);
+  hs.emplace_back("x-rlhost-prefill-worker", prefill);
+  if (attempt > 0) hs.emplace_back("x-rlhost-attempts", std::to_string(attempt + 1));
+  return hs;
+}
+
 }  // namespace
 
 struct PdExchange : std::enable_shared_from_this<PdExchange> {
@@ -169,12 +182,7 @@ void PdExchange::send(int s, Worker& w, const std::string& payload, double now) 
 
 void PdExchange::begin_relay(long status, const net::HeaderList& upstream, std::string_view first) {
   relaying = true;
-  net::ResponseHeaders hs;
-  for (auto& [k, v] : upstream)
-    if (!hop_by_hop(k)) hs.emplace_back(k, v);
-  hs.emplace_back("x-rlhost-worker", leg[kDecode].url);
-  hs.emplace_back("x-rlhost-prefill-worker", leg[kPrefill].url);
-  if (attempt > 0) hs.emplace_back("x-rlhost-attempts", std::to_string(attempt + 1));
+  const net::ResponseHeaders hs = answer_headers(upstream, leg[kDecode].url, leg[kPrefill].url, attempt);
   res->start(static_cast<int>(status ? status : 200), hs, std::nullopt);
   if (!first.empty()) res->write(first);
 }
@@ -314,12 +322,7 @@ void PdExchange::answer_merged() {
   } catch (const std::exception&) {
     // Not JSON on one side: the decode's answer as it came.
   }
-  net::ResponseHeaders hs;
-  for (auto& [k, v] : d.headers)
-    if (!hop_by_hop(k)) hs.emplace_back(k, v);
-  hs.emplace_back("x-rlhost-worker", leg[kDecode].url);
-  hs.emplace_back("x-rlhost-prefill-worker", leg[kPrefill].url);
-  if (attempt > 0) hs.emplace_back("x-rlhost-attempts", std::to_string(attempt + 1));
+  const net::ResponseHeaders hs = answer_headers(d.headers, leg[kDecode].url, leg[kPrefill].url, attempt);
   finished = true;
   res->send(static_cast<int>(d.status), hs, out);
   r->metrics.record_request(leg[kDecode].url, endpoint, static_cast<int>(d.status), EventLoop::now() - started);
@@ -348,8 +351,7 @@ void Router::Impl::pd_proxy(net::ServerRequest& req, const Res& res) {
   ForwardHeaders fwd = forward_headers(req);
   ex->headers = std::move(fwd.headers);
   ex->key = std::move(fwd.key);
-  const bool has_type = fwd.has_type;
-  if (!has_type) ex->headers.emplace_back("content-type", "application/json");
+  if (!fwd.has_type) ex->headers.emplace_back("content-type", "application/json");
   try {
     ex->body = json_input::parse(req.body, "request body");
   } catch (const json_input::Error& e) {
