@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 
 #include <torch/torch.h>
@@ -333,6 +334,29 @@ void ProcessGroup::Pending::wait() {
   wait_();
 }
 
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::broadcast_async(const at::Tensor& t, int root,
+                                                                     const std::string& what) {
+  connect();
+  // Collectives need contiguous tensors on the group's device; others go through a copy.
+  const bool direct = t.is_contiguous() && t.device() == impl_->device;
+  at::Tensor moved = direct ? t : t.contiguous().to(impl_->device);
+  c10::intrusive_ptr<c10d::Work> work;
+  {
+    std::lock_guard lk(impl_->mu);
+    c10d::BroadcastOptions bo;
+    bo.rootRank = root;
+    bo.timeout = impl_->timeout();
+    std::vector<at::Tensor> one{moved};  // the work holds the tensor until it is done
+    work = impl_->backend->broadcast(one, bo);
+  }
+  const std::string op = "broadcast of " + what;
+  const bool back = !direct && rank() != root;
+  return std::make_shared<Pending>(this, op, [this, work, op, back, t, moved]() mutable {
+    impl_->wait(work, op);
+    if (back) t.copy_(moved);
+  });
+}
+
 std::shared_ptr<ProcessGroup::Pending> ProcessGroup::all_gather_async(const at::Tensor& out, const at::Tensor& in,
                                                                       const std::string& what) {
   connect();
@@ -524,26 +548,59 @@ std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::str
   return out;
 }
 
+namespace {
+
+// Broadcasts issued and not yet waited for, oldest first, with their bytes.
+struct InFlight {
+  struct Op {
+    std::shared_ptr<ProcessGroup::Pending> pending;
+    int64_t bytes;
+    size_t bucket;
+    at::Tensor buffer;
+  };
+  std::deque<Op> ops;
+  int64_t bytes = 0;
+  Op pop() {  // waits for the oldest
+    Op op = std::move(ops.front());
+    ops.pop_front();
+    bytes -= op.bytes;
+    op.pending->wait();
+    return op;
+  }
+};
+
+std::string bucket_name(const std::vector<std::string>& names, size_t b, size_t e) {
+  return e - b == 1 ? "weight " + names[b] : "weights " + names[b] + " .. " + names[e - 1];
+}
+
+}  // namespace
+
 void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
                   int64_t bucket_bytes) {
   torch::NoGradGuard ng;
-  std::vector<std::string> dtypes;
+  std::vector<std::string> names, dtypes;
   std::vector<int64_t> bytes;
   for (const auto& [name, t] : params) {
+    names.push_back(name);
     dtypes.emplace_back(c10::toString(t.scalar_type()));
     bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
   }
+  InFlight q;
   for (const auto& [b, e] : weight_buckets(dtypes, bytes, bucket_bytes)) {
+    at::Tensor one;
     if (e - b == 1) {
-      std::vector<at::Tensor> one{params[b].second.detach()};
-      g.broadcast(one, 0, "weight " + params[b].first);
-      continue;
+      one = params[b].second.detach().contiguous();
+    } else {
+      std::vector<at::Tensor> flat;
+      for (size_t k = b; k < e; ++k) flat.push_back(params[k].second.detach().reshape({-1}));
+      one = torch::cat(flat);
     }
-    std::vector<at::Tensor> flat;
-    for (size_t k = b; k < e; ++k) flat.push_back(params[k].second.detach().reshape({-1}));
-    std::vector<at::Tensor> one{torch::cat(flat)};
-    g.broadcast(one, 0, "weights " + params[b].first + " .. " + params[e - 1].first);
+    const int64_t n = one.numel() * static_cast<int64_t>(one.element_size());
+    while (!q.ops.empty() && q.bytes + n > kWeightBytesInFlight) q.pop();
+    q.ops.push_back({g.broadcast_async(one, 0, bucket_name(names, b, e)), n, b, one});
+    q.bytes += n;
   }
+  while (!q.ops.empty()) q.pop();
 }
 
 int64_t WeightMeta::values() const {
@@ -557,8 +614,8 @@ int64_t WeightMeta::values() const {
   return total;
 }
 
-std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
-                                                                int64_t bucket_bytes) {
+void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_bytes,
+                     const std::function<void(size_t, const at::Tensor&)>& take) {
   const size_t n = meta.names.size();
   if (meta.dtypes.size() != n || meta.shapes.size() != n)
     throw Error("update_weights_from_distributed: names, dtypes and shapes differ in length (" + std::to_string(n) +
@@ -585,19 +642,41 @@ std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g,
     dtypes[i] = c10::toString(types[i]);
     bytes[i] = numels[i] * static_cast<int64_t>(c10::elementSize(types[i]));
   }
-  std::vector<std::pair<std::string, at::Tensor>> got;
-  got.reserve(n);
-  for (const auto& [b, e] : weight_buckets(dtypes, bytes, bucket_bytes)) {
+  const auto buckets = weight_buckets(dtypes, bytes, bucket_bytes);
+  std::exception_ptr failed;  // from take: kept until every broadcast is in
+  InFlight q;
+  auto hand_over = [&](InFlight::Op op) {
+    if (failed) return;
+    const auto [b, e] = buckets[op.bucket];
+    int64_t off = 0;
+    try {
+      for (size_t k = b; k < e; ++k) {
+        take(k, op.buffer.narrow(0, off, numels[k]).view(meta.shapes[k]));
+        off += numels[k];
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  };
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto [b, e] = buckets[i];
     int64_t total = 0;
     for (size_t k = b; k < e; ++k) total += numels[k];
-    std::vector<at::Tensor> one{torch::empty({total}, torch::TensorOptions().dtype(types[b]))};
-    g.broadcast(one, 0, e - b == 1 ? "weight " + meta.names[b] : "weights " + meta.names[b] + " .. " + meta.names[e - 1]);
-    int64_t off = 0;
-    for (size_t k = b; k < e; ++k) {
-      got.emplace_back(meta.names[k], one[0].narrow(0, off, numels[k]).view(meta.shapes[k]));
-      off += numels[k];
-    }
+    const int64_t nb = total * static_cast<int64_t>(c10::elementSize(types[b]));
+    while (!q.ops.empty() && q.bytes + nb > kWeightBytesInFlight) hand_over(q.pop());
+    at::Tensor buf = torch::empty({total}, torch::TensorOptions().dtype(types[b]));
+    q.ops.push_back({g.broadcast_async(buf, 0, bucket_name(meta.names, b, e)), nb, i, buf});
+    q.bytes += nb;
   }
+  while (!q.ops.empty()) hand_over(q.pop());
+  if (failed) std::rethrow_exception(failed);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
+                                                                int64_t bucket_bytes) {
+  std::vector<std::pair<std::string, at::Tensor>> got;
+  got.reserve(meta.names.size());
+  receive_weights(g, meta, bucket_bytes, [&](size_t k, const at::Tensor& t) { got.emplace_back(meta.names[k], t); });
   return got;
 }
 

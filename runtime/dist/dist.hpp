@@ -78,6 +78,10 @@ class ProcessGroup {
   // on every rank.
   class Pending;
   std::shared_ptr<Pending> all_gather_async(const at::Tensor& out, const at::Tensor& in, const std::string& what);
+  // `t` from `root` to every rank (root's is sent, the others' filled; a tensor that is
+  // not contiguous on the group's device goes through a copy): returns at once, as
+  // all_gather_async; the tensor is written by the time wait() returns.
+  std::shared_ptr<Pending> broadcast_async(const at::Tensor& t, int root, const std::string& what);
   // out (in.numel() / world_size) = the sum over ranks of this rank's slice of `in`.
   void reduce_scatter_sum(const at::Tensor& out, const at::Tensor& in, const std::string& what);
 
@@ -153,13 +157,22 @@ struct WeightMeta {
 // SGLang's endpoint takes). Returns [begin, end) index ranges.
 std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::string>& dtypes,
                                                       const std::vector<int64_t>& bytes, int64_t bucket_bytes);
-// The trainer's side (rank 0): broadcasts the tensors in order, bucketed.
+// Both sides keep up to this many bytes of broadcasts in flight (at least one bucket):
+// the next ones move while a receiver installs the last.
+constexpr int64_t kWeightBytesInFlight = int64_t{256} << 20;
+// The trainer's side (rank 0): broadcasts the tensors in order, bucketed; returns when
+// every broadcast is done.
 void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
                   int64_t bucket_bytes = 0);
 // The engine's side: receives every tensor of `meta` in order (generation may go on
-// meanwhile), with the sender's bucket_bytes, and returns them under their names, in
-// their sent dtype and shape; the engine copies them into its weights
-// (engine/engine_dist.hpp). Throws rl::Error naming a bad name, dtype or shape.
+// meanwhile), with the sender's bucket_bytes, and hands each to `take(index, tensor)` in
+// the sent dtype and shape as soon as its broadcast is done, while later ones are still
+// on their way. The tensor is valid during the call only. Throws rl::Error naming a
+// bad dtype or shape; an exception from `take` is rethrown once every broadcast has
+// been received (the sender is never left waiting).
+void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_bytes,
+                     const std::function<void(size_t, const at::Tensor&)>& take);
+// The same, every tensor returned under its name.
 std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
                                                                 int64_t bucket_bytes = 0);
 

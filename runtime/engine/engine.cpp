@@ -327,6 +327,17 @@ void EngineImpl::update_weights_in_memory(const std::vector<std::pair<std::strin
   update_weights_with([&](ModelRunner& r) { r.copy_weights(tensors); }, "update_weights", version);
 }
 
+std::unique_ptr<nn::WeightStage> EngineImpl::plan_weight_stage(const std::vector<std::string>& names,
+                                                               const std::vector<std::vector<int64_t>>& shapes) {
+  std::unique_ptr<nn::WeightStage> stage;
+  run_between_steps([&] { stage = runner_->plan_stage(names, shapes); });
+  return stage;
+}
+
+void EngineImpl::install_weight_stage(nn::WeightStage& stage, const std::optional<std::string>& version) {
+  update_weights_with([&](ModelRunner& r) { r.install_stage(stage); }, "update_weights", version);
+}
+
 void EngineImpl::update_weights_with(const std::function<void(ModelRunner&)>& fn, const char* what,
                                      const std::optional<std::string>& version) {
   run_between_steps([&] {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include "dist/dist.hpp"
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 #include "engine/engine_weights.hpp"
 
 namespace rl::engine {
@@ -20,14 +21,34 @@ void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMe
     throw GroupAbandoned("update_weights_from_distributed: the tensors announced hold " + std::to_string(announced) +
                              " values, the engine's model " + std::to_string(model_values),
                          "send this model's weights (names and shapes as its config.json makes them)");
+  // Each tensor goes into spare storage in the engine's layout as it arrives, while
+  // the next ones are on their way and the engine goes on generating; between two
+  // steps the spare memory is swapped in. Without a stage (weights in shared memory,
+  // or names the model lacks: update_weights says which, once all is received) the
+  // tensors are received whole, then copied in between two steps.
+  auto* impl = dynamic_cast<EngineImpl*>(&engine);
+  std::unique_ptr<nn::WeightStage> stage;
+  if (impl) {
+    try {
+      stage = impl->plan_weight_stage(meta.names, meta.shapes);
+    } catch (const Error&) {
+      stage.reset();
+    }
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  auto tensors = dist::receive_weights(g, meta, bucket_bytes);
+  if (stage) {
+    stage->copy_uncovered();
+    dist::receive_weights(g, meta, bucket_bytes, [&](size_t k, const at::Tensor& t) { stage->put(k, t); });
+  }
+  auto tensors = stage ? std::vector<std::pair<std::string, torch::Tensor>>{} : dist::receive_weights(g, meta, bucket_bytes);
   const auto t1 = std::chrono::steady_clock::now();
-  update_weights(engine, tensors, weight_version);
+  if (stage) impl->install_weight_stage(*stage, weight_version);
+  else update_weights(engine, tensors, weight_version);
   const auto t2 = std::chrono::steady_clock::now();
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "engine: weights received in %.3f s, installed in %.3f s",
-                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "engine: weights received in %.3f s%s, installed in %.3f s",
+                std::chrono::duration<double>(t1 - t0).count(), stage ? " (staged as they came)" : "",
+                std::chrono::duration<double>(t2 - t1).count());
   log::info(buf);
 }
 

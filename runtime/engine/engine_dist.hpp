@@ -1,8 +1,8 @@
 // A distributed weight update into an engine in this process (SGLang's
 // /update_weights_from_distributed): receives every tensor of `meta` from the
-// group's rank 0 (dist::receive_weights), then copies them into the live weights
-// between two steps (update_weights: the engine's own layout and dtype), flushes the
-// prefix cache and sets the weight version. Throws rl::Error naming a bad name,
+// group's rank 0 (dist::receive_weights), copying each into spare storage in the
+// engine's own layout and dtype as it arrives (nn/weight_stage.hpp), then swaps it in
+// between two steps, flushes the prefix cache and sets the weight version. Throws rl::Error naming a bad name,
 // dtype or shape; GroupAbandoned, before receiving, when the tensors announced hold more
 // values than the model. LibTorch-free header: the engine's HTTP server calls it.
 #pragma once

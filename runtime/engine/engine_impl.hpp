@@ -28,6 +28,7 @@
 #include "model/config.hpp"
 #include "nn/kv_cache.hpp"
 #include "nn/shared_weights.hpp"
+#include "nn/weight_stage.hpp"
 #include "nn/transformer.hpp"
 
 namespace rl::engine {
@@ -53,6 +54,13 @@ class ModelRunner {
   bool restore_weights();
   void load_weights_from(const std::filesystem::path& dir);
   void copy_weights(const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+  // A staged update of the parameters named (nn/weight_stage.hpp), or null when the
+  // weights live in shared memory (the shm path's buffers must stay where they are).
+  std::unique_ptr<nn::WeightStage> plan_stage(const std::vector<std::string>& names,
+                                              const std::vector<std::vector<int64_t>>& shapes);
+  // Swaps a complete stage in (between two steps). Throws rl::Error when the weights
+  // were released, reloaded or shared since the stage was planned.
+  void install_stage(nn::WeightStage& stage);
   // Moves the weights into a new two-buffer shared-memory file in `dir` (the
   // previous one, if any, goes once nothing reads it) and describes it.
   const nn::SharedLayout& share_weights(const std::string& dir);
@@ -130,6 +138,11 @@ class EngineImpl final : public Engine {
                                 const std::optional<std::string>& weight_version = {}) override;
   void update_weights_in_memory(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                                 const std::optional<std::string>& weight_version);
+  // A staged update: planned on the scheduler thread, filled by the caller off it,
+  // installed between two steps.
+  std::unique_ptr<nn::WeightStage> plan_weight_stage(const std::vector<std::string>& names,
+                                                     const std::vector<std::vector<int64_t>>& shapes);
+  void install_weight_stage(nn::WeightStage& stage, const std::optional<std::string>& weight_version);
   // Between steps: fn changes the weights, then the prefix cache is flushed and the
   // version moves on (`what` names the call in errors).
   void update_weights_with(const std::function<void(ModelRunner&)>& fn, const char* what,

@@ -182,6 +182,23 @@ void ModelRunner::copy_weights(const std::vector<std::pair<std::string, torch::T
   updated_in_memory_ = true;
 }
 
+std::unique_ptr<nn::WeightStage> ModelRunner::plan_stage(const std::vector<std::string>& names,
+                                                        const std::vector<std::vector<int64_t>>& shapes) {
+  if (!model_) throw Error("update_weights: weights are released", "resume them first");
+  if (shared_) return nullptr;
+  return std::make_unique<nn::WeightStage>(model_->named_parameters(), names, shapes);
+}
+
+void ModelRunner::install_stage(nn::WeightStage& stage) {
+  if (!model_ || shared_ || !stage.matches(model_->named_parameters()))
+    throw Error("update_weights: the engine's weights were released, reloaded or shared while this update arrived",
+                "send the update again");
+  if (gpu_) gpu_->invalidate();
+  stage.swap_in();
+  model_->weights_changed();
+  updated_in_memory_ = true;
+}
+
 const nn::SharedLayout& ModelRunner::share_weights(const std::string& dir) {
   if (gpu_) gpu_->invalidate();
   shared_ = std::make_unique<nn::SharedWeights>(model_->named_parameters(), dir);

@@ -1,0 +1,121 @@
+#include "nn/weight_stage.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+
+#include "base/errors.hpp"
+#include "nn/weights.hpp"
+
+namespace rl::nn {
+namespace {
+
+// The bytes of a storage, as a flat uint8 tensor (CPU or CUDA alike).
+torch::Tensor bytes_of(const c10::Storage& s) {
+  const auto n = static_cast<int64_t>(s.nbytes());
+  return torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(s.device())).set_(s, 0, {n}, {1});
+}
+
+// [first, last) bytes of the storage a view spans when it is dense (no holes), else
+// nullopt-like {0, 0}.
+std::pair<int64_t, int64_t> dense_span(const torch::Tensor& t) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  if (t.numel() == 0 || span != t.numel()) return {0, 0};
+  const int64_t e = t.element_size();
+  return {t.storage_offset() * e, (t.storage_offset() + span) * e};
+}
+
+}  // namespace
+
+WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                         const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes) {
+  std::unordered_map<std::string, size_t> index;
+  std::unordered_map<const c10::StorageImpl*, size_t> slot_of;
+  for (size_t i = 0; i < params.size(); ++i) {
+    index.emplace(params[i].first, i);
+    const auto& s = params[i].second.storage();
+    planned_.push_back(s.unsafeGetStorageImpl());
+    if (slot_of.emplace(s.unsafeGetStorageImpl(), slots_.size()).second) slots_.push_back(Slot{s, {}, false});
+  }
+  for (auto& slot : slots_) {
+    const auto n = static_cast<int64_t>(slot.live.nbytes());
+    slot.spare = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(slot.live.device())).storage();
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(slots_.size());
+  std::vector<bool> seen(params.size(), false);
+  for (size_t k = 0; k < names.size(); ++k) {
+    auto it = index.find(names[k]);
+    if (it == index.end())
+      throw Error("update_weights: the model has no parameter '" + names[k] + "' (" + std::to_string(params.size()) +
+                  " parameters)", "send this model's weights under their Hugging Face names");
+    if (seen[it->second]) throw Error("update_weights: '" + names[k] + "' is sent twice");
+    seen[it->second] = true;
+    const torch::Tensor& live = params[it->second].second;
+    if (k < shapes.size() && live.sizes() != c10::IntArrayRef(shapes[k])) {
+      std::ostringstream os;
+      os << "update_weights: " << names[k] << " has shape " << c10::IntArrayRef(shapes[k]) << " but the engine's is "
+         << live.sizes();
+      throw Error(os.str());
+    }
+    const size_t slot = slot_of.at(live.storage().unsafeGetStorageImpl());
+    auto view = torch::empty({0}, live.options().requires_grad(false))
+                    .set_(slots_[slot].spare, live.storage_offset(), live.sizes(), live.strides());
+    views_.emplace_back(slot, std::move(view));
+    spans[slot].push_back(dense_span(live));
+  }
+  put_.assign(views_.size(), false);
+  for (size_t s = 0; s < slots_.size(); ++s) {  // covered: the dense spans join up to the whole storage
+    auto& v = spans[s];
+    std::sort(v.begin(), v.end());
+    int64_t reach = 0;
+    for (const auto& [a, b] : v)
+      if (b > a && a <= reach) reach = std::max(reach, b);
+    slots_[s].covered = reach >= static_cast<int64_t>(slots_[s].live.nbytes());
+  }
+}
+
+WeightStage::~WeightStage() = default;
+
+void WeightStage::copy_uncovered() {
+  if (copied_) return;
+  torch::NoGradGuard ng;
+  for (auto& slot : slots_)
+    if (!slot.covered) bytes_of(slot.spare).copy_(bytes_of(slot.live));
+  copied_ = true;
+}
+
+void WeightStage::put(size_t index, const torch::Tensor& src) {
+  if (index >= views_.size()) throw Error("update_weights: tensor " + std::to_string(index) + " was not announced");
+  torch::NoGradGuard ng;
+  copy_weight(views_[index].second, src);
+  put_[index] = true;
+}
+
+bool WeightStage::complete() const { return std::all_of(put_.begin(), put_.end(), [](bool b) { return b; }); }
+
+bool WeightStage::matches(const std::vector<std::pair<std::string, torch::Tensor>>& params) const {
+  if (params.size() != planned_.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].second.storage().unsafeGetStorageImpl() != planned_[i]) return false;
+  return true;
+}
+
+void WeightStage::swap_in() {
+  if (swapped_ || !complete() || !copied_) throw Error("update_weights: the staged update is not complete");
+  for (auto& slot : slots_) {
+    c10::StorageImpl* live = slot.live.unsafeGetStorageImpl();
+    c10::StorageImpl* spare = slot.spare.unsafeGetStorageImpl();
+    at::DataPtr old = live->set_data_ptr(std::move(spare->mutable_data_ptr()));
+    spare->set_data_ptr_noswap(std::move(old));
+  }
+  swapped_ = true;
+}
+
+int64_t WeightStage::spare_bytes() const {
+  int64_t n = 0;
+  for (const auto& s : slots_) n += static_cast<int64_t>(s.spare.nbytes());
+  return n;
+}
+
+}  // namespace rl::nn
