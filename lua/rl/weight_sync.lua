@@ -369,6 +369,7 @@ local function push_distributed(self, receivers, version, o, lora)
 end
 
 M.HTTP_BUCKET_BYTES = 64 * 1024 * 1024
+M.HTTP_MAX_BUCKET_BYTES = 255 * 1024 * 1024   -- an engine server takes request bodies up to 256 MiB
 
 local update_seq = 0
 
@@ -380,6 +381,10 @@ local update_seq = 0
 local function push_http(receivers, version, o, dir)
   local st = require("rl._core").safetensors
   local bucket = (o.bucket_bytes or 0) > 0 and o.bucket_bytes or M.HTTP_BUCKET_BYTES
+  if bucket > M.HTTP_MAX_BUCKET_BYTES then
+    return nil, ("bucket_bytes %d is over %d, what fits the engines' 256 MiB request limit with its header"):format(
+      bucket, M.HTTP_MAX_BUCKET_BYTES)
+  end
   local okn, n = pcall(st.buckets, dir, bucket)
   if not okn then return nil, "reading the saved weights: " .. tostring(n) end
   update_seq = update_seq + 1

@@ -292,6 +292,10 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
                            text=True, timeout=60, env=self.env)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--remote-weight-sync and --remote-weights-dir are for engines on other hosts", r.stderr)
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--remote-weight-sync", "http", "--lora-rank", "8",
+                            "--rollout-num-gpus-per-node", "1"], capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--remote-weight-sync http sends full weights; a LoRA adapter goes by distributed or disk", r.stderr)
 
     def test_lora_adapter_to_the_remote_engines(self):
         # --lora-rank across hosts: only the adapter moves, by the same c10d broadcast

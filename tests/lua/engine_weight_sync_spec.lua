@@ -119,6 +119,8 @@ describe("rl.weight_sync senders", function()
       local s, serr = tx:push({ thread, bad }, { version = "h3", method = "http" })
       ok(s == nil and serr:find("engine 2 (" .. proc.url .. ")", 1, true) and serr:find("HTTP 401", 1, true), serr)
       eq(proc:weight_receiver():version(), "h2")
+      local big, berr = tx:push({ proc }, { version = "x", method = "http", bucket_bytes = 2 ^ 30 })
+      ok(big == nil and berr:find("bucket_bytes 1073741824 is over", 1, true), berr)
       raises(function() tx:push({ {} }, { version = "x", method = "http" }) end, "engines[1] has no url (method 'http'")
       raises(function() ws.sender({}):push({ proc }, { version = "x", method = "http" }) end,
         "the weight source cannot send by 'http' (it has no save)")
