@@ -22,8 +22,8 @@
 -- endpoints); "http" — the source's safetensors cut into buckets (of opts.bucket_bytes,
 -- default 64 MiB) and POSTed to every engine server's /update_weights_from_safetensors,
 -- the engines concurrently, installed at the last bucket (engines on other hosts with no
--- shared filesystem and no c10d group). "auto" picks memory, else shm for process engines (files when one cannot
--- share), else disk. Every receive swaps the weights between two engine steps and flushes
+-- shared filesystem and no c10d group). "auto" picks memory, else shm for process
+-- engines (files when one cannot share), else disk; never http. Every receive swaps the weights between two engine steps and flushes
 -- the prefix cache; the engine then reports the new version.
 --
 -- A weight source is a table with these methods (each waits in the calling task):
