@@ -4,7 +4,7 @@
 --
 --   local rx = eng:weight_receiver()                 -- rl.engine (either mode) or a vLLM engine
 --   local rx = rl.weight_sync.receiver("http://10.0.0.2:30000")   -- any engine server ({url, api_key} too)
---   rx:methods()                  -- e.g. {"memory", "shm", "disk", "distributed"}
+--   rx:methods()                  -- e.g. {"memory", "shm", "disk", "distributed", "http"}
 --   assert(rx:receive_disk("/dev/shm/step_7", "7"))
 --   rx:version()                  -- "7": the weight version it serves
 --
