@@ -1,6 +1,7 @@
 -- The trainer's weights to engines on another host by c10d broadcast (rl.weight_sync's
--- "distributed": what a multi-host job does for remote engines) and by files (the
--- fallback: a safetensors directory every engine reads), timed per push; run by
+-- "distributed": what a multi-host job does for remote engines), by files (a safetensors
+-- directory every engine reads) and by HTTP (safetensors buckets POSTed to every engine:
+-- the fallback with no shared filesystem), timed per push; run by
 -- bench/weight_broadcast.sh on host 0 of two network namespaces.
 --   rlhost bench/weight_broadcast.lua MODEL MASTER_ADDR ROUNDS URL...
 local model, addr, rounds = arg[1], arg[2], tonumber(arg[3])
@@ -24,10 +25,11 @@ local function time(method, v, b)
 end
 time("distributed", "warm")   -- forms the group (rendezvous of the trainer and every engine)
 local out = { tensors = #meta.names, bytes = bytes, engines = #urls, bucket = bucket, job_bucket = job_bucket, distributed = {},
-              per_tensor = {}, disk = {} }
+              per_tensor = {}, disk = {}, http = {}, http_bucket = rl.weight_sync.HTTP_BUCKET_BYTES }
 for r = 1, rounds do
   out.distributed[r] = time("distributed", "d" .. r, bucket)
   out.per_tensor[r] = time("distributed", "t" .. r, 0)
   out.disk[r] = time("disk", "f" .. r)
+  out.http[r] = time("http", "h" .. r)
 end
 print(rl.json.encode(out))

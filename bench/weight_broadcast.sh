@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Weights to engines on another host: rl.weight_sync's c10d broadcast (what a multi-host
 # job does for remote engines, docs/distributed.md) against PyTorch's raw c10d broadcast
-# of the same bytes over the same link, and against the files fallback. Two "hosts":
+# of the same bytes over the same link, and against the files and HTTP fallbacks. Two "hosts":
 # network namespaces on a bridge this script makes (198.18.0.0/24, a test range), torn
 # down on exit; ENGINES engines on host 1, the trainer on host 0. Needs root and iproute2.
 #   SHAPE=42m ENGINES=2 ROUNDS=5 bench/weight_broadcast.sh [build-dir]
@@ -45,7 +45,7 @@ import json, statistics, sys
 r, raw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["raw"]
 med = lambda xs: statistics.median(xs)
 gb = r["bytes"] / 1e9
-d, t, f, w = med(r["distributed"]), med(r["per_tensor"]), med(r["disk"]), med(raw)
+d, t, f, w, h = med(r["distributed"]), med(r["per_tensor"]), med(r["disk"]), med(raw), med(r["http"])
 print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds" % (r["tensors"], r["bytes"] / 1e6, r["engines"], len(raw)))
 print("| path | s | GB/s (bytes sent once) | raw c10d / path |")
 print("|---|---|---|---|")
@@ -55,5 +55,7 @@ print("| rl.weight_sync distributed, a broadcast per tensor (SGLang's way%s) | %
     "; what a job sends" if job else "", t, gb / t, "**" if job else "", w / t, "**" if job else ""))
 print("| rl.weight_sync distributed, %d MiB buckets (`bucket_bytes`) | %.3f | %.2f | %.2fx |" % (r["bucket"] / 2**20, d, gb / d, w / d))
 print("| rl.weight_sync disk (safetensors, shared path) | %.3f | %.2f | %.2fx |" % (f, gb / f, w / f))
+print("| rl.weight_sync http (%d MiB safetensors buckets, POSTed to each engine) | %.3f | %.2f | %.2fx |" % (
+    r["http_bucket"] / 2**20, h, gb / h, w / h))
 PY
 echo "# logs: $out"

@@ -30,6 +30,7 @@ void open_core(lua_State* L) {
   add_area(L, core, "gzip", open_gzip);
   add_area(L, core, "timeline", open_timeline);
   add_area(L, core, "interrupt", open_interrupt);
+  add_area(L, core, "safetensors", open_safetensors);
   lua_pushstring(L, RLHOST_VERSION);
   lua_setfield(L, core, "version");
   lua_getglobal(L, "package");

@@ -26,6 +26,7 @@ void open_dump(lua_State* L, int t);     // core_dump.cpp:    _core.dump (torch.
 void open_gzip(lua_State* L, int t);      // core_gzip.cpp:     _core.gzip (in-memory gzip)
 void open_timeline(lua_State* L, int t);  // core_timeline.cpp: _core.timeline (trace timeline cache)
 void open_interrupt(lua_State* L, int t);  // core_interrupt.cpp: _core.interrupt (guards, the bounded stop)
+void open_safetensors(lua_State* L, int t);  // core_safetensors.cpp: _core.safetensors (weight update bodies)
 
 // Pushes the rl.json array metatable (core_json.cpp): tables carrying it are
 // lists even when empty, for every encoder (JSON, dumps).

@@ -4,7 +4,7 @@
 --
 --   local rx = eng:weight_receiver()                 -- rl.engine (either mode) or a vLLM engine
 --   local rx = rl.weight_sync.receiver("http://10.0.0.2:30000")   -- any engine server ({url, api_key} too)
---   rx:methods()                  -- e.g. {"memory", "shm", "disk", "distributed"}
+--   rx:methods()                  -- e.g. {"memory", "shm", "disk", "distributed", "http"}
 --   assert(rx:receive_disk("/dev/shm/step_7", "7"))
 --   rx:version()                  -- "7": the weight version it serves
 --
@@ -19,8 +19,11 @@
 -- machine shares two buffers in /dev/shm, the sender writes the one it is not reading and it
 -- switches; "disk" — a safetensors directory on tmpfs (update_weights_from_disk);
 -- "distributed" — a c10d broadcast to engine servers that joined a group (SGLang's
--- endpoints). "auto" picks memory, else shm for process engines (files when one cannot
--- share), else disk. Every receive swaps the weights between two engine steps and flushes
+-- endpoints); "http" — the source's safetensors cut into buckets (of opts.bucket_bytes,
+-- default 64 MiB) and POSTed to every engine server's /update_weights_from_safetensors,
+-- the engines concurrently, installed at the last bucket (engines on other hosts with no
+-- shared filesystem and no c10d group). "auto" picks memory, else shm for process
+-- engines (files when one cannot share), else disk; never http. Every receive swaps the weights between two engine steps and flushes
 -- the prefix cache; the engine then reports the new version.
 --
 -- A weight source is a table with these methods (each waits in the calling task):
@@ -96,7 +99,10 @@ function Receiver:methods()
   if self._native then out[#out + 1] = "memory" end
   if self.url and not self.disk_only then out[#out + 1] = "shm" end
   out[#out + 1] = "disk"
-  if self.url and not self.disk_only then out[#out + 1] = "distributed" end
+  if self.url and not self.disk_only then
+    out[#out + 1] = "distributed"
+    out[#out + 1] = "http"
+  end
   return out
 end
 
@@ -204,6 +210,28 @@ function Receiver:receive_distributed(meta, group_name, version, timeout, bucket
   return self:post("/update_weights_from_distributed", { names = meta.names, dtypes = meta.dtypes,
     shapes = meta.shapes, group_name = group_name, flush_cache = true, weight_version = version,
     bucket_bytes = (bucket_bytes or 0) > 0 and bucket_bytes or nil }, timeout)
+end
+
+--- HTTP (/update_weights_from_safetensors): one bucket of a weight update, `body` a
+--- safetensors file with some of the model's tensors (or row slices); the engine stages
+--- the parts of `update_id` and installs them all at the one with last = true, setting
+--- `version`. → {weight_version, installed, staged} or nil, err.
+function Receiver:receive_http(body, update_id, last, version, timeout)
+  local function q(v) return (tostring(v):gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end)) end
+  local path = ("/update_weights_from_safetensors?update_id=%s&last=%d"):format(q(update_id), last and 1 or 0)
+  if last and version ~= nil then path = path .. "&weight_version=" .. q(version) end
+  local headers = control_headers(self._api_key)
+  local h = { ["content-type"] = "application/octet-stream" }
+  for k, v in pairs(headers or {}) do h[k] = v end
+  local resp, err = require("rl.http").request { method = "POST", url = self.url .. path, body = body, headers = h,
+    timeout = timeout }
+  if not resp then return nil, tostring(err) end
+  local r = json.decode(resp.body)
+  if resp.status ~= 200 or type(r) ~= "table" or r.success == false then
+    local msg = type(r) == "table" and (r.message or (r.error and r.error.message)) or resp.body
+    return nil, ("POST %s/update_weights_from_safetensors: HTTP %d: %s"):format(self.url, resp.status, tostring(msg))
+  end
+  return r
 end
 
 --- Leaves a c10d group (/destroy_weights_update_group), best effort.
@@ -340,6 +368,40 @@ local function push_distributed(self, receivers, version, o, lora)
   return replies
 end
 
+M.HTTP_BUCKET_BYTES = 64 * 1024 * 1024
+M.HTTP_MAX_BUCKET_BYTES = 255 * 1024 * 1024   -- an engine server takes request bodies up to 256 MiB
+
+local update_seq = 0
+
+-- HTTP: the source's safetensors (saved once, as for "disk") cut into buckets of at most
+-- bucket_bytes; each bucket goes to every engine concurrently, the next once all took it;
+-- the last one installs. A failure leaves the engines' staged parts to the next update
+-- (a new update_id drops them). `dir`: the files() of the push. → the engines' replies to
+-- the last bucket, or nil, err.
+local function push_http(receivers, version, o, dir)
+  local st = require("rl._core").safetensors
+  local bucket = (o.bucket_bytes or 0) > 0 and o.bucket_bytes or M.HTTP_BUCKET_BYTES
+  if bucket > M.HTTP_MAX_BUCKET_BYTES then
+    return nil, ("bucket_bytes %d is over %d, what fits the engines' 256 MiB request limit with its header"):format(
+      bucket, M.HTTP_MAX_BUCKET_BYTES)
+  end
+  local okn, n = pcall(st.buckets, dir, bucket)
+  if not okn then return nil, "reading the saved weights: " .. tostring(n) end
+  update_seq = update_seq + 1
+  local id = ("%d-%d-%d"):format(os.time(), math.random(1e9), update_seq)
+  local replies
+  for b = 1, n do
+    local okb, body = pcall(st.bucket, dir, bucket, b)
+    if not okb then return nil, "reading the saved weights: " .. tostring(body) end
+    local err
+    replies, err = overlap(function() return true end, receivers, function(_, rx)
+      return rx:receive_http(body, id, b == n, version, o.timeout or 120)
+    end)
+    if not replies then return nil, ("update_weights_from_safetensors (bucket %d of %d): %s"):format(b, n, err) end
+  end
+  return replies
+end
+
 -- Unmaps one shared file the sender keeps (by its key in self.shm).
 local function forget_key(self, key)
   local st = self.shm[key]
@@ -392,7 +454,7 @@ local function push_shm(self, rx, version, timeout, lora)
 end
 
 -- What a weight source needs for each method (of its weights; of its LoRA adapter).
-local NEEDS = { memory = { "copy_to_engine" }, shm = { "write_shm", "forget_shm" }, disk = { "save" },
+local NEEDS = { memory = { "copy_to_engine" }, shm = { "write_shm", "forget_shm" }, disk = { "save" }, http = { "save" },
                 distributed = { "meta", "join_group", "broadcast" } }
 local LORA_NEEDS = { memory = { "copy_lora_to_engine" }, shm = { "lora_meta", "write_lora_shm", "forget_shm" },
                      disk = { "save_lora" }, distributed = { "lora_meta", "join_group", "broadcast_lora" } }
@@ -400,6 +462,7 @@ local LORA_NEEDS = { memory = { "copy_lora_to_engine" }, shm = { "lora_meta", "w
 -- Whether the source has what `method` needs (for its adapter: lora); false and the
 -- first missing method.
 local function source_can(source, method, lora)
+  if lora and method == "http" then return false, "way to send an adapter over HTTP (use shm, disk or distributed)" end
   for _, f in ipairs((lora and LORA_NEEDS or NEEDS)[method]) do
     if type(source[f]) ~= "function" then return false, f end
   end
@@ -432,7 +495,7 @@ local function push_one(self, rx, method, version, o, files, lora)
   return r, uerr, tag .. "disk"
 end
 
-local METHODS = { auto = true, shm = true, disk = true, distributed = true }
+local METHODS = { auto = true, shm = true, disk = true, distributed = true, http = true }
 
 -- The receivers of `targets` (one engine or a list), misuse raising in fname's name.
 local function receivers_of(targets, method, fname)
@@ -443,7 +506,7 @@ local function receivers_of(targets, method, fname)
   local out = {}
   for i, t in ipairs(targets or {}) do
     local rx, why = M.receiver(t)
-    if (method == "shm" or method == "distributed") and not (rx and rx.url) then
+    if (method == "shm" or method == "distributed" or method == "http") and not (rx and rx.url) then
       error(("%s: engines[%d] has no url (method '%s' talks to engine servers%s)"):format(fname, i, method,
         method == "distributed" and "; start thread-mode engines with serve = true" or ""), 4)
     end
@@ -459,10 +522,11 @@ end
 
 --- Hands the source's weights to `targets` (one engine or a list: anything M.receiver
 --- takes). opts: version (string, required), method ("auto" | "shm" | "disk" |
---- "distributed"), timeout (s, default 120), master_address, master_port, backend (c10d),
+--- "distributed" | "http"), timeout (s, default 120), master_address, master_port, backend (c10d),
 --- tmp_dir (where "disk" writes its directory; default /dev/shm, else $TMPDIR),
 --- bucket_bytes ("distributed" to rlhost engines: tensors packed into broadcasts of at most
---- that many bytes; default 0, one per tensor, as SGLang's endpoint takes them),
+--- that many bytes; default 0, one per tensor, as SGLang's endpoint takes them; "http":
+--- the request bodies' tensor bytes, default M.HTTP_BUCKET_BYTES = 64 MiB),
 --- keep_going (a failed engine does not stop the others), guard (function(i, receiver)
 --- called as engine i's transfer starts; may return a function called when it ends).
 --- → {seconds, weight_version, methods, versions, errors} (per engine: how it got them,
@@ -473,7 +537,7 @@ function Sender:push(targets, opts, fname)
   task.need_task(fname)
   local method = opts.method or "auto"
   if not METHODS[method] then
-    error(fname .. ": bad argument 'opts.method' ('auto', 'shm', 'disk' or 'distributed' expected, got '"
+    error(fname .. ": bad argument 'opts.method' ('auto', 'shm', 'disk', 'distributed' or 'http' expected, got '"
       .. tostring(method) .. "')", 3)
   end
   local version = tostring(opts.version)
@@ -509,6 +573,18 @@ function Sender:push(targets, opts, fname)
       if not ok then return nil, "rl.trainer: writing weights for sync: " .. tostring(serr) end
     end
     return dir
+  end
+  if method == "http" then
+    local d, err = files()
+    local replies
+    if d then replies, err = push_http(receivers, version, opts, d) end
+    if dir then require("rl._fs").remove_tree(dir) end
+    if not replies then return nil, err end
+    for i = 1, #receivers do
+      local v = type(replies[i]) == "table" and replies[i].weight_version
+      methods[i], versions[i] = "http", v ~= nil and tostring(v) or version
+    end
+    return { seconds = now() - t0, weight_version = version, methods = methods, versions = versions, errors = errors }
   end
   local last
   for i, rx in ipairs(receivers) do

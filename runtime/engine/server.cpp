@@ -256,6 +256,7 @@ void EngineServer::dispatch(net::ServerRequest& req, std::shared_ptr<net::Respon
       {"POST", "/destroy_weights_update_group", true, true, &EngineServer::on_destroy_weights_update_group},
       {"POST", "/init_weights_shm", true, true, &EngineServer::on_init_weights_shm},
       {"POST", "/update_weights_from_shm", true, true, &EngineServer::on_update_weights_from_shm},
+      {"POST", "/update_weights_from_safetensors", true, true, &EngineServer::on_update_weights_from_safetensors},
       {"POST", "/load_lora_adapter", true, true, &EngineServer::on_load_lora_adapter},
       {"POST", "/init_lora_shm", true, true, &EngineServer::on_init_lora_shm},
       {"POST", "/update_lora_from_shm", true, true, &EngineServer::on_update_lora_from_shm},

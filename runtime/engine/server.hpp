@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.hpp"
+#include "engine/engine_http_weights.hpp"
 #include "engine/generate_api.hpp"
 #include "engine/pd_bridge.hpp"
 #include "engine/server_metrics.hpp"
@@ -191,6 +192,8 @@ class EngineServer {
   void on_destroy_weights_update_group(const Req&, Res&);
   void on_init_weights_shm(const Req&, Res&);
   void on_update_weights_from_shm(const Req&, Res&);
+  // server_weights_http.cpp: safetensors bodies over HTTP (engines on other hosts)
+  void on_update_weights_from_safetensors(const Req&, Res&);
   // ... and a LoRA adapter's tensors by the same two paths
   void on_init_lora_shm(const Req&, Res&);
   void on_update_lora_from_shm(const Req&, Res&);
@@ -295,6 +298,8 @@ class EngineServer {
   std::shared_ptr<dist::ProcessGroup> weight_group(const std::string& name);
   std::shared_ptr<dist::ProcessGroup> joined_group(const std::string& name, const char* ep);  // or 400
   bool receive_in_group(const std::string& name, Res& res, const std::function<void()>& receive);
+  // An update over HTTP in several requests, staged until its last (server_weights_http.cpp).
+  WeightStaging weight_staging_;
 };
 
 // EngineStats under their own names (plus SGLang's num_running_reqs /

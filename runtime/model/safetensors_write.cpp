@@ -13,6 +13,7 @@
 #include "base/errors.hpp"
 #include "model/tensor_files.hpp"
 #include "model/tensor_files_io.hpp"
+#include "model/weight_buckets.hpp"
 
 namespace rl::model {
 namespace {
@@ -228,6 +229,27 @@ void write_safetensors(const fs::path& file, const std::vector<TensorToWrite>& t
   write_header(out, text);
   for (const auto* t : order) out.write(t->data, t->nbytes);
   out.commit();
+}
+
+std::string encode_safetensors(const std::vector<TensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  const std::string where = "safetensors bytes";
+  check_tensors(where, tensors);
+  // The caller's order (a bucket of a weight update); aligned when one dtype.
+  std::vector<const TensorToWrite*> order;
+  uint64_t data = 0;
+  for (const auto& t : tensors) {
+    order.push_back(&t);
+    data += t.nbytes;
+  }
+  const std::string text = header_text(where, order, metadata);
+  std::string out;
+  out.reserve(8 + text.size() + data);
+  const uint64_t header_len = text.size();
+  out.append(reinterpret_cast<const char*>(&header_len), 8);
+  out += text;
+  for (const auto* t : order) out.append(static_cast<const char*>(t->data), t->nbytes);
+  return out;
 }
 
 std::vector<fs::path> write_safetensors_dir(const fs::path& dir, const std::vector<TensorToWrite>& tensors,

@@ -1,5 +1,6 @@
 // safetensors reading (real stories260K checkpoint, every malformed-header
-// case, a fuzz of the header parser) and writing (single, sharded, atomic).
+// case, a fuzz of the header parser) and writing (single, sharded, atomic); weight
+// update buckets (whole tensors and row slices) that read back as the model.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "checkpoint_test_support.hpp"
 #include "model/tensor_files.hpp"
+#include "model/weight_buckets.hpp"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;
@@ -605,4 +607,44 @@ TEST_CASE("safetensors: header parser fuzz (mutations, truncations, random JSON)
   INFO("parsed " << ok << ", rejected " << failed);
   CHECK(ok > 0);
   CHECK(failed > 0);
+}
+
+TEST_CASE("safetensors: weight buckets hold every byte once, big tensors in row slices", "[safetensors][buckets]") {
+  const auto set = read_safetensors_dir(rl::test::stories_dir());
+  const size_t bucket = 16384;   // the 128 KiB embedding goes as 8 slices of 64 rows, each MLP matrix as 3
+  const auto plan = plan_buckets(set, bucket);
+  std::map<std::string, std::vector<std::byte>> got;
+  std::map<std::string, int> slices;
+  for (const auto& b : plan) {
+    const std::string bytes = encode_bucket(set, b);
+    const TensorSet part = parse_safetensors(bytes.data(), bytes.size(), "bucket");
+    size_t data = 0;
+    for (const auto& t : part.tensors) {
+      data += t.nbytes;
+      const TensorView* full = set.find(t.name);
+      REQUIRE(full);
+      auto& dst = got[t.name];
+      dst.resize(full->nbytes);
+      auto first = part.metadata.find(std::string(kFirstRowKey) + t.name);
+      size_t at = 0;
+      if (first != part.metadata.end()) {
+        ++slices[t.name];
+        CHECK(b.size() == 1);   // a slice travels alone
+        at = size_t(std::stoll(first->second)) * (full->nbytes / size_t(full->shape[0]));
+      } else {
+        CHECK(t.shape == full->shape);
+      }
+      REQUIRE(at + t.nbytes <= dst.size());
+      std::memcpy(dst.data() + at, t.data, t.nbytes);
+    }
+    CHECK(data <= bucket);
+  }
+  CHECK(slices["model.embed_tokens.weight"] == 8);
+  CHECK(slices["model.layers.0.mlp.up_proj.weight"] == 3);   // 172 rows of 256 bytes: 64 + 64 + 44
+  CHECK(slices["model.layers.0.mlp.down_proj.weight"] == 3);  // 64 rows of 688 bytes: 23 + 23 + 18
+  CHECK(slices.count("model.norm.weight") == 0);
+  REQUIRE(got.size() == set.tensors.size());
+  for (const auto& t : set.tensors) CHECK(std::memcmp(got[t.name].data(), t.data, t.nbytes) == 0);
+  CHECK(plan_buckets(set, size_t(1) << 30).size() == 1);   // everything in one
+  CHECK_THROWS_WITH(plan_buckets(set, 0), Contains("bucket_bytes must be > 0"));
 }

@@ -12,7 +12,11 @@ rank 1 on host 1, started by two real torchrun agents (or with srun's variables)
 * --lora-rank across hosts: the adapter alone reaches the other host's engine by the same
   broadcast, which then answers with the trainer's log-probs bit for bit.
 * Four engines on two hosts take the trainer's weights by one c10d broadcast, init and
-  update fanned out concurrently: no deadlock, every engine at the new version.
+  update fanned out concurrently: no deadlock, every engine at the new version; then by
+  HTTP (safetensors buckets POSTed to every engine at once), every engine at the next.
+* --remote-weight-sync http: a GRPO job whose other host's engine gets every sync over
+  HTTP alone (no shared directory, no c10d group for the engines); every engine reports
+  the trainer's version after each sync.
 
 Root (CAP_NET_ADMIN) and iproute2 are needed: without them the tests are skipped saying
 so (a failure under CI=true). Every namespace and link is removed at the end.
@@ -53,14 +57,17 @@ print(rl.json.encode(out))
 """
 
 # A trainer's weights to every engine URL of argv[2..] by c10d broadcast (master on
-# argv[1]), twice: the first push makes the group (init), the second reuses it (update).
+# argv[1]), twice: the first push makes the group (init), the second reuses it (update);
+# then by HTTP in 64 KiB buckets (many requests per engine, the embedding in row slices).
 PUSH = r"""
 local tr = rl.trainer.new { model = arg[1] }
 local urls = {}
 for i = 3, #arg do urls[#urls + 1] = arg[i] end
 local out = {}
-for _, v in ipairs { "5", "6" } do
-  local r = assert(tr:sync(urls, { method = "distributed", version = v, master_address = arg[2], timeout = 60 }))
+for _, round in ipairs { { "5", "distributed" }, { "6", "distributed" }, { "7", "http" } } do
+  local v = round[1]
+  local r = assert(tr:sync(urls, { method = round[2], version = v, master_address = arg[2], timeout = 60,
+                                   bucket_bytes = round[2] == "http" and 65536 or nil }))
   local seen = {}
   for i, u in ipairs(urls) do
     local info = rl.json.decode(assert(rl.http.get(u .. "/get_model_info")).body)
@@ -261,6 +268,35 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--remote-weight-sync disk needs --remote-weights-dir", r.stderr)
 
+    def test_http_for_the_remote_engines(self):
+        # --remote-weight-sync http: the other host's engine gets the weights as
+        # safetensors POSTed to it (what a failed broadcast falls back to without
+        # --remote-weights-dir), every step; both engines at the trainer's version.
+        d = os.path.join(self.dir, "http")
+        os.makedirs(d)
+        with netns.Hosts(2) as hosts:
+            procs = self.start(hosts, d, "--num-rollout", "2", "--remote-weight-sync", "http")
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        rows, workers = self.check_steps(d, 2, hosts)
+        for x in rows:
+            self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+            self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
+        for step in range(2):
+            self.assertGreater(workers[step].get(hosts[1].addr, 0), 0, "step %d: %s" % (step, workers[step]))
+        self.assertIn("memory, http to other hosts", logs[0])
+        self.assertNotIn("init_weights_update_group", logs[0], "no c10d group for the engines")
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--remote-weight-sync", "http"], capture_output=True,
+                           text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--remote-weight-sync and --remote-weights-dir are for engines on other hosts", r.stderr)
+        r = subprocess.run([BIN, "--no-control", RECIPE, "--remote-weight-sync", "http", "--lora-rank", "8",
+                            "--rollout-num-gpus-per-node", "1"], capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--remote-weight-sync http sends full weights; a LoRA adapter goes by distributed or disk", r.stderr)
+
     def test_lora_adapter_to_the_remote_engines(self):
         # --lora-rank across hosts: only the adapter moves, by the same c10d broadcast
         # (/update_lora_from_distributed); the other host's engine serves it from the first
@@ -393,10 +429,11 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
         rounds = json.loads(r.stdout.strip().splitlines()[-1])
         print("engines:", urls, "\nrounds:", rounds)
         self.assertEqual(sorted({u.split("//")[1].split(":")[0] for u in urls}), [hosts[0].addr, hosts[1].addr])
-        for got, v in zip(rounds, ("5", "6")):
-            self.assertEqual(got["methods"], ["distributed"] * 4)
+        for got, v, how in zip(rounds, ("5", "6", "7"), ("distributed", "distributed", "http")):
+            self.assertEqual(got["methods"], [how] * 4)
             self.assertEqual(got["replied"], [v] * 4)
             self.assertEqual(got["served"], [v] * 4)
+        self.assertEqual(len(rounds), 3)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 -- rl.weight_sync: the engine side (receivers: what an engine can take, the version it
 -- serves), the sender over a weight source other than the trainer (an rl.model), a
--- disk sync through a directory whose path has spaces and quotes, keep_going with one
+-- disk sync through a directory whose path has spaces and quotes, an "http" push (buckets
+-- and row slices, engines concurrently) equal to a disk push, keep_going with one
 -- engine gone and the per-engine guard. The trainer's memory, shm and c10d paths are
 -- trainer_spec.lua and trainer_dist_spec.lua.
 local rl = require "rl"
@@ -34,10 +35,10 @@ describe("rl.weight_sync receivers", function()
     local served = assert(rl.engine.start { model = STORIES, threads = 1 })
     local quiet = assert(rl.engine.start { model = STORIES, threads = 1, serve = false })
     local ok_run, err = pcall(function()
-      eq(served:weight_receiver():methods(), { "memory", "shm", "disk", "distributed" })
-      eq(quiet:weight_receiver():methods(), { "memory", "disk" })   -- no server: no shm, no c10d
-      eq(ws.receiver(served.url):methods(), { "shm", "disk", "distributed" })
-      eq(ws.receiver { url = served.url, api_key = "k" }:methods(), { "shm", "disk", "distributed" })
+      eq(served:weight_receiver():methods(), { "memory", "shm", "disk", "distributed", "http" })
+      eq(quiet:weight_receiver():methods(), { "memory", "disk" })   -- no server: no shm, no c10d, no http
+      eq(ws.receiver(served.url):methods(), { "shm", "disk", "distributed", "http" })
+      eq(ws.receiver { url = served.url, api_key = "k" }:methods(), { "shm", "disk", "distributed", "http" })
       eq(ws.receiver { update_weights_from_disk = function() end }:methods(), { "disk" })
       local none, why = ws.receiver(42)
       eq({ none, why }, { nil, "neither an rl.engine nor has update_weights_from_disk" })
@@ -82,6 +83,50 @@ describe("rl.weight_sync senders", function()
     end)
     thread:stop()
     proc:stop()
+    if not ok_run then error(err, 0) end
+  end, { timeout = 120 })
+
+  it("http: buckets POSTed to a process and a thread engine at once answer as a disk push of the same weights", function()
+    local proc = assert(rl.engine.start { model = STORIES, threads = 1, mode = "process" })
+    local thread = assert(rl.engine.start { model = STORIES, threads = 1 })
+    local ok_run, err = pcall(function()
+      local function answer(eng)
+        local out = assert(eng:generate { input_ids = { 1, 403 }, sampling_params = GREEDY, return_logprob = true })
+        local lps = {}
+        for i, x in ipairs(out.meta_info.output_token_logprobs) do lps[i] = x[1] end
+        return { ids = out.output_ids, logprobs = lps, version = out.meta_info.weight_version }
+      end
+      local before = answer(proc)
+      local m = assert(rl.model.load(other_model()))
+      local saved = 0
+      local tx = ws.sender { save = function(_, dir) saved = saved + 1; return m:save(dir) end }
+      -- 16 KiB buckets: many requests per engine, the 128 KiB embedding in row slices
+      local r = assert(tx:push({ proc, thread }, { version = "h1", method = "http", bucket_bytes = 16384 }))
+      eq({ r.methods, r.versions, r.weight_version, saved }, { { "http", "http" }, { "h1", "h1" }, "h1", 1 })
+      local by_http = answer(proc)
+      eq(by_http.version, "h1")
+      ok(by_http.ids[1] ~= before.ids[1] or by_http.ids[2] ~= before.ids[2], "the other model answers differently")
+      eq(answer(thread), by_http)
+      r = assert(tx:push({ proc }, { version = "h1", method = "disk" }))
+      eq(r.methods, { "disk" })
+      eq(answer(proc), by_http)   -- tokens and log-probs bit for bit
+      -- one bucket (the default 64 MiB) does the same
+      assert(tx:push({ proc }, { version = "h2", method = "http" }))
+      local one = answer(proc)
+      eq({ one.ids, one.logprobs, one.version }, { by_http.ids, by_http.logprobs, "h2" })
+      -- an engine that refuses (wrong token): the push fails naming it; nothing installed there
+      local bad = ws.receiver { url = proc.url, api_key = "not-the-token" }
+      local s, serr = tx:push({ thread, bad }, { version = "h3", method = "http" })
+      ok(s == nil and serr:find("engine 2 (" .. proc.url .. ")", 1, true) and serr:find("HTTP 401", 1, true), serr)
+      eq(proc:weight_receiver():version(), "h2")
+      local big, berr = tx:push({ proc }, { version = "x", method = "http", bucket_bytes = 2 ^ 30 })
+      ok(big == nil and berr:find("bucket_bytes 1073741824 is over", 1, true), berr)
+      raises(function() tx:push({ {} }, { version = "x", method = "http" }) end, "engines[1] has no url (method 'http'")
+      raises(function() ws.sender({}):push({ proc }, { version = "x", method = "http" }) end,
+        "the weight source cannot send by 'http' (it has no save)")
+    end)
+    proc:stop()
+    thread:stop()
     if not ok_run then error(err, 0) end
   end, { timeout = 120 })
 

@@ -84,7 +84,7 @@ function Trainer:values(batch) end
 
 ---@class rl.trainer.SyncOptions
 ---@field version? string|integer default: the step
----@field method? "auto"|"shm"|"disk"|"distributed" auto: in memory for thread-mode engines, shared memory for process-mode ones, safetensors on tmpfs otherwise
+---@field method? "auto"|"shm"|"disk"|"distributed"|"http" auto: in memory for thread-mode engines, shared memory for process-mode ones, safetensors on tmpfs otherwise
 ---@field timeout? number distributed, shm: seconds for every step of the sync (default 120)
 ---@field master_address? string distributed: the address engines reach the trainer at (127.0.0.1)
 ---@field master_port? integer distributed: the trainer's store port (default: a free one)

@@ -34,6 +34,11 @@ function Receiver:join_group(args, timeout) end
 ---@param meta {names: string[], dtypes: string[], shapes: integer[][]}
 ---@return table|nil, string|nil
 function Receiver:receive_distributed(meta, group_name, version, timeout) end
+--- /update_weights_from_safetensors: one bucket (a safetensors file) of update `update_id`; the part with last installs them all.
+---@param body string safetensors bytes
+---@param last boolean
+---@return {weight_version: string, installed: boolean, staged: integer}|nil, string|nil
+function Receiver:receive_http(body, update_id, last, version, timeout) end
 --- LoRA: a PEFT directory loaded under `name` in place of the adapter of that name (/load_lora_adapter).
 ---@return {weight_version: string}|nil, string|nil
 function Receiver:receive_lora(name, dir, version, timeout) end
@@ -77,7 +82,7 @@ function Receiver:cancel_pending() end
 
 ---@class rl.weight_sync.PushOptions
 ---@field version string the weight version the engines take
----@field method? "auto"|"shm"|"disk"|"distributed" auto: memory, else shm for process engines (files when one cannot share), else disk
+---@field method? "auto"|"shm"|"disk"|"distributed"|"http" auto: memory, else shm for process engines (files when one cannot share), else disk
 ---@field timeout? number shm, distributed: seconds for every step (default 120)
 ---@field master_address? string distributed: where engines reach the sender (127.0.0.1)
 ---@field master_port? integer distributed: the store's port (default a free one)
@@ -85,13 +90,13 @@ function Receiver:cancel_pending() end
 ---@field tmp_dir? string disk: where the weights' directory goes (default /dev/shm, else $TMPDIR)
 ---@field lora_name? string LoRA sources: the name to load the adapter under (default source.lora_name)
 ---@field keep_going? boolean a failed engine does not stop the others (its versions[i] is false)
----@field bucket_bytes? integer distributed, rlhost engines: consecutive tensors of one dtype per broadcast, at most this many bytes (0: one per tensor)
+---@field bucket_bytes? integer distributed, rlhost engines: consecutive tensors of one dtype per broadcast, at most this many bytes (0: one per tensor); http: tensor bytes per request (default 64 MiB)
 ---@field guard? fun(i: integer, rx: rl.weight_sync.Receiver): (fun()|nil) called as engine i's transfer starts; what it returns is called when it ends
 
 ---@class rl.weight_sync.PushResult
 ---@field seconds number
 ---@field weight_version string
----@field methods string[] per engine: memory, shm, disk or distributed (a LoRA source's: lora/memory, lora/shm, ...)
+---@field methods string[] per engine: memory, shm, disk, distributed or http (a LoRA source's: lora/memory, lora/shm, ...)
 ---@field versions (string|false)[] per engine: the version it serves, or false
 ---@field errors table<integer, string> per failed engine: why
 

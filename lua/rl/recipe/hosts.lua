@@ -69,6 +69,10 @@ function M.check_options(opt)
     rl.args.usage_error("--remote-weight-sync disk needs --remote-weights-dir DIR (a directory every host reads: "
       .. "a shared filesystem)")
   end
+  if opt.remote_weight_sync == "http" and (opt.lora_rank or 0) > 0 then
+    rl.args.usage_error("--remote-weight-sync http sends full weights; a LoRA adapter goes by distributed or disk "
+      .. "(hint: drop --remote-weight-sync, or give --remote-weight-sync disk --remote-weights-dir DIR)")
+  end
   if not n then
     if opt.remote_weights_dir or opt.remote_weight_sync ~= "distributed" then
       rl.args.usage_error("--remote-weight-sync and --remote-weights-dir are for engines on other hosts "
@@ -212,8 +216,8 @@ M.Controller = Controller
 
 --- The controller's side: router (the policy's), the number of other hosts to wait for,
 --- opts {lost_timeout (s, a host whose beat stops that long ends the run), ready_timeout
---- (s, for every host's engines to serve), timeout (store calls), method ("distributed"
---- or "disk"), files_dir (a directory every host reads: the files fallback)}. Call :wait_ready()
+--- (s, for every host's engines to serve), timeout (store calls), method ("distributed",
+--- "disk" or "http"), files_dir (a directory every host reads: the files fallback)}. Call :wait_ready()
 --- before the first rollout.
 function M.controller(router, n_hosts, opts)
   opts = opts or {}
@@ -396,9 +400,10 @@ end
 
 --- The trainer's weights to every live remote engine: by one c10d broadcast (the trainer
 --- rank 0 of a group with them; their /init_weights_update_group and
---- /update_weights_from_distributed calls concurrently), or, with a files directory every
---- host reads (--remote-weights-dir), as files when the broadcast fails or always
---- (--remote-weight-sync disk). `version`: the local engines'. Pending engines join the
+--- /update_weights_from_distributed calls concurrently); when the broadcast fails, as files
+--- from a directory every host reads (--remote-weights-dir), else over HTTP (safetensors
+--- buckets POSTed to each engine's /update_weights_from_safetensors). --remote-weight-sync
+--- disk or http: that way every time. `version`: the local engines'. Pending engines join the
 --- router after it. A failure drops the engines that stopped answering and tries once
 --- more; then every remote engine waits out of the router until the next sync (the run
 --- goes on with the others). → {urls, versions, methods, seconds}.
@@ -411,7 +416,12 @@ function Controller:sync(tr, version, timeout)
                           bucket_bytes = method == "distributed" and M.BUCKET_BYTES or nil,
                           tmp_dir = method == "disk" and self.files_dir or nil })
   end
-  local methods = self.method == "disk" and { "disk", "disk" } or { "distributed", self.files_dir and "disk" or "distributed" }
+  local methods = { self.method, self.method }
+  if self.method == "distributed" and self.files_dir then
+    methods[2] = "disk"
+  elseif self.method == "distributed" and not tr:lora() then
+    methods[2] = "http"   -- an adapter has no HTTP path: the broadcast once more
+  end
   for attempt = 1, 2 do
     local live = self:live()
     if #live == 0 then return { urls = {}, versions = {}, methods = {}, seconds = rl.now() - t0 } end

@@ -277,7 +277,7 @@ function Job:sync()
       else
         lr, lerr = tr:sync(self.engines)
       end
-      -- engines on other hosts (--rollout-num-gpus-per-node): one c10d broadcast to them all
+      -- engines on other hosts (--rollout-num-gpus-per-node): one c10d broadcast to them all (or files, or HTTP)
       if lr and self.hosts then remote = self.hosts:sync(tr, lr.weight_version) end
       return lr, lerr
     end)

@@ -129,9 +129,10 @@ local FLAGS = {
   { name = "rollout_num_gpus_per_node", type = "int",
     help = "slime's: engines on every host of a multi-host job (each host's first rank starts them; rank 0's router "
       .. "fronts them all; on the CPU it counts engines). Default: engines on rank 0's host only" },
-  { name = "remote_weight_sync", choices = { "distributed", "disk" }, default = "distributed",
-    help = "how other hosts' engines get the weights: distributed (one c10d broadcast; files from "
-      .. "--remote-weights-dir when it fails) or disk (always files from --remote-weights-dir)" },
+  { name = "remote_weight_sync", choices = { "distributed", "disk", "http" }, default = "distributed",
+    help = "how other hosts' engines get the weights: distributed (one c10d broadcast; when it fails, files from "
+      .. "--remote-weights-dir if given, else http), disk (always files from --remote-weights-dir) or http (always "
+      .. "safetensors POSTed to each engine, the admin token in the header: no shared filesystem, no c10d group)" },
   { name = "remote_weights_dir", type = "string",
     help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync, and "
       .. "for the weights of --rollout-external engines on other machines" },

@@ -291,11 +291,11 @@ local SYNC_OPTS = { version = true, method = true, timeout = true, master_addres
 --- keep_going, guard} (rl.weight_sync's Sender:push). method "auto" (default):
 --- thread-mode rl.engines in memory; process-mode ones through shared memory (files, with
 --- a warning, when one cannot share); anything else through a safetensors directory on
---- tmpfs. "shm", "disk", "distributed" (a c10d broadcast; backend "gloo" or "nccl")
---- force one. The weight version becomes `version` (default: the trainer's step). On
+--- tmpfs. "shm", "disk", "distributed" (a c10d broadcast; backend "gloo" or "nccl"),
+--- "http" (safetensors buckets POSTed to each engine server; bucket_bytes) force one. The weight version becomes `version` (default: the trainer's step). On
 --- data-parallel ranks other than 0 it does nothing (rank 0 holds the same weights).
 --- Returns {seconds, weight_version, methods, versions, errors} (per engine i: how it got
---- them — "memory", "shm", "disk", "distributed"; a LoRA trainer's adapter alone moves:
+--- them — "memory", "shm", "disk", "distributed", "http"; a LoRA trainer's adapter alone moves:
 --- "lora/memory", "lora/shm", ... —, the version it serves or false, why not) or nil, err
 --- (the first failure, unless keep_going).
 function Trainer:sync(engines, opts)

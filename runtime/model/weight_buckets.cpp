@@ -1,0 +1,56 @@
+#include "model/weight_buckets.hpp"
+
+#include <map>
+
+#include "base/errors.hpp"
+
+namespace rl::model {
+
+std::vector<Bucket> plan_buckets(const TensorSet& set, size_t bucket_bytes) {
+  if (bucket_bytes == 0) throw Error("weight buckets: bucket_bytes must be > 0");
+  std::vector<Bucket> out;
+  size_t used = 0;
+  for (size_t i = 0; i < set.tensors.size(); ++i) {
+    const TensorView& t = set.tensors[i];
+    if (t.nbytes > bucket_bytes && !t.shape.empty() && t.shape[0] > 1) {
+      // Row slices of at most bucket_bytes (at least one row), each a bucket of its own.
+      const size_t row_bytes = t.nbytes / size_t(t.shape[0]);
+      const int64_t per = std::max<int64_t>(1, int64_t(bucket_bytes / std::max<size_t>(row_bytes, 1)));
+      for (int64_t r = 0; r < t.shape[0]; r += per) out.push_back({{i, r, std::min(per, t.shape[0] - r)}});
+      used = bucket_bytes;  // nothing joins the last slice
+      continue;
+    }
+    if (out.empty() || used + t.nbytes > bucket_bytes) {
+      out.emplace_back();
+      used = 0;
+    }
+    out.back().push_back({i, 0, -1});
+    used += t.nbytes;
+  }
+  return out;
+}
+
+std::string encode_bucket(const TensorSet& set, const Bucket& bucket) {
+  std::vector<TensorToWrite> parts;
+  std::map<std::string, std::string> metadata;
+  parts.reserve(bucket.size());
+  for (const BucketPiece& p : bucket) {
+    if (p.tensor >= set.tensors.size()) throw Error("weight buckets: no tensor " + std::to_string(p.tensor));
+    const TensorView& t = set.tensors[p.tensor];
+    if (p.rows < 0) {
+      parts.push_back({t.name, t.dtype, t.shape, t.data, t.nbytes});
+      continue;
+    }
+    if (t.shape.empty() || p.first_row < 0 || p.first_row + p.rows > t.shape[0])
+      throw Error("weight buckets: rows " + std::to_string(p.first_row) + "+" + std::to_string(p.rows) + " of '" +
+                  t.name + "' are outside it");
+    const size_t row_bytes = t.nbytes / size_t(t.shape[0]);
+    std::vector<int64_t> shape = t.shape;
+    shape[0] = p.rows;
+    parts.push_back({t.name, t.dtype, shape, t.data + size_t(p.first_row) * row_bytes, size_t(p.rows) * row_bytes});
+    metadata[std::string(kFirstRowKey) + t.name] = std::to_string(p.first_row);
+  }
+  return encode_safetensors(parts, metadata);
+}
+
+}  // namespace rl::model
