@@ -1,7 +1,7 @@
 # RLHOST_CUDA=ON|OFF|AUTO. AUTO turns CUDA on when the CUDA toolkit (nvcc) is
 # found and the LibTorch we use was built with CUDA. With it on, rlhost::torch
 # also links libtorch_cuda/libc10_cuda, NCCL is linked, and RLHOST_WITH_CUDA is
-# defined for the files that have CUDA paths.
+# defined for the files that have CUDA paths (and only for them).
 set(RLHOST_CUDA "AUTO" CACHE STRING "Build the CUDA/NCCL paths: ON, OFF or AUTO")
 set_property(CACHE RLHOST_CUDA PROPERTY STRINGS ON OFF AUTO)
 
@@ -52,8 +52,10 @@ if(RLHOST_WITH_CUDA)
   target_link_libraries(rlhost::torch INTERFACE
     "${RLHOST_TORCH_LIB_DIR}/libtorch_cuda.so" "${RLHOST_TORCH_LIB_DIR}/libc10_cuda.so"
     "${RLHOST_CUDART_LIBRARY}" "${RLHOST_NCCL_LIBRARY}")
-  target_include_directories(rlhost::torch SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS} "${RLHOST_NCCL_INCLUDE_DIR}")
-  target_compile_definitions(rlhost::torch INTERFACE RLHOST_WITH_CUDA=1 USE_C10D_NCCL=1)
+  # Only the files with CUDA paths (RLHOST_CUDA_SOURCES in CMakeLists.txt) see these:
+  # every other file compiles exactly as in the CPU build, so ccache serves it from there.
+  set(RLHOST_CUDA_DEFINITIONS RLHOST_WITH_CUDA=1 USE_C10D_NCCL=1)
+  set(RLHOST_CUDA_INCLUDE_DIRS ${CUDAToolkit_INCLUDE_DIRS} "${RLHOST_NCCL_INCLUDE_DIR}")
   # Force libtorch_cuda to load even though no symbol of it is referenced directly,
   # so torch::cuda::is_available() sees the CUDA backend.
   target_link_options(rlhost::torch INTERFACE "LINKER:--no-as-needed")

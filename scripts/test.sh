@@ -6,6 +6,7 @@
 #   RLHOST_TEST_CPU=0        skip the CPU ctest stage (e.g. to rerun only the later ones)
 #   RLHOST_TEST_ASAN=0       skip the sanitizer stage
 #   RLHOST_TEST_CUDA_BUILD=0 skip the CUDA compile stage
+#   RLHOST_TEST_CUDA_BUDGET  seconds that stage may take (default 1200); over it, it fails
 #   RLHOST_TEST_VLLM=0       skip the stage against a real vLLM (ctest label vllm)
 #   RLHOST_TEST_VLLM_BUDGET  seconds that stage may take (default 1200); over it, it fails
 #   CI=true                  a missing peer or tool fails its test (.ci/run sets it);
@@ -102,15 +103,30 @@ if [ "${RLHOST_TEST_ASAN:-1}" != 0 ]; then
 fi
 
 if [ "${RLHOST_TEST_CUDA_BUILD:-1}" != 0 ] && command -v nvcc >/dev/null; then
-  stage "compile the CUDA/NCCL paths (-DRLHOST_CUDA=ON)"
-  cuda="$build-cuda"
-  [ -f "$cuda/build.ninja" ] || cmake -S "$root" -B "$cuda" -G Ninja -DRLHOST_CUDA=ON \
-      -DCMAKE_BUILD_TYPE="${RLHOST_BUILD_TYPE:-RelWithDebInfo}" \
-      -DRLHOST_TESTS=ON -DRLHOST_BENCH=OFF >/dev/null
-  cmake --build "$cuda" -j "$(nproc)" --target rlhost rlhost_torch
+  budget="${RLHOST_TEST_CUDA_BUDGET:-1200}"
+  stage "compile the CUDA/NCCL paths (-DRLHOST_CUDA=ON, budget $budget s)"
+  end=$((SECONDS + budget))
+  left() { local s=$((end - SECONDS)); [ "$s" -gt 0 ] && echo "$s" || echo 1; }
+  over() { echo "the CUDA compile stage ran past its budget of $budget s" >&2; exit 124; }
+  if [ "${CI:-}" = true ]; then
+    # A clean clone that runs nothing after this stage: the CPU build turns into the
+    # CUDA build in place. Only the files with CUDA paths see RLHOST_WITH_CUDA
+    # (RLHOST_CUDA_SOURCES in CMakeLists.txt), so only they, the kernels and the links
+    # are built again (a build dir of its own recompiled every LibTorch file).
+    cuda="$build"
+    cmake "$cuda" -DRLHOST_CUDA=ON >/dev/null
+  else
+    cuda="$build-cuda"  # ./build stays a CPU build
+    [ -f "$cuda/build.ninja" ] || cmake -S "$root" -B "$cuda" -G Ninja -DRLHOST_CUDA=ON \
+        -DCMAKE_BUILD_TYPE="${RLHOST_BUILD_TYPE:-RelWithDebInfo}" \
+        -DRLHOST_TESTS=ON -DRLHOST_BENCH=OFF >/dev/null
+  fi
+  timeout --signal=TERM --kill-after=30 "$(left)" cmake --build "$cuda" -j "$(nproc)" --target rlhost rlhost_torch || {
+    rc=$?; [ "$rc" = 124 ] && over; exit "$rc"; }
   # The CUDA build loads and runs on a machine without a GPU: the specs that drive
   # LibTorch (models, engines, trainer, data parallel over c10d) with this binary.
-  ctest --test-dir "$cuda" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" --output-junit "$reports/cuda.xml" \
-      -R '^lua/(torch|model|engine|trainer)'
+  timeout --signal=TERM --kill-after=30 "$(left)" \
+    ctest --test-dir "$cuda" --output-on-failure -j "${RLHOST_TEST_JOBS:-2}" --output-junit "$reports/cuda.xml" \
+      -R '^lua/(torch|model|engine|trainer)' || { rc=$?; [ "$rc" = 124 ] && over; exit "$rc"; }
 fi
 stage "done"
