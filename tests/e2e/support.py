@@ -68,23 +68,29 @@ def requires(available, what, hint):
 PIP_HINT = "pip install %s, or scripts/bootstrap.sh --test-deps"
 
 
-def main():
+def main(hard_exit=False):
     """unittest.main for a test file: exit 0 when every test passed, 1 when one failed or
     erred, SKIP_EXIT when some were skipped and none failed (each skip and its reason
-    printed last). Under CI=true a skip is a failure, whatever raised it."""
+    printed last). Under CI=true a skip is a failure, whatever raised it.
+    hard_exit: leave by os._exit once the outcome is printed, skipping the interpreter's
+    finalisation (for files whose peer SDK leaves threads behind that can abort it)."""
     prog = unittest.main(verbosity=2, exit=False)
     r = prog.result
+    code = 0
     if not r.wasSuccessful():
-        sys.exit(1)
-    if r.skipped:
+        code = 1
+    elif r.skipped:
         print("\n%d of %d tests skipped:" % (len(r.skipped), r.testsRun), file=sys.stderr)
         for test, reason in r.skipped:
             print("  SKIPPED %s: %s" % (test.id(), reason), file=sys.stderr)
         if CI:
             print("CI=true: a skipped test fails the run", file=sys.stderr)
-            sys.exit(1)
-        sys.exit(SKIP_EXIT)
-    sys.exit(0)
+        code = 1 if CI else SKIP_EXIT
+    if hard_exit:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def clean_env(**extra):
