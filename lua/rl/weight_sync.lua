@@ -113,11 +113,14 @@ end
 
 function Receiver:__tostring() return ("rl.weight_sync.Receiver(%s, %s)"):format(self.kind, tostring(self.url)) end
 
--- POST url..path with a JSON body to a control endpoint; → the decoded reply or nil, err
--- (any non-200, or success = false).
-function Receiver:post(path, body, timeout)
-  local resp, err = require("rl.http").request { method = "POST", url = self.url .. path, body = json.encode(body),
-    headers = control_headers(self._api_key), timeout = timeout }
+-- POST url..path to a control endpoint, `body` a table sent as JSON (or, with
+-- content_type, bytes sent as they are); → the decoded reply or nil, err (any non-200,
+-- or success = false).
+function Receiver:post(path, body, timeout, content_type)
+  local headers = control_headers(self._api_key)
+  if content_type then headers["content-type"] = content_type end
+  local resp, err = require("rl.http").request { method = "POST", url = self.url .. path,
+    body = content_type and body or json.encode(body), headers = headers, timeout = timeout }
   if not resp then return nil, tostring(err) end   -- rl.http's error names the method and URL
   local r = json.decode(resp.body)
   if resp.status ~= 200 or (type(r) == "table" and r.success == false) then
@@ -220,18 +223,7 @@ function Receiver:receive_http(body, update_id, last, version, timeout)
   local function q(v) return (tostring(v):gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end)) end
   local path = ("/update_weights_from_safetensors?update_id=%s&last=%d"):format(q(update_id), last and 1 or 0)
   if last and version ~= nil then path = path .. "&weight_version=" .. q(version) end
-  local headers = control_headers(self._api_key)
-  local h = { ["content-type"] = "application/octet-stream" }
-  for k, v in pairs(headers or {}) do h[k] = v end
-  local resp, err = require("rl.http").request { method = "POST", url = self.url .. path, body = body, headers = h,
-    timeout = timeout }
-  if not resp then return nil, tostring(err) end
-  local r = json.decode(resp.body)
-  if resp.status ~= 200 or type(r) ~= "table" or r.success == false then
-    local msg = type(r) == "table" and (r.message or (r.error and r.error.message)) or resp.body
-    return nil, ("POST %s/update_weights_from_safetensors: HTTP %d: %s"):format(self.url, resp.status, tostring(msg))
-  end
-  return r
+  return self:post(path, body, timeout, "application/octet-stream")
 end
 
 --- Leaves a c10d group (/destroy_weights_update_group), best effort.
