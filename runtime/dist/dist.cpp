@@ -320,7 +320,9 @@ ProcessGroup::Pending::Pending(ProcessGroup* g, std::string what, std::function<
     : g_(g), what_(std::move(what)), wait_(std::move(wait)) {}
 
 ProcessGroup::Pending::~Pending() {
-  if (done_) return;
+  // After a collective of the group failed or timed out, the ones still in flight are
+  // not waited for (each could take the whole timeout): the group is aborted on close.
+  if (done_ || g_->impl_->failed) return;
   try {
     wait();
   } catch (const std::exception& e) {

@@ -96,7 +96,8 @@ class ProcessGroup {
 };
 
 // An issued collective: wait() blocks until it is done (or throws rl::Error as any
-// collective of the group does); the destructor waits too, swallowing errors.
+// collective of the group does); the destructor waits too, swallowing errors, unless a
+// collective of the group has already failed (then it leaves it to the group's abort).
 class ProcessGroup::Pending {
  public:
   Pending(ProcessGroup* g, std::string what, std::function<void()> wait);
