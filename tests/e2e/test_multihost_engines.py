@@ -114,9 +114,10 @@ def netns_of(pid):
     return r.stdout.strip()
 
 
-@requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
-class EnginesOnEveryHost(TinyModel, RlhostTestCase):
-    tmp_prefix = "rlhost-multihost-engines-"
+class HostJob:
+    """A test class mixin: the GRPO recipe on namespace hosts, one rank each (start, finish,
+    wait_step), and the checks of its steps (samples, check_steps). Also used by
+    tests/e2e/test_multihost_weight_faults.py."""
 
     def flags(self, d, *extra, reward_wait=0):
         m = self.model
@@ -200,6 +201,11 @@ class EnginesOnEveryHost(TinyModel, RlhostTestCase):
                 workers.setdefault(step, {}).setdefault(host, 0)
                 workers[step][host] += 1
         return rows, workers
+
+
+@requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
+class EnginesOnEveryHost(HostJob, TinyModel, RlhostTestCase):
+    tmp_prefix = "rlhost-multihost-engines-"
 
     def test_grpo_with_engines_on_both_hosts(self):
         d = os.path.join(self.dir, "run")

@@ -217,13 +217,15 @@ M.Controller = Controller
 --- The controller's side: router (the policy's), the number of other hosts to wait for,
 --- opts {lost_timeout (s, a host whose beat stops that long ends the run), ready_timeout
 --- (s, for every host's engines to serve), timeout (store calls), method ("distributed",
---- "disk" or "http"), files_dir (a directory every host reads: the files fallback)}. Call :wait_ready()
+--- "disk" or "http"), files_dir (a directory every host reads: the files fallback), sync_timeout (s, each
+--- method's try of a weight sync; default 120)}. Call :wait_ready()
 --- before the first rollout.
 function M.controller(router, n_hosts, opts)
   opts = opts or {}
   local self = setmetatable({ router = router, expected = n_hosts, hosts = {}, by_url = {},
     lost_timeout = opts.lost_timeout or 60, ready_timeout = opts.ready_timeout or 600, events = {},
-    files_dir = opts.files_dir, method = opts.method or "distributed" }, Controller)
+    files_dir = opts.files_dir, method = opts.method or "distributed", sync_timeout = opts.sync_timeout or 120 },
+    Controller)
   self.store = rl.dist.store("engines", opts.timeout)
   self.addr = must(rl.dist.host_address())
   self.token = require("rl._core").admin.token()
@@ -412,7 +414,7 @@ function Controller:sync(tr, version, timeout)
   local function push(live, method)
     local rxs = {}
     for i, e in ipairs(live) do rxs[i] = e.receiver end
-    return tr:sync(rxs, { method = method, version = version, master_address = self.addr, timeout = timeout or 120,
+    return tr:sync(rxs, { method = method, version = version, master_address = self.addr, timeout = timeout or self.sync_timeout,
                           bucket_bytes = method == "distributed" and M.BUCKET_BYTES or nil,
                           tmp_dir = method == "disk" and self.files_dir or nil })
   end

@@ -58,7 +58,8 @@ local NUMERIC = {
   { "entropy_coef", "number" }, { "dist_timeout", "number", 0, nil, lo_open = true },
   { "critic_lr", "number", 0 }, { "value_clip", "number", 0 }, { "lambd", "number", 0, 1 }, { "gamma", "number", 0, 1 },
   { "num_critic_only_steps", "int", 0 },
-  { "check_weight_update_tolerance", "number", 0 }, { "host_lost_timeout", "number", 0, nil, lo_open = true }, { "rollout_health_check_first_wait", "number", 0 },
+  { "check_weight_update_tolerance", "number", 0 }, { "host_lost_timeout", "number", 0, nil, lo_open = true },
+  { "remote_weight_sync_timeout", "number", 0, nil, lo_open = true }, { "rollout_health_check_first_wait", "number", 0 },
   { "rollout_health_check_interval", "number", 0, nil, lo_open = true },
   { "rollout_health_check_timeout", "number", 0, nil, lo_open = true },
 }
@@ -392,7 +393,7 @@ local function start_serving(opt, job)
   if hosts.role(opt) == "controller" then   -- the other hosts' engines, registered as they come
     job.hosts = hosts.controller(job.router, hosts.host_count() - 1,
       { lost_timeout = opt.host_lost_timeout, ready_timeout = opt.dist_timeout, method = opt.remote_weight_sync,
-        files_dir = opt.remote_weights_dir })
+        files_dir = opt.remote_weights_dir, sync_timeout = opt.remote_weight_sync_timeout })
     -- an engine joins at once while the trainer holds the weights it loaded (no step yet;
     -- with LoRA, after the first sync: requests name the adapter it hands out)
     job.hosts:wait_ready(function() return not job.resumed and job.trainer:step() == 0 and not job.trainer:lora() end)

@@ -136,6 +136,9 @@ local FLAGS = {
   { name = "remote_weights_dir", type = "string",
     help = "a directory every host reads (a shared filesystem) for the files fallback of the remote weight sync, and "
       .. "for the weights of --rollout-external engines on other machines" },
+  { name = "remote_weight_sync_timeout", type = "number", default = 120,
+    help = "seconds a weight sync to other hosts' engines may take by each method (the c10d group's timeout, each "
+      .. "request's): an engine that stalls in it costs about this much before the fallback" },
   { name = "host_lost_timeout", type = "number", default = 60,
     help = "seconds without a heartbeat from another host's engines before the run ends (--rollout-num-gpus-per-node)" },
   { name = "engine_mode", choices = { "thread", "process" }, default = "thread",
