@@ -8,10 +8,11 @@ of step 0's c10d broadcast (--remote-weight-sync-timeout 6 keeps the waits short
   controller sends that version over HTTP (no --remote-weights-dir): every step with its
   full batch, both engines at the trainer's version after every sync, the remote engine's
   log-probs the trainer's bit for bit; the next sync goes by broadcast again.
-* A stuck engine: it stays stopped; the sync ends within its timeouts, the engine leaves
-  the router and the run goes on with the controller's engine. Resumed, it does not serve
-  again (the controller forgot it: it rejoins only when its host restarts it); killed, its
-  host restarts it and it serves after the next sync, at the trainer's version.
+* A stuck engine: it stays stopped through step 0; the sync ends within its timeouts, the
+  engine leaves the router and the run goes on with the controller's engine. Resumed, it
+  answers the next sync's health probe: that sync refits it (its process never exited,
+  so its host did not restart it), and it serves every later step at the trainer's
+  version.
 
 The stop lands in the broadcast: host 0's link is slowed (a tc tbf qdisc, 1 mbit/s: the
 124 KB of weights take about a second) until the engine, whose log says it joined the
@@ -21,11 +22,8 @@ process is removed at the end.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_multihost_weight_faults.py
 """
-import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -88,17 +86,6 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         keys = ("weight sync to", "out of the router", "joins the router", "failed (attempt")
         print("\n".join(x[-300:] for x in log.splitlines() if any(k in x for k in keys) and "Args parsed" not in x))
 
-    def engine_get(self, host, url, path):
-        """GET url+path from host's namespace: the JSON reply with its status, or {error}."""
-        code = ("import json, sys, urllib.request\n"
-                "try:\n"
-                "    r = urllib.request.urlopen(sys.argv[1], timeout=10)\n"
-                "    print(json.dumps(dict(json.loads(r.read() or b'{}'), status=r.status)))\n"
-                "except Exception as e:\n"
-                "    print(json.dumps({'error': str(e)}))\n")
-        r = host.run([sys.executable, "-c", code, url + path], capture_output=True, text=True, timeout=30)
-        return json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {"error": r.stderr}
-
     def logs(self, d):
         return "\n".join("--- host %d:\n%s" % (r, read(os.path.join(d, "host%d.log" % r))[-4000:]) for r in range(2))
 
@@ -152,7 +139,7 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         os.makedirs(d)
         with netns.Hosts(2) as hosts:
             self.slow_link(hosts[0], True)
-            # each step lasts about 2 s (its rewards wait 1.5 s): the restarted engine rejoins in time
+            # each step lasts about 2 s (its rewards wait 1.5 s): the resumed engine rejoins in time
             procs = self.start(hosts, d, "--num-rollout", str(STEPS), "--remote-weight-sync-timeout", str(TIMEOUT),
                                "--old-logprobs", "check", reward_wait=1.5)
             pid, elog = self.stop_in_first_broadcast(hosts, procs, d)
@@ -163,12 +150,7 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
                 self.wait_step(d, 0, procs)
             finally:
                 os.kill(pid, signal.SIGCONT)
-            self.wait_step(d, 1, procs)   # resumed, it serves no request of step 1 (out of the router)
-            # it answers again, with the weights it had: the controller forgot it and refits it
-            # no more (not yet: only an engine whose process exits comes back, restarted by its host)
-            m = re.search(r"engine 1 of host \S+ \((\S+)\) out of the router", read(os.path.join(d, "host0.log")))
-            resumed = self.engine_get(hosts[0], m.group(1), "/get_model_info")
-            os.kill(pid, signal.SIGKILL)  # its host restarts it; it rejoins at the next sync
+            # resumed, it answers the next sync's probe: that sync refits it, and it serves again
             codes, logs = self.finish(procs, d)
         for r in range(2):
             self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
@@ -176,28 +158,24 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         print("the stopped engine was out %.1f s after the stop" % took)
         self.assertLess(took, 2 * TIMEOUT + 30, "the sync ends within its timeouts")
         self.assertIn(FAILED % 1, logs[0])
+        addr = hosts[1].addr.replace(".", "\\.")
         self.assertRegex(logs[0], r"engine 1 of host %s \(\S+\) out of the router: no answer to /health before the "
-                         r"sync" % hosts[1].addr.replace(".", "\\."))
-        self.assertRegex(logs[1], r"engine 1 of this host \(\S+\) exited with status 137; starting it again")
-        self.assertRegex(logs[0], r"engine 1 of host %s at \S+: joins the router at the next weight sync"
-                         % hosts[1].addr.replace(".", "\\."))
+                         r"sync \(probed again at later syncs\)" % addr)
+        self.assertRegex(logs[0], r"engine 1 of host %s \(\S+\) answers again: this sync refits it" % addr)
+        self.assertNotRegex(logs[1], r"exited with status", "the engine lived on: its host did not restart it")
         rows, workers = self.check_steps(d, STEPS, hosts)
         print("samples per host and step:", workers)
         print("remote engines synced per step:", [x["rollout/engines/remote_synced"] for x in rows])
         self.assertLess(rows[0]["perf/update_weights_remote_time"], 2 * TIMEOUT + 30)
-        for step in (0, 1):   # step 0's sync left it out; resumed, it stayed out in step 1
-            self.assertEqual(rows[step]["rollout/engines/remote_synced"], 0, rows[step])
-            self.assertEqual(rows[step]["rollout/engines/remote_serving"], 0, rows[step])
-        for step in (1, 2):
-            self.assertEqual(workers[step].get(hosts[1].addr, 0), 0, "step %d: %s" % (step, workers[step]))
-        print("the resumed engine:", resumed)
-        self.assertEqual(resumed.get("status"), 200, resumed)
-        self.assertNotEqual(str(resumed["weight_version"]), str(rows[1]["rollout/weight_version"]), resumed)
-        last = rows[-1]
-        self.assertEqual(last["rollout/engines/remote_synced"], 1, last)
-        self.assertEqual(last["rollout/engines/remote_serving"], 1, last)
-        self.assertEqual(last["rollout/engines/versions_agree"], 1, last)
-        self.assertGreater(workers[STEPS - 1].get(hosts[1].addr, 0), 0, "the restarted engine serves the last step")
+        self.assertEqual(rows[0]["rollout/engines/remote_synced"], 0, rows[0])   # step 0's sync left it out
+        self.assertEqual(rows[0]["rollout/engines/remote_serving"], 0, rows[0])
+        back = [i for i, x in enumerate(rows) if x["rollout/engines/remote_synced"] == 1]
+        self.assertTrue(back, "the resumed engine was never refit")
+        for x in rows[back[0]:]:   # from its refit on, it serves at the trainer's version
+            self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
+            self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+        self.assertGreater(workers[STEPS - 1].get(hosts[1].addr, 0), 0, "the resumed engine serves the last step")
         for x in rows:   # no engine ever served other weights than the trainer's
             self.assertEqual(x["train/train_rollout_logprob_abs_diff"], 0.0, x)
 

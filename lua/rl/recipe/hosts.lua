@@ -380,12 +380,17 @@ local function probe(url)
   return resp ~= nil and resp.status == 200
 end
 
--- The engines a sync goes to: every one that answers its health probe (the others wait
--- for their host's restart, out of the router). Sorted by URL: the c10d group's order.
+-- The engines a sync goes to: every one that answers its health probe. One that does
+-- not leaves the router and waits, known still: its process may be stopped (SIGSTOP),
+-- swapping or busy; it is probed again at the next sync, then after 2, 4 and every 8
+-- syncs while it stays silent, and refit by the sync it answers (one whose process exits
+-- is replaced by its host's restart instead). Sorted by URL: the c10d group's order.
 function Controller:live()
   local list = {}
   for _, e in pairs(self.by_url) do
-    if not e.host.silent then list[#list + 1] = e end   -- a silent host's engines wait for its beat
+    if not e.host.silent then   -- a silent host's engines wait for its beat
+      if (e.wait or 0) > 0 then e.wait = e.wait - 1 else list[#list + 1] = e end
+    end
   end
   table.sort(list, function(a, b) return a.url < b.url end)
   local alive = task.wait_all((function()
@@ -395,9 +400,30 @@ function Controller:live()
   end)())
   local out = {}
   for i, e in ipairs(list) do
-    if alive[i] then out[#out + 1] = e else self:drop(e.url, "no answer to /health before the sync") end
+    if alive[i] then
+      if e.misses then
+        log.info("engine %d of host %s (%s) answers again: this sync refits it", e.index, e.host.addr, e.url)
+        self.events[#self.events + 1] = ("%s engine %d back"):format(e.host.addr, e.index)
+      end
+      e.misses, e.wait = nil, nil
+      out[#out + 1] = e
+    else
+      self:bench(e, "no answer to /health before the sync")
+    end
   end
   return out
+end
+
+-- Out of the router, kept for a later sync's probe (Controller:live).
+function Controller:bench(e, why)
+  e.misses = (e.misses or 0) + 1
+  e.wait = math.min(8, 2 ^ (e.misses - 1)) - 1
+  if e.state == "serving" then self.router:remove(e.url) end
+  e.state = "pending"
+  if e.misses > 1 then return end
+  self.events[#self.events + 1] = ("%s engine %d out (%s)"):format(e.host.addr, e.index, why)
+  log.warn("engine %d of host %s (%s) out of the router: %s (probed again at later syncs)", e.index, e.host.addr,
+    e.url, why)
 end
 
 --- The trainer's weights to every live remote engine: by one c10d broadcast (the trainer
