@@ -405,6 +405,19 @@ void ProcessGroup::reduce_scatter_sum(const at::Tensor& out, const at::Tensor& i
   out.copy_(whole[0].narrow(0, out.numel() * rank(), out.numel()));
 }
 
+void ProcessGroup::reduce_sum(const at::Tensor& t, int root, const std::string& what) {
+  connect();
+  if (!t.is_contiguous() || t.device() != impl_->device)
+    throw Error("dist: reduce of " + what + ": the tensor must be contiguous on the group's device");
+  std::lock_guard lk(impl_->mu);
+  c10d::ReduceOptions ro;
+  ro.rootRank = root;
+  ro.reduceOp = c10d::ReduceOp::SUM;
+  ro.timeout = impl_->timeout();
+  std::vector<at::Tensor> one{t};
+  impl_->wait(impl_->backend->reduce(one, ro), "reduce of " + what);
+}
+
 void ProcessGroup::barrier() {
   std::vector<at::Tensor> one{torch::zeros({1}, torch::TensorOptions().device(impl_->device))};
   allreduce_sum(one, "barrier");

@@ -84,6 +84,9 @@ class ProcessGroup {
   std::shared_ptr<Pending> broadcast_async(const at::Tensor& t, int root, const std::string& what);
   // out (in.numel() / world_size) = the sum over ranks of this rank's slice of `in`.
   void reduce_scatter_sum(const at::Tensor& out, const at::Tensor& in, const std::string& what);
+  // `t` (contiguous, on the group's device) summed over ranks into root's `t`; the
+  // other ranks' `t` are left as the backend leaves them (scratch).
+  void reduce_sum(const at::Tensor& t, int root, const std::string& what);
 
   // A byte string from `root` to every rank (root's `blob` is returned everywhere).
   std::string broadcast_bytes(const std::string& blob, int root);

@@ -12,38 +12,10 @@
 
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
+#include "nn/logprob_rows.hpp"
 
 namespace rl::nn {
-namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// A PackedWeight kept in an autograd context (saved_data holds IValues).
-struct PackedHolder : torch::CustomClassHolder {
-  explicit PackedHolder(bi::PackedWeight p) : packed(std::move(p)) {}
-  bi::PackedWeight packed;
-};
-
-constexpr int64_t kLogitsPerChunk = int64_t(1) << 25;
-// The forward pass keeps every chunk's log-softmax for the backward pass (instead
-// of recomputing the lm_head matmul there) while all of them fit this many logits
-// (256 MiB of float32); past it, each chunk is recomputed in the backward pass.
-constexpr int64_t kKeptLogits = int64_t(1) << 26;
-
-// On a GPU: chunks of up to 2^28 logits (1 GiB of float32), and all of a batch's
-// kept for the backward pass while they take at most 1/16 of the device's memory
-// (capped at 2^30 logits): one lm_head GEMM or a few instead of one per 128 MiB,
-// and none recomputed.
-int64_t gpu_kept_logits(const torch::Device& d) {
-#ifdef RLHOST_WITH_CUDA
-  const auto* prop = at::cuda::getDeviceProperties(d.index() < 0 ? at::cuda::current_device() : d.index());
-  return std::min<int64_t>(int64_t(1) << 30, static_cast<int64_t>(prop->totalGlobalMem / 16 / sizeof(float)));
-#else
-  (void)d;
-  return kKeptLogits;
-#endif
-}
+namespace detail {
 
 // Logits in the compute dtype (the weight's, or autocast's lower precision), then
 // float32 and scaled, as the engine computes them (float32 on the CPU: with the
@@ -93,6 +65,55 @@ void entropy_rows(const float* z, const float* lse, float* out, int64_t r0, int6
     for (; j < V; ++j) h += bi::exp_inline(zr[j] - l) * (zr[j] - l);
     out[r] = -h;
   }
+}
+
+// The dtype the lm_head matmul runs in: the weight's, or under autocast (the
+// trainer's bf16 mixed precision) autocast's lower-precision dtype, as torch.autocast
+// would run the matmul.
+torch::ScalarType compute_dtype(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  const auto dev = hidden.device().type();
+  if (weight.scalar_type() == torch::kFloat32 && at::autocast::is_autocast_available(dev) &&
+      at::autocast::is_autocast_enabled(dev))
+    return at::autocast::get_autocast_dtype(dev);
+  return weight.scalar_type();
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::compute_dtype;
+using detail::entropy_rows;
+using detail::exact_logprobs;
+using detail::scaled_logits;
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A PackedWeight kept in an autograd context (saved_data holds IValues).
+struct PackedHolder : torch::CustomClassHolder {
+  explicit PackedHolder(bi::PackedWeight p) : packed(std::move(p)) {}
+  bi::PackedWeight packed;
+};
+
+constexpr int64_t kLogitsPerChunk = int64_t(1) << 25;
+// The forward pass keeps every chunk's log-softmax for the backward pass (instead
+// of recomputing the lm_head matmul there) while all of them fit this many logits
+// (256 MiB of float32); past it, each chunk is recomputed in the backward pass.
+constexpr int64_t kKeptLogits = int64_t(1) << 26;
+
+// On a GPU: chunks of up to 2^28 logits (1 GiB of float32), and all of a batch's
+// kept for the backward pass while they take at most 1/16 of the device's memory
+// (capped at 2^30 logits): one lm_head GEMM or a few instead of one per 128 MiB,
+// and none recomputed.
+int64_t gpu_kept_logits(const torch::Device& d) {
+#ifdef RLHOST_WITH_CUDA
+  const auto* prop = at::cuda::getDeviceProperties(d.index() < 0 ? at::cuda::current_device() : d.index());
+  return std::min<int64_t>(int64_t(1) << 30, static_cast<int64_t>(prop->totalGlobalMem / 16 / sizeof(float)));
+#else
+  (void)d;
+  return kKeptLogits;
+#endif
 }
 
 // d/dz of g_lp * logprob[target] + g_ent * entropy for rows of logits z (scaled by
@@ -253,17 +274,6 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
-
-// The dtype the lm_head matmul runs in: the weight's, or under autocast (the
-// trainer's bf16 mixed precision) autocast's lower-precision dtype, as torch.autocast
-// would run the matmul.
-torch::ScalarType compute_dtype(const torch::Tensor& hidden, const torch::Tensor& weight) {
-  const auto dev = hidden.device().type();
-  if (weight.scalar_type() == torch::kFloat32 && at::autocast::is_autocast_available(dev) &&
-      at::autocast::is_autocast_enabled(dev))
-    return at::autocast::get_autocast_dtype(dev);
-  return weight.scalar_type();
-}
 
 }  // namespace
 

@@ -459,7 +459,7 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
   torch::Tensor x;
-  if (hooks_) x = hooks_->leave(0, torch::embedding(hooks_->enter(0).at(0), input_ids));
+  if (hooks_) x = hooks_->embed(input_ids);
   else x = embed_tokens(input_ids);
   LoraRun run;
   if (lora_) {

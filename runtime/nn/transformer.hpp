@@ -63,6 +63,9 @@ class UnitHooks {
   virtual std::vector<torch::Tensor> enter(int unit) = 0;
   // That use produced `out`; the forward goes on with the returned tensor.
   virtual torch::Tensor leave(int unit, const torch::Tensor& out) = 0;
+  // The embeddings of `ids` [batch, seq] (unit 0's rows): by default unit 0 entered
+  // whole around the lookup.
+  virtual torch::Tensor embed(const torch::Tensor& ids) { return leave(0, torch::embedding(enter(0).at(0), ids)); }
 };
 
 class Transformer {

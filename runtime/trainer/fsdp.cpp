@@ -110,6 +110,12 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
       u.split.push_back(t.numel());
     }
     u.shard = std::max<int64_t>(1, (u.numel + world_ - 1) / world_);
+    const int at = static_cast<int>(units_.size());
+    if ((at == 0 || at == model_->lm_head_unit()) && idx.size() == 1 && u.shapes[0].size() == 2) {
+      // The embedding and the lm_head: whole rows per rank (embed(), head_blocks()).
+      const int64_t rows = u.shapes[0][0], cols = u.shapes[0][1];
+      u.shard = std::max<int64_t>(1, (rows + world_ - 1) / world_ * cols);
+    }
     if (const int64_t pad = u.shard * world_ - u.numel; pad > 0) u.split.push_back(pad);
     const auto& first = params[idx.at(0)].second;
     if (source) {  // filled below, by load(): this rank's slices straight from the mapped files
@@ -179,7 +185,7 @@ void ShardedModel::load(const model::TensorSet& tensors) {
 int ShardedModel::next_in_forward(int unit) const {
   const int layers = static_cast<int>(model_->config().num_hidden_layers);
   if (unit <= layers) return unit + 1;          // embedding, layers: the next layer, then the final norm
-  if (unit == layers + 1) return model_->lm_head_unit();  // the final norm: the lm_head
+  if (unit == layers + 1) return blocked_head() ? -1 : model_->lm_head_unit();  // the final norm: the whole lm_head
   return -1;
 }
 
@@ -198,20 +204,27 @@ torch::Tensor ShardedModel::gather(int unit, int64_t use_id) {
     full = torch::empty({u.shard * world_}, u.local.options().requires_grad(false));
     fill(u, full);
   }
-  if (const int next = next_in_forward(unit); next >= 0 && world_ > 1) {
-    auto& n = units_.at(static_cast<size_t>(next));
-    auto p = std::make_shared<Prefetch>();
-    p->unit = next;
-    p->full = torch::empty({n.shard * world_}, n.local.options().requires_grad(false));
-    p->pending = issue_gather(n, p->full);
-    ahead_ = std::move(p);
-  }
+  prefetch(next_in_forward(unit));
   auto use = std::make_shared<Use>();
   use->unit = unit;
   use->storage = full.storage();
   use->nbytes = full.storage().nbytes();
   uses_[use_id] = std::move(use);
   return full;
+}
+
+void ShardedModel::prefetch(int unit) {
+  if (unit < 0 || world_ == 1) return;
+  if (ahead_) {  // issued on every rank, so waited on every rank: the collectives stay in step
+    wait_gather(*ahead_->pending);
+    ahead_.reset();
+  }
+  auto& n = units_.at(static_cast<size_t>(unit));
+  auto p = std::make_shared<Prefetch>();
+  p->unit = unit;
+  p->full = torch::empty({n.shard * world_}, n.local.options().requires_grad(false));
+  p->pending = issue_gather(n, p->full);
+  ahead_ = std::move(p);
 }
 
 std::vector<torch::Tensor> ShardedModel::views(int unit, const torch::Tensor& full) const {

@@ -12,6 +12,10 @@
 // base, trainable = false) is gathered back for its backward the same way when
 // gradients flow through it, and released after it; it has no gradients to reduce.
 //
+// Training gathers neither the embedding nor the lm_head whole (trainer/fsdp_vocab.cpp):
+// the lookup moves only the rows its tokens use, the lm_head goes by row blocks (whole
+// only with a LoRA adapter on it, merged into it for each use).
+//
 // Every forward and backward is a collective: all ranks run the same sequence of them
 // (the trainer pads ranks with fewer micro-batches with empty passes). Knows nothing
 // of Lua.
@@ -26,6 +30,7 @@
 
 #include <torch/torch.h>
 
+#include "nn/logprobs_blocked.hpp"
 #include "nn/transformer.hpp"
 #include "dist/dist.hpp"
 #include "model/tensor_files.hpp"
@@ -53,7 +58,7 @@ class ShardedModel : public nn::UnitHooks {
     std::vector<std::vector<int64_t>> shapes;
     std::vector<int64_t> offsets;  // of each parameter in the unit's flat vector
     int64_t numel = 0;             // parameters in the unit (the flat vector, unpadded)
-    int64_t shard = 0;             // elements per rank: ceil(numel / world)
+    int64_t shard = 0;             // elements per rank: ceil(numel / world) (embedding, lm_head: whole rows)
     std::vector<int64_t> split;    // the gathered vector's pieces: each parameter's numel, then the padding
     torch::Tensor local;           // this rank's [shard] (zeros past numel)
   };
@@ -71,8 +76,21 @@ class ShardedModel : public nn::UnitHooks {
   // nn::UnitHooks (the model's forward calls them).
   std::vector<torch::Tensor> enter(int unit) override;
   torch::Tensor leave(int unit, const torch::Tensor& out) override;
-  // The lm_head weight for one use by the caller (the trainer's log-softmax), and the
-  // end of that use (its output).
+  // The embedding lookup without gathering the embedding (trainer/fsdp_vocab.cpp):
+  // every rank's ids are all-gathered, each rank fills in the rows it holds and a
+  // reduce-scatter hands each rank its own tokens' rows (the other ranks add zeros:
+  // exact). The backward pass all-gathers every rank's row gradients, and each rank
+  // adds those of its rows to its shard. Traffic and memory grow with the tokens, not
+  // the vocabulary.
+  torch::Tensor embed(const torch::Tensor& ids) override;
+  // The lm_head as row blocks for nn::token_logprobs_blocked (the trainer's
+  // log-softmax): block b is rank b's rows (the lm_head's unit is sharded by whole
+  // rows), broadcast by rank b when fetched; a block's gradient is summed onto rank b
+  // and added, / N, to its shard's gradient. The whole [V, H] matrix is never gathered.
+  nn::HeadBlocks head_blocks();
+  // Whether the lm_head goes by head_blocks(); else (a LoRA adapter merged into it)
+  // whole, for one use by the caller, and the end of that use (its output).
+  bool blocked_head() const;
   torch::Tensor lm_head() { return enter(model_->lm_head_unit()).at(0); }
   torch::Tensor lm_head_done(const torch::Tensor& out) { return finish(model_->lm_head_unit(), out, true); }
 
@@ -96,6 +114,18 @@ class ShardedModel : public nn::UnitHooks {
 
  private:
   struct Use;  // one gathered copy of a unit, from its gather to its release
+  // An embedding lookup's ids: every rank's, each padded with -1 to `per`.
+  struct Lookup {
+    torch::Tensor all_ids;
+    int64_t per = 0;
+  };
+  friend struct VocabLookup;
+  torch::Tensor lookup_rows(const torch::Tensor& ids, Lookup& l);        // [n, H] for ids [n]
+  torch::Tensor lookup_grad(const Lookup& l, const torch::Tensor& grad);  // grad [n, H] -> unit 0's [shard]
+  std::pair<int64_t, int64_t> own_rows(int unit) const;                   // [first, end) rows of a by-row unit
+  bool by_rows(int unit) const;  // the unit is one matrix sharded by whole rows
+  int64_t max_over_ranks(int64_t v);
+  void prefetch(int unit);  // the gather of unit (< 0: none) issued now, for a later gather()
   static torch::Tensor alias(const Use& use, const Unit& u);
   friend struct GatherUnit;
   torch::Tensor gather(int unit, int64_t use_id);             // called by GatherUnit::forward

@@ -12,6 +12,7 @@
 #include "base/log_text.hpp"
 #include "dist/dist.hpp"
 #include "nn/batch_invariant_ops.hpp"
+#include "nn/logprobs_blocked.hpp"
 #include "nn/weights_digest.hpp"
 #include "trainer/state_bytes.hpp"
 
@@ -337,15 +338,20 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
   auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
-  // Sharded: the lm_head is gathered for this use (and again for its backward).
+  // Sharded: the lm_head goes by row blocks, each rank's in turn, never whole; with a
+  // LoRA adapter on it, it is gathered whole for this use (and again for its backward).
   ShardedModel* sm = sharded_of(m);
   const bool merged = m.lora_lm_head();  // LoRA on lm_head: the adapter merged into the weight
-  auto weight = sm ? sm->lm_head() : merged ? m.effective_lm_head() : m.lm_head_weight();
-  if (sm && merged) weight = m.lora()->merged_lm_head(weight);
-  auto out = nn::token_logprobs(flat, weight,
-                                on_device(p.targets), opts_.temperature, with_entropy, 0, -1,
-                                sm || merged ? nullptr : &m.lm_head_packed());
-  if (sm) out.logprobs = sm->lm_head_done(out.logprobs);
+  nn::TokenLogprobs out;
+  if (sm && sm->blocked_head()) {
+    out = nn::token_logprobs_blocked(flat, sm->head_blocks(), on_device(p.targets), opts_.temperature, with_entropy);
+  } else {
+    auto weight = sm ? sm->lm_head() : merged ? m.effective_lm_head() : m.lm_head_weight();
+    if (sm && merged) weight = m.lora()->merged_lm_head(weight);
+    out = nn::token_logprobs(flat, weight, on_device(p.targets), opts_.temperature, with_entropy, 0, -1,
+                             sm || merged ? nullptr : &m.lm_head_packed());
+    if (sm) out.logprobs = sm->lm_head_done(out.logprobs);
+  }
   auto index = on_device(p.cols);
   auto logp = torch::zeros({B * R}, out.logprobs.options()).index_put({index}, out.logprobs).view({B, R});
   if (entropy && with_entropy)

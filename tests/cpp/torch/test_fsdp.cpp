@@ -8,6 +8,7 @@
 
 #include "model_fixtures.hpp"
 #include "nn/logprobs.hpp"
+#include "nn/logprobs_blocked.hpp"
 #include "nn/transformer.hpp"
 #include "trainer/fsdp.hpp"
 
@@ -88,4 +89,33 @@ CATCH_TEST_CASE("no-grad passes release every gathered unit; a model outlives it
     CATCH_REQUIRE_THROWS_WITH(ShardedModel(m, nullptr, false), Catch::Contains("sharded already"));
   }
   CATCH_REQUIRE_THROWS_WITH(m->forward(torch::tensor({{1, 2}}, torch::kInt64)), Catch::Contains("no longer exists"));
+}
+
+CATCH_TEST_CASE("a sharded model's lm_head by row blocks: the unsharded log-probs bit for bit, its gradients", "[fsdp]") {
+  for (const std::string family : {"qwen2", "llama"}) {  // a tied embedding and an untied lm_head
+    CATCH_SECTION(family) {
+      auto whole = tiny(family), shard = tiny(family);
+      ShardedModel sm(shard, nullptr, true);
+      CATCH_REQUIRE(sm.blocked_head());
+      const auto ids = torch::tensor({{1, 5, 9, 13, 2, 7}, {3, 4, 8, 2, 90, 6}}, torch::kInt64);
+      const int64_t T = ids.size(1), H = whole->config().hidden_size;
+      auto targets = ids.narrow(1, 1, T - 1).reshape({-1});
+      auto hidden_of = [&](Transformer& m) { return m.forward(ids).narrow(1, 0, T - 1).reshape({-1, H}); };
+      auto a = rl::nn::token_logprobs(hidden_of(*whole), whole->lm_head_weight(), targets, 0.8, true, 0, -1, nullptr);
+      auto b = rl::nn::token_logprobs_blocked(hidden_of(*shard), sm.head_blocks(), targets, 0.8, true);
+      CATCH_REQUIRE(torch::equal(a.logprobs, b.logprobs));
+      CATCH_REQUIRE(torch::equal(a.entropy, b.entropy));
+      (a.logprobs.sum() + 0.1 * a.entropy.sum()).backward();
+      (b.logprobs.sum() + 0.1 * b.entropy.sum()).backward();
+      const auto& params = whole->named_parameters();
+      const auto units = whole->parameter_units();
+      for (size_t u = 0; u < units.size(); ++u) {
+        std::vector<torch::Tensor> g;
+        for (size_t i : units[u]) g.push_back(params[i].second.grad().reshape({-1}));
+        const auto flat = torch::cat(g);
+        const auto got = sm.shards()[u].grad().narrow(0, 0, flat.numel());
+        CATCH_REQUIRE((got - flat).abs().max().item<float>() <= 1e-5f * (1 + flat.abs().max().item<float>()));
+      }
+    }
+  }
 }
