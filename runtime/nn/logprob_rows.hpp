@@ -20,6 +20,11 @@ void exact_logprobs(const torch::Tensor& z, const torch::Tensor& targets, torch:
                     torch::Tensor logprob_out);
 // Entropy of rows [r0, r1) of z [*, V] float32 from their log-sum-exp.
 void entropy_rows(const float* z, const float* lse, float* out, int64_t r0, int64_t r1, int64_t V);
+// d/dz of g_lp * logprob[target] + g_ent * entropy over columns of log p (`logp`,
+// [n, cols] float32), before the target's + g_lp and the 1/T: -p (g_lp + g_ent (log p
+// + H)), p = exp(logp). entropy, g_lp, g_ent: [n, 1] float32 columns or undefined.
+torch::Tensor softmax_grad(const torch::Tensor& logp, const torch::Tensor& entropy, const torch::Tensor& g_lp,
+                           const torch::Tensor& g_ent);
 // The dtype the lm_head matmul runs in: the weight's, or autocast's lower precision.
 torch::ScalarType compute_dtype(const torch::Tensor& hidden, const torch::Tensor& weight);
 

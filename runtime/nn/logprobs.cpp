@@ -78,6 +78,17 @@ torch::ScalarType compute_dtype(const torch::Tensor& hidden, const torch::Tensor
   return weight.scalar_type();
 }
 
+torch::Tensor softmax_grad(const torch::Tensor& logp, const torch::Tensor& entropy, const torch::Tensor& g_lp,
+                           const torch::Tensor& g_ent) {
+  auto gz = torch::exp(logp);  // built in place over p: no other vocabulary-sized temporaries
+  if (g_ent.defined()) {
+    auto scale = g_lp.defined() ? g_lp : torch::zeros_like(g_ent);
+    return gz.mul_((logp + entropy).mul_(g_ent).add_(scale)).neg_();
+  }
+  if (g_lp.defined()) return gz.mul_(g_lp.neg());
+  return gz.zero_();
+}
+
 }  // namespace detail
 
 namespace {
@@ -250,18 +261,11 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
                       ? saved[5 + c]
                       : scaled_logits(h, w, temperature, packed).sub_(lse.narrow(0, s, len).unsqueeze(1));
       // d logprob / dz = onehot(target) - p;  d entropy / dz = -p (log p + H).
-      // gz is built in place over p: no other vocabulary-sized temporaries.
-      auto gz = torch::exp(logp);
-      if (g_ent.defined()) {
-        auto g = g_ent.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1);
-        auto scale = g_lp.defined() ? g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1) : torch::zeros_like(g);
-        // -p * (g_lp + g_ent * (log p + H))
-        gz.mul_(((logp + entropy.narrow(0, s, len).unsqueeze(1)).mul_(g)).add_(scale)).neg_();
-      } else if (g_lp.defined()) {
-        gz.mul_(g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1).neg());
-      } else {
-        gz.zero_();
-      }
+      auto column = [&](const torch::Tensor& v) {
+        return v.defined() ? v.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1) : v;
+      };
+      auto gz = detail::softmax_grad(logp, g_ent.defined() ? column(entropy) : torch::Tensor(), column(g_lp),
+                                     column(g_ent));
       if (g_lp.defined())
         gz.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), g_lp.narrow(0, s, len).to(torch::kFloat32).unsqueeze(1));
       if (temperature != 1.0) gz.div_(temperature);

@@ -114,7 +114,6 @@ struct BlockedLogprob : torch::autograd::Function<BlockedLogprob> {
     auto g_lp = f32(grads[0]);
     auto g_ent = with_entropy ? f32(grads[1]) : torch::Tensor();
     auto grad_hidden = torch::zeros({n, head.hidden}, hidden.options().dtype(torch::kFloat32));
-    const float inv_t = static_cast<float>(1.0 / temperature);
     for_each_block(head, [&](size_t b, const torch::Tensor& w) {
       const int64_t r0 = head.rows[b], nb = w.size(0);
       const auto wc = w.to(dt);
@@ -127,24 +126,16 @@ struct BlockedLogprob : torch::autograd::Function<BlockedLogprob> {
         // d entropy / dz = -p (log p + H), both times 1/T.
         auto z = static_cast<size_t>(p) < kept ? saved[4 + p].narrow(1, r0, nb)
                                                 : detail::scaled_logits(h, wc, temperature, {});
-        auto logp = z - lse.narrow(0, s, len).unsqueeze(1);
-        auto gz = torch::exp(logp);
-        if (g_ent.defined()) {
-          auto scale = g_lp.defined() ? g_lp.narrow(0, s, len).unsqueeze(1) : torch::zeros({len, 1}, gz.options());
-          gz.mul_(logp.add_(entropy.narrow(0, s, len).unsqueeze(1)).mul_(g_ent.narrow(0, s, len).unsqueeze(1)).add_(scale))
-              .neg_();
-        } else if (g_lp.defined()) {
-          gz.mul_(g_lp.narrow(0, s, len).unsqueeze(1).neg());
-        } else {
-          gz.zero_();
-        }
+        auto column = [&](const torch::Tensor& v) { return v.defined() ? v.narrow(0, s, len).unsqueeze(1) : v; };
+        auto gz = detail::softmax_grad(z - lse.narrow(0, s, len).unsqueeze(1),
+                                       g_ent.defined() ? column(entropy) : torch::Tensor(), column(g_lp), column(g_ent));
         if (g_lp.defined()) {  // + g_lp at each row's target, where it falls in this block
           auto t = targets.narrow(0, s, len);
           auto in = (t >= r0).logical_and_(t < r0 + nb).nonzero().squeeze(1);
           if (in.numel() > 0) gz.index_put_({in, t.index_select(0, in) - r0}, g_lp.narrow(0, s, len).index_select(0, in),
                                             /*accumulate=*/true);
         }
-        if (inv_t != 1.0f) gz.mul_(inv_t);
+        if (temperature != 1.0) gz.div_(temperature);
         if (dt == torch::kFloat32) {
           grad_hidden.narrow(0, s, len).addmm_(gz, wc);
           grad_w.addmm_(gz.t(), h.to(torch::kFloat32));

@@ -137,8 +137,8 @@ torch::Tensor ShardedModel::lookup_grad(const Lookup& l, const torch::Tensor& gr
   group_->all_gather_async(all.view({-1}), padded.view({-1}), "the embedding gradients of the tokens")->wait();
   stats_.reduce_scatter_s += since(t0);
   auto at = ((l.all_ids >= first).logical_and_(l.all_ids < end)).nonzero().squeeze(1);
-  rows.index_add_(0, l.all_ids.index_select(0, at) - first, all.index_select(0, at));
-  return shard.mul_(1.0 / world_);
+  rows.index_add_(0, l.all_ids.index_select(0, at) - first, all.index_select(0, at).mul_(1.0 / world_));
+  return shard;
 }
 
 nn::HeadBlocks ShardedModel::head_blocks() {
