@@ -11,7 +11,9 @@
 -- PROMPT_LEN / RESPONSE_LEN (64 / 64 tokens), MICRO_BATCH (2), THREADS (LibTorch
 -- intra-op threads per rank; default: its own), LORA_RANK (train a LoRA adapter of this
 -- rank, alpha 2 x rank, all linear projections, on the frozen model — replicated, or over
--- the sharded base with fsdp; bench/lora_memory.sh), LR (the AdamW learning rate, 1e-5).
+-- the sharded base with fsdp; bench/lora_memory.sh), LR (the AdamW learning rate, 1e-5),
+-- RECOMPUTE=<method>:<n> (activation recomputation: recompute_granularity full,
+-- recompute_method <method>, recompute_num_layers <n>).
 --
 -- Every rank trains on its part (rl.rollout.train_data.split) of one fixed batch,
 -- global_batch_size = the whole batch, so each train() call is one optimiser step.
@@ -53,6 +55,10 @@ local THREADS = env_int("THREADS", 0)
 if THREADS > 0 then rl.torch.set_num_threads(THREADS) end
 local LORA_RANK = env_int("LORA_RANK", 0)
 local LR = tonumber(os.getenv("LR") or "") or 1e-5
+local RECOMPUTE = os.getenv("RECOMPUTE")
+if RECOMPUTE == "" then RECOMPUTE = nil end
+local RC_METHOD, RC_LAYERS = (RECOMPUTE or ""):match("^(%a+):(%d+)$")
+if RECOMPUTE and not RC_METHOD then error("RECOMPUTE: <method>:<layers> expected (uniform:1, block:4), got " .. RECOMPUTE) end
 
 -- /proc/self/status fields, in bytes (VmHWM: peak resident set; VmRSS: now; RssAnon /
 -- RssFile: the anonymous and file-backed parts of VmRSS).
@@ -160,6 +166,9 @@ t0 = rl.now()
 local topts = { model = model, train_backend = backend, optimizer = { lr = LR },
                 micro_batch_size = MICRO, global_batch_size = SAMPLES }
 if LORA_RANK > 0 then topts.lora_rank, topts.lora_alpha = LORA_RANK, 2 * LORA_RANK end
+if RC_METHOD then
+  topts.recompute_granularity, topts.recompute_method, topts.recompute_num_layers = "full", RC_METHOD, tonumber(RC_LAYERS)
+end
 local tr = rl.trainer.new(topts)
 local new_s = rl.now() - t0
 mem.after_new = status()
@@ -220,7 +229,7 @@ if rl.dist.is_main() then
   local cfg = {}
   for k, v in pairs(CONFIG) do cfg[k] = v end
   print("RESULT " .. rl.json.encode {
-    backend = backend, world = ws, layers = LAYERS, lora_rank = LORA_RANK, model_dir = dir, steps = STEPS, samples = SAMPLES, prompt_len = PROMPT,
+    backend = backend, world = ws, layers = LAYERS, lora_rank = LORA_RANK, recompute = RECOMPUTE, model_dir = dir, steps = STEPS, samples = SAMPLES, prompt_len = PROMPT,
     response_len = RESPONSE, micro_batch = MICRO, cores = cores(), model_params = n_params,
     wall_s = rl.now() - t_start, ranks = all,
   })

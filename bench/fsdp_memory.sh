@@ -6,6 +6,7 @@
 #   bench/fsdp_memory.sh                      # replicated 1 and 2 ranks, fsdp 2 and 4 ranks
 #   LAYERS=2 STEPS=2 bench/fsdp_memory.sh     # a quick run
 #   CAP_GIB=6 bench/fsdp_memory.sh            # + the memory-cap demonstration (root, cgroup v1)
+#   RECOMPUTE_RUNS= bench/fsdp_memory.sh      # without the activation-recomputation runs
 #
 # Knobs (environment): RLHOST_BIN (build/rlhost), LAYERS (24), STEPS (3; the first is
 # left out of the medians), WORLDS (fsdp world sizes, "2 4"), SAMPLES (8), PROMPT_LEN /
@@ -13,7 +14,9 @@
 # cores / world, at least 1), KEEP=dir (make the model in dir and keep it; reused when
 # it is already there), CAP_GIB (per-rank memory cap of the cap demonstration; off when
 # unset), CAP_ONLY=1 (only the cap demonstration), CGROUP_PARENT (where the cgroups go;
-# default: this shell's own memory cgroup).
+# default: this shell's own memory cgroup), RECOMPUTE_RUNS (BACKEND:WORLD pairs run again with
+# RECOMPUTE, labelled +recompute; default "replicated:1 fsdp:4"), RECOMPUTE (the method of
+# those runs, uniform:1; bench/fsdp_memory.lua).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -175,6 +178,14 @@ for l in open(sys.argv[1]):
   for w in $WORLDS; do
     run_config "fsdp-$w" fsdp "$w" "$(guard_cgroup "fsdp-$w")"
   done
+  # Activation recomputation: the same configurations keeping one hidden state per layer
+  # (the ratios stay to the replicated trainer that keeps its activations).
+  for spec in ${RECOMPUTE_RUNS-"replicated:1 fsdp:4"}; do
+    backend=${spec%%:*} w=${spec##*:}
+    export RECOMPUTE=${RECOMPUTE:-uniform:1}
+    run_config "$backend-$w+recompute" "$backend" "$w" "$(guard_cgroup "$backend-$w-recompute")"
+  done
+  unset RECOMPUTE
 fi
 
 # ---- the memory-cap demonstration ------------------------------------------------------

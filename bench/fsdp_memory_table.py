@@ -47,7 +47,7 @@ def summary(row):
         "state": worst(ranks, "state_bytes"), "step": step,
         "gather_share": ratio(gw, step), "rs_share": ratio(rs, step),
         "gathered": worst(ranks, "gathered_bytes"), "samples": ranks[0]["samples"],
-        "res": res, "elapsed": row.get("elapsed_s"), "other_cpu": other_cpu(res),
+        "res": res, "elapsed": row.get("elapsed_s"), "other_cpu": other_cpu(res), "recompute": res.get("recompute"),
     }
 
 
@@ -65,7 +65,7 @@ def other_cpu(res):
 def main():
     rows = load(sys.argv[1])
     done = [summary(r) for r in rows if r["kind"] == "result"]
-    by = {(s["backend"], s["world"]): s for s in done}
+    by = {(s["backend"], s["world"]): s for s in done if not s["recompute"]}
     # The reference: replicated over 2 ranks (the same per-rank batch as fsdp over 2),
     # else over 1 (a replicated rank's state is the same at any world size).
     ref = by.get(("replicated", 2)) or by.get(("replicated", 1))
@@ -114,7 +114,8 @@ def main():
     print("gather wait / reduce-scat: shares of the sharded step spent waiting for parameter all-gathers (not")
     print("hidden by prefetch) and in gradient reduce-scatters (not overlapped); other CPU: the share of the")
     print("machine's CPU that other processes took while the job trained (timings above a few % are disturbed).")
-    print("The largest rank's figures.")
+    print("The largest rank's figures. +recompute: activation recomputation (RECOMPUTE, e.g. uniform:1), its")
+    print("ratios still to the replicated trainer that keeps its activations.")
 
     caps = [r for r in rows if r["kind"] == "cap"]
     if caps or any(r["kind"] == "skip" and r["label"].startswith("cap-") for r in rows):

@@ -1,8 +1,11 @@
 #include "nn/transformer.hpp"
+
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/paged_attention.hpp"
+#include "nn/recompute.hpp"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "nn/weights.hpp"
@@ -413,35 +416,85 @@ torch::Tensor Transformer::attention_inputs(const Layer& l, const torch::Tensor&
 }
 
 template <class Attend>
+torch::Tensor Transformer::run_layer(int64_t i, torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                     Attend& attend, const LoraRun* lora,
+                                     const std::vector<std::vector<size_t>>& units) {
+  const Layer* lp = &layers_[static_cast<size_t>(i)];
+  Layer gathered;
+  const int unit = static_cast<int>(i + 1);
+  if (hooks_) {  // sharded: this layer's parameters, gathered for this use
+    const auto ts = hooks_->enter(unit);
+    const auto& idx = units[static_cast<size_t>(unit)];
+    gathered = make_layer(i, [&](const std::string& name) -> torch::Tensor {
+      for (size_t j = 0; j < idx.size(); ++j)
+        if (params_[idx[j]].first == name) return ts[j];
+      return {};
+    });
+    lp = &gathered;
+  }
+  const Layer& l = *lp;
+  torch::Tensor k, v;
+  auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v, i, lora);
+  auto a = attend(q, k, v, i);
+  auto o = project(a, l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
+  if (lora) o = add_lora(lora, o, a, i, LoraTarget::o_proj);
+  x = x + o;
+  x = x + mlp(l, rms_norm(x, l.post_norm), i, lora);
+  if (hooks_) x = hooks_->leave(unit, x);
+  return x;
+}
+
+void Transformer::set_recompute(Recompute r) {
+  if (r.num_layers < 1)
+    throw std::invalid_argument("recompute: num_layers must be >= 1 (got " + std::to_string(r.num_layers) + ")");
+  recompute_ = r;
+}
+
+std::vector<std::pair<int64_t, int64_t>> Transformer::recomputed_groups() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t L = static_cast<int64_t>(layers_.size()), n = recompute_.num_layers;
+  if (recompute_.method == Recompute::Method::uniform)
+    for (int64_t a = 0; a < L; a += n) out.emplace_back(a, std::min(L, a + n));
+  else if (recompute_.method == Recompute::Method::block)
+    for (int64_t a = 0; a < std::min(L, n); ++a) out.emplace_back(a, a + 1);
+  return out;
+}
+
+template <class Attend>
 torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend,
-                                      const LoraRun* lora) {
+                                      const LoraRun* lora, bool recomputable) {
   auto [cos, sin] = rope_.lookup(positions, opts_.dtype);
   std::vector<std::vector<size_t>> units;
   if (hooks_) units = parameter_units();
-  for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) {
-    const Layer* lp = &layers_[static_cast<size_t>(i)];
-    Layer gathered;
-    const int unit = static_cast<int>(i + 1);
-    if (hooks_) {  // sharded: this layer's parameters, gathered for this use
-      const auto ts = hooks_->enter(unit);
-      const auto& idx = units[static_cast<size_t>(unit)];
-      gathered = make_layer(i, [&](const std::string& name) -> torch::Tensor {
-        for (size_t j = 0; j < idx.size(); ++j)
-          if (params_[idx[j]].first == name) return ts[j];
-        return {};
-      });
-      lp = &gathered;
+  const auto groups = recomputable && torch::GradMode::is_enabled() ? recomputed_groups()
+                                                                    : std::vector<std::pair<int64_t, int64_t>>{};
+  int64_t i = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t first = groups[g].first, end = groups[g].second;
+    for (; i < first; ++i) x = run_layer(i, x, cos, sin, attend, lora, units);
+    // The block owns what it reads: it runs again after this forward returns.
+    auto run = std::make_shared<std::optional<LoraRun>>();
+    if (lora) *run = *lora;
+    Block block = [this, first, end, cos = cos, sin = sin, attend, run, units](const torch::Tensor& in) mutable {
+      torch::Tensor y = in;
+      for (int64_t j = first; j < end; ++j)
+        y = run_layer(j, y, cos, sin, attend, *run ? &**run : nullptr, units);
+      return y;
+    };
+    RecomputeHooks around;
+    if (hooks_) {
+      // The backward pass recomputes the groups in reverse: after this one, the one before
+      // it when it ends where this begins.
+      const int next = g > 0 && groups[g - 1].second == first ? static_cast<int>(groups[g - 1].first + 1) : -1;
+      around.begin = [this, first, end, next] {
+        hooks_->recompute_begin(static_cast<int>(first + 1), static_cast<int>(end), next);
+      };
+      around.end = [this] { hooks_->recompute_end(); };
     }
-    const Layer& l = *lp;
-    torch::Tensor k, v;
-    auto q = attention_inputs(l, rms_norm(x, l.input_norm), cos, sin, k, v, i, lora);
-    auto a = attend(q, k, v, i);
-    auto o = project(a, l.o_w, l.o_b, panels(l.o_p, l.o_c, l.o_w, x));
-    if (lora) o = add_lora(lora, o, a, i, LoraTarget::o_proj);
-    x = x + o;
-    x = x + mlp(l, rms_norm(x, l.post_norm), i, lora);
-    if (hooks_) x = hooks_->leave(unit, x);
+    x = nn::recompute(x, std::move(block), std::move(around));
+    i = end;
   }
+  for (; i < static_cast<int64_t>(layers_.size()); ++i) x = run_layer(i, x, cos, sin, attend, lora, units);
   if (!hooks_) return rms_norm(x, final_norm_);
   const int norm_unit = static_cast<int>(layers_.size() + 1);
   const auto ts = hooks_->enter(norm_unit);
@@ -466,12 +519,14 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
     run.adapters.push_back(lora_.get());
     run.rows.emplace_back();
   }
-  return run_layers(x, pos, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t) {
+  // By value: recomputed layers (set_recompute) call it again in the backward pass.
+  return run_layers(x, pos, [B, T, scale, gqa](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                               int64_t) {
     if (bi::active(q)) return bi::causal_attention(q, k, v, scale);
     auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
                                               /*is_causal=*/true, scale, gqa);
     return o.transpose(1, 2).reshape({B, T, -1});
-  }, lora_ ? &run : nullptr);
+  }, lora_ ? &run : nullptr, /*recomputable=*/true);
 }
 
 torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {

@@ -66,6 +66,27 @@ class UnitHooks {
   // The embeddings of `ids` [batch, seq] (unit 0's rows): by default unit 0 entered
   // whole around the lookup.
   virtual torch::Tensor embed(const torch::Tensor& ids) { return leave(0, torch::embedding(enter(0).at(0), ids)); }
+  // Recomputed layers (Transformer::set_recompute): during the backward pass, units
+  // first..last run their forward again under autograd, and their backward follows at
+  // once. Between the two calls, what enter() brings in is kept for that backward (it
+  // is not released at leave()); `next` is the unit whose forward the backward pass
+  // runs again after these (-1: none), worth fetching while these compute.
+  virtual void recompute_begin(int first, int last, int next) {
+    (void)first, (void)last, (void)next;
+  }
+  virtual void recompute_end() {}
+};
+
+// Activation recomputation in the training forward (Megatron's --recompute-granularity
+// full, --recompute-method, --recompute-num-layers; nn/recompute.hpp): the decoder
+// layers it names keep only their input hidden state for the backward pass and run
+// their forward again there.
+struct Recompute {
+  enum class Method { none, uniform, block };
+  Method method = Method::none;
+  // uniform: the layers in groups of num_layers, each group recomputed as one block
+  // (its input kept); block: the first num_layers layers, each alone, the rest kept.
+  int64_t num_layers = 1;
 };
 
 class Transformer {
@@ -116,6 +137,11 @@ class Transformer {
   UnitHooks* unit_hooks() const { return hooks_; }
   // Throws std::logic_error naming `what` when the parameters are sharded.
   void check_whole(const char* what) const;
+
+  // Which layers forward() recomputes in the backward pass (default: none). Throws
+  // std::invalid_argument for num_layers < 1.
+  void set_recompute(Recompute r);
+  const Recompute& recompute() const { return recompute_; }
 
   // LoRA (nn/lora.hpp): forward() and sequence_logprobs() apply `adapter` unmerged
   // (null: the base alone). The engine's forward_cached takes its adapters per row
@@ -186,9 +212,16 @@ class Transformer {
   // y + the adapters' deltas of target t for input x (y itself when none targets t).
   torch::Tensor add_lora(const LoraRun* run, torch::Tensor y, const torch::Tensor& x, int64_t layer,
                          LoraTarget t) const;
+  // The decoder layers, then the final norm. `recomputable` (the training forward, whose
+  // attend owns what it captures): the layers recompute_ names go through nn::recompute.
   template <class Attend>
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, Attend&& attend,
-                           const LoraRun* lora = nullptr);
+                           const LoraRun* lora = nullptr, bool recomputable = false);
+  template <class Attend>
+  torch::Tensor run_layer(int64_t i, torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          Attend& attend, const LoraRun* lora, const std::vector<std::vector<size_t>>& units);
+  // [first, end) layer ranges recompute_ recomputes, in order.
+  std::vector<std::pair<int64_t, int64_t>> recomputed_groups() const;
   torch::Tensor attention_inputs(const Layer& l, const torch::Tensor& x, const torch::Tensor& cos,
                                  const torch::Tensor& sin, torch::Tensor& k, torch::Tensor& v, int64_t layer,
                                  const LoraRun* lora) const;
@@ -209,6 +242,7 @@ class Transformer {
   RopeTable rope_;
   UnitHooks* hooks_ = nullptr;
   std::shared_ptr<const LoraAdapter> lora_;
+  Recompute recompute_;
 };
 
 }  // namespace rl::nn

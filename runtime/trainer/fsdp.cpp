@@ -205,7 +205,8 @@ torch::Tensor ShardedModel::gather(int unit, int64_t use_id) {
     full = torch::empty({u.shard * world_}, u.local.options().requires_grad(false));
     fill(u, full);
   }
-  prefetch(next_in_forward(unit));
+  const auto& r = recomputing_;
+  prefetch(!r.on ? next_in_forward(unit) : unit >= r.first && unit < r.last ? unit + 1 : r.next);
   auto use = std::make_shared<Use>();
   use->unit = unit;
   use->storage = full.storage();
@@ -258,11 +259,15 @@ torch::Tensor ShardedModel::finish(int unit, const torch::Tensor& out, bool back
   const auto it = uses_.find(id);
   if (it == uses_.end()) return out;
   auto use = it->second;
+  const bool graph = torch::GradMode::is_enabled() && out.requires_grad();
+  if (recomputing_.on && graph) {  // its backward runs next: kept until then
+    recomputing_.uses.push_back(id);
+    return out;
+  }
   release(use->storage);
   use->filled = false;
   // A frozen unit is differentiated through too when its output needs a gradient (the
   // LoRA adapter inside it, or one before it): its backward reads its parameters.
-  const bool graph = torch::GradMode::is_enabled() && out.requires_grad();
   if (!graph) {  // nothing will read these parameters again
     uses_.erase(it);
     return out;
@@ -348,6 +353,22 @@ torch::Tensor ShardedModel::reduce_grad(int64_t use_id, const torch::Tensor& gra
   return out;
 }
 
+void ShardedModel::recompute_begin(int first, int last, int next) {
+  recomputing_ = {true, first, last, next, {}};
+}
+
+void ShardedModel::recompute_end() {
+  // A trainable unit's use ended with its gradient's reduce-scatter; a frozen one's
+  // (a LoRA adapter's base) ends here.
+  for (const int64_t id : recomputing_.uses)
+    if (auto it = uses_.find(id); it != uses_.end()) {
+      if (it->second->pending) it->second->pending->wait();
+      release(it->second->storage);
+      uses_.erase(it);
+    }
+  recomputing_ = {};
+}
+
 void ShardedModel::settle() {
   if (ahead_) {
     ahead_->pending->wait();
@@ -358,6 +379,7 @@ void ShardedModel::settle() {
   uses_.clear();
   refilled_.clear();
   open_.clear();
+  recomputing_ = {};
 }
 
 void ShardedModel::for_each_unit(const std::function<void(const nn::NamedTensors&)>& fn) {

@@ -83,6 +83,11 @@ class ShardedModel : public nn::UnitHooks {
   // adds those of its rows to its shard. Traffic and memory grow with the tokens, not
   // the vocabulary.
   torch::Tensor embed(const torch::Tensor& ids) override;
+  // Recomputed layers (nn::Recompute): their second forward gathers each unit once for
+  // it and the backward that follows (prefetching the next unit, then `next`), and
+  // recompute_end() releases what a frozen unit kept.
+  void recompute_begin(int first, int last, int next) override;
+  void recompute_end() override;
   // The lm_head as row blocks for nn::token_logprobs_blocked (the trainer's
   // log-softmax): block b is rank b's rows (the lm_head's unit is sharded by whole
   // rows), broadcast by rank b when fetched; a block's gradient is summed onto rank b
@@ -147,6 +152,14 @@ class ShardedModel : public nn::UnitHooks {
   // The next unit's gather, issued while this one computes.
   struct Prefetch;
   std::shared_ptr<Prefetch> ahead_;
+  // Between recompute_begin() and recompute_end(): the units recomputed, the one after
+  // them, and the uses gathered for them.
+  struct Recomputing {
+    bool on = false;
+    int first = 0, last = 0, next = -1;
+    std::vector<int64_t> uses;
+  };
+  Recomputing recomputing_;
   Stats stats_;
   // Issues a gather of unit u's shards into `full` (counted in stats_).
   std::shared_ptr<dist::ProcessGroup::Pending> issue_gather(const Unit& u, const torch::Tensor& full);

@@ -130,6 +130,13 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
                                             "was loaded as ") + c10::toString(policy_->options().dtype) +
                                 "; load it with dtype = \"float32\", or drop bf16 to train in the model's dtype");
   policy_->set_requires_grad(!lora_);
+  policy_->set_recompute(opts_.recompute);
+  if (const auto& r = opts_.recompute; r.method != nn::Recompute::Method::none)
+    log::info(std::string("trainer: activation recomputation (recompute_granularity full): ") +
+              (r.method == nn::Recompute::Method::uniform
+                   ? "every layer, in groups of " + std::to_string(r.num_layers)
+                   : "the first " + std::to_string(r.num_layers) + " layer(s), each alone") +
+              "; their forward runs again in the backward pass");
   if (ref_) ref_->set_requires_grad(false);
   if (lora_) {
     // The base stays frozen: the adapter's tensors are the only parameters (the

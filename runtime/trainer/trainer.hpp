@@ -78,6 +78,10 @@ struct TrainerOptions {
   // slime's --train-backend fsdp: parameters, gradients and AdamW state sharded over
   // the data-parallel group (trainer/fsdp.hpp; the reference model's parameters too).
   bool sharded = false;
+  // Megatron's --recompute-granularity full, --recompute-method, --recompute-num-layers:
+  // the policy's decoder layers (those `recompute` names) keep only their input for the
+  // backward pass and run their forward again there (nn/recompute.hpp). Off by default.
+  nn::Recompute recompute;
   // LoRA (slime's --lora-rank, --lora-alpha, --target-modules; docs/trainer.md, "LoRA"):
   // with lora_rank > 0 the policy's base weights stay frozen and an adapter
   // (nn/lora.hpp, float32, seeded with lora_seed) is all the optimiser trains. target_modules:

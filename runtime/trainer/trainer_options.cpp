@@ -52,6 +52,8 @@ TrainerOptions trainer_options_from_json(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("trainer options: a JSON object expected");
   auto& l = o.loss;
   auto& op = o.optim;
+  bool recompute_on = false;
+  auto method = nn::Recompute::Method::uniform;
   const std::vector<std::pair<std::string, std::function<void(const json&, const std::string&)>>> setters = {
       {"advantage_estimator", [&](const json& v, const std::string& k) { l.estimator = parse_estimator(str(v, k)); }},
       {"eps_clip", [&](const json& v, const std::string& k) { l.eps_clip = num(v, k); }},
@@ -125,6 +127,29 @@ TrainerOptions trainer_options_from_json(const json& j) {
          else if (t == "replicated") o.sharded = false;
          else throw std::invalid_argument("trainer option 'train_backend': replicated or fsdp expected, got '" + t + "'");
        }},
+      // full: recompute on (uniform over groups of 1 layer unless recompute_method /
+      // recompute_num_layers say otherwise); null: off.
+      {"recompute_granularity", [&](const json& v, const std::string& k) {
+         if (v.is_null()) return;
+         const std::string t = str(v, k);
+         if (t == "selective")
+           throw std::invalid_argument("trainer option 'recompute_granularity': selective (Megatron's recompute of the "
+                                       "attention core alone) is not implemented; use full");
+         if (t != "full")
+           throw std::invalid_argument("trainer option 'recompute_granularity': full expected, got '" + t + "'");
+         recompute_on = true;
+       }},
+      {"recompute_method", [&](const json& v, const std::string& k) {
+         const std::string t = str(v, k);
+         if (t == "uniform") method = nn::Recompute::Method::uniform;
+         else if (t == "block") method = nn::Recompute::Method::block;
+         else throw std::invalid_argument("trainer option 'recompute_method': uniform or block expected, got '" + t + "'");
+       }},
+      {"recompute_num_layers", [&](const json& v, const std::string& k) {
+         o.recompute.num_layers = integer(v, k);
+         if (o.recompute.num_layers < 1)
+           throw std::invalid_argument("trainer option 'recompute_num_layers': >= 1 expected, got " + v.dump());
+       }},
       {"fp16", [&](const json& v, const std::string& k) {
          if (boolean(v, k))
            throw std::invalid_argument("trainer option 'fp16': float16 mixed precision needs loss scaling, which is "
@@ -171,6 +196,7 @@ TrainerOptions trainer_options_from_json(const json& j) {
     }
     it->second(value, key);
   }
+  o.recompute.method = recompute_on ? method : nn::Recompute::Method::none;
   if (l.eps_clip_c && *l.eps_clip_c <= 1.0)
     throw std::invalid_argument("trainer option 'eps_clip_c': must be > 1 (dual-clip bound), got " +
                                 std::to_string(*l.eps_clip_c));
@@ -240,6 +266,9 @@ json trainer_options_to_json(const TrainerOptions& o) {
       {"micro_batch_size", o.micro_batch_size},
       {"bf16", o.bf16},
       {"train_backend", o.sharded ? "fsdp" : "replicated"},
+      {"recompute_granularity", o.recompute.method == nn::Recompute::Method::none ? json(nullptr) : json("full")},
+      {"recompute_method", o.recompute.method == nn::Recompute::Method::block ? "block" : "uniform"},
+      {"recompute_num_layers", o.recompute.num_layers},
       {"fp16", false},
       {"max_tokens_per_gpu", o.max_tokens_per_micro_batch},
       {"lora_rank", o.lora_rank},

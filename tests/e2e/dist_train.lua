@@ -10,6 +10,8 @@
 --   init:  rl.dist.init{timeout = 2} (the test sets the environment).
 -- DIST_CRITIC=1 (train): PPO with a critic (use_critic); each rank also writes the
 -- critic's values of the whole global batch into OUT_DIR/rank<R>.json.
+-- DIST_RECOMPUTE=<method>:<n> (train): activation recomputation (recompute_granularity
+-- full, recompute_method <method>, recompute_num_layers <n>).
 -- DIST_LORA=1 (train, sync): a LoRA adapter (r 4, all seven projections and lm_head) over
 -- the frozen model; train also writes the adapter (PEFT files) into OUT_DIR/rank<R>/.
 --   sync:  a sharded trainer (BACKEND fsdp) trains a step, then rank 0 pushes its weights
@@ -20,6 +22,11 @@
 local mode, out, backend = arg[1], arg[2], arg[3] or "replicated"
 local LORA = os.getenv("DIST_LORA") == "1"
   and { lora_rank = 4, lora_alpha = 8, target_modules = { "all-linear", "lm_head" } } or {}
+local RECOMPUTE = {}
+do
+  local method, n = (os.getenv("DIST_RECOMPUTE") or ""):match("^(%a+):(%d+)$")
+  if method then RECOMPUTE = { recompute_granularity = "full", recompute_method = method, recompute_num_layers = tonumber(n) } end
+end
 
 local TINY = {
   architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = 300, hidden_size = 32,
@@ -136,7 +143,8 @@ else
     calculate_per_token_loss = true, normalize_advantages = true, train_backend = backend,
     lora_rank = LORA.lora_rank, lora_alpha = LORA.lora_alpha, target_modules = LORA.target_modules,
     loss = critic and { advantage_estimator = "ppo" } or nil, use_critic = critic or nil,
-    critic_lr = critic and 1e-2 or nil }
+    critic_lr = critic and 1e-2 or nil, recompute_granularity = RECOMPUTE.recompute_granularity,
+    recompute_method = RECOMPUTE.recompute_method, recompute_num_layers = RECOMPUTE.recompute_num_layers }
 end
 local steps, stats = {}, nil
 for s = 1, load_from and 1 or 2 do

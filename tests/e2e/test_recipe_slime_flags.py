@@ -446,10 +446,12 @@ print(rl.json.encode(out))"""), self.dir + "/dump/rollout_1.pt")
             "--wandb-project", "p", "--wandb-key", "secret-wandb-key", eval_=False)
         self.assertNotIn("unknown option", out)
         for flag in ("--actor-num-nodes", "--swiglu", "--num-layers", "--tensor-model-parallel-size",
-                     "--sequence-parallel", "--recompute-granularity", "--optimizer", "--attention-dropout",
+                     "--sequence-parallel", "--optimizer", "--attention-dropout",
                      "--ref-load", "--sglang-mem-fraction-static", "--use-wandb", "--wandb-project", "--wandb-key"):
             self.assertEqual(len(re.findall(re.escape(flag) + r": not applicable in rlhost: ", out)), 1, flag)
         self.assertIn("--train-backend megatron: rlhost trains with its own trainer", out)
+        # Megatron's recompute flags are rlhost's own: the trainer recomputes its layers
+        self.assertIn("trainer: activation recomputation (recompute_granularity full): every layer, in groups of 1", out)
         self.assertNotIn("secret-wandb-key", out, "secrets stay out of the log")
         self.assertEqual(len(self.steps()), 2)
 

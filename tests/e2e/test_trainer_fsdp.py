@@ -16,6 +16,8 @@ trainer, on the same tiny model and batch as test_trainer_dist.py (dist_train.lu
 * LoRA over a sharded base: the adapter trained as by one replicated process, equal on
   both ranks, the base untouched; its checkpoint resumes both ways; every sync method
   carries the adapter alone;
+* activation recomputation (every recompute_method) trains to the same weights bit for
+  bit as keeping the activations, sharded, replicated and with a LoRA adapter;
 * the sharded checkpoint's model directory, written by rank 0 a layer at a time,
   loads in Hugging Face transformers with the same tensors.
 
@@ -66,6 +68,28 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
             self.assert_same_training(one, got, "fsdp over %d ranks" % n)
             for a, b in zip(one[1], got[1]):
                 self.assertLessEqual(b["state_bytes"], cap * a["state_bytes"], "fsdp over %d ranks: state bytes" % n)
+
+    def test_recomputed_layers_train_as_kept_ones(self):
+        """Activation recomputation (recompute_granularity full) changes no value: sharded over
+        2 ranks, every method gives the weights of the same run keeping its activations bit for
+        bit, replicated too, and a LoRA adapter over a sharded base trains the same."""
+        def weights_equal(a, b, what):
+            self.assertEqual(sorted(a), sorted(b), what)
+            for k in a:
+                self.assertEqual(a[k], b[k], "%s: %s" % (what, k))
+        for backend, nproc, env in (("fsdp", 2, {}), ("replicated", 1, {}), ("fsdp", 2, {"DIST_LORA": "1"})):
+            tag = backend + ("-lora" if env else "")
+            kept = self.train("kept-" + tag, nproc, backend, env=env)
+            for method in ("uniform:1", "uniform:2", "block:1"):
+                got = self.train("%s-%s" % (method.replace(":", ""), tag), nproc, backend,
+                                 env=dict(env, DIST_RECOMPUTE=method))
+                what = "%s, recompute %s" % (tag, method)
+                weights_equal(kept[0], got[0], what)
+                if env:  # the adapter is what trained
+                    adapter = lambda name: read_safetensors(os.path.join(self.dir, name, "rank0", "adapter_model.safetensors"))
+                    weights_equal(adapter("kept-" + tag), adapter("%s-%s" % (method.replace(":", ""), tag)), what)
+                self.assertEqual([s["loss"] for s in kept[1]], [s["loss"] for s in got[1]], what)
+                self.assertEqual([s["grad_norm"] for s in kept[1]], [s["grad_norm"] for s in got[1]], what)
 
     def test_checkpoints_cross_backends_and_world_sizes(self):
         d = self.dir

@@ -363,7 +363,8 @@ describe("rl.trainer", function()
     -- declared without a default: the trainer derives it (the whole batch, eps_clip, no
     -- decay horizon, off unless reinforce++, refused)
     local derived = { global_batch_size = 0, eps_clip_high = rl.json.null, eps_clip_c = rl.json.null,
-                      lr_decay_iters = 0, normalize_advantages = false, fp16 = false, critic_lr = rl.json.null }
+                      lr_decay_iters = 0, normalize_advantages = false, fp16 = false, critic_lr = rl.json.null,
+                      recompute_granularity = rl.json.null }
     local names = {}
     for _, o in ipairs(options.ALL) do
       names[#names + 1] = o.name

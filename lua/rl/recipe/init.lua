@@ -271,6 +271,9 @@ local function make_trainer(opt, job)
     kl_coef = opt.kl_coef ~= 0 and opt.kl_coef or nil, bf16 = opt.bf16 or nil, device = job.placement.trainer,
     use_opd = opt.use_opd or nil, opd_kl_coef = opt.use_opd and opt.opd_kl_coef or nil,
     use_rollout_logprobs = opt.use_rollout_logprobs or nil,
+    recompute_granularity = opt.recompute_granularity,
+    recompute_method = opt.recompute_granularity and opt.recompute_method or nil,
+    recompute_num_layers = opt.recompute_granularity and opt.recompute_num_layers or nil,
   }
   for k, v in pairs(critic) do topts[k] = v end
   if (opt.lora_rank or 0) > 0 then for k, v in pairs(lora) do topts[k] = v end end

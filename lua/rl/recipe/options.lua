@@ -14,6 +14,7 @@ local TRAINER_FLAGS = require("rl.trainer.options").flags({
   "train_backend", "eps_clip_c", "use_unbiased_kl", "loss_type", "use_rollout_logprobs", "normalize_advantages",
   "min_lr", "adam_beta1", "adam_beta2", "adam_eps", "lr_decay_style", "lr_warmup_iters", "lr_decay_iters",
   "use_opd", "opd_kl_coef", "lora_rank", "lora_alpha", "target_modules",
+  "recompute_granularity", "recompute_method", "recompute_num_layers",
   "gamma", "use_critic", "critic_lr", "value_clip", "lambd", "num_critic_only_steps",
 }, {
   kl_loss_type = { default = "low_var_kl" },

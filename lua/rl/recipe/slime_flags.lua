@@ -25,15 +25,12 @@ local LIST = {
   { "untie_embeddings_and_output_weights", false, SHAPE }, { "max_position_embeddings", true, SHAPE },
   { "seq_length", true, SHAPE }, { "make_vocab_size_divisible_by", true, SHAPE },
   { "num_experts", true, SHAPE }, { "moe_router_topk", true, SHAPE }, { "moe_ffn_hidden_size", true, SHAPE },
-  -- Megatron: parallelism, recompute, fusions
+  -- Megatron: parallelism, fusions
   { "tensor_model_parallel_size", true, PARALLEL }, { "pipeline_model_parallel_size", true, PARALLEL },
   { "context_parallel_size", true, PARALLEL }, { "expert_model_parallel_size", true, PARALLEL },
   { "expert_tensor_parallel_size", true, PARALLEL }, { "sequence_parallel", false, PARALLEL },
   { "decoder_last_pipeline_num_layers", true, PARALLEL },
   { "use_distributed_optimizer", false, "the sharded optimizer state is --train-backend fsdp" },
-  { "recompute_granularity", true, "rlhost's trainer keeps activations per micro-batch (--micro-batch-size)" },
-  { "recompute_method", true, "rlhost's trainer keeps activations per micro-batch (--micro-batch-size)" },
-  { "recompute_num_layers", true, "rlhost's trainer keeps activations per micro-batch (--micro-batch-size)" },
   { "use_dynamic_batch_size", false, "micro-batches are packed by --max-tokens-per-gpu whenever it is given" },
   { "log_probs_chunk_size", true, "log-probs are computed per micro-batch without a vocabulary-sized tensor" },
   { "attention_dropout", true, "rlhost trains without dropout" }, { "hidden_dropout", true, "rlhost trains without dropout" },

@@ -68,6 +68,15 @@ M.BATCH = {
     help = "replicated: every data-parallel rank holds the whole model, its gradients and AdamW state; fsdp: each "
       .. "rank holds 1/N of them, gathering each layer for its forward and backward (docs/trainer.md, \"Sharded training\"); "
       .. "megatron: slime's name, run as replicated" },
+  { name = "recompute_granularity", type = "string", choices = { "full", "selective" },
+    help = "full: the policy's decoder layers keep only their input for the backward pass and run their forward "
+      .. "again there (less activation memory for one more forward pass; docs/trainer.md, \"Activation "
+      .. "recomputation\"); default off; selective is refused" },
+  { name = "recompute_method", type = "string", default = "uniform", choices = { "uniform", "block" },
+    help = "with --recompute-granularity full: uniform recomputes every layer, in groups of --recompute-num-layers; "
+      .. "block only the first --recompute-num-layers layers, each alone" },
+  { name = "recompute_num_layers", type = "int", default = 1, min = 1,
+    help = "layers per recomputed group (uniform), or how many layers are recomputed (block)" },
 }
 
 --- PPO's critic (top level): docs/trainer.md, "PPO with a critic".
