@@ -226,9 +226,12 @@ function Receiver:receive_http(body, update_id, last, version, timeout)
   return self:post(path, body, timeout, "application/octet-stream")
 end
 
+--- Seconds an engine has to answer /destroy_weights_update_group.
+M.LEAVE_TIMEOUT = 5
+
 --- Leaves a c10d group (/destroy_weights_update_group), best effort.
 function Receiver:leave_group(group_name, timeout)
-  return self:post("/destroy_weights_update_group", { group_name = group_name }, timeout or 5)
+  return self:post("/destroy_weights_update_group", { group_name = group_name }, timeout or M.LEAVE_TIMEOUT)
 end
 
 --- The weight version the engine serves now (nil, err when it cannot say).
@@ -264,7 +267,7 @@ function M.sender(source)
   if type(source) ~= "table" then
     error("rl.weight_sync.sender: bad argument #1 'source' (a weight source table expected, got " .. type(source) .. ")", 2)
   end
-  return setmetatable({ source = source, shm = {}, group = nil, warned = {} }, Sender)
+  return setmetatable({ source = source, shm = {}, group = nil, warned = {}, leaving = {} }, Sender)
 end
 
 local function tmp_dir()
@@ -279,33 +282,75 @@ end
 
 local group_seq = 0
 
--- Drops the c10d group (after a failure, or for another engine set).
+--- After a failed broadcast (or join), seconds the engines' requests still get to say
+--- why (their own errors say more than the trainer's timeout); one still out then is
+--- given up: its engine is stalled (the controller's probe finds out).
+M.REPLY_GRACE = 1
+
+-- Drops the c10d group (after a failure, or for another engine set): the trainer's end is
+-- closed first (the engines' receives in it fail at once), then every engine is asked to
+-- leave, all at once, each within M.LEAVE_TIMEOUT. The leaves run on while the caller
+-- goes on (a stalled engine costs no one its timeout); Sender:close waits for them.
 local function drop_group(self)
   local g = self.group
   if not g then return end
   self.group = nil
-  for _, rx in ipairs(g.receivers) do rx:leave_group(g.name) end
-  g.handle:close()
+  pcall(g.handle.close, g.handle)
+  local still = {}
+  for _, t in ipairs(self.leaving) do if not t:done() then still[#still + 1] = t end end
+  for _, rx in ipairs(g.receivers) do
+    local t = task.spawn_named("leave " .. g.name .. " " .. tostring(rx.url), function()
+      local ok, err = rx:leave_group(g.name, M.LEAVE_TIMEOUT)
+      if not ok then log.debug("rl.weight_sync: %s did not leave group %s: %s", tostring(rx.url), g.name, tostring(err)) end
+      return ok
+    end)
+    t.quiet = true
+    still[#still + 1] = t
+  end
+  self.leaving = still
 end
 
 -- The source's job and one request per receiver, concurrently (in sequence, the
 -- first engine's join would wait for a rendezvous the others never reach); → the
 -- engines' replies, or nil and the first error (the engines' first: they say more than a
--- timeout).
-local function overlap(job, receivers, request)
+-- timeout). When the job fails, on_fail() runs at once (the group is dropped: the
+-- engines' receives fail) and the requests get M.REPLY_GRACE more seconds: one still out
+-- then is given up (cancelled), so a stalled engine costs the job's timeout, not its
+-- request's.
+local function overlap(job, receivers, request, on_fail)
   local tasks = {}
   for i, rx in ipairs(receivers) do
     tasks[i] = task.spawn(function() return { request(i, rx) } end)
   end
   local okk, jerr = job()
-  local first, replies = nil, {}
+  local cutoff
+  if not okk then
+    if on_fail then on_fail() end
+    cutoff = task.spawn_named("weight sync: replies after a failure", function()
+      task.sleep(M.REPLY_GRACE)
+      for _, t in ipairs(tasks) do if not t:done() then t:cancel("no reply") end end
+    end)
+  end
+  local first, silent, replies = nil, nil, {}
   for i, t in ipairs(tasks) do
-    local r = t:wait()
-    replies[i] = r[1]
-    if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r[2])) end
+    local got, r = pcall(t.wait, t)
+    if got then
+      replies[i] = r[1]
+      if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r[2])) end
+    elseif task.is_cancelled(r) then
+      silent = silent or ("engine %d (%s) did not answer within %g s of the failure"):format(i, receivers[i].url,
+        M.REPLY_GRACE)
+    elseif not first then
+      first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r))
+    end
+  end
+  if cutoff then cutoff:cancel("done") end
+  if not okk then
+    local why = "trainer: " .. tostring(jerr)
+    if silent then why = silent .. "; " .. why end
+    return nil, first and (first .. "; " .. why) or why
   end
   if first then return nil, first end
-  if not okk then return nil, "trainer: " .. tostring(jerr) end
   return replies
 end
 
@@ -319,6 +364,7 @@ local function push_distributed(self, receivers, version, o, lora)
   for i, rx in ipairs(receivers) do keys[i] = rx.url end
   local key = table.concat(keys, " ")
   if self.group and self.group.key ~= key then drop_group(self) end
+  local function drop() drop_group(self) end
   if not self.group then
     group_seq = group_seq + 1
     local name = ("rlhost_weights_%d_%d"):format(math.floor(now() * 1000), group_seq)
@@ -331,7 +377,7 @@ local function push_distributed(self, receivers, version, o, lora)
     local okk, err = overlap(function() return self.source:join_group(g) end, receivers, function(i, rx)
       return rx:join_group({ master_address = addr, master_port = g:port(), rank_offset = i,
         world_size = #receivers + 1, group_name = name, backend = backend, timeout = timeout }, timeout + 10)
-    end)
+    end, drop)
     if not okk then
       drop_group(self)
       return nil, "init_weights_update_group: " .. err
@@ -352,7 +398,7 @@ local function push_distributed(self, receivers, version, o, lora)
     job = function() return src:broadcast(g.handle, bucket) end
     request = function(_, rx) return rx:receive_distributed(meta, g.name, version, timeout + 10, bucket) end
   end
-  local replies, err = overlap(job, receivers, request)
+  local replies, err = overlap(job, receivers, request, drop)
   if not replies then
     drop_group(self)
     return nil, ep .. ": " .. err
@@ -600,9 +646,12 @@ function Sender:push(targets, opts, fname)
            errors = errors }
 end
 
---- Drops the c10d group (the engines leave it) and unmaps every shared file.
+--- Drops the c10d group (the engines leave it, each within M.LEAVE_TIMEOUT, all at
+--- once; waited for) and unmaps every shared file.
 function Sender:close()
   drop_group(self)
+  for _, t in ipairs(self.leaving) do pcall(t.wait, t) end
+  self.leaving = {}
   for url in pairs(self.shm) do self:forget(url) end
 end
 

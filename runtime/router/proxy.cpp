@@ -1,7 +1,10 @@
 // Forwarding one client request to a worker: pick (policy), send (HttpClient,
 // keep-alive pool), relay the response as it arrives, retry elsewhere on a
 // connect error or 5xx as long as nothing has been relayed yet. A worker that
-// dropped the connection after taking the request is not retried elsewhere.
+// dropped the connection after taking the request is not retried elsewhere. A
+// worker removed from the router while it holds a request (a stalled engine taken
+// out by its owner's health checks) gives it up: sent to another worker, as long as
+// nothing has been relayed yet.
 //
 // Why the relay always uses on_chunk: a streamed (SSE) generation and a plain
 // JSON answer look the same to the router until the first bytes arrive, and
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
 #include "base/json_input.hpp"
 #include "router/router_impl.hpp"
 
@@ -117,6 +121,7 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   void begin_relay(long status, const net::HeaderList& upstream, std::string_view first);
   void fail(int status, const std::string& type, const std::string& message);
   void client_gone();
+  void worker_removed();
 };
 
 void Exchange::release_worker() {
@@ -152,6 +157,15 @@ void Exchange::dispatch() {
   worker = w->id;
   worker_url = w->url;
   tried.push_back(w->id);
+  auto& live = r->exchanges;
+  if (live.size() >= r->exchanges_prune_at) {  // amortised: the ended ones go
+    live.erase(std::remove_if(live.begin(), live.end(), [](const std::weak_ptr<Exchange>& e) {
+      auto x = e.lock();
+      return !x || x->finished;
+    }), live.end());
+    r->exchanges_prune_at = std::max<size_t>(64, 2 * live.size());
+  }
+  live.push_back(weak_from_this());
 
   net::HttpRequest hr;
   hr.method = method;
@@ -295,6 +309,29 @@ void Exchange::client_gone() {
   if (backoff_timer) r->loop.cancel_timer(backoff_timer);
   backoff_timer = 0;
   r->metrics.record_request(worker_url.empty() ? "none" : worker_url, endpoint, 499, EventLoop::now() - started);
+}
+
+// Its worker left the router with the request in flight: the transfer is dropped and
+// the request goes to another worker (a retry) unless bytes already went to the client.
+void Exchange::worker_removed() {
+  if (finished || relaying || !transfer) return;
+  pooled ? r->upstream->cancel(transfer) : r->client->cancel(transfer);
+  transfer = 0;
+  worker = 0;  // gone from the registry: nothing to release
+  last_error = "worker " + worker_url + " left the router while it held the request";
+  last_status = 0;
+  r->metrics.record_upstream_error(worker_url, "removed");
+  if (can_retry()) return retry();
+  fail(502, "bad_gateway", last_error);
+}
+
+void Router::Impl::redispatch_from(uint64_t id, const std::string& url) {
+  std::vector<std::shared_ptr<Exchange>> held;
+  for (auto& e : exchanges)
+    if (auto x = e.lock(); x && !x->finished && x->worker == id) held.push_back(std::move(x));
+  for (auto& x : held) x->worker_removed();
+  if (!held.empty() && running)
+    spdlog::info("router: {} request(s) that {} held go to the other workers", held.size(), url);
 }
 
 void Router::Impl::proxy(net::ServerRequest& req, const Res& res, bool route_on_body) {

@@ -212,6 +212,7 @@ bool Router::Impl::remove(const std::string& key) {
   decode_policy->on_worker_removed(id);
   registry.remove(key);
   if (running) spdlog::info("router: removed worker {} (id {})", url, id);
+  redispatch_from(id, url);
   return true;
 }
 

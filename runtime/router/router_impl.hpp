@@ -23,6 +23,7 @@
 namespace rl::router {
 
 using Res = std::shared_ptr<net::Responder>;
+struct Exchange;  // proxy.cpp: one client request across its attempts
 
 struct Router::Impl {
   explicit Impl(RouterOptions o);
@@ -41,6 +42,10 @@ struct Router::Impl {
   std::thread::id loop_thread;
   bool running = false;
   uint64_t health_timer = 0;
+  // proxy.cpp: requests dispatched to a worker (pruned as they end), so that one the
+  // worker still holds when it leaves the router is retried on another
+  std::vector<std::weak_ptr<Exchange>> exchanges;
+  size_t exchanges_prune_at = 64;
   std::mt19937_64 rng{std::random_device{}()};
 
   // router.cpp
@@ -70,6 +75,8 @@ struct Router::Impl {
 
   // proxy.cpp
   void proxy(net::ServerRequest& req, const Res& res, bool route_on_body);
+  // Requests worker `id` holds (nothing relayed yet) go to another worker: it left the router.
+  void redispatch_from(uint64_t id, const std::string& url);
   // pd_proxy.cpp: one generation to a prefill and a decode worker at once
   void pd_proxy(net::ServerRequest& req, const Res& res);
 

@@ -14,6 +14,17 @@ of step 0's c10d broadcast (--remote-weight-sync-timeout 6 keeps the waits short
   so its host did not restart it), and it serves every later step at the trainer's
   version.
 
+* A stalled engine's cost: the sync that meets it ends within the broadcast's timeout,
+  the grace its engines' replies get, and one probe / group-leave timeout (the leaves go
+  to every engine at once, beside the probe); before, the stalled engine's own request
+  timeout, its leave and the probe came one after another (26 s with a 6 s timeout).
+* Under --use-fault-tolerance, host 1's engine stopped (SIGSTOP) while it holds step 2's
+  requests: the controller's health probes take it out of the router within two probe
+  rounds, the router sends the requests it held to the other engine, and every step
+  keeps its full batch; resumed (SIGCONT), the next sync refits it and it serves the later
+  steps at the trainer's weight version (each of its samples says so). Killed (-9)
+  instead: its host starts a new one, which the next sync refits; full batches again.
+
 The stop lands in the broadcast: host 0's link is slowed (a tc tbf qdisc, 1 mbit/s: the
 124 KB of weights take about a second) until the engine, whose log says it joined the
 weight group, is stopped. Root (CAP_NET_ADMIN), iproute2's ip and tc are needed: without
@@ -22,21 +33,72 @@ process is removed at the end.
 
     RLHOST_BIN=build/rlhost python3 tests/e2e/test_multihost_weight_faults.py
 """
+import json
 import os
+import re
 import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import RlhostTestCase, requires, wait_for  # noqa: E402
+from support import RlhostTestCase, lua_json, read_jsonl, requires, wait_for  # noqa: E402
 import support  # noqa: E402
 import netns  # noqa: E402
-from test_multihost_engines import WHY_NOT, HostJob, engine_pids, read  # noqa: E402
+from test_multihost_engines import N, PROMPTS, WHY_NOT, HostJob, engine_pids, read  # noqa: E402
 from test_recipe_grpo import TinyModel  # noqa: E402
 
 TIMEOUT = 6   # --remote-weight-sync-timeout: the broadcast's group and each request
 STEPS = 8     # of the stuck engine's run
 FAILED = "weight sync to the other hosts' engines (distributed) failed (attempt %d of 2)"
+# rl.weight_sync: LEAVE_TIMEOUT (an engine's group leave; the controller's probe before a
+# sync has the same 5 s) and REPLY_GRACE (the engines' replies after a failed broadcast)
+LEAVE, GRACE = 5, 1
+# a stalled engine's sync: the broadcast's timeout, the grace and one probe/leave window
+# (they run together), plus 2 s for a busy 2-core machine; the old code took
+# TIMEOUT + 10 (its request) + LEAVE + 5 (the probe after) = 26 s
+STALLED_SYNC_BOUND = TIMEOUT + GRACE + LEAVE + 2
+HC_INTERVAL, HC_TIMEOUT = 1, 2   # --rollout-health-check-interval / --rollout-health-check-timeout
+RUN_STEPS = 6                    # of the run whose engine stops during a rollout
+
+# Run in host 0's namespace, for argv[3] s at most: once the engine at argv[1] serves
+# weight version argv[4] (GET /get_model_info: the sync before the step to stop in),
+# polls its load (GET /v1/loads) every 10 ms and sends process argv[2] signal argv[5]
+# (SIGSTOP, SIGKILL) as soon as it holds a request; prints {at, running} (exit 3: it
+# never held one).
+SIGNAL_WHEN_BUSY = r"""
+import json, os, signal, sys, time, urllib.request
+url, pid, end, version = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3]), sys.argv[4]
+sig = getattr(signal, sys.argv[5])
+def get(path, key):
+    try:
+        return json.load(urllib.request.urlopen(url + path, timeout=2))[key]
+    except (OSError, ValueError, KeyError):
+        return None
+while time.time() < end and str(get("/get_model_info", "weight_version")) != version:
+    time.sleep(0.01)
+while time.time() < end:
+    a = get("/v1/loads", "aggregate") or {}
+    if a.get("total_reqs", 0) > 0:
+        os.kill(pid, sig)
+        print(json.dumps({"at": time.time(), "running": a["total_reqs"]}))
+        sys.exit(0)
+    time.sleep(0.01)
+sys.exit(3)
+"""
+
+# Per sample of a dump: the engine (router worker) that generated it and the weight
+# versions its tokens were sampled under (the engine's word).
+DUMP_VERSIONS = r"""
+local d = assert(rl.dump.load(arg[1]))
+local function worker(t)
+  if type(t) ~= "table" then return nil end
+  if type(t.attrs) == "table" and t.attrs.worker then return t.attrs.worker end
+  for _, v in pairs(t) do local w = worker(v) if w then return w end end
+end
+local out = {}
+for i, s in ipairs(d.samples) do out[i] = { worker = worker(s.trace), versions = s.weight_versions or {} } end
+print(rl.json.encode(out))
+"""
 
 
 @requires(WHY_NOT is None, "network namespaces", str(WHY_NOT))
@@ -155,7 +217,8 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         for r in range(2):
             self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
         self.say_sync(logs[0])
-        print("the stopped engine was out %.1f s after the stop" % took)
+        print("the stopped engine was out %.1f s after the stop; the sync took %.1f s (bound %g s)"
+              % (took, rows_sync_time(d), STALLED_SYNC_BOUND))
         self.assertLess(took, 2 * TIMEOUT + 30, "the sync ends within its timeouts")
         self.assertIn(FAILED % 1, logs[0])
         addr = hosts[1].addr.replace(".", "\\.")
@@ -166,7 +229,9 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         rows, workers = self.check_steps(d, STEPS, hosts)
         print("samples per host and step:", workers)
         print("remote engines synced per step:", [x["rollout/engines/remote_synced"] for x in rows])
-        self.assertLess(rows[0]["perf/update_weights_remote_time"], 2 * TIMEOUT + 30)
+        # the stalled engine costs the sync its timeout plus one leave/probe window, not each in turn
+        self.assertLess(rows[0]["perf/update_weights_remote_time"], STALLED_SYNC_BOUND)
+        self.assertGreater(rows[0]["perf/update_weights_remote_time"], TIMEOUT, "the broadcast did wait its timeout")
         self.assertEqual(rows[0]["rollout/engines/remote_synced"], 0, rows[0])   # step 0's sync left it out
         self.assertEqual(rows[0]["rollout/engines/remote_serving"], 0, rows[0])
         back = [i for i, x in enumerate(rows) if x["rollout/engines/remote_synced"] == 1]
@@ -178,6 +243,123 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         self.assertGreater(workers[STEPS - 1].get(hosts[1].addr, 0), 0, "the resumed engine serves the last step")
         for x in rows:   # no engine ever served other weights than the trainer's
             self.assertEqual(x["train/train_rollout_logprob_abs_diff"], 0.0, x)
+
+    def signal_in_step_2(self, hosts, d, procs, sig):
+        """Host 1's engine gets `sig` as soon as it holds one of step 2's requests (the
+        rollout under version 2, what step 1's sync handed out); → (pid, url, {at, running})."""
+        self.wait_step(d, 0, procs)
+        pids = [pid for pid, c in engine_pids().items() if hosts[1].addr in c]
+        self.assertEqual(len(pids), 1, "%s\n%s" % (engine_pids(), self.logs(d)))
+        pid = pids[0]
+        self.addCleanup(lambda: support.alive(pid) and os.kill(pid, signal.SIGKILL))
+        m = re.search(r"engine 1 of host %s at (http://\S+):" % re.escape(hosts[1].addr), read(os.path.join(d, "host0.log")))
+        self.assertTrue(m, self.logs(d))
+        w = hosts[0].run([sys.executable, "-c", SIGNAL_WHEN_BUSY, m.group(1), str(pid), "120", "2", sig],
+                         capture_output=True, text=True, timeout=150)
+        self.assertEqual(w.returncode, 0, "the engine never held a request: %s\n%s" % (w.stderr, self.logs(d)))
+        return pid, m.group(1), json.loads(w.stdout)
+
+    def start_tolerant(self, hosts, d):
+        return self.start(hosts, d, "--num-rollout", str(RUN_STEPS), "--use-fault-tolerance",
+                          "--rollout-health-check-interval", str(HC_INTERVAL),
+                          "--rollout-health-check-timeout", str(HC_TIMEOUT), "--rollout-max-response-len", "48",
+                          "--old-logprobs", "check", reward_wait=0.5)
+
+    def test_engine_stopped_during_a_rollout(self):
+        d = os.path.join(self.dir, "rollout-stop")
+        os.makedirs(d)
+        with netns.Hosts(2) as hosts:
+            procs = self.start_tolerant(hosts, d)
+            pid, url, stop = self.signal_in_step_2(hosts, d, procs, "SIGSTOP")
+            try:
+                self.wait_log(d, "out of the router: 2 health probes in a row failed", procs, timeout=60)
+                took = time.time() - stop["at"]
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        self.say_sync(logs[0])
+        print("stopped holding %d request(s); out of the router %.1f s after the stop (bound %g s)"
+              % (stop["running"], took, 2 * (HC_INTERVAL + HC_TIMEOUT) + 2))
+        addr = re.escape(hosts[1].addr)
+        # two failed probe rounds (each at most an interval and a timeout), and the log's own polling
+        self.assertLess(took, 2 * (HC_INTERVAL + HC_TIMEOUT) + 2, "benched within two health-check rounds")
+        self.assertRegex(logs[0], r"engine 1 of host %s \(%s\): healthy -> suspect: " % (addr, re.escape(url)))
+        self.assertRegex(logs[0], r"engine 1 of host %s \(%s\) out of the router: 2 health probes in a row failed "
+                         r"\(.*\); the router sends its requests to the other engines \(probed again at later syncs\)"
+                         % (addr, re.escape(url)))
+        self.assertRegex(logs[0], r"router: \d+ request\(s\) that %s held go to the other workers" % re.escape(url))
+        self.assertRegex(logs[0], r"engine 1 of host %s \(%s\) answers again: this sync refits it" % (addr, re.escape(url)))
+        self.assertNotRegex(logs[1], r"exited with status", "the engine lived on: its host did not restart it")
+        rows, workers = self.check_steps(d, RUN_STEPS, hosts)   # every step with its full batch, no sample twice
+        print("samples per host and step:", workers)
+        print("remote engines serving per step:", [x["rollout/engines/remote_serving"] for x in rows])
+        self.assertEqual(rows[1]["rollout/weight_version"], 2, "step 2's rollout ran under version 2")
+        self.assertLess(workers[2].get(hosts[1].addr, 0), PROMPTS * N // 2, "the requests it held went elsewhere")
+        # the sync that found it answering again refit it: the step that logged that version
+        refit = re.search(r"engine 1 of host %s \(%s\) refit: serves weight version (\S+) \(distributed\); in the router"
+                          % (addr, re.escape(url)), logs[0])
+        self.assertTrue(refit, "the resumed engine was never refit")
+        back = [i for i, x in enumerate(rows) if str(x["rollout/weight_version"]) == refit.group(1)]
+        self.assertEqual(len(back), 1, (refit.group(1), [x["rollout/weight_version"] for x in rows]))
+        self.assertGreaterEqual(back[0], 2)
+        for x in rows[back[0]:]:   # from its refit on: in the router, at the trainer's version
+            self.assertEqual(x["rollout/engines/remote_synced"], 1, x)
+            self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+        for x in rows:
+            self.assertEqual(x["train/train_rollout_logprob_abs_diff"], 0.0, x)
+        # it serves again: a later step has its samples, each made under that step's weights
+        later = [k for k in range(back[0] + 1, RUN_STEPS) if workers[k].get(hosts[1].addr, 0) > 0]
+        self.assertTrue(later, "the resumed engine served no later step: %s" % workers)
+        script = self.write("dump_versions.lua", DUMP_VERSIONS)
+        for k in later:
+            want = str(rows[k - 1]["rollout/weight_version"])
+            got = {str(v) for x in lua_json(self, script, os.path.join(d, "dump/r_%d.pt" % k))
+                   if x.get("worker") and "//%s:" % hosts[1].addr in x["worker"] for v in x["versions"]}
+            self.assertEqual(got, {want}, "step %d: the remote engine's samples' weight versions" % k)
+
+
+    def test_engine_killed_during_a_rollout(self):
+        # kill -9 under --use-fault-tolerance: the probes bench it (its requests fail at the
+        # router and are tried again), its host starts a new one at a new URL, which the
+        # next sync refits; the old URL is forgotten
+        d = os.path.join(self.dir, "rollout-kill")
+        os.makedirs(d)
+        with netns.Hosts(2) as hosts:
+            procs = self.start_tolerant(hosts, d)
+            _, url, kill = self.signal_in_step_2(hosts, d, procs, "SIGKILL")
+            codes, logs = self.finish(procs, d)
+        for r in range(2):
+            self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
+        self.say_sync(logs[0])
+        print("killed holding %d request(s)" % kill["running"])
+        addr = re.escape(hosts[1].addr)
+        self.assertRegex(logs[1], r"engine 1 of this host \(%s\) exited with status 137; starting it again" % re.escape(url))
+        new = re.search(r"engine 1 of this host serves again at (http://\S+)", logs[1])
+        self.assertTrue(new, logs[1][-3000:])
+        self.assertRegex(logs[0], r"engine 1 of host %s \(%s\)(, out of the router, forgotten| out of the router): its "
+                         r"host restarted it" % (addr, re.escape(url)))
+        refit = re.search(r"engine 1 of host %s \(%s\) refit: serves weight version (\S+) \(distributed\); in the router"
+                          % (addr, re.escape(new.group(1))), logs[0])
+        self.assertTrue(refit, "the restarted engine was never refit")
+        rows, workers = self.check_steps(d, RUN_STEPS, hosts)   # every step with its full batch, no sample twice
+        print("samples per host and step:", workers)
+        back = [i for i, x in enumerate(rows) if str(x["rollout/weight_version"]) == refit.group(1)]
+        self.assertEqual(len(back), 1)
+        for x in rows[back[0]:]:
+            self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
+            self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
+        self.assertGreater(workers[RUN_STEPS - 1].get(hosts[1].addr, 0), 0, "the restarted engine serves the last step")
+
+
+def rows_sync_time(d):
+    """Step 0's remote sync time (s), from the metrics."""
+    for x in read_jsonl(os.path.join(d, "m", "metrics.jsonl")):
+        if x.get("rollout/step") == 0:
+            return x.get("perf/update_weights_remote_time", float("nan"))
+    return float("nan")
 
 
 if __name__ == "__main__":

@@ -198,6 +198,37 @@ describe("rl.router", function()
     d:stop()
   end)
 
+  it("a worker removed while it holds a request: the request goes to another worker", function()
+    -- w1 holds every /generate (a stalled engine) until released; w2 answers at once
+    local released, held = false, 0
+    local w1 = assert(rl.http.serve { port = 0, handler = function(req)
+      if req.path == "/health" then return "ok" end
+      held = held + 1
+      for _ = 1, 600 do   -- 30 s at most
+        if released then break end
+        rl.sleep(0.05)
+      end
+      return { body = { worker = "w1" } }
+    end })
+    local w2 = worker("w2")
+    local r = assert(rl.router.start { workers = { w1:url() }, policy = "round_robin", health_interval = 0.5 })
+    local t0 = rl.now()
+    local req = rl.spawn(function() return rl.http.post(r.url .. "/generate", { text = "x" }, { timeout = 60 }) end)
+    for _ = 1, 200 do if held > 0 then break end rl.sleep(0.02) end
+    eq(held, 1, "w1 holds the request")
+    assert(r:add(w2:url()))
+    eq(r:remove(w1:url()), true)
+    local resp = assert(req:wait())
+    eq(resp.status, 200)
+    eq(rl.http.json(resp).worker, "w2")
+    eq(resp.headers["x-rlhost-attempts"], "2")
+    ok(rl.now() - t0 < 10, "answered by w2, not after w1's stall")
+    released = true
+    r:stop()
+    w1:stop()
+    w2:stop()
+  end)
+
   it("process mode: a child rlhost router with the same handle", function()
     local w1 = worker("w1")
     local r = assert(rl.router.start { mode = "process", workers = { w1:url() }, policy = "least_load" })

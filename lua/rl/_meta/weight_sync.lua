@@ -108,10 +108,12 @@ local Sender = {}
 function Sender:push(targets, opts) end
 --- Forgets the shared-memory file kept for the engine at url (it is gone).
 function Sender:forget(url) end
---- Drops the c10d group and every shared file.
+--- Drops the c10d group (its engines leave it, all at once; waited for) and every shared file.
 function Sender:close() end
 
 ---@class rl.weight_sync
+---@field LEAVE_TIMEOUT number seconds an engine has to leave a c10d group (every engine asked at once)
+---@field REPLY_GRACE number seconds the engines' requests get after a failed broadcast before they are given up
 rl.weight_sync = {}
 --- The receiver of an engine, a URL, {url, api_key}, or an object with update_weights_from_disk.
 ---@return rl.weight_sync.Receiver|nil, string|nil

@@ -12,7 +12,9 @@
 --- and while the recipe has released the engines (health:pause() / health:resume(), and
 --- hold/release around --offload-rollout). Every engine group is watched (one slot per
 --- engine of job.groups); a frozen group's (update_weights false) restarted engine
---- loads its own model and rejoins its router at once, with no refit. Fault drills are
+--- loads its own model and rejoins its router at once, with no refit. Other hosts'
+--- engines (rl.recipe.hosts) are probed in the same rounds through the controller, which
+--- benches one that fails twice (never killed from here). Fault drills are
 --- rl.recipe.faults. See docs/fault_tolerance.md.
 local rl = require "rl"
 local log = require "rl.log"
@@ -219,10 +221,23 @@ function Health:record_external(url, ok, why)
   end
 end
 
---- One round: every live engine, and every external worker, probed concurrently.
+-- Other hosts' engines (rl.recipe.hosts, --rollout-num-gpus-per-node): probed in the same
+-- round through the controller, which benches one that fails twice in a row (out of the
+-- router, refit by the sync it answers). Their hosts own the processes: never killed here.
+local function remote_round(self, tasks)
+  local hosts = self.job.hosts
+  if not hosts then return end
+  tasks[#tasks + 1] = task.spawn_named("health probes of other hosts' engines", function()
+    hosts:check(function(url) return probe_url(self, url) end, function() return self:is_paused() end)
+  end)
+end
+
+--- One round: every live engine, every external worker and every other host's engine,
+--- probed concurrently.
 function Health:round()
   local tasks = {}
   external_round(self, tasks)
+  remote_round(self, tasks)
   for i, st in ipairs(self.states) do
     if (st.state == "healthy" or st.state == "suspect") and now() - st.started >= self.first_wait then
       local eng = engine_of(st)
@@ -249,8 +264,9 @@ function Health:start()
     local eng = engine_of(st)
     names[i] = ("%s %s%s"):format(st.label, tostring(eng.url), eng.pid and (" (pid " .. eng.pid .. ")") or "")
   end
-  log.info("fault tolerance: engines probed every %g s (timeout %g s, first wait %g s): %s", self.interval,
-    self.timeout, self.first_wait, table.concat(names, ", "))
+  log.info("fault tolerance: engines probed every %g s (timeout %g s, first wait %g s): %s%s", self.interval,
+    self.timeout, self.first_wait, table.concat(names, ", "),
+    self.job.hosts and "; other hosts' engines too (benched after 2 failed probes, refit when they answer)" or "")
   return self
 end
 

@@ -5,7 +5,9 @@
 --- reach each other at, and publishes them in the job's c10d store with a heartbeat.
 --- The controller registers them with its router, hands them the trainer's weights by
 --- c10d broadcast (every remote engine at once, beside the local engines' shared memory),
---- and takes them out of the router when their heartbeat lapses or a sync to them fails.
+--- and takes them out of the router when their heartbeat lapses, a sync to them fails or
+--- (--use-fault-tolerance: rl.recipe.health's rounds call Controller:check) two health
+--- probes in a row fail; a benched engine is refit by the sync it answers.
 --- A remote engine that dies is restarted by its host and rejoins at the next weight
 --- sync. A host whose heartbeat stops for --host-lost-timeout seconds ends the run. See
 --- docs/distributed.md, "Engines on every host".
@@ -327,7 +329,7 @@ end
 function Controller:admit(e)
   local ok, err = self.router:add(e.url)
   if not ok then return log.warn("router: adding %s: %s", e.url, tostring(err)) end
-  e.state = "serving"
+  e.state, e.fails = "serving", 0
   local deadline = rl.now() + 10
   while rl.now() < deadline do
     for _, w in ipairs(self.router:workers() or {}) do
@@ -341,8 +343,11 @@ function Controller:drop(url, why)
   local e = self.by_url[url]
   if not e then return end
   self.by_url[url] = nil
-  if e.state == "serving" then self.router:remove(url) end
   self.events[#self.events + 1] = ("%s engine %d out (%s)"):format(e.host.addr, e.index, why)
+  if e.state ~= "serving" then   -- benched already: forgotten
+    return log.info("engine %d of host %s (%s), out of the router, forgotten: %s", e.index, e.host.addr, url, why)
+  end
+  self.router:remove(url)
   log.warn("engine %d of host %s (%s) out of the router: %s", e.index, e.host.addr, url, why)
 end
 
@@ -426,6 +431,48 @@ function Controller:bench(e, why)
     e.url, why)
 end
 
+--- One round of fault tolerance's probes (rl.recipe.health, --use-fault-tolerance) of the
+--- remote engines in the router, all at once: probe(url) → ok, why; stale() → true when
+--- the results no longer count (monitoring paused meanwhile). A failed probe makes an
+--- engine suspect; a second in a row benches it (out of the router, which sends the
+--- requests it holds to the others; kept, and the sync it answers refits it: see
+--- Controller:live). Never killed or restarted from here: its host owns the process.
+--- Skipped while a weight sync runs (the sync probes them itself).
+function Controller:check(probe, stale)
+  if self.syncing then return end
+  local list = {}
+  for _, e in pairs(self.by_url) do
+    if e.state == "serving" and not e.host.silent then list[#list + 1] = e end
+  end
+  table.sort(list, function(a, b) return a.url < b.url end)
+  local seq, ts = self.sync_seq, {}
+  for i, e in ipairs(list) do
+    ts[i] = task.spawn_named("health probe " .. e.url, function() return { probe(e.url) } end)
+  end
+  for i, t in ipairs(ts) do
+    local got, r = pcall(t.wait, t)
+    local e = list[i]
+    local current = not (stale and stale()) and not self.syncing and self.sync_seq == seq and self.by_url[e.url] == e
+      and e.state == "serving"
+    if got and current then self:record_probe(e, r[1], r[2]) end
+  end
+end
+
+-- A health probe's result for a serving engine: suspect after one failure, benched after two.
+function Controller:record_probe(e, ok, why)
+  local name = ("engine %d of host %s (%s)"):format(e.index, e.host.addr, e.url)
+  if ok then
+    if (e.fails or 0) > 0 then log.info("%s: suspect -> healthy: answers its health probe again", name) end
+    e.fails = 0
+    return
+  end
+  e.fails = (e.fails or 0) + 1
+  if e.fails < 2 then return log.warn("%s: healthy -> suspect: %s", name, tostring(why)) end
+  e.fails = 0
+  self:bench(e, ("2 health probes in a row failed (%s); the router sends its requests to the other engines")
+    :format(tostring(why)))
+end
+
 --- The trainer's weights to every live remote engine: by one c10d broadcast (the trainer
 --- rank 0 of a group with them; their /init_weights_update_group and
 --- /update_weights_from_distributed calls concurrently); when the broadcast fails, as files
@@ -436,6 +483,14 @@ end
 --- more; then every remote engine waits out of the router until the next sync (the run
 --- goes on with the others). → {urls, versions, methods, seconds}.
 function Controller:sync(tr, version, timeout)
+  self.syncing, self.sync_seq = true, (self.sync_seq or 0) + 1
+  local ok, r = pcall(self.sync_all, self, tr, version, timeout)
+  self.syncing, self.sync_seq = false, self.sync_seq + 1
+  if not ok then error(r, 0) end
+  return r
+end
+
+function Controller:sync_all(tr, version, timeout)
   local t0 = rl.now()
   local function push(live, method)
     local rxs = {}
@@ -458,7 +513,11 @@ function Controller:sync(tr, version, timeout)
       local urls = {}
       for i, e in ipairs(live) do
         urls[i] = e.url
-        if e.state == "pending" then self:admit(e) end
+        if e.state == "pending" then
+          self:admit(e)
+          log.info("engine %d of host %s (%s) refit: serves weight version %s (%s); in the router", e.index,
+            e.host.addr, e.url, tostring(r.versions[i]), methods[attempt])
+        end
       end
       return { urls = urls, versions = r.versions, methods = r.methods, seconds = rl.now() - t0 }
     end
