@@ -180,7 +180,8 @@ for l in open(sys.argv[1]):
   done
   # Activation recomputation: the same configurations keeping one hidden state per layer
   # (the ratios stay to the replicated trainer that keeps its activations).
-  for spec in ${RECOMPUTE_RUNS-"replicated:1 fsdp:4"}; do
+  recompute_runs=${RECOMPUTE_RUNS-replicated:1 fsdp:4}
+  for spec in $recompute_runs; do
     backend=${spec%%:*} w=${spec##*:}
     export RECOMPUTE=${RECOMPUTE:-uniform:1}
     run_config "$backend-$w+recompute" "$backend" "$w" "$(guard_cgroup "$backend-$w-recompute")"
