@@ -193,6 +193,7 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
     const auto& o = opts_.optim;
     critic_ = std::make_unique<Critic>(std::move(critic), opts_.critic_lr.value_or(o.lr), o.beta1, o.beta2, o.eps,
                                        o.weight_decay);
+    critic_->model().set_recompute(opts_.recompute);  // its decoder recomputes as the policy's does
   }
 }
 

@@ -79,7 +79,7 @@ struct TrainerOptions {
   // the data-parallel group (trainer/fsdp.hpp; the reference model's parameters too).
   bool sharded = false;
   // Megatron's --recompute-granularity full, --recompute-method, --recompute-num-layers:
-  // the policy's decoder layers (those `recompute` names) keep only their input for the
+  // the policy's and the critic's decoder layers (those `recompute` names) keep only their input for the
   // backward pass and run their forward again there (nn/recompute.hpp). Off by default.
   nn::Recompute recompute;
   // LoRA (slime's --lora-rank, --lora-alpha, --target-modules; docs/trainer.md, "LoRA"):

@@ -48,6 +48,7 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
         os.makedirs(out)
         p, _ = self.run_rlhost(["--nproc", str(nproc), SCRIPT, "train", out, backend], env=env or {})
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.last_output = p.stdout + p.stderr
         with open(os.path.join(out, "rank0.json")) as f:
             steps = json.load(f)["steps"]
         return read_safetensors(os.path.join(out, "rank0", "model.safetensors")), steps
@@ -72,20 +73,23 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
     def test_recomputed_layers_train_as_kept_ones(self):
         """Activation recomputation (recompute_granularity full) changes no value: sharded over
         2 ranks, every method gives the weights of the same run keeping its activations bit for
-        bit, replicated too, and a LoRA adapter over a sharded base trains the same."""
+        bit, replicated too, a LoRA adapter over a sharded base trains the same, and so does PPO
+        (the critic's decoder recomputes too: its values shape the policy's advantages)."""
         def weights_equal(a, b, what):
             self.assertEqual(sorted(a), sorted(b), what)
             for k in a:
                 self.assertEqual(a[k], b[k], "%s: %s" % (what, k))
-        for backend, nproc, env in (("fsdp", 2, {}), ("replicated", 1, {}), ("fsdp", 2, {"DIST_LORA": "1"})):
-            tag = backend + ("-lora" if env else "")
+        for backend, nproc, env in (("fsdp", 2, {}), ("replicated", 1, {}), ("fsdp", 2, {"DIST_LORA": "1"}),
+                                    ("replicated", 1, {"DIST_CRITIC": "1"})):
+            tag = backend + "".join("-" + k[5:].lower() for k in sorted(env))
             kept = self.train("kept-" + tag, nproc, backend, env=env)
             for method in ("uniform:1", "uniform:2", "block:1"):
                 got = self.train("%s-%s" % (method.replace(":", ""), tag), nproc, backend,
                                  env=dict(env, DIST_RECOMPUTE=method))
                 what = "%s, recompute %s" % (tag, method)
+                self.assertIn("trainer: activation recomputation (recompute_granularity full)", self.last_output, what)
                 weights_equal(kept[0], got[0], what)
-                if env:  # the adapter is what trained
+                if "DIST_LORA" in env:  # the adapter is what trained
                     adapter = lambda name: read_safetensors(os.path.join(self.dir, name, "rank0", "adapter_model.safetensors"))
                     weights_equal(adapter("kept-" + tag), adapter("%s-%s" % (method.replace(":", ""), tag)), what)
                 self.assertEqual([s["loss"] for s in kept[1]], [s["loss"] for s in got[1]], what)

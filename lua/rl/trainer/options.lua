@@ -69,7 +69,7 @@ M.BATCH = {
       .. "rank holds 1/N of them, gathering each layer for its forward and backward (docs/trainer.md, \"Sharded training\"); "
       .. "megatron: slime's name, run as replicated" },
   { name = "recompute_granularity", type = "string", choices = { "full", "selective" },
-    help = "full: the policy's decoder layers keep only their input for the backward pass and run their forward "
+    help = "full: the policy's (and critic's) decoder layers keep only their input for the backward pass and run their forward "
       .. "again there (less activation memory for one more forward pass; docs/trainer.md, \"Activation "
       .. "recomputation\"); default off; selective is refused" },
   { name = "recompute_method", type = "string", default = "uniform", choices = { "uniform", "block" },
