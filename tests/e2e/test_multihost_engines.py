@@ -43,7 +43,8 @@ from test_recipe_grpo import TinyModel  # noqa: E402
 RECIPE = os.path.join(SOURCE_DIR, "recipes", "grpo_gsm8k.lua")
 PROMPTS, N = 4, 4
 
-# Per sample of a dump: its index and the engine (router worker) that generated it.
+# Per sample of a dump: its index, the engine (router worker) that generated it and the
+# weight versions its tokens were sampled under (the engine's word).
 DUMP_SAMPLES = r"""
 local d = assert(rl.dump.load(arg[1]))
 local function worker(t)
@@ -52,7 +53,9 @@ local function worker(t)
   for _, v in pairs(t) do local w = worker(v) if w then return w end end
 end
 local out = {}
-for i, s in ipairs(d.samples) do out[i] = { index = s.index, worker = worker(s.trace) } end
+for i, s in ipairs(d.samples) do
+  out[i] = { index = s.index, worker = worker(s.trace), versions = s.weight_versions or {} }
+end
 print(rl.json.encode(out))
 """
 

@@ -41,7 +41,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import RlhostTestCase, lua_json, read_jsonl, requires, wait_for  # noqa: E402
+from support import RlhostTestCase, read_jsonl, requires, wait_for  # noqa: E402
 import support  # noqa: E402
 import netns  # noqa: E402
 from test_multihost_engines import N, PROMPTS, WHY_NOT, HostJob, engine_pids, read  # noqa: E402
@@ -84,20 +84,6 @@ while time.time() < end:
         sys.exit(0)
     time.sleep(0.01)
 sys.exit(3)
-"""
-
-# Per sample of a dump: the engine (router worker) that generated it and the weight
-# versions its tokens were sampled under (the engine's word).
-DUMP_VERSIONS = r"""
-local d = assert(rl.dump.load(arg[1]))
-local function worker(t)
-  if type(t) ~= "table" then return nil end
-  if type(t.attrs) == "table" and t.attrs.worker then return t.attrs.worker end
-  for _, v in pairs(t) do local w = worker(v) if w then return w end end
-end
-local out = {}
-for i, s in ipairs(d.samples) do out[i] = { worker = worker(s.trace), versions = s.weight_versions or {} } end
-print(rl.json.encode(out))
 """
 
 
@@ -313,13 +299,11 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         # it serves again: a later step has its samples, each made under that step's weights
         later = [k for k in range(back[0] + 1, RUN_STEPS) if workers[k].get(hosts[1].addr, 0) > 0]
         self.assertTrue(later, "the resumed engine served no later step: %s" % workers)
-        script = self.write("dump_versions.lua", DUMP_VERSIONS)
         for k in later:
             want = str(rows[k - 1]["rollout/weight_version"])
-            got = {str(v) for x in lua_json(self, script, os.path.join(d, "dump/r_%d.pt" % k))
+            got = {str(v) for x in self.samples(d, k)
                    if x.get("worker") and "//%s:" % hosts[1].addr in x["worker"] for v in x["versions"]}
             self.assertEqual(got, {want}, "step %d: the remote engine's samples' weight versions" % k)
-
 
     def test_engine_killed_during_a_rollout(self):
         # kill -9 under --use-fault-tolerance: the probes bench it (its requests fail at the
