@@ -137,6 +137,10 @@ Trainer::Trainer(std::shared_ptr<nn::Transformer> policy, std::shared_ptr<nn::Tr
                    ? "every layer, in groups of " + std::to_string(r.num_layers)
                    : "the first " + std::to_string(r.num_layers) + " layer(s), each alone") +
               "; their forward runs again in the backward pass");
+  else if (opts_.recompute_selective)
+    log::info("trainer: recompute_granularity selective: the attention core is recomputed in every backward pass "
+              "already (its probabilities from the saved log-sum-exp, flash-style; no [T, T] matrix is kept), so "
+              "nothing changes; full recomputes whole layers");
   if (ref_) ref_->set_requires_grad(false);
   if (lora_) {
     // The base stays frozen: the adapter's tensors are the only parameters (the

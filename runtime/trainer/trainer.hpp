@@ -82,6 +82,11 @@ struct TrainerOptions {
   // the policy's and the critic's decoder layers (those `recompute` names) keep only their input for the
   // backward pass and run their forward again there (nn/recompute.hpp). Off by default.
   nn::Recompute recompute;
+  // recompute_granularity = "selective" (Megatron's: the attention core alone): what the
+  // trainer's attention does in every backward pass anyway (it keeps q, k, v, its output
+  // and the log-sum-exp, and recomputes the probabilities from them, flash-style), so it
+  // changes nothing but a log line.
+  bool recompute_selective = false;
   // LoRA (slime's --lora-rank, --lora-alpha, --target-modules; docs/trainer.md, "LoRA"):
   // with lora_rank > 0 the policy's base weights stay frozen and an adapter
   // (nn/lora.hpp, float32, seeded with lora_seed) is all the optimiser trains. target_modules:

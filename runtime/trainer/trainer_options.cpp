@@ -128,15 +128,17 @@ TrainerOptions trainer_options_from_json(const json& j) {
          else throw std::invalid_argument("trainer option 'train_backend': replicated or fsdp expected, got '" + t + "'");
        }},
       // full: recompute on (uniform over groups of 1 layer unless recompute_method /
-      // recompute_num_layers say otherwise); null: off.
+      // recompute_num_layers say otherwise); selective: nothing more than always; null: off.
       {"recompute_granularity", [&](const json& v, const std::string& k) {
          if (v.is_null()) return;
          const std::string t = str(v, k);
-         if (t == "selective")
-           throw std::invalid_argument("trainer option 'recompute_granularity': selective (Megatron's recompute of the "
-                                       "attention core alone) is not implemented; use full");
+         if (t == "selective") {  // the attention core: recomputed in every backward pass already
+           o.recompute_selective = true;
+           return;
+         }
          if (t != "full")
-           throw std::invalid_argument("trainer option 'recompute_granularity': full expected, got '" + t + "'");
+           throw std::invalid_argument("trainer option 'recompute_granularity': full or selective expected, got '" + t +
+                                       "'");
          recompute_on = true;
        }},
       {"recompute_method", [&](const json& v, const std::string& k) {
@@ -266,7 +268,9 @@ json trainer_options_to_json(const TrainerOptions& o) {
       {"micro_batch_size", o.micro_batch_size},
       {"bf16", o.bf16},
       {"train_backend", o.sharded ? "fsdp" : "replicated"},
-      {"recompute_granularity", o.recompute.method == nn::Recompute::Method::none ? json(nullptr) : json("full")},
+      {"recompute_granularity", o.recompute.method != nn::Recompute::Method::none ? json("full")
+                                : o.recompute_selective                         ? json("selective")
+                                                                                : json(nullptr)},
       {"recompute_method", o.recompute.method == nn::Recompute::Method::block ? "block" : "uniform"},
       {"recompute_num_layers", o.recompute.num_layers},
       {"fp16", false},

@@ -392,6 +392,10 @@ describe("rl.trainer", function()
     raises(function() rl.trainer.new { model = STORIES, optimizer = { lr_decay_style = "cos" } } end,
       "rl.trainer.new: bad argument 'opts.optimizer.lr_decay_style' ('constant', 'linear', 'cosine' expected, got 'cos')")
     raises(function() rl.trainer.new {} end, "opts.model is required")
+    raises(function() rl.trainer.new { model = STORIES, recompute_granularity = "layers" } end,
+      "rl.trainer.new: bad argument 'opts.recompute_granularity' ('full', 'selective' expected, got 'layers')")
+    raises(function() rl.trainer.new { model = STORIES, recompute_granularity = "full", recompute_num_layers = 0 } end,
+      "rl.trainer.new: bad argument 'opts.recompute_num_layers' (integer >= 1 expected, got 0)")
     local tr = rl.trainer.new { model = STORIES }
     local _, err = pcall(tr.train, tr, { tokens = { { 1, 2, 3 } }, response_lengths = { 5 }, rewards = { 1 },
                                          loss_masks = { { 1 } } })

@@ -71,7 +71,8 @@ M.BATCH = {
   { name = "recompute_granularity", type = "string", choices = { "full", "selective" },
     help = "full: the policy's (and critic's) decoder layers keep only their input for the backward pass and run their forward "
       .. "again there (less activation memory for one more forward pass; docs/trainer.md, \"Activation "
-      .. "recomputation\"); default off; selective is refused" },
+      .. "recomputation\"); selective (the attention core alone) is what the trainer's attention does in every "
+      .. "backward pass anyway; default off" },
   { name = "recompute_method", type = "string", default = "uniform", choices = { "uniform", "block" },
     help = "with --recompute-granularity full: uniform recomputes every layer, in groups of --recompute-num-layers; "
       .. "block only the first --recompute-num-layers layers, each alone" },
