@@ -15,7 +15,9 @@
 // before a side was sent picks a new pair (and a new room), the other side's
 // transfer cancelled. A timeout or 5xx on a PD request does not count toward the
 // circuit breaker (a KV transfer that timed out says as little about one side as
-// about the other); connection errors do.
+// about the other); connection errors do. A side's worker removed from the router
+// while it holds the request (a stalled engine taken out by its owner's health
+// checks) fails the request at once, naming it, rather than at the request timeout.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -108,6 +110,8 @@ struct PdExchange : std::enable_shared_from_this<PdExchange> {
   void release(int s);
   void fail(int status, const std::string& type, const std::string& message);
   void client_gone();
+  void worker_removed(int s);
+  void stop_timers();
 };
 
 void PdExchange::release(int s) {
@@ -333,15 +337,48 @@ void PdExchange::client_gone() {
   finished = true;
   cancel(kPrefill);
   cancel(kDecode);
+  stop_timers();
+  r->metrics.record_request(leg[kDecode].url.empty() ? "none" : leg[kDecode].url, endpoint, 499, EventLoop::now() - started);
+}
+
+void PdExchange::stop_timers() {
   if (backoff_timer) r->loop.cancel_timer(backoff_timer);
   backoff_timer = 0;
   if (grace_timer) r->loop.cancel_timer(grace_timer);
   grace_timer = 0;
-  r->metrics.record_request(leg[kDecode].url.empty() ? "none" : leg[kDecode].url, endpoint, 499, EventLoop::now() - started);
+}
+
+void PdExchange::worker_removed(int s) {
+  if (finished) return;
+  const std::string url = leg[s].url;
+  leg[s].worker = 0;  // gone from the registry: nothing to release
+  stop_timers();
+  for (int t : {kPrefill, kDecode}) cancel(t);
+  r->metrics.record_upstream_error(url, "removed");
+  fail(502, "bad_gateway", std::string("PD mode: the ") + side_name(s) + " worker " + url +
+                               " left the router while it held the request (its KV room is spent: not retried)");
+}
+
+void Router::Impl::pd_worker_removed(uint64_t id) {
+  std::vector<std::pair<std::shared_ptr<PdExchange>, int>> held;
+  for (auto& e : pd_exchanges)
+    if (auto x = e.lock(); x && !x->finished)
+      for (int s : {kPrefill, kDecode})
+        if (x->leg[s].worker == id) held.emplace_back(x, s);
+  for (auto& [x, s] : held) x->worker_removed(s);
 }
 
 void Router::Impl::pd_proxy(net::ServerRequest& req, const Res& res) {
   auto ex = std::make_shared<PdExchange>();
+  auto& live = pd_exchanges;
+  if (live.size() >= pd_exchanges_prune_at) {  // amortised: the ended ones go
+    live.erase(std::remove_if(live.begin(), live.end(), [](const std::weak_ptr<PdExchange>& e) {
+      auto x = e.lock();
+      return !x || x->finished;
+    }), live.end());
+    pd_exchanges_prune_at = std::max<size_t>(64, 2 * live.size());
+  }
+  live.push_back(ex);
   ex->r = this;
   ex->res = res;
   ex->started = EventLoop::now();

@@ -213,6 +213,7 @@ bool Router::Impl::remove(const std::string& key) {
   registry.remove(key);
   if (running) spdlog::info("router: removed worker {} (id {})", url, id);
   redispatch_from(id, url);
+  pd_worker_removed(id);
   return true;
 }
 

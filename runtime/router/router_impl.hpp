@@ -23,7 +23,8 @@
 namespace rl::router {
 
 using Res = std::shared_ptr<net::Responder>;
-struct Exchange;  // proxy.cpp: one client request across its attempts
+struct Exchange;    // proxy.cpp: one client request across its attempts
+struct PdExchange;  // pd_proxy.cpp: one generation to a prefill and a decode worker
 
 struct Router::Impl {
   explicit Impl(RouterOptions o);
@@ -46,6 +47,9 @@ struct Router::Impl {
   // worker still holds when it leaves the router is retried on another
   std::vector<std::weak_ptr<Exchange>> exchanges;
   size_t exchanges_prune_at = 64;
+  // pd_proxy.cpp: the same for PD generations (failed at once when a side's worker leaves)
+  std::vector<std::weak_ptr<PdExchange>> pd_exchanges;
+  size_t pd_exchanges_prune_at = 64;
   std::mt19937_64 rng{std::random_device{}()};
 
   // router.cpp
@@ -79,6 +83,8 @@ struct Router::Impl {
   void redispatch_from(uint64_t id, const std::string& url);
   // pd_proxy.cpp: one generation to a prefill and a decode worker at once
   void pd_proxy(net::ServerRequest& req, const Res& res);
+  // PD generations worker `id` holds fail now, naming it (the room is spent: no retry).
+  void pd_worker_removed(uint64_t id);
 
   // health.cpp
   void start_health();

@@ -229,6 +229,39 @@ describe("rl.router", function()
     w2:stop()
   end)
 
+  it("PD mode: a side's worker removed while it holds a generation fails it at once, naming the worker", function()
+    -- the decode worker holds every generation (a stalled engine) until released; the prefill answers
+    local released, held = false, 0
+    local p = assert(rl.http.serve { port = 0, handler = function(req)
+      if req.path == "/health" then return "ok" end
+      return { body = { text = "" } }
+    end })
+    local d = assert(rl.http.serve { port = 0, handler = function(req)
+      if req.path == "/health" then return "ok" end
+      held = held + 1
+      for _ = 1, 600 do   -- 30 s at most
+        if released then break end
+        rl.sleep(0.05)
+      end
+      return { body = { text = "late" } }
+    end })
+    local r = assert(rl.router.start { pd_disaggregation = true, prefill = { { url = p:url(), bootstrap_port = 18998 } },
+                                       decode = { d:url() }, health_interval = 0.5 })
+    local t0 = rl.now()
+    local req = rl.spawn(function() return rl.http.post(r.url .. "/generate", { text = "x" }, { timeout = 60 }) end)
+    for _ = 1, 200 do if held > 0 then break end rl.sleep(0.02) end
+    eq(held, 1, "the decode worker holds the generation")
+    eq(r:remove(d:url()), true)
+    local resp = assert(req:wait())
+    eq(resp.status, 502)
+    ok(resp.body:find("the decode worker " .. d:url() .. " left the router while it held the request", 1, true), resp.body)
+    ok(rl.now() - t0 < 10, "failed at once, not after the decode worker's stall")
+    released = true
+    r:stop()
+    p:stop()
+    d:stop()
+  end)
+
   it("process mode: a child rlhost router with the same handle", function()
     local w1 = worker("w1")
     local r = assert(rl.router.start { mode = "process", workers = { w1:url() }, policy = "least_load" })
