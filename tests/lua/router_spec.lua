@@ -13,6 +13,32 @@ local function worker(name)
   })
 end
 
+-- A stalled engine: holds every request but /health (30 s at most) until released.
+-- :hold(router_url) sends one /generate through the router and returns once this worker
+-- holds it (the task answers the client's response).
+local function stalled(name)
+  local st = { released = false, held = 0 }
+  local srv = assert(rl.http.serve { port = 0, handler = function(req)
+    if req.path == "/health" then return "ok" end
+    st.held = st.held + 1
+    for _ = 1, 600 do
+      if st.released then break end
+      rl.sleep(0.05)
+    end
+    return { body = { worker = name, text = "late" } }
+  end })
+  function st:url() return srv:url() end
+  function st:stop() srv:stop() end
+  function st:release() self.released = true end
+  function st:hold(router_url)
+    local req = rl.spawn(function() return rl.http.post(router_url .. "/generate", { text = "x" }, { timeout = 60 }) end)
+    for _ = 1, 200 do if self.held > 0 then break end rl.sleep(0.02) end
+    eq(self.held, 1, name .. " holds the request")
+    return req
+  end
+  return st
+end
+
 describe("rl.router", function()
   it("thread mode: routes, adds, removes, lists, stops", function()
     local w1, w2 = worker("w1"), worker("w2")
@@ -199,23 +225,11 @@ describe("rl.router", function()
   end)
 
   it("a worker removed while it holds a request: the request goes to another worker", function()
-    -- w1 holds every /generate (a stalled engine) until released; w2 answers at once
-    local released, held = false, 0
-    local w1 = assert(rl.http.serve { port = 0, handler = function(req)
-      if req.path == "/health" then return "ok" end
-      held = held + 1
-      for _ = 1, 600 do   -- 30 s at most
-        if released then break end
-        rl.sleep(0.05)
-      end
-      return { body = { worker = "w1" } }
-    end })
+    local w1 = stalled("w1")
     local w2 = worker("w2")
     local r = assert(rl.router.start { workers = { w1:url() }, policy = "round_robin", health_interval = 0.5 })
     local t0 = rl.now()
-    local req = rl.spawn(function() return rl.http.post(r.url .. "/generate", { text = "x" }, { timeout = 60 }) end)
-    for _ = 1, 200 do if held > 0 then break end rl.sleep(0.02) end
-    eq(held, 1, "w1 holds the request")
+    local req = w1:hold(r.url)
     assert(r:add(w2:url()))
     eq(r:remove(w1:url()), true)
     local resp = assert(req:wait())
@@ -223,40 +237,25 @@ describe("rl.router", function()
     eq(rl.http.json(resp).worker, "w2")
     eq(resp.headers["x-rlhost-attempts"], "2")
     ok(rl.now() - t0 < 10, "answered by w2, not after w1's stall")
-    released = true
+    w1:release()
     r:stop()
     w1:stop()
     w2:stop()
   end)
 
   it("PD mode: a side's worker removed while it holds a generation fails it at once, naming the worker", function()
-    -- the decode worker holds every generation (a stalled engine) until released; the prefill answers
-    local released, held = false, 0
-    local p = assert(rl.http.serve { port = 0, handler = function(req)
-      if req.path == "/health" then return "ok" end
-      return { body = { text = "" } }
-    end })
-    local d = assert(rl.http.serve { port = 0, handler = function(req)
-      if req.path == "/health" then return "ok" end
-      held = held + 1
-      for _ = 1, 600 do   -- 30 s at most
-        if released then break end
-        rl.sleep(0.05)
-      end
-      return { body = { text = "late" } }
-    end })
+    local p = worker("prefill")
+    local d = stalled("decode")
     local r = assert(rl.router.start { pd_disaggregation = true, prefill = { { url = p:url(), bootstrap_port = 18998 } },
                                        decode = { d:url() }, health_interval = 0.5 })
     local t0 = rl.now()
-    local req = rl.spawn(function() return rl.http.post(r.url .. "/generate", { text = "x" }, { timeout = 60 }) end)
-    for _ = 1, 200 do if held > 0 then break end rl.sleep(0.02) end
-    eq(held, 1, "the decode worker holds the generation")
+    local req = d:hold(r.url)
     eq(r:remove(d:url()), true)
     local resp = assert(req:wait())
     eq(resp.status, 502)
     ok(resp.body:find("the decode worker " .. d:url() .. " left the router while it held the request", 1, true), resp.body)
     ok(rl.now() - t0 < 10, "failed at once, not after the decode worker's stall")
-    released = true
+    d:release()
     r:stop()
     p:stop()
     d:stop()
