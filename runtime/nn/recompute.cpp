@@ -2,7 +2,6 @@
 
 #include <ATen/autocast_mode.h>
 
-#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -43,34 +42,28 @@ class AutocastAs {
   AutocastState prev_;
 };
 
-// What the backward pass needs besides x: owned by a one-byte tensor saved with x, whose
-// deleter frees it, so it lives exactly as long as the graph keeps its saved tensors
-// (released after the backward pass, or with the graph when none runs).
-struct Pending {
+// What the backward pass needs besides x, kept in the autograd context (saved_data holds
+// IValues), as nn/logprobs*.cpp keep theirs: it lives as long as the graph does.
+struct Pending : torch::CustomClassHolder {
   Block block;
   RecomputeHooks hooks;
   AutocastState autocast;
 };
 
-torch::Tensor holder_of(std::unique_ptr<Pending> p) {
-  Pending* raw = p.release();
-  return torch::from_blob(raw, {1}, [](void* q) { delete static_cast<Pending*>(q); },
-                          torch::TensorOptions().dtype(torch::kUInt8));
-}
-
 struct Recomputed : torch::autograd::Function<Recomputed> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& holder) {
-    auto* p = static_cast<Pending*>(holder.data_ptr());
+                               c10::intrusive_ptr<Pending> p) {
     auto y = p->block(x);  // autograd is off in a Function's forward: nothing is kept
-    ctx->save_for_backward({x, holder});
+    ctx->save_for_backward({x});
+    ctx->saved_data["pending"] = c10::IValue::make_capsule(std::move(p));
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto* p = static_cast<Pending*>(saved.at(1).data_ptr());
+    const auto capsule = ctx->saved_data["pending"].toCapsule();
+    const auto* p = static_cast<const Pending*>(capsule.get());
     if (!grads.at(0).defined()) return {torch::Tensor(), torch::Tensor()};
     auto x = saved[0].detach().requires_grad_(true);
     torch::AutoGradMode on(true);
@@ -97,7 +90,7 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
 
 torch::Tensor recompute(const torch::Tensor& x, Block block, RecomputeHooks hooks) {
   if (!torch::GradMode::is_enabled()) return block(x);
-  auto p = std::make_unique<Pending>();
+  auto p = c10::make_intrusive<Pending>();
   p->block = std::move(block);
   p->hooks = std::move(hooks);
   p->autocast = AutocastState::of(x.device().type());
@@ -105,7 +98,7 @@ torch::Tensor recompute(const torch::Tensor& x, Block block, RecomputeHooks hook
   // frozen embedding): x then goes in as a leaf of its own, so the output is
   // differentiable and the backward pass reaches the block.
   const auto in = x.requires_grad() ? x : x.detach().requires_grad_(true);
-  return Recomputed::apply(in, holder_of(std::move(p)));
+  return Recomputed::apply(in, std::move(p));
 }
 
 }  // namespace rl::nn

@@ -473,12 +473,11 @@ torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& posi
     const int64_t first = groups[g].first, end = groups[g].second;
     for (; i < first; ++i) x = run_layer(i, x, cos, sin, attend, lora, units);
     // The block owns what it reads: it runs again after this forward returns.
-    auto run = std::make_shared<std::optional<LoraRun>>();
-    if (lora) *run = *lora;
+    std::optional<LoraRun> run;
+    if (lora) run = *lora;
     Block block = [this, first, end, cos = cos, sin = sin, attend, run, units](const torch::Tensor& in) mutable {
       torch::Tensor y = in;
-      for (int64_t j = first; j < end; ++j)
-        y = run_layer(j, y, cos, sin, attend, *run ? &**run : nullptr, units);
+      for (int64_t j = first; j < end; ++j) y = run_layer(j, y, cos, sin, attend, run ? &*run : nullptr, units);
       return y;
     };
     RecomputeHooks around;
