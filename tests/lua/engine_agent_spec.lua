@@ -389,12 +389,14 @@ describe("rl.agent on the default model", function()
     local s = rl.sample.new { prompt = { { role = "user", content = "Ben has 4 cards." } }, label = "4", index = 9,
                               group_index = 0, session_id = "http-resume" }
     local orig_step
+    -- (turns cut at the 48-token cap go on here too, as in recorded_rollout: a sampled first
+    -- turn that runs to the cap must not end the trajectory before the abort is seen)
     local stop_after_one = rl.agent.new { env = { new = function(smp)
       local inst = env.new(smp)
       orig_step = inst.step
       inst.step = function(self, a) local o, r, d = orig_step(self, a); ro1.aborted = true; return o, r, d end
       return inst
-    end }, max_turns = 5, max_total_tokens = 380 }
+    end }, max_turns = 5, max_total_tokens = 380, on_turn_length = "continue" }
     s = stop_after_one:generate(ro1, s, ro1:sampling_params())
     eq(s.status, "aborted")
     eq(#s.metadata.trajectory.turns, 1)
@@ -414,7 +416,7 @@ describe("rl.agent on the default model", function()
       local step = inst.step
       inst.step = function(self, a) local o, r, d = step(self, a); ro3.aborted = true; return o, r, d end
       return inst
-    end }, max_turns = 5, max_total_tokens = 380 }
+    end }, max_turns = 5, max_total_tokens = 380, on_turn_length = "continue" }
     s3 = abort_after_one:generate(ro3, s3, ro3:sampling_params())
     eq(s3.status, "aborted")
     eq(json.decode(rl.http.get(url .. "/log").body).sessions, 0, "the dropped trajectory's session closed")
