@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,16 @@ namespace {
 
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
+
+// SIGCHLD writes a byte here, so the loop wakes the moment a rank exits: ranks are
+// then reaped in the order they ended (a rank that dies takes its peers down within
+// milliseconds, and the report must name the one that went first, not the lowest).
+int g_child_pipe[2] = {-1, -1};
+void on_child(int) {
+  const int saved = errno;
+  [[maybe_unused]] ssize_t n = ::write(g_child_pipe[1], "c", 1);
+  errno = saved;
+}
 
 // A port that was free a moment ago (rank 0 binds it when its store starts).
 int free_port() {
@@ -67,10 +78,13 @@ void emit(Stream& s, std::string_view data, bool flush_partial) {
   std::fflush(s.out);
 }
 
-// Reads what is available on the streams (waits up to timeout_ms). Closed ones get fd -1.
+// Reads what is available on the streams (waits up to timeout_ms, or until a rank
+// exits). Closed ones get fd -1.
 void pump(std::vector<Stream>& streams, int timeout_ms) {
   std::vector<pollfd> fds;
   std::vector<size_t> idx;
+  if (g_child_pipe[0] >= 0) fds.push_back({g_child_pipe[0], POLLIN, 0});
+  const size_t first = fds.size();
   for (size_t i = 0; i < streams.size(); ++i)
     if (streams[i].fd >= 0) {
       fds.push_back({streams[i].fd, POLLIN, 0});
@@ -82,9 +96,12 @@ void pump(std::vector<Stream>& streams, int timeout_ms) {
   }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
   char buf[65536];
-  for (size_t k = 0; k < fds.size(); ++k) {
+  if (first == 1 && (fds[0].revents & POLLIN))
+    while (::read(g_child_pipe[0], buf, sizeof buf) > 0) {
+    }
+  for (size_t k = first; k < fds.size(); ++k) {
     if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-    Stream& s = streams[idx[k]];
+    Stream& s = streams[idx[k - first]];
     const ssize_t n = ::read(s.fd, buf, sizeof buf);
     if (n > 0) {
       emit(s, std::string_view(buf, static_cast<size_t>(n)), false);
@@ -150,6 +167,12 @@ int run_nproc(int nproc, const std::vector<std::string>& argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  if (::pipe2(g_child_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+    struct sigaction sc{};
+    sc.sa_handler = on_child;
+    sc.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    ::sigaction(SIGCHLD, &sc, nullptr);
+  }
 
   std::vector<Child> children(static_cast<size_t>(nproc));
   std::vector<Stream> streams;
