@@ -260,6 +260,31 @@ describe("rl.rollout over the router and a real engine", function()
     bad:stop()
   end, { timeout = 120 })
 
+  it("has every request of a step in flight at once, past the HTTP client's 64 per host", function()
+    -- a stand-in router holds each /generate until all 96 of the step are in (or 5 s
+    -- passed), then passes it to the engine: the peak is what the rollout let out at once
+    local p = parts()
+    local want, pending, peak = 96, 0, 0
+    local relay = assert(rl.http.serve { event_driven = true, handler = function(req)
+      pending = pending + 1
+      peak = math.max(peak, pending)
+      local deadline = rl.now() + 5
+      while peak < want and rl.now() < deadline do rl.sleep(0.01) end
+      local resp = assert(rl.http.request { method = "POST", url = p.eng.url .. req.path, body = req.body,
+                                            headers = { ["content-type"] = "application/json" } })
+      pending = pending - 1
+      return { status = resp.status, body = resp.body, headers = { ["content-type"] = "application/json" } }
+    end })
+    local ds = rl.data.load(p.path, { label_key = "label" })
+    local ro = rl.rollout.new { url = relay:url(), tokenizer = p.tok, data = ds, reward = parity,
+      rollout_batch_size = 8, n_samples_per_prompt = 12, rollout_max_response_len = 2 }
+    local groups = ro:generate_rollout(0)
+    relay:stop()
+    eq(#groups, 8)
+    for _, g in ipairs(groups) do for _, s in ipairs(g) do eq(s.status ~= "failed", true) end end
+    eq(peak, want, "requests in flight at once")
+  end)
+
   it("runs in process on an engine handle, and rejects bad options", function()
     local p = parts()
     local ds = rl.data.load(p.path, { label_key = "label" })

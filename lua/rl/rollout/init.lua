@@ -139,8 +139,10 @@ function Rollout:_post(req, routing_key)
   local attempt, tries, recoveries = 0, 0, 0
   while true do
     attempt, tries = attempt + 1, tries + 1
+    -- as many in flight to the router as the rollout's semaphore lets out (the HTTP
+    -- client's default, 64 per host, would hold the rest back and halve the engine's batch)
     local resp, err = http.request { method = "POST", url = self.url .. path, body = body, headers = headers,
-                                     timeout = self.request_timeout }
+                                     timeout = self.request_timeout, max_per_host = self.concurrency * self.num_engines }
     if resp and resp.status == 200 then
       local out, derr = json.decode(resp.body)
       if not out then return nil, "POST " .. self.url .. path .. ": bad JSON: " .. tostring(derr) end
