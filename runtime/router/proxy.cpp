@@ -106,6 +106,8 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   uint64_t backoff_timer = 0;
   bool relaying = false;    // bytes went to the client: no more retries
   bool finished = false;
+  double last_bytes = 0;    // when the worker last sent bytes
+  bool orphaned = false;    // streaming from a worker the router removed
   std::string held;         // body of a 5xx we may retry
   std::string last_error;
   int last_status = 0;
@@ -122,7 +124,14 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   void fail(int status, const std::string& type, const std::string& message);
   void client_gone();
   void worker_removed();
+  void watch_orphaned_stream();
 };
+
+// A response still streaming from a worker the router removed is read to its end
+// while the worker keeps sending (removed to scale down); one that sends nothing for
+// this long (stopped, cut off) is cut, so the client learns at once, not at the
+// request timeout.
+constexpr double kOrphanedStreamQuietS = 5.0;
 
 void Exchange::release_worker() {
   if (!worker) return;
@@ -209,6 +218,7 @@ void Exchange::begin_relay(long status, const net::HeaderList& upstream, std::st
 
 void Exchange::on_chunk(std::string_view bytes) {
   if (finished) return;
+  if (orphaned) last_bytes = EventLoop::now();
   if (!relaying) {
     const net::HttpResponse* up = pooled ? r->upstream->peek(transfer) : r->client->peek(transfer);
     const long status = up ? up->status : 200;
@@ -312,9 +322,16 @@ void Exchange::client_gone() {
 }
 
 // Its worker left the router with the request in flight: the transfer is dropped and
-// the request goes to another worker (a retry) unless bytes already went to the client.
+// the request goes to another worker (a retry) unless bytes already went to the client;
+// then the stream goes on while the worker sends (watch_orphaned_stream).
 void Exchange::worker_removed() {
-  if (finished || relaying || !transfer) return;
+  if (finished || !transfer) return;
+  if (relaying) {
+    worker = 0;  // gone from the registry: nothing to release
+    orphaned = true;
+    last_bytes = EventLoop::now();
+    return watch_orphaned_stream();
+  }
   pooled ? r->upstream->cancel(transfer) : r->client->cancel(transfer);
   transfer = 0;
   worker = 0;  // gone from the registry: nothing to release
@@ -325,13 +342,43 @@ void Exchange::worker_removed() {
   fail(502, "bad_gateway", last_error);
 }
 
+void Exchange::watch_orphaned_stream() {
+  std::weak_ptr<Exchange> weak = shared_from_this();
+  const double quiet = EventLoop::now() - last_bytes;
+  r->loop.call_later(std::max(0.05, kOrphanedStreamQuietS - quiet), [weak] {
+    auto e = weak.lock();
+    if (!e || e->finished || !e->transfer) return;
+    const double now = EventLoop::now();
+    // the client reading slowly (the transfer paused for back-pressure) is no fault of the worker's
+    if (now - e->last_bytes < kOrphanedStreamQuietS || e->res->buffered() > 0) {
+      if (e->res->buffered() > 0) e->last_bytes = now;
+      return e->watch_orphaned_stream();
+    }
+    spdlog::warn("router: cut a response streaming from removed worker {} after {:.1f} s without a byte", e->worker_url,
+                 now - e->last_bytes);
+    e->pooled ? e->r->upstream->cancel(e->transfer) : e->r->client->cancel(e->transfer);
+    e->transfer = 0;
+    e->finished = true;
+    e->r->metrics.record_upstream_error(e->worker_url, "removed");
+    e->r->metrics.record_request(e->worker_url, e->endpoint, 502, now - e->started);
+    e->res->abort();  // a truncated response, as when a worker drops mid-stream
+  });
+}
+
 void Router::Impl::redispatch_from(uint64_t id, const std::string& url) {
   std::vector<std::shared_ptr<Exchange>> held;
   for (auto& e : exchanges)
     if (auto x = e.lock(); x && !x->finished && x->worker == id) held.push_back(std::move(x));
-  for (auto& x : held) x->worker_removed();
-  if (!held.empty() && running)
-    spdlog::info("router: {} request(s) that {} held go to the other workers", held.size(), url);
+  size_t streaming = 0;
+  for (auto& x : held) {
+    streaming += x->relaying ? 1 : 0;
+    x->worker_removed();
+  }
+  if (held.size() > streaming && running)
+    spdlog::info("router: {} request(s) that {} held go to the other workers", held.size() - streaming, url);
+  if (streaming && running)
+    spdlog::info("router: {} response(s) streaming from {} go on while it sends (cut after {:.0f} s without a byte)",
+                 streaming, url, kOrphanedStreamQuietS);
 }
 
 void Router::Impl::proxy(net::ServerRequest& req, const Res& res, bool route_on_body) {

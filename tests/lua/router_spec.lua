@@ -243,6 +243,66 @@ describe("rl.router", function()
     w2:stop()
   end)
 
+  it("a worker removed while it streams: the stream goes on while it sends, and is cut once it stops", function()
+    -- stream_worker.py: a real process sending an event every 50 ms; SIGSTOP makes it a
+    -- stalled worker that keeps its connection open
+    local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+    local function start_worker()
+      local pf = os.tmpname()
+      os.remove(pf)
+      local proc = assert(rl.process.spawn { "python3", here .. "/support/stream_worker.py", pf })
+      local url
+      for _ = 1, 400 do
+        local f = io.open(pf)
+        if f then url = f:read("*a"); f:close(); break end
+        rl.sleep(0.05)
+      end
+      os.remove(pf)
+      return proc, assert(url, "stream worker up")
+    end
+    local function stream(router_url, count)
+      local st = { events = 0, done = false }
+      st.task = rl.spawn(function()
+        local t0 = rl.now()
+        local resp, err = rl.http.request { method = "POST", url = router_url .. "/generate", timeout = 60,
+          body = rl.json.encode { text = "x", stream = true, count = count },
+          headers = { ["content-type"] = "application/json" },
+          on_chunk = function(b)
+            local _, n = b:gsub("data: {", "")
+            st.events = st.events + n
+            if b:find("[DONE]", 1, true) then st.done = true end
+          end }
+        st.elapsed, st.resp, st.err = rl.now() - t0, resp, err
+      end)
+      for _ = 1, 400 do if st.events > 0 then break end rl.sleep(0.01) end
+      ok(st.events > 0, "the stream started")
+      return st
+    end
+    -- removed to scale down: its stream is read to the end
+    local p1, u1 = start_worker()
+    local r = assert(rl.router.start { workers = { u1 }, health_interval = 0.5 })
+    local st = stream(r.url, 40)
+    eq(r:remove(u1), true)
+    st.task:wait()
+    eq(st.done, true, "the whole stream: " .. tostring(st.err))
+    eq(st.events, 40)
+    -- stopped while it streams, then removed: the client's stream ends within the quiet
+    -- limit (5 s), not at its 60 s timeout
+    local p2, u2 = start_worker()
+    assert(r:add(u2))
+    for _ = 1, 200 do if r:workers()[1].status == "healthy" then break end rl.sleep(0.05) end
+    st = stream(r.url, 100000)
+    rl.process.signal_pid(p2.pid, 19)   -- SIGSTOP
+    eq(r:remove(u2), true)
+    st.task:wait()
+    eq(st.done, false)
+    ok(st.elapsed < 15, ("cut after %.1f s"):format(st.elapsed))
+    rl.process.signal_pid(p2.pid, 18)   -- SIGCONT
+    r:stop()
+    p1:stop()
+    p2:stop()
+  end)
+
   it("PD mode: a side's worker removed while it holds a generation fails it at once, naming the worker", function()
     local p = worker("prefill")
     local d = stalled("decode")
