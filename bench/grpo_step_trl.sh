@@ -23,7 +23,7 @@ variants="${VARIANTS:-exact}"
 prompts="${PROMPTS:-16}" n="${N:-8}" new="${NEW:-128}" gbs="${GLOBAL:-64}" micro="${MICRO:-16}"
 python="${PYTHON:-python3}"
 [ -x "$bin" ] || { echo "grpo_step_trl.sh: no rlhost binary at $bin (build it, or set RLHOST_BIN)" >&2; exit 2; }
-"$python" -c 'import trl' 2>/dev/null || { echo "grpo_step_trl.sh: no trl for $python (scripts/bootstrap.sh --test-deps)" >&2; exit 2; }
+"$python" -c 'import trl' 2>/dev/null || { echo "grpo_step_trl.sh: no trl for $python (the peer is not a test dependency: $python -m pip install trl==1.16.0, measured with transformers 5.23.0)" >&2; exit 2; }
 out="${OUT_DIR:-$root/bench/out}/grpo_step_trl-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 data="$(dirname "$bin")/test-data"

@@ -3,7 +3,9 @@
 # against the same step in Python PyTorch (transformers' model, sdpa attention), same run,
 # same threads. rlhost runs twice per round: with the batch-invariant kernels (exact, the
 # default) and with RLHOST_BATCH_INVARIANT=0 (ATen's kernels); the three runs alternate
-# their order every round; medians over ROUNDS, the load average beside each run.
+# their order every round; medians over ROUNDS, the load average beside each run; then
+# each side's arithmetic rate against the roof (bench/trainer_step_flops.py: MKL's sgemm
+# on the step's own GEMM shapes, same threads).
 #   SHAPES="42m qwen42m default" THREADS="2" ROUNDS=3 BATCH=8 TOKENS=256 STEPS=3 bench/trainer_step.sh
 # Shapes: bench/llama_shapes.sh (15m, 42m, 110m Llama; qwen42m; default).
 set -euo pipefail
@@ -37,16 +39,26 @@ for shape in $shapes; do
       done
       order=("${order[@]:1}" "${order[0]}")  # rotate
     done
-    python3 - "$shape" "$t" "${lines[@]}" <<'PY'
+    flops="$(python3 "$root/bench/trainer_step_flops.py" "$model" "$t" "$B" "$T" 2>/dev/null | grep '^FLOPS' || true)"
+    python3 - "$shape" "$t" "$B" "$T" "$flops" "${lines[@]}" <<'PY'
 import statistics, sys
 kv = lambda l: dict(x.split("=", 1) for x in l.split()[1:])
-rows = [kv(l) for l in sys.argv[3:] if l.strip()]
+rows = [kv(l) for l in sys.argv[6:] if l.strip()]
 tok = {v: statistics.median(float(r["tok_s"]) for r in rows if r["variant"] == v) for v in ("exact", "bi0", "torch")}
 loads = ", ".join(r["load"] for r in rows)
 print(f"== {sys.argv[1]}, {sys.argv[2]} thread(s), medians of {sum(r['variant'] == 'exact' for r in rows)} round(s): "
       f"rlhost exact {tok['exact']:.0f} tok/s, RLHOST_BATCH_INVARIANT=0 {tok['bi0']:.0f}, PyTorch {tok['torch']:.0f} -> "
       f"exact/PyTorch {tok['exact'] / tok['torch']:.2f}x, BI=0/PyTorch {tok['bi0'] / tok['torch']:.2f}x, "
       f"cost of exactness {tok['bi0'] / tok['exact']:.2f}x (load {loads})")
+if sys.argv[5]:  # each side's own arithmetic per second against MKL's sgemm on the step's shapes
+    f = kv(sys.argv[5])
+    tokens = int(sys.argv[3]) * int(sys.argv[4])
+    roof = float(f["roof_gflops"])
+    rate = {v: int(f["torch" if v == "torch" else "rlhost"]) * tok[v] / tokens / 1e9 for v in tok}
+    print(f"   arithmetic: rlhost exact {rate['exact']:.0f} GFLOP/s ({rate['exact'] / roof:.0%} of the roof), "
+          f"BI=0 {rate['bi0']:.0f} ({rate['bi0'] / roof:.0%}), PyTorch {rate['torch']:.0f} ({rate['torch'] / roof:.0%}); "
+          f"roof (MKL sgemm on the step's GEMM shapes, same threads) {roof:.0f} GFLOP/s; the peer does "
+          f"{int(f['torch']) / int(f['rlhost']):.2f}x rlhost's arithmetic (its lm_head over every position)")
 PY
   done
 done
