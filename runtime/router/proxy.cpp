@@ -125,6 +125,10 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   void client_gone();
   void worker_removed();
   void watch_orphaned_stream();
+  void drop_transfer() {  // the worker's transfer, cancelled (no callback follows)
+    if (transfer) pooled ? r->upstream->cancel(transfer) : r->client->cancel(transfer);
+    transfer = 0;
+  }
 };
 
 // A response still streaming from a worker the router removed is read to its end
@@ -313,8 +317,7 @@ void Exchange::on_done(net::HttpResult&& result) {
 void Exchange::client_gone() {
   if (finished) return;
   finished = true;
-  if (transfer) pooled ? r->upstream->cancel(transfer) : r->client->cancel(transfer);
-  transfer = 0;
+  drop_transfer();
   release_worker();
   if (backoff_timer) r->loop.cancel_timer(backoff_timer);
   backoff_timer = 0;
@@ -332,8 +335,7 @@ void Exchange::worker_removed() {
     last_bytes = EventLoop::now();
     return watch_orphaned_stream();
   }
-  pooled ? r->upstream->cancel(transfer) : r->client->cancel(transfer);
-  transfer = 0;
+  drop_transfer();
   worker = 0;  // gone from the registry: nothing to release
   last_error = "worker " + worker_url + " left the router while it held the request";
   last_status = 0;
@@ -356,8 +358,7 @@ void Exchange::watch_orphaned_stream() {
     }
     spdlog::warn("router: cut a response streaming from removed worker {} after {:.1f} s without a byte", e->worker_url,
                  now - e->last_bytes);
-    e->pooled ? e->r->upstream->cancel(e->transfer) : e->r->client->cancel(e->transfer);
-    e->transfer = 0;
+    e->drop_transfer();
     e->finished = true;
     e->r->metrics.record_upstream_error(e->worker_url, "removed");
     e->r->metrics.record_request(e->worker_url, e->endpoint, 502, now - e->started);
