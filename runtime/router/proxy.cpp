@@ -352,10 +352,8 @@ void Exchange::watch_orphaned_stream() {
     if (!e || e->finished || !e->transfer) return;
     const double now = EventLoop::now();
     // the client reading slowly (the transfer paused for back-pressure) is no fault of the worker's
-    if (now - e->last_bytes < kOrphanedStreamQuietS || e->res->buffered() > 0) {
-      if (e->res->buffered() > 0) e->last_bytes = now;
-      return e->watch_orphaned_stream();
-    }
+    if (e->res->buffered() > 0) e->last_bytes = now;
+    if (now - e->last_bytes < kOrphanedStreamQuietS) return e->watch_orphaned_stream();
     spdlog::warn("router: cut a response streaming from removed worker {} after {:.1f} s without a byte", e->worker_url,
                  now - e->last_bytes);
     e->drop_transfer();

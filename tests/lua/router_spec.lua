@@ -253,8 +253,8 @@ describe("rl.router", function()
       local proc = assert(rl.process.spawn { "python3", here .. "/support/stream_worker.py", pf })
       local url
       for _ = 1, 400 do
-        local f = io.open(pf)
-        if f then url = f:read("*a"); f:close(); break end
+        url = read_file(pf)
+        if url then break end
         rl.sleep(0.05)
       end
       os.remove(pf)
