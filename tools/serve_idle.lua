@@ -27,7 +27,7 @@ if opt.num_engines < 1 then rl.args.usage_error("--num-engines must be at least 
 
 local model = opt.model
 if not model then
-  rl.log.info("no --model: using rl.mathgen.default_model() (built once into the cache, a few minutes)")
+  rl.log.info("no --model: using rl.mathgen.default_model() (made once into the cache)")
   model = rl.mathgen.default_model()
 end
 

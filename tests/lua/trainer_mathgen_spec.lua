@@ -170,6 +170,64 @@ describe("rl.mathgen", function()
     eq(warmup.final_mismatch_rate {}, 0)
   end)
 
+  -- The default model ships its SFT weights (models/default-math-model-v<N>): a first run
+  -- takes them instead of training for minutes. They are only valid for the data, the
+  -- tokenizer and the config this build derives; a change to any of those must fail here.
+  it("makes the default model from the shipped weights: this build's tokenizer and config, its held-out accuracy", function()
+    local entry = "default-math-model-v" .. warmup.VERSION
+    local shipped = warmup.shipped_dir(entry)
+    ok(shipped, "models/" .. entry .. " is in the tree (rlhost recipes/sft_warmup.lua --out models/" .. entry .. ")")
+    local dir = tmpdir() .. "/m"
+    local t0 = rl.now()
+    local report = warmup.build_into(warmup.defaults(), dir, shipped, true)
+    local secs = rl.now() - t0
+    eq(read(dir .. "/model.safetensors"), read(shipped .. "/model.safetensors"))
+    for _, f in ipairs { "config.json", "tokenizer.json", "tokenizer_config.json" } do
+      eq(read(dir .. "/" .. f), read(shipped .. "/" .. f), f)
+    end
+    local trained = rl.json.decode(read(shipped .. "/warmup.json"))
+    eq(report.shipped.accuracy, trained.accuracy)
+    eq(report.parameters, trained.parameters)
+    eq(report.loss_curve, trained.loss_curve)
+    -- the same weights on another CPU round differently; on the kind that trained them
+    -- the accuracy is the recorded one, elsewhere within a few problems of it
+    ok(math.abs(report.accuracy.greedy - trained.accuracy.greedy) <= 0.02,
+      ("greedy held-out accuracy %.3f here, %.3f where trained"):format(report.accuracy.greedy, trained.accuracy.greedy))
+    local lines = 0
+    for _ in read(dir .. "/data/test.jsonl"):gmatch("\n") do lines = lines + 1 end
+    eq(lines, report.options.test_size)
+    -- rl.mathgen.default_model takes the same path into its cache
+    local cache = tmpdir()
+    eq(rl.mathgen.default_model { cache_dir = cache, quiet = true }, cache .. "/" .. entry)
+    eq(read(cache .. "/" .. entry .. "/model.safetensors"), read(shipped .. "/model.safetensors"))
+    print(("default model from the shipped weights: %.1f s, held-out %.3f greedy (%.3f where trained)"):format(
+      secs, report.accuracy.greedy, trained.accuracy.greedy))
+    os.execute("rm -rf '" .. dir .. "' '" .. cache .. "'")
+  end, { timeout = 120 })
+
+  it("trains instead when the options or the tokenizer differ from the shipped weights'", function()
+    local shipped = warmup.shipped_dir("default-math-model-v" .. warmup.VERSION)
+    local opt = tiny()
+    local dir = tmpdir() .. "/m"
+    local okk, err = pcall(warmup.build_into, opt, dir, shipped, true)
+    ok(not okk and tostring(err):find("trained with %-%-", 1) ~= nil, tostring(err))
+    ok(not io.open(dir .. "/config.json"), "nothing left behind")
+    -- the default options, but weights shipped for another tokenizer
+    local other = tmpdir(true)
+    os.execute("cp '" .. shipped .. "'/* '" .. other .. "'/")
+    local f = assert(io.open(other .. "/tokenizer.json", "ab"))
+    f:write(" ")
+    f:close()
+    okk, err = pcall(warmup.build_into, warmup.defaults(), dir, other, true)
+    ok(not okk and tostring(err):find("tokenizer.json differs", 1, true) ~= nil, tostring(err))
+    ok(not io.open(dir .. "/config.json"), "nothing left behind")
+    os.execute("rm -rf '" .. other .. "'")
+    local report = warmup.build_into(opt, dir, shipped)
+    eq(report.shipped, nil)
+    ok(report.loss_curve[#report.loss_curve].loss < report.loss_curve[1].loss)
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 120 })
+
   it("builds a tiny warm model whose SFT loss falls, deterministically, and caches it", function()
     local dir = tmpdir()
     local t0 = rl.now()

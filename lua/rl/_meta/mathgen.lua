@@ -41,10 +41,11 @@ function rl.mathgen.splits(opts) end
 ---@return string? err
 function rl.mathgen.write_jsonl(path, problems) end
 
---- The cached default model directory ($XDG_CACHE_HOME/rlhost/default-math-model-v<N>), built on
---- first use by rl.mathgen.warmup (the code of recipes/sft_warmup.lua). opts: cache_dir, name,
---- tools (the tool-using variant, default-math-tools-model-v<N>, trained on rl.mathgen.tools
---- chats) and any sft_warmup option (snake_case) to build something else.
+--- The cached default model directory ($XDG_CACHE_HOME/rlhost/default-math-model-v<N>), made on
+--- first use by rl.mathgen.warmup (the code of recipes/sft_warmup.lua): from the shipped weights
+--- (models/default-math-model-v<N>, seconds) where they fit, else trained. opts: cache_dir, name,
+--- shipped = false (train even so), tools (the tool-using variant, default-math-tools-model-v<N>,
+--- trained on rl.mathgen.tools chats) and any sft_warmup option (snake_case) to build something else.
 ---@param opts? table
 ---@return string dir
 function rl.mathgen.default_model(opts) end
@@ -72,6 +73,22 @@ function rl.mathgen.warmup.final_mismatch_rate(texts) end
 ---@return integer n
 ---@return integer[] mask
 function rl.mathgen.warmup.encode_chat(tok, msgs) end
+
+--- The shipped weights of a default model: models/<entry> beside lua/ in the rlhost tree
+--- (source and installed alike), or nil when that entry is not shipped.
+---@param entry string e.g. "default-math-model-v2"
+---@return string|nil dir
+function rl.mathgen.warmup.shipped_dir(entry) end
+
+--- Builds a model directory (the steps of recipes/sft_warmup.lua) into dir; with shipped (a
+--- shipped_dir) the SFT step takes its weights once the derived config and tokenizer equal
+--- theirs byte for byte, else trains (only_shipped: fails instead). → the warmup.json report.
+---@param opt table warmup options (rl.mathgen.warmup.defaults() overridden)
+---@param dir string
+---@param shipped? string
+---@param only_shipped? boolean
+---@return table report
+function rl.mathgen.warmup.build(opt, dir, shipped, only_shipped) end
 
 --- Calculator chats of the problems (require "rl.mathgen.tools").
 ---@class rl.mathgen.tools

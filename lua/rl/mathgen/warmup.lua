@@ -375,9 +375,43 @@ local function held_out(opt, dir, test, log)
   }, rl.now() - t_eval
 end
 
+-- Options that do not decide what a build trains (threads: only the rounding of the
+-- float sums, as the host's CPU does; shipped weights serve any thread count).
+local NOT_TRAINING = { threads = true, log_every = true, quiet = true, tools = true }
+
+-- The SFT step taken from shipped weights: dir's config and tokenizer (just derived)
+-- must be byte for byte the ones the weights were trained under. → the shipped build's
+-- report, or nil and why not.
+local function take_shipped(opt, dir, shipped)
+  local function read(path)
+    local f = io.open(path, "rb")
+    if not f then return nil end
+    local s = f:read("*a")
+    f:close()
+    return s
+  end
+  local report = rl.json.decode(read(shipped .. "/warmup.json") or "null")
+  if type(report) ~= "table" or report.version ~= M.VERSION then return nil, "no warmup.json of version " .. M.VERSION end
+  for k in pairs(M.defaults(opt.tools)) do
+    if not NOT_TRAINING[k] and rl.json.encode(report.options[k]) ~= rl.json.encode(opt[k]) then
+      return nil, "trained with --" .. k:gsub("_", "-") .. " " .. rl.json.encode(report.options[k])
+    end
+  end
+  for _, name in ipairs { "config.json", "tokenizer.json", "tokenizer_config.json" } do
+    if read(shipped .. "/" .. name) ~= read(dir .. "/" .. name) then return nil, name .. " differs from this build's" end
+  end
+  local weights = read(shipped .. "/model.safetensors")
+  local f = weights and io.open(dir .. "/model.safetensors", "wb")
+  if not (f and f:write(weights) and f:close()) then return nil, "cannot copy model.safetensors into " .. dir end
+  return report
+end
+
 --- Builds the model into dir (created; must not exist) and returns the report
---- that is also written to dir/warmup.json.
-function M.build(opt, dir)
+--- that is also written to dir/warmup.json. With `shipped` (a directory of weights
+--- this build trained for the same options, M.shipped_dir) the SFT step takes them
+--- instead of training, once the derived config and tokenizer are theirs byte for byte;
+--- otherwise it trains (and says why), or with only_shipped fails.
+function M.build(opt, dir, shipped, only_shipped)
   local t0 = rl.now()
   local log = opt.quiet and function() end or function(...) rl.log.info(...) end
   local threads_before = rl.torch.info().num_threads
@@ -399,8 +433,23 @@ function M.build(opt, dir)
   local params = tr.model:num_parameters()
   log("sft_warmup: %d train / %d test problems, vocab %d, %.2fM parameters", #train, #test, tok.vocab_size,
     params / 1e6)
-  local curve, tokens, train_seconds = sft_train(opt, tr, sft_sequences(opt, tok, chats), log)
-  assert(tr:save_model(dir))
+  local from, why
+  if shipped then
+    from, why = take_shipped(opt, dir, shipped)
+    if not from and only_shipped then error("rl.mathgen.warmup: the shipped weights in " .. shipped .. " do not fit this "
+      .. "build: " .. why .. " (after a change to what the build trains, bump M.VERSION and ship new weights: "
+      .. "rlhost recipes/sft_warmup.lua --out models/default-math-model-v<N>)", 0) end
+    if not from then rl.log.warn("not using the shipped weights in %s (%s): training them here", shipped, why) end
+  end
+  local curve, tokens, train_seconds
+  if from then
+    log("sft_warmup: the SFT step's weights are the shipped ones (%s)", shipped)
+    curve, train_seconds = from.loss_curve, from.train_seconds
+    tokens = from.tokens_per_second * train_seconds
+  else
+    curve, tokens, train_seconds = sft_train(opt, tr, sft_sequences(opt, tok, chats), log)
+    assert(tr:save_model(dir))
+  end
   -- 4. Held-out accuracy; the problems and the report next to the model.
   local eval, eval_seconds = held_out(opt, dir, test, log)
   sh("mkdir -p " .. q(dir .. "/data"))
@@ -411,6 +460,8 @@ function M.build(opt, dir)
     accuracy = eval.accuracy, final_mismatch_rate = eval.final_mismatch_rate, loss_curve = curve,
     tool_calls = eval.tool_calls, train_seconds = train_seconds, eval_seconds = eval_seconds,
     seconds = rl.now() - t0, tokens_per_second = tokens / train_seconds, example = eval.example,
+    -- shipped weights: where from, and the held-out accuracy on the host that trained them
+    shipped = from and { dir = shipped, accuracy = from.accuracy } or nil,
   }
   local f = assert(io.open(dir .. "/warmup.json", "wb"))
   f:write(rl.json.encode(report, { indent = 2, sort_keys = true }), "\n")
@@ -420,11 +471,11 @@ function M.build(opt, dir)
 end
 
 --- Builds into a temporary sibling of dir and renames it into place (an existing
---- model directory at dir is replaced). Returns the report.
-function M.build_into(opt, dir)
+--- model directory at dir is replaced). Returns the report. shipped, only_shipped: as in M.build.
+function M.build_into(opt, dir, shipped, only_shipped)
   local tmp = dir .. ".tmp-" .. os.tmpname():match("([^/]+)$")
   sh("mkdir -p " .. q(dir:match("^(.*)/[^/]*$") or "."))
-  local ok, report = pcall(M.build, opt, tmp)
+  local ok, report = pcall(M.build, opt, tmp, shipped, only_shipped)
   if not ok then
     remove_tree(tmp)
     remove_tree(tmp .. ".tokenizer")
@@ -451,25 +502,41 @@ function M.cache_dir()
   return (os.getenv("HOME") or "/tmp") .. "/.cache/rlhost"
 end
 
---- The default model's directory, built (a few minutes on 2 cores) when missing.
---- opts: cache_dir, and any build option (which then names another cache entry only
---- when you give it another name: `name`).
+--- The shipped weights of a default model, `models/<entry>` in the rlhost tree (beside
+--- lua/, in the source tree and installed alike): model.safetensors as this build trained
+--- it (recipes/sft_warmup.lua, on the host its warmup.json names), with the config,
+--- tokenizer and report it was trained with. → the directory, or nil when not shipped.
+function M.shipped_dir(entry)
+  local tree = debug.getinfo(1, "S").source:match("^@(.*)/lua/rl/mathgen/[^/]*$")
+  local dir = tree and tree .. "/models/" .. entry
+  return dir and exists(dir .. "/model.safetensors") and dir or nil
+end
+
+--- The default model's directory, made when missing: from the shipped weights (seconds:
+--- the data and tokenizer derived, the held-out accuracy measured on this host) where
+--- they exist for these options, else trained (a few minutes on 2 cores). opts: cache_dir,
+--- shipped = false (train even where weights are shipped), and any build option (which
+--- then names another cache entry only when you give it another name: `name`).
 function M.default_model(opts)
   opts = opts or {}
   local entry = opts.tools and ("default-math-tools-model-v" .. M.TOOLS_VERSION) or ("default-math-model-v" .. M.VERSION)
   local dir = (opts.cache_dir or M.cache_dir()) .. "/" .. (opts.name or entry)
   if exists(dir .. "/config.json") then return dir end
-  local opt = M.defaults(opts.tools)
+  local opt, as_shipped = M.defaults(opts.tools), opts.shipped ~= false
   for k, v in pairs(opts) do
-    if k ~= "cache_dir" and k ~= "name" then
+    if k ~= "cache_dir" and k ~= "name" and k ~= "shipped" then
       if opt[k] == nil and k ~= "quiet" then error("rl.mathgen.default_model: unknown option '" .. tostring(k) .. "'", 2) end
+      as_shipped = as_shipped and (NOT_TRAINING[k] or rl.json.encode(v) == rl.json.encode(opt[k]))
       opt[k] = v
     end
   end
-  rl.log.info("building the default math%s model into %s (once; a few minutes)", opts.tools and " tools" or "", dir)
-  local report = M.build_into(opt, dir)
-  rl.log.info("default math model: %.2fM parameters, held-out accuracy %.2f (greedy), built in %.0f s",
-    report.parameters / 1e6, report.accuracy.greedy, report.seconds)
+  local shipped = as_shipped and M.shipped_dir(entry) or nil
+  rl.log.info("building the default math%s model into %s (once; %s)", opts.tools and " tools" or "", dir,
+    shipped and "from the shipped weights, seconds" or "a few minutes")
+  local report = M.build_into(opt, dir, shipped)
+  rl.log.info("default math model: %.2fM parameters, held-out accuracy %.2f (greedy), %s in %.0f s",
+    report.parameters / 1e6, report.accuracy.greedy, report.shipped and "made from the shipped weights" or "built",
+    report.seconds)
   return dir
 end
 
