@@ -71,19 +71,53 @@ pip_install() {
   "$PY" -m pip install -q "${pip_flags[@]}" "$@"
 }
 
-if "$PY" - <<'PY' 2>/dev/null
-import importlib.util, sys
+# The torch wheel's lib/ directory, where LibTorch's libtorch_cpu.so is (empty when absent).
+torch_lib_dir() {
+  "$PY" - <<'PY' 2>/dev/null || true
+import importlib.util, os
 spec = importlib.util.find_spec("torch")
-if spec is None: sys.exit(1)
-import os
-root = os.path.dirname(spec.origin)
-sys.exit(0 if os.path.exists(os.path.join(root, "lib", "libtorch_cpu.so")) else 1)
+if spec is not None:
+    lib = os.path.join(os.path.dirname(spec.origin), "lib")
+    if os.path.exists(os.path.join(lib, "libtorch_cpu.so")): print(lib)
 PY
-then
+}
+
+# LibTorch for the build: the torch wheel without the ~4 GB of GPU libraries its
+# requirements pull in (cuDNN, cuBLAS, NCCL, Triton, ...), which a CPU build never loads.
+# libtorch_cpu.so of PyPI's wheel links the CUDA runtime and CUPTI only, so those two come
+# from the CUDA toolkit requirement the wheel names (its cudart and cupti extras). If
+# libtorch_cpu.so still misses a library after that, the wheel's whole requirement set is
+# installed instead. `import torch` in Python needs them all: --test-deps adds them.
+install_torch() {
+  pip_install --no-deps "$TORCH_SPEC"
+  local cuda_req
+  cuda_req="$("$PY" - <<'PY' 2>/dev/null || true
+import importlib.metadata as md, re
+for r in md.requires("torch") or []:
+    m = re.match(r"\s*(cuda-toolkit)\[[^\]]*\]\s*([^;]*)", r)                 # CUDA 13 wheels
+    if m: print(m.group(1) + "[cudart,cupti]" + m.group(2).strip())
+    m = re.match(r"\s*(nvidia-cuda-(runtime|cupti)-cu\d+\s*[^;]*)", r)          # CUDA 12 wheels
+    if m: print(m.group(1).strip())
+PY
+)"
+  # shellcheck disable=SC2086  # one requirement per word
+  [ -z "$cuda_req" ] || pip_install $cuda_req
+  local lib missing_libs
+  lib="$(torch_lib_dir)"
+  missing_libs="$(ldd "$lib/libtorch_cpu.so" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ')"
+  if [ -n "$lib" ] && [ -z "$missing_libs" ]; then
+    log "torch wheel: installed without its GPU libraries ($(du -sh "$(dirname "$lib")" | cut -f1) for LibTorch)"
+  else
+    log "torch wheel: libtorch_cpu.so misses ${missing_libs:-itself}; installing the wheel's requirements too"
+    pip_install "$TORCH_SPEC"
+  fi
+}
+
+if [ -n "$(torch_lib_dir)" ]; then
   log "torch wheel: present"
 else
   log "installing the torch wheel ($TORCH_SPEC) from PyPI for LibTorch"
-  pip_install "$TORCH_SPEC"
+  install_torch
 fi
 
 # pyarrow: a build dependency (cmake/Arrow.cmake finds Arrow C++ in the wheel), and the
@@ -97,23 +131,30 @@ else
   pip_install "pyarrow==$PYARROW_VERSION"
 fi
 
-# Router tests and benchmarks: wrk, nginx, prometheus (ships promtool). Not fatal here
-# (a build needs none of them); --test-deps below fails when prometheus is missing.
-ROUTER_APT=(wrk nginx prometheus)
-router_missing=()
-for p in "${ROUTER_APT[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || router_missing+=("$p")
-done
-if [ ${#router_missing[@]} -gt 0 ]; then
-  log "installing router test/bench packages: ${router_missing[*]}"
-  { "${sudo_cmd[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
-      --no-install-recommends "${router_missing[@]}" >/dev/null; } || log "WARNING: could not install ${router_missing[*]}"
-fi
-
 # --test-deps: the Python peers the test suite and benchmarks compare against
 # (transformers for model parity, tokenizers for tokenizer parity). A failed install
 # is an error (fail above): the tests would skip, or fail under CI.
 if [ "${1:-}" = "--test-deps" ]; then
+  # Router tests and benchmarks: wrk, nginx, prometheus (ships promtool). Not fatal here
+  # (only benchmarks use wrk and nginx); below, a missing prometheus is.
+  ROUTER_APT=(wrk nginx prometheus)
+  router_missing=()
+  for p in "${ROUTER_APT[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || router_missing+=("$p")
+  done
+  if [ ${#router_missing[@]} -gt 0 ]; then
+    log "installing router test/bench packages: ${router_missing[*]}"
+    { "${sudo_cmd[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+        --no-install-recommends "${router_missing[@]}" >/dev/null; } || log "WARNING: could not install ${router_missing[*]}"
+  fi
+  # torch in Python (the parity tests' peer): the wheel's own requirements, which the
+  # build alone does without (install_torch above).
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    log "installing the torch wheel's requirements ($TORCH_SPEC) for torch in Python"
+    pip_install "$TORCH_SPEC" || true
+    err="$("$PY" -c "import torch" 2>&1 >/dev/null)" \
+      || fail "torch does not import after pip install (${err##*$'\n'}); try: $PY -m pip install $TORCH_SPEC"
+  fi
   if "$PY" -c "import transformers, tokenizers, safetensors, openai, pandas, tinker, peft" 2>/dev/null; then
     log "test dependencies (transformers, tokenizers, openai, pandas, tinker, peft): present"
   else
