@@ -20,7 +20,9 @@ endforeach()
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
   execute_process(
-    COMMAND ${Python3_EXECUTABLE} -c "import os, torch; print(os.path.dirname(torch.__file__))"
+    # find_spec, not import: a wheel installed for LibTorch alone (bootstrap.sh leaves out
+    # its GPU and Python requirements) does not import, and need not.
+    COMMAND ${Python3_EXECUTABLE} -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('torch').origin))"
     OUTPUT_VARIABLE _wheel_root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
     RESULT_VARIABLE _py_rc)
   if(_py_rc EQUAL 0 AND _wheel_root)

@@ -89,7 +89,7 @@ PY
 # libtorch_cpu.so still misses a library after that, the wheel's whole requirement set is
 # installed instead. `import torch` in Python needs them all: --test-deps adds them.
 install_torch() {
-  pip_install --no-deps "$TORCH_SPEC"
+  pip_install --no-deps "$TORCH_SPEC" || return 1
   local cuda_req
   cuda_req="$("$PY" - <<'PY' 2>/dev/null || true
 import importlib.metadata as md, re
@@ -100,8 +100,13 @@ for r in md.requires("torch") or []:
     if m: print(m.group(1).strip())
 PY
 )"
+  # pip's closing check lists every requirement of torch left out on purpose as a
+  # "dependency conflict": its report is shown only if the install itself fails.
+  local pip_err
+  pip_err="$(mktemp)"
   # shellcheck disable=SC2086  # one requirement per word
-  [ -z "$cuda_req" ] || pip_install $cuda_req
+  [ -z "$cuda_req" ] || pip_install $cuda_req 2>"$pip_err" || cat "$pip_err" >&2
+  rm -f "$pip_err"
   local lib missing_libs
   lib="$(torch_lib_dir)"
   missing_libs="$(ldd "$lib/libtorch_cpu.so" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ')"
