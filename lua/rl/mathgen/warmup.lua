@@ -504,7 +504,7 @@ end
 
 --- The shipped weights of a default model, `models/<entry>` in the rlhost tree (beside
 --- lua/, in the source tree and installed alike): model.safetensors as this build trained
---- it (recipes/sft_warmup.lua, on the host its warmup.json names), with the config,
+--- it (recipes/sft_warmup.lua, on the host models/README.md names), with the config,
 --- tokenizer and report it was trained with. → the directory, or nil when not shipped.
 function M.shipped_dir(entry)
   local tree = debug.getinfo(1, "S").source:match("^@(.*)/lua/rl/mathgen/[^/]*$")
