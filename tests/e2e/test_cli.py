@@ -394,6 +394,15 @@ class Install(CliTest):
                         "rl.json loaded from %s, not from the install prefix %s" % (found, prefix))
         p = rlhost("--version", binary=installed, env=env, cwd=cwd)
         self.assertExit(p, 0)
+        # the default model's shipped weights are installed beside the library, and found there
+        p = rlhost("-e", 'local w = require "rl.mathgen.warmup"; '
+                   'print(w.shipped_dir("default-math-model-v" .. w.VERSION))',
+                   binary=installed, env=env, cwd=cwd)
+        self.assertExit(p, 0)
+        shipped = p.stdout.strip()
+        self.assertTrue(os.path.realpath(shipped).startswith(os.path.join(os.path.realpath(prefix), "share", "rlhost",
+                                                                          "models") + os.sep), shipped)
+        self.assertTrue(os.path.exists(os.path.join(shipped, "model.safetensors")), shipped)
 
 
 if __name__ == "__main__":
