@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds rlhost out of tree (default: ./build, CPU-only).
-#   RLHOST_BUILD_DIR=dir  RLHOST_CUDA=ON|OFF|AUTO  RLHOST_BUILD_TYPE=RelWithDebInfo
+#   RLHOST_BUILD_DIR=dir  RLHOST_CUDA=ON|OFF|AUTO  RLHOST_BUILD_TYPE=RelWithDebInfo (-O2 -g1: line
+#   tables only, CMakeLists.txt says why)
 #   RLHOST_BUILD_TARGET=runtime: only what running needs (the binary and its modules, no
 #   tests or benchmarks; scripts/run.sh's choice); default: everything
 set -euo pipefail
