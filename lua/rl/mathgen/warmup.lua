@@ -83,7 +83,8 @@ local function sh(cmd)
   if not os.execute(cmd) then error("command failed: " .. cmd, 2) end
 end
 local q = require("rl.process").quote
-local remove_tree = require("rl._fs").remove_tree
+local fs = require "rl._fs"
+local remove_tree = fs.remove_tree
 local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
@@ -383,13 +384,7 @@ local NOT_TRAINING = { threads = true, log_every = true, quiet = true, tools = t
 -- must be byte for byte the ones the weights were trained under. → the shipped build's
 -- report, or nil and why not.
 local function take_shipped(opt, dir, shipped)
-  local function read(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
-    return s
-  end
+  local read = fs.read_file
   local report = rl.json.decode(read(shipped .. "/warmup.json") or "null")
   if type(report) ~= "table" or report.version ~= M.VERSION then return nil, "no warmup.json of version " .. M.VERSION end
   for k in pairs(M.defaults(opt.tools)) do
@@ -400,9 +395,9 @@ local function take_shipped(opt, dir, shipped)
   for _, name in ipairs { "config.json", "tokenizer.json", "tokenizer_config.json" } do
     if read(shipped .. "/" .. name) ~= read(dir .. "/" .. name) then return nil, name .. " differs from this build's" end
   end
-  local weights = read(shipped .. "/model.safetensors")
-  local f = weights and io.open(dir .. "/model.safetensors", "wb")
-  if not (f and f:write(weights) and f:close()) then return nil, "cannot copy model.safetensors into " .. dir end
+  local weights, err = read(shipped .. "/model.safetensors")
+  local copied, werr = weights and fs.write_file(dir .. "/model.safetensors", weights)
+  if not copied then return nil, "cannot copy model.safetensors: " .. tostring(err or werr) end
   return report
 end
 
