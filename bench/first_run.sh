@@ -22,7 +22,8 @@ mkdir -p "$out"
 jail="$out/root"
 cleanup() {
   for m in dev sys proc; do umount -R "$jail/$m" 2>/dev/null || true; done
-  [ "${KEEP:-0}" = 1 ] || rm -rf "$jail"
+  # --one-file-system: should an unmount have failed, never follow it into this machine's /dev or /sys
+  [ "${KEEP:-0}" = 1 ] || rm -rf --one-file-system "$jail"
 }
 trap cleanup EXIT
 
@@ -32,8 +33,7 @@ cp /etc/resolv.conf "$jail/etc/resolv.conf"
 if compgen -G "/usr/local/share/ca-certificates/*" >/dev/null; then
   mkdir -p "$jail/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/* "$jail/usr/local/share/ca-certificates/"
-  cp /etc/ssl/certs/ca-certificates.crt "$jail/etc/ssl/certs/ca-certificates.crt" 2>/dev/null \
-    || { mkdir -p "$jail/etc/ssl/certs"; cp /etc/ssl/certs/ca-certificates.crt "$jail/etc/ssl/certs/"; }
+  mkdir -p "$jail/etc/ssl/certs" && cp /etc/ssl/certs/ca-certificates.crt "$jail/etc/ssl/certs/"
 fi
 [ -f /etc/pip.conf ] && cp /etc/pip.conf "$jail/etc/pip.conf"
 mount -t proc proc "$jail/proc"

@@ -94,7 +94,7 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
     tmp_prefix = "rlhost-weight-faults-"
 
     def slow_link(self, host, on):
-        """host's link (what it sends) at 1 mbit/s, or back to full speed."""
+        """host's link (what it sends) at 200 kbit/s, or back to full speed."""
         if on:
             argv = ["tc", "qdisc", "add", "dev", host.dev, "root", "tbf", "rate", "200kbit", "burst", "16kb",
                     "limit", "8mb"]

@@ -378,7 +378,7 @@ end
 
 -- Options that do not decide what a build trains (threads: only the rounding of the
 -- float sums, as the host's CPU does; shipped weights serve any thread count).
-local NOT_TRAINING = { threads = true, log_every = true, quiet = true, tools = true }
+local NOT_TRAINING = { threads = true, log_every = true, quiet = true }
 
 -- The SFT step taken from shipped weights: dir's config and tokenizer (just derived)
 -- must be byte for byte the ones the weights were trained under. → the shipped build's
