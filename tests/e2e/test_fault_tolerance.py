@@ -160,8 +160,9 @@ class FaultTolerance(RlhostTestCase):
         # its step counter (work waiting, no step) or, when the stall falls before the
         # sync, by the sync queued behind it, which is dropped after the probe timeout
         # (the trainer would wait for good). It is abandoned, a new engine started and
-        # refit, and the run finishes every step.
-        log = self.run_drill("stop", mode="thread")
+        # refit, and the run finishes every step. Delay 0: the stall lands as step 2's requests
+        # go out (with the default 1 s, steps of 0.1-0.2 s once ended the run before it).
+        log = self.run_drill("stop", ":0", mode="thread")
         self.assertRegex(log, r"engine 2 \([^)]*\): \w+ -> dead: (stuck: \d+ requests|its scheduler did not take the "
                               r"weight sync within 4 s)")
 
