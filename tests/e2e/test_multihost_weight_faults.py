@@ -249,7 +249,9 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         return pid, m.group(1), json.loads(w.stdout)
 
     def start_tolerant(self, hosts, d):
-        return self.start(hosts, d, "--num-rollout", str(RUN_STEPS), "--use-fault-tolerance",
+        # round_robin: a restarted engine gets its share of every step from its refit on
+        # (cache_aware may keep a short step's prompts on the engine that has them cached)
+        return self.start(hosts, d, "--num-rollout", str(RUN_STEPS), "--use-fault-tolerance", "--router-policy", "round_robin",
                           "--rollout-health-check-interval", str(HC_INTERVAL),
                           "--rollout-health-check-timeout", str(HC_TIMEOUT), "--rollout-max-response-len", "48",
                           "--old-logprobs", "check", reward_wait=0.5)
