@@ -5,6 +5,12 @@
 // Each output element is still one accumulator starting at 0 that takes the k
 // products in ascending order through a fused multiply-add, then + bias: the bits
 // of the portable kernels, only with the accumulators held in registers.
+// GCC 12's AVX-512 unpack and shuffle intrinsics start from an "undefined" register that
+// -Wmaybe-uninitialized reports where they are inlined (GCC bug 105593; fixed in 13).
+// The warning points into the header, so it is off for the file, before any include.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "nn/batch_invariant.hpp"
 
 #include <ATen/Parallel.h>
@@ -98,8 +104,61 @@ __attribute__((target("avx512f"))) void panel_rows(const float* x, int64_t ldx, 
 }
 
 // Panel `jb` of w (layout as for gemm()) into dst [K, kPanelCols], zero-padded.
+// v[j] = column j of the 16 x 16 block whose rows v[i] held (three rounds of
+// in-lane shuffles, then two of 128-bit lanes).
+__attribute__((target("avx512f"), always_inline)) inline void transpose16(__m512 v[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    v[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // v[4q + r], lane l: column 4l + r of rows 4q..4q+3.
+  for (int r = 0; r < 4; ++r) {
+    t[r] = _mm512_shuffle_f32x4(v[r], v[4 + r], 0x88);           // columns r, 8 + r of rows 0..7
+    t[4 + r] = _mm512_shuffle_f32x4(v[r], v[4 + r], 0xdd);       // columns 4 + r, 12 + r
+    t[8 + r] = _mm512_shuffle_f32x4(v[8 + r], v[12 + r], 0x88);  // the same of rows 8..15
+    t[12 + r] = _mm512_shuffle_f32x4(v[8 + r], v[12 + r], 0xdd);
+  }
+  for (int r = 0; r < 8; ++r) {
+    v[r] = _mm512_shuffle_f32x4(t[r], t[8 + r], 0x88);
+    v[8 + r] = _mm512_shuffle_f32x4(t[r], t[8 + r], 0xdd);
+  }
+}
+
+// pack_panel of an [n, k] weight (the HF layout): 16 x 16 blocks through registers,
+// the rest element by element.
+__attribute__((target("avx512f"))) void pack_panel_nk(const float* w, int64_t ldw, int64_t K, int64_t c0,
+                                                      int64_t nc, float* dst) {
+  const int64_t k16 = K / 16 * 16;
+  for (int64_t g = 0; g < kPanelCols; g += 16) {
+    if (g + 16 > nc) {  // a part-filled or empty group: zero-padded
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = g; c < g + 16; ++c) dst[k * kPanelCols + c] = c < nc ? w[(c0 + c) * ldw + k] : 0.0f;
+      continue;
+    }
+    const float* src = w + (c0 + g) * ldw;
+    for (int64_t k = 0; k < k16; k += 16) {
+      __m512 v[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(src + i * ldw + k);
+      transpose16(v);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) _mm512_store_ps(dst + (k + j) * kPanelCols + g, v[j]);
+    }
+    for (int64_t k = k16; k < K; ++k)
+      for (int64_t c = 0; c < 16; ++c) dst[k * kPanelCols + g + c] = src[c * ldw + k];
+  }
+}
+
 void pack_panel(const float* w, int64_t ldw, bool w_kn, int64_t K, int64_t n, int64_t jb, float* dst) {
   const int64_t c0 = jb * kPanelCols, nc = std::min(kPanelCols, n - c0);
+  if (!w_kn && kAvx512) return pack_panel_nk(w, ldw, K, c0, nc, dst);
   for (int64_t k = 0; k < K; ++k) {
     float* d = dst + k * kPanelCols;
     if (w_kn) {

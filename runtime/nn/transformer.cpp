@@ -102,7 +102,11 @@ torch::Tensor Transformer::add_lora(const LoraRun* run, torch::Tensor y, const t
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
-  const bool transposed = opts_.inference_layout;
+  // Where the exact float32 CPU path reads packed panels (AVX-512), the panels are all
+  // an engine's matmuls read: its matrices keep the HF [out, in] rows, and a weight
+  // update lands in them as sent (a c10d receive goes straight in, no transpose).
+  rows_layout_ = opts_.inference_layout && bi::packed_available() && bi::active(torch::empty({0}, options));
+  const bool transposed = opts_.inference_layout && !rows_layout_;
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
@@ -127,7 +131,7 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(make_layer(i, get));
   if (!embed_.defined() || !final_norm_.defined() || !lm_head_.defined())
     throw std::logic_error("Transformer: config.expected_tensors() lacks the embedding, final norm or lm_head");
-  if (transposed) fuse_projections();
+  if (opts_.inference_layout) fuse_projections();
 }
 
 Transformer::Layer Transformer::make_layer(int64_t i, const std::function<torch::Tensor(const std::string&)>& get) const {
@@ -179,7 +183,8 @@ void Transformer::check_whole(const char* what) const {
 
 // Re-homes each layer's q/k/v (and gate/up) weights and biases as views into one
 // fused [in, out] matrix (and bias vector). Parameters keep their HF names and
-// shapes; writing them in place writes the fused storage.
+// shapes; writing them in place writes the fused storage. In the rows layout the
+// fused matrix is a view of [out, in] storage: each part is a contiguous block of rows.
 void Transformer::fuse_projections() {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
   auto rehome = [&](const torch::Tensor& old, const torch::Tensor& view) {
@@ -190,7 +195,7 @@ void Transformer::fuse_projections() {
     int64_t out = 0;
     const int64_t in = ws[0]->size(1);
     for (auto* w : ws) out += w->size(0);
-    fw = torch::empty({in, out}, options);
+    fw = rows_layout_ ? torch::empty({out, in}, options).t() : torch::empty({in, out}, options);
     const bool biased = bs[0]->defined();
     if (biased) fb = torch::empty({out}, options);
     int64_t off = 0;
@@ -238,7 +243,25 @@ void Transformer::load(const model::TensorSet& tensors) {
   weights_changed();
 }
 
-void Transformer::weights_changed() {
+void Transformer::weights_changed() { weights_changed({}); }
+
+std::vector<torch::Tensor> Transformer::panel_sources() const {
+  std::vector<torch::Tensor> out;
+  if (!(opts_.inference_layout && bi::active(embed_) && bi::packed_available()) || hooks_) return out;
+  auto add = [&](const torch::Tensor& w) {
+    if (w.defined()) out.push_back(w);
+  };
+  for (const auto& l : layers_) {
+    add(l.qkv_w.defined() ? l.qkv_w.t() : torch::Tensor());
+    add(l.gate_up_w.defined() ? l.gate_up_w.t() : torch::Tensor());
+    add(l.o_w);
+    add(l.down_w);
+  }
+  add(lm_head_);
+  return out;
+}
+
+void Transformer::weights_changed(std::vector<bi::PackedWeight> ready) {
   torch::NoGradGuard no_grad;
   {
     std::lock_guard<std::mutex> lock(digest_mu_);
@@ -248,7 +271,13 @@ void Transformer::weights_changed() {
   if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
   // The inference layout's matrices, packed once here instead of per GEMM call.
   const bool pack = opts_.inference_layout && bi::active(embed_) && bi::packed_available();
-  auto packed = [&](const torch::Tensor& w) { return pack && w.defined() ? bi::pack(w) : bi::PackedWeight{}; };
+  size_t next = 0;  // in panel_sources() order
+  auto packed = [&](const torch::Tensor& w) {
+    if (!pack || !w.defined()) return bi::PackedWeight{};
+    const size_t k = next++;
+    const bool fits = k < ready.size() && ready[k].defined() && ready[k].n == w.size(0) && ready[k].k == w.size(1);
+    return fits ? std::move(ready[k]) : bi::pack(w);
+  };
   for (auto& l : layers_) {
     l.qkv_p = packed(l.qkv_w.defined() ? l.qkv_w.t() : torch::Tensor());
     l.gate_up_p = packed(l.gate_up_w.defined() ? l.gate_up_w.t() : torch::Tensor());
@@ -320,11 +349,11 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
   return w * xf.to(x.scalar_type());
 }
 
-// The tied embedding in the inference layout is lm_head's [hidden, vocab] matrix: a
-// token's column has its floats a whole row apart, one page each. Its packed copy
-// (same values) holds the column inside one panel, kPanelCols floats apart.
+// The tied embedding in the transposed inference layout is lm_head's [hidden, vocab]
+// matrix: a token's column has its floats a whole row apart, one page each. Its packed
+// copy (same values) holds the column inside one panel, kPanelCols floats apart.
 torch::Tensor Transformer::embed_tokens(const torch::Tensor& ids) const {
-  if (!lm_head_p_.defined() || !config_.tie_word_embeddings || !ids.device().is_cpu() ||
+  if (!lm_head_p_.defined() || !config_.tie_word_embeddings || embed_.stride(1) == 1 || !ids.device().is_cpu() ||
       ids.scalar_type() != torch::kInt64 || ids.numel() == 0 || (torch::GradMode::is_enabled() && embed_.requires_grad()))
     return torch::embedding(embed_, ids);
   auto flat = ids.reshape({-1}).contiguous();

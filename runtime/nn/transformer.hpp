@@ -27,13 +27,17 @@ namespace rl::nn {
 struct ModelOptions {
   torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 (fp16 on CUDA)
   torch::Device device = torch::kCPU;
-  // Inference (the engine): projection weights are stored [in, out] (exposed as
-  // transposed [out, in] views under their HF names), so small-batch matmuls on
-  // the CPU stream them without MKL repacking them every call (1.4x at batch 1),
-  // and q/k/v and gate/up each share one matrix so they run as one matmul (one
-  // GEMM launch instead of three on CUDA). A tied embedding is stored that way too
-  // ([hidden, vocab], the lm_head's layout; the embedding lookup gathers its
-  // columns). Training keeps the default layout.
+  // Inference (the engine): q/k/v and gate/up each share one matrix so they run as
+  // one matmul (one GEMM launch instead of three on CUDA), and matrices are packed
+  // into GEMM panels once per weight update. Where the exact float32 CPU path has
+  // packed panels (AVX-512), the panels are what the matmuls read, and the matrices
+  // keep the HF [out, in] layout (fused ones as blocks of rows), so an update is
+  // written or received into them as sent. Elsewhere projection weights are stored
+  // [in, out] (exposed as transposed [out, in] views under their HF names), so
+  // small-batch matmuls stream them without MKL repacking them every call (1.4x at
+  // batch 1); a tied embedding is stored that way too ([hidden, vocab], the
+  // lm_head's layout; the embedding lookup gathers its columns). Training keeps the
+  // default layout.
   bool inference_layout = false;
 };
 
@@ -114,6 +118,13 @@ class Transformer {
   // refreshes anything derived from them (the tied lm_head copy, the packed GEMM
   // panels of the inference layout); the one place to do it, called by every writer.
   void weights_changed();
+  // The matrices weights_changed() packs into panels, in its order (views on the live
+  // weights; empty where it packs none). A staged update packs the same views of its
+  // new memory ahead (WeightStage::pack_panels), and hands them to the overload below.
+  std::vector<torch::Tensor> panel_sources() const;
+  // weights_changed() with the panels of panel_sources() already packed from the new
+  // values (same order; an undefined one is packed here).
+  void weights_changed(std::vector<bi::PackedWeight> packed);
   // Counts weights_changed() calls: what was derived from the weights at one value is
   // stale at another (the engine's merged LoRA unembeddings).
   uint64_t weights_generation() const { return weights_generation_; }
@@ -200,6 +211,7 @@ class Transformer {
   const bi::PackedWeight& panels(const bi::PackedWeight& p, PackedCache& cache, const torch::Tensor& w,
                                  const torch::Tensor& x) const;
   void fuse_projections();
+  bool rows_layout_ = false;  // inference layout with [out, in] matrices (the constructor says when)
   // Layer i's tensors, each found by its checkpoint name through `get`.
   Layer make_layer(int64_t i, const std::function<torch::Tensor(const std::string&)>& get) const;
   // The adapters one forward applies: adapters[g] to the rows rows[g] of its

@@ -260,6 +260,22 @@ CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression'
   }
 }
 
+CATCH_TEST_CASE("a weight packs to the same panels from either layout", "[bi]") {
+  if (!bi::packed_available()) return;  // packing exists on AVX-512 CPUs only
+  torch::manual_seed(5);
+  // Whole 16 x 16 blocks, a k tail, part-filled and empty 16-column groups of the last
+  // panel, and a row stride wider than k.
+  for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{64, 96}, {37, 101}, {512, 1376}, {16, 17}, {5, 3}}) {
+    CATCH_INFO(k << " x " << n);
+    auto nk = torch::randn({n, k + 3}).narrow(1, 0, k);  // [n, k] rows (the HF layout)
+    auto kn = nk.t().contiguous();                        // [k, n]
+    auto a = bi::pack_weight(nk.data_ptr<float>(), nk.stride(0), false, k, n);
+    auto b = bi::pack_weight(kn.data_ptr<float>(), kn.stride(0), true, k, n);
+    CATCH_REQUIRE(a.bytes() == b.bytes());
+    CATCH_CHECK(std::memcmp(a.data.get(), b.data.get(), a.bytes()) == 0);  // values and zero padding
+  }
+}
+
 CATCH_TEST_CASE("packed_columns reads a packed weight's columns back exactly", "[bi]") {
   if (!bi::packed_available()) return;  // packing exists on AVX-512 CPUs only
   torch::manual_seed(6);
