@@ -630,7 +630,8 @@ int64_t WeightMeta::values() const {
 }
 
 void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_bytes,
-                     const std::function<void(size_t, const at::Tensor&)>& take) {
+                     const std::function<void(size_t, const at::Tensor&)>& take,
+                     const std::function<at::Tensor(size_t)>& into) {
   const size_t n = meta.names.size();
   if (meta.dtypes.size() != n || meta.shapes.size() != n)
     throw Error("update_weights_from_distributed: names, dtypes and shapes differ in length (" + std::to_string(n) +
@@ -679,7 +680,12 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
     for (size_t k = b; k < e; ++k) total += numels[k];
     const int64_t nb = total * static_cast<int64_t>(c10::elementSize(types[b]));
     while (!q.ops.empty() && q.bytes + nb > kWeightBytesInFlight) hand_over(q.pop());
-    at::Tensor buf = torch::empty({total}, torch::TensorOptions().dtype(types[b]));
+    at::Tensor buf = e - b == 1 && into ? into(b) : at::Tensor();
+    if (buf.defined() && buf.is_contiguous() && buf.scalar_type() == types[b] && buf.numel() == total &&
+        buf.device().is_cpu())
+      buf = buf.view({total});
+    else
+      buf = torch::empty({total}, torch::TensorOptions().dtype(types[b]));
     q.ops.push_back({g.broadcast_async(buf, 0, bucket_name(meta.names, b, e)), nb, i, buf});
     q.bytes += nb;
   }

@@ -173,9 +173,13 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
 // the sent dtype and shape as soon as its broadcast is done, while later ones are still
 // on their way. The tensor is valid during the call only. Throws rl::Error naming a
 // bad dtype or shape; an exception from `take` is rethrown once every broadcast has
-// been received (the sender is never left waiting).
+// been received (the sender is never left waiting). `into(index)`, where given, may
+// name memory for a tensor sent alone (its own bucket): it is received there when that
+// is a contiguous CPU tensor of the sent dtype and number of values (`take` then gets a
+// view of it), else into a buffer of its own.
 void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_bytes,
-                     const std::function<void(size_t, const at::Tensor&)>& take);
+                     const std::function<void(size_t, const at::Tensor&)>& take,
+                     const std::function<at::Tensor(size_t)>& into = nullptr);
 // The same, every tensor returned under its name.
 std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
                                                                 int64_t bucket_bytes = 0);

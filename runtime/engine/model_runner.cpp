@@ -186,7 +186,9 @@ std::unique_ptr<nn::WeightStage> ModelRunner::plan_stage(const std::vector<std::
                                                         const std::vector<std::vector<int64_t>>& shapes) {
   if (!model_) throw Error("update_weights: weights are released", "resume them first");
   if (shared_) return nullptr;
-  return std::make_unique<nn::WeightStage>(model_->named_parameters(), names, shapes);
+  auto stage = std::make_unique<nn::WeightStage>(model_->named_parameters(), names, shapes);
+  if (!gpu_) stage->set_panel_sources(model_->panel_sources());
+  return stage;
 }
 
 void ModelRunner::install_stage(nn::WeightStage& stage) {
@@ -195,7 +197,7 @@ void ModelRunner::install_stage(nn::WeightStage& stage) {
                 "send the update again");
   if (gpu_) gpu_->invalidate();
   stage.swap_in();
-  model_->weights_changed();
+  model_->weights_changed(stage.take_panels());
   updated_in_memory_ = true;
 }
 

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "base/errors.hpp"
+#include "nn/batch_invariant_ops.hpp"
 #include "nn/weights.hpp"
 
 namespace rl::nn {
@@ -24,6 +25,14 @@ std::pair<int64_t, int64_t> dense_span(const torch::Tensor& t) {
   if (t.numel() == 0 || span != t.numel()) return {0, 0};
   const int64_t e = t.element_size();
   return {t.storage_offset() * e, (t.storage_offset() + span) * e};
+}
+
+// [first, last) bytes of the storage that a view's elements lie within.
+std::pair<int64_t, int64_t> extent(const torch::Tensor& t) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  const int64_t e = t.element_size();
+  return {t.storage_offset() * e, (t.storage_offset() + (t.numel() == 0 ? 0 : span)) * e};
 }
 
 }  // namespace
@@ -88,8 +97,54 @@ void WeightStage::copy_uncovered() {
 void WeightStage::put(size_t index, const torch::Tensor& src) {
   if (index >= views_.size()) throw Error("update_weights: tensor " + std::to_string(index) + " was not announced");
   torch::NoGradGuard ng;
-  copy_weight(views_[index].second, src);
+  const torch::Tensor& dst = views_[index].second;
+  const bool same = src.data_ptr() == dst.data_ptr() && src.sizes() == dst.sizes() &&
+                    src.strides() == dst.strides() && src.scalar_type() == dst.scalar_type();
+  if (!same) copy_weight(dst, src);
+  else if (!put_[index]) ++in_place_;
+  if (!put_[index] && index < feeds_.size())
+    for (size_t s : feeds_[index])
+      if (--parts_left_[s] == 0 && copied_) pack_source(s);  // else pack_panels() does
   put_[index] = true;
+}
+
+void WeightStage::set_panel_sources(std::vector<torch::Tensor> live) {
+  if (std::any_of(put_.begin(), put_.end(), [](bool b) { return b; }))
+    throw std::logic_error("WeightStage::set_panel_sources after a put()");
+  panel_sources_.clear();
+  feeds_.assign(views_.size(), {});
+  parts_left_.assign(live.size(), 0);
+  panels_.assign(live.size(), {});
+  for (size_t s = 0; s < live.size(); ++s) {
+    const auto& w = live[s];
+    auto slot = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& x) {
+      return x.live.unsafeGetStorageImpl() == w.storage().unsafeGetStorageImpl();
+    });
+    if (slot == slots_.end()) throw std::logic_error("WeightStage: a panel source outside the staged weights");
+    const size_t si = static_cast<size_t>(slot - slots_.begin());
+    panel_sources_.push_back(torch::empty({0}, w.options().requires_grad(false))
+                                 .set_(slot->spare, w.storage_offset(), w.sizes(), w.strides()));
+    const auto [a, b] = extent(w);
+    for (size_t k = 0; k < views_.size(); ++k) {
+      if (views_[k].first != si) continue;
+      const auto [c, d] = extent(views_[k].second);
+      if (c < b && a < d) {
+        feeds_[k].push_back(s);
+        ++parts_left_[s];
+      }
+    }
+  }
+}
+
+void WeightStage::pack_source(size_t s) {
+  torch::NoGradGuard ng;
+  panels_[s] = bi::pack(panel_sources_[s]);
+}
+
+torch::Tensor WeightStage::target(size_t index) const {
+  if (index >= views_.size()) return {};
+  const torch::Tensor& v = views_[index].second;
+  return v.is_contiguous() && v.device().is_cpu() ? v : torch::Tensor();
 }
 
 bool WeightStage::complete() const { return std::all_of(put_.begin(), put_.end(), [](bool b) { return b; }); }
@@ -110,6 +165,12 @@ void WeightStage::swap_in() {
     spare->set_data_ptr_noswap(std::move(old));
   }
   swapped_ = true;
+}
+
+void WeightStage::pack_panels() {
+  if (!complete() || !copied_ || swapped_) throw Error("update_weights: panels packed before the update was staged");
+  for (size_t s = 0; s < panel_sources_.size(); ++s)
+    if (parts_left_[s] == 0 && !panels_[s].defined()) pack_source(s);
 }
 
 int64_t WeightStage::spare_bytes() const {

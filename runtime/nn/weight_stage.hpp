@@ -16,6 +16,8 @@
 
 #include <torch/torch.h>
 
+#include "nn/batch_invariant.hpp"
+
 namespace rl::nn {
 
 class WeightStage {
@@ -33,8 +35,15 @@ class WeightStage {
   // once, before swap_in; any thread: it only reads the live weights).
   void copy_uncovered();
   // Writes tensor `index` (of the names given) into its spare view, converting
-  // dtype and layout (nn::copy_weight). Any thread, one call at a time.
+  // dtype and layout (nn::copy_weight); a `src` that is that view's memory (target())
+  // is only marked. Any thread, one call at a time.
   void put(size_t index, const torch::Tensor& src);
+  // Tensor `index`'s spare view where it is dense in the HF shape (the engine's dtype):
+  // values sent in that dtype can be received straight into it. Else undefined.
+  torch::Tensor target(size_t index) const;
+  // How many tensors were put as target() memory (received in place), of how many.
+  size_t in_place() const { return in_place_; }
+  size_t size() const { return views_.size(); }
   // Every tensor was put.
   bool complete() const;
   // Whether `params` still are the storages this stage was planned for.
@@ -43,6 +52,17 @@ class WeightStage {
   // complete() and matches(); call between two steps, on the thread that runs them.
   void swap_in();
   int64_t spare_bytes() const;
+  // The matrices whose GEMM panels the model packs after a swap
+  // (Transformer::panel_sources(), views on the live weights), set before any put():
+  // each is then packed from the same view of the spare memory as soon as the last
+  // tensor that writes part of it is put (while later ones are still on their way and
+  // the engine goes on generating): what weights_changed() would pack after the swap,
+  // done before it.
+  void set_panel_sources(std::vector<torch::Tensor> live);
+  // Packs those no put() packed (matrices the update does not touch), once every
+  // tensor was put. take_panels() then hands all of them over, once.
+  void pack_panels();
+  std::vector<bi::PackedWeight> take_panels() { return std::move(panels_); }
 
  private:
   struct Slot {
@@ -52,6 +72,12 @@ class WeightStage {
   std::vector<Slot> slots_;
   std::vector<std::pair<size_t, torch::Tensor>> views_;  // per name: its slot, its view on the spare
   std::vector<bool> put_;
+  size_t in_place_ = 0;
+  void pack_source(size_t s);
+  std::vector<torch::Tensor> panel_sources_;   // views on the spare memory
+  std::vector<bi::PackedWeight> panels_;       // per source, once packed
+  std::vector<size_t> parts_left_;             // per source, tensors still to put that write into it
+  std::vector<std::vector<size_t>> feeds_;     // per tensor, the sources it writes into
   std::vector<const c10::StorageImpl*> planned_;  // per parameter, its live storage
   bool copied_ = false, swapped_ = false;
 };

@@ -1,13 +1,18 @@
 // A staged weight update (nn/weight_stage): tensors written beside an engine-layout
 // model change nothing until the swap, after which the model computes with them and
 // its parameters equal them exactly; a partial update leaves the rest as it was; bad
-// names and shapes are errors naming them.
+// names and shapes are errors naming them. Where the engine keeps the HF rows (the
+// packed AVX-512 path), a c10d receive lands in the spare memory itself.
 #include <torch/torch.h>
+
+#include <thread>
 
 #define CATCH_CONFIG_PREFIX_ALL
 #include <catch2/catch.hpp>
 
+#include "dist/dist.hpp"
 #include "model_fixtures.hpp"
+#include "nn/batch_invariant.hpp"
 #include "nn/transformer.hpp"
 #include "nn/weight_stage.hpp"
 
@@ -60,16 +65,18 @@ CATCH_TEST_CASE("weight stage: nothing changes until the swap, then the model is
     const auto u = update_of(trainer);
 
     WeightStage stage(eng->named_parameters(), u.names, u.shapes);
+    stage.set_panel_sources(eng->panel_sources());  // each matrix packed once its last part is put
     stage.copy_uncovered();
     for (size_t k = 0; k < u.tensors.size(); ++k) {
       CATCH_CHECK_FALSE(stage.complete());
       stage.put(k, u.tensors[k]);
     }
     CATCH_CHECK(stage.complete());
+    stage.pack_panels();
     CATCH_CHECK(max_diff(*eng, *before, ids) == 0);  // staged, not live
     CATCH_CHECK(stage.matches(eng->named_parameters()));
     stage.swap_in();
-    eng->weights_changed();
+    eng->weights_changed(stage.take_panels());  // a panel packed too early would change the logits below
     for (const auto& [name, t] : trainer.named_parameters()) CATCH_CHECK(torch::equal(eng->parameter(name), t));
     CATCH_CHECK(max_diff(*eng, *after, ids) == 0);  // the same weights in the same layout: the same bits
     CATCH_CHECK_THROWS(stage.swap_in());            // once
@@ -85,15 +92,21 @@ CATCH_TEST_CASE("weight stage: a partial update keeps every other weight", "[mod
   const auto u = update_of(trainer, [](const std::string& n) { return n.find("layers.0.self_attn.k_proj") != n.npos; });
   CATCH_REQUIRE(u.names.size() >= 1);
   WeightStage stage(eng->named_parameters(), u.names, u.shapes);
+  stage.set_panel_sources(eng->panel_sources());  // packed ahead: the touched matrix as k arrives, the rest after
   stage.copy_uncovered();
   for (size_t k = 0; k < u.tensors.size(); ++k) stage.put(k, u.tensors[k]);
+  stage.pack_panels();
   stage.swap_in();
-  eng->weights_changed();
+  eng->weights_changed(stage.take_panels());
   for (const auto& [name, t] : eng->named_parameters()) {
     CATCH_INFO(name);
     const bool sent = name.find("layers.0.self_attn.k_proj") != name.npos;
     CATCH_CHECK(torch::equal(t, sent ? trainer.parameter(name) : before->parameter(name)));
   }
+  // The same weights packed by the model itself compute the same bits.
+  before->parameter("model.layers.0.self_attn.k_proj.weight").copy_(trainer.parameter("model.layers.0.self_attn.k_proj.weight"));
+  before->weights_changed();
+  CATCH_CHECK(max_diff(*eng, *before, torch::randint(0, cfg.vocab_size, {2, 7})) == 0);
 }
 
 CATCH_TEST_CASE("weight stage: a bfloat16 engine rounds float32 weights as copy_ does", "[model][stage]") {
@@ -135,4 +148,80 @@ CATCH_TEST_CASE("weight stage: unknown, repeated and misshapen tensors are refus
   CATCH_CHECK_THROWS(incomplete.put(u.names.size(), u.tensors[0]));
   auto other = engine_model(cfg, 4);
   CATCH_CHECK_FALSE(incomplete.matches(other->named_parameters()));
+}
+
+CATCH_TEST_CASE("weight stage: a c10d receive lands in the spare weights where the layouts agree", "[model][stage]") {
+  const auto cfg = rl::test::tiny_config("qwen2");
+  auto eng = engine_model(cfg, 3);
+  Transformer trainer(cfg);
+  trainer.init_random(9);
+  const auto u = update_of(trainer);
+  rl::dist::WeightMeta meta;
+  for (size_t k = 0; k < u.names.size(); ++k) {
+    meta.names.push_back(u.names[k]);
+    meta.dtypes.emplace_back("float32");
+    meta.shapes.push_back(u.shapes[k]);
+  }
+  WeightStage stage(eng->named_parameters(), u.names, u.shapes);
+  stage.set_panel_sources(eng->panel_sources());
+  stage.copy_uncovered();
+  // The engine keeps the HF rows where packed panels serve its matmuls (AVX-512, the
+  // SIMD kernels on): then every tensor's spare view takes the sent values as they are.
+  const bool rows = rl::nn::bi::packed_available();
+  size_t targets = 0;
+  for (size_t k = 0; k < u.names.size(); ++k) {
+    CATCH_INFO(u.names[k]);
+    if (stage.target(k).defined()) ++targets;
+    else CATCH_CHECK_FALSE(rows);  // rows: every view is dense in the HF shape
+  }
+  CATCH_CHECK(targets >= (rows ? u.names.size() : 1));  // the norms' vectors are dense either way
+
+  rl::dist::GroupOptions o;
+  o.world_size = 2;
+  o.timeout_s = 60;
+  o.name = "weight stage test";
+  rl::dist::ProcessGroup sender(o);
+  o.rank = 1;
+  o.master_port = sender.port();
+  std::string send_failed;
+  std::thread tx([&] {
+    try {
+      sender.connect();
+      rl::dist::send_weights(sender, trainer.named_parameters(), 0);
+    } catch (const std::exception& e) {
+      send_failed = e.what();
+    }
+  });
+  size_t in_place = 0;
+  std::string failed;
+  try {
+    rl::dist::ProcessGroup receiver(o);
+    rl::dist::receive_weights(
+        receiver, meta, 0,
+        [&](size_t k, const at::Tensor& t) {
+          const auto v = stage.target(k);
+          if (v.defined() && v.data_ptr() == t.data_ptr()) ++in_place;
+          stage.put(k, t);
+        },
+        [&](size_t k) { return stage.target(k); });
+  } catch (const std::exception& e) {
+    failed = e.what();  // the sender then fails on its timeout
+  }
+  tx.join();
+  CATCH_REQUIRE(failed.empty());
+  CATCH_REQUIRE(send_failed.empty());
+  CATCH_CHECK(in_place == targets);
+  CATCH_CHECK(stage.in_place() == targets);
+  // The panels are packed from the staged weights before the swap, and taken after it:
+  // wrong ones (the old weights') would change the logits below.
+  stage.pack_panels();
+  auto panels = stage.take_panels();
+  CATCH_CHECK(panels.size() == (rows ? eng->panel_sources().size() : 0));
+  CATCH_CHECK(panels.size() == (rows ? 4 * static_cast<size_t>(cfg.num_hidden_layers) + 1 : 0));
+  stage.swap_in();
+  eng->weights_changed(std::move(panels));
+  for (const auto& [name, t] : trainer.named_parameters()) CATCH_CHECK(torch::equal(eng->parameter(name), t));
+  auto same = engine_model(cfg, 9);
+  auto ids = torch::randint(0, cfg.vocab_size, {2, 7});
+  CATCH_CHECK(max_diff(*eng, *same, ids) == 0);
 }
