@@ -324,19 +324,27 @@ function Controller:take(h, rec)
   h.ready = true   -- every engine it published is in the router, or waits for the next sync
 end
 
--- Into the router, and until its first health probe answers (a router sends nothing to
--- an unprobed worker while a probed one can take the request), at most 10 s.
+-- Into the router, and until its health probes find it healthy (a router sends nothing
+-- to an unprobed or unhealthy worker while another can take the request: a first probe
+-- that failed on a loaded host would otherwise keep it idle for the next rollout), at
+-- most 10 s; then a warning says why the router holds it back.
 function Controller:admit(e)
   local ok, err = self.router:add(e.url)
   if not ok then return log.warn("router: adding %s: %s", e.url, tostring(err)) end
   e.state, e.fails = "serving", 0
-  local deadline = rl.now() + 10
+  local deadline, last = rl.now() + 10, nil
   while rl.now() < deadline do
     for _, w in ipairs(self.router:workers() or {}) do
-      if w.url == e.url and w.status ~= "pending" then return end
+      if w.url == e.url then
+        if w.status == "healthy" then return end
+        last = w
+      end
     end
     task.sleep(0.05)
   end
+  log.warn("engine %d of host %s (%s): in the router, which holds it back after 10 s: %s%s", e.index, e.host.addr,
+    e.url, last and last.status or "not listed", last and last.last_error and last.last_error ~= "" and
+    (" (" .. tostring(last.last_error) .. ")") or "")
 end
 
 function Controller:drop(url, why)
