@@ -39,6 +39,15 @@ struct ServerConn {
 
 namespace {
 
+// An emptied buffer keeps at most this much capacity: a kept-alive connection (a
+// router's pool) would otherwise hold the memory of its largest request or answer
+// for as long as it stays open (a 60 MB answer held ~380 MB of RSS).
+constexpr size_t kKeepBufferBytes = size_t{1} << 20;
+
+void release_if_large(std::string& buf) {
+  if (buf.empty() && buf.capacity() > kKeepBufferBytes) std::string().swap(buf);
+}
+
 void set_events(EventLoop& loop, ServerConn* c) {
   uint32_t ev = 0;
   if (c->reading) ev |= EPOLLIN;
@@ -324,6 +333,7 @@ void EventServer::process(ServerConn* c) {
     if (c->in_pos > 0 && c->in_pos * 2 >= c->in.size()) {  // compact: drop parsed bytes
       c->in.erase(0, c->in_pos);
       c->in_pos = 0;
+      release_if_large(c->in);
     }
     if (c->parser.take_expect_continue() && status == RequestParser::Status::need_more) {
       c->out += "HTTP/1.1 100 Continue\r\n\r\n";  // the client holds the body until it sees this
@@ -411,6 +421,7 @@ void EventServer::flush(ServerConn* c) {
   if (c->pending() == 0) {
     c->out.clear();
     c->out_pos = 0;
+    release_if_large(c->out);
     if (c->close_after_flush && !c->current) {
       close_conn(c);
       return;

@@ -2,7 +2,7 @@
 """`rlhost engine` against requests that ask for too much (issue 40): a response is
 bounded by what its request may ask for (sequences x tokens x top log-probs, and the
 top log-prob count) with a 400 naming the fields, and the memory of a large answer goes
-back; stop strings and stop token ids are bounded; a prompt too long for the context
+back (also while a kept-alive connection stays open); stop strings and stop token ids are bounded; a prompt too long for the context
 is refused before it is tokenized, and large bodies are parsed off the event loop (the
 server keeps answering meanwhile); chat messages' content in any JSON shape is a 400
 or accepted, never a 500; a temperature too small to divide by samples greedily with
@@ -111,6 +111,30 @@ class ResponseBounds(EngineTestCase):
         wait_for(lambda: rss_kib(self.eng.proc.pid) <= idle * 1.3 + 20 * 1024, timeout=30,
                  what="RSS back near idle after the answer (idle %d KiB, now %d KiB)"
                  % (idle, rss_kib(self.eng.proc.pid)))
+
+    def test_a_kept_alive_connection_does_not_hold_a_large_answer(self):
+        # a client that keeps its connection (a router's pool does) for the next request:
+        # the server's output buffer for it must not keep the size of the largest answer
+        import http.client
+        self.eng.generate({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}})
+        self.eng.wait_idle()
+        idle = rss_kib(self.eng.proc.pid)
+        conn = http.client.HTTPConnection(self.eng.host, self.eng.port, timeout=120)
+        self.addCleanup(conn.close)
+        body = json.dumps({"input_ids": [[1, 2, 3]] * 200, "return_logprob": True, "top_logprobs_num": 20,
+                           "sampling_params": {"max_new_tokens": 480, "ignore_eos": True}})
+        conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 200)
+        self.assertGreater(len(resp.read()), 30 << 20)
+        self.eng.wait_idle()
+        wait_for(lambda: rss_kib(self.eng.proc.pid) <= idle * 1.3 + 20 * 1024, timeout=30,
+                 what="RSS back near idle with the connection still open (idle %d KiB, now %d KiB)"
+                 % (idle, rss_kib(self.eng.proc.pid)))
+        conn.request("GET", "/health")   # the connection still serves
+        resp = conn.getresponse()
+        resp.read()
+        self.assertEqual(resp.status, 200)
 
 
 class StopAndPromptBounds(EngineTestCase):
