@@ -38,7 +38,7 @@
 ---@field retries? integer (60, 1 s apart: transport errors and 5xx)
 ---@field retry_interval? number
 ---@field request_timeout? number (3600)
----@field abort_retry_interval? number (3)
+---@field abort_retry_interval? number (3: an abort is sent again this often while an engine still holds requests; polled every 20-250 ms)
 ---@field on_engine_failure? fun(err: string): boolean after a failed request: true when the engines were gone and serve again (then tried again without counting a retry, at most 3 times)
 ---@field sample_hooks? fun(ro: rl.rollout.Rollout, sample: table, evaluation: boolean): table|nil | function[]
 ---@field sample_filter? fun(ro: rl.rollout.Rollout, groups: table[][])

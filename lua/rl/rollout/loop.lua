@@ -221,34 +221,59 @@ local function request_count(body)
 end
 M.request_count = request_count
 
--- SGLang's abort_request {abort_all}, until /v1/loads counts no request.
-local function abort_sglang(self, url)
-  local http = require "rl.http"
-  for _ = 1, 100 do
-    local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
-                                  body = json.encode { abort_all = true },
-                                  headers = require("rl.engine").control_headers() }
-    if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)); return end
-    local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
-    local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
-    if not count or count == 0 then return end
-    task.sleep(self.abort_retry_interval)
+-- Waits on `idle()` (true when the engine holds nothing more to abort) after `sweep()`
+-- (an abort; false: give up): polled 20 ms apart, doubling to 250 ms, and swept again
+-- every abort_retry_interval while requests remain (ones still on their way when the
+-- last sweep ran), for at most 100 intervals. An engine takes an abort between two
+-- steps, so it is idle milliseconds later: waiting a whole interval before the first
+-- look (3 s) cost every step that aborted its over-sampled groups as much.
+local function abort_until_idle(self, sweep, idle)
+  local interval = self.abort_retry_interval
+  local give_up = rl.now() + 100 * interval
+  while rl.now() < give_up do
+    if not sweep() then return end
+    local again, delay = rl.now() + interval, 0.02
+    repeat
+      if idle() then return end
+      task.sleep(delay)
+      delay = math.min(delay * 2, 0.25)
+    until rl.now() >= again
   end
 end
 
--- vLLM's /abort_requests (every request in flight), re-swept until one finds none (vime).
+-- SGLang's abort_request {abort_all}, until /v1/loads counts no request.
+local function abort_sglang(self, url)
+  local http = require "rl.http"
+  abort_until_idle(self, function()
+    local r, err = http.request { method = "POST", url = url .. "/abort_request", timeout = 10,
+                                  body = json.encode { abort_all = true },
+                                  headers = require("rl.engine").control_headers() }
+    if not r then log.warn(("rl.rollout: abort on %s: %s"):format(url, err)) end
+    return r ~= nil
+  end, function()
+    local lr = http.get(url .. "/v1/loads?include=core", { timeout = 10 })
+    local count = lr and lr.status == 200 and request_count(json.decode(lr.body))
+    return not count or count == 0
+  end)
+end
+
+-- vLLM's /abort_requests (every request in flight), until a sweep finds none (vime).
 local function abort_vllm(self, url)
   local http = require "rl.http"
-  for _ = 1, 100 do
+  local found = 0
+  local function sweep()
     local r, err = http.request { method = "POST", url = url .. "/abort_requests", timeout = 10, body = "{}",
                                   headers = { ["content-type"] = "application/json" } }
     if not r or r.status ~= 200 then
-      log.warn(("rl.rollout: abort on %s: %s"):format(url, r and ("HTTP " .. r.status) or err)); return
+      log.warn(("rl.rollout: abort on %s: %s"):format(url, r and ("HTTP " .. r.status) or err))
+      return false
     end
     local body = json.decode(r.body)
-    if type(body) ~= "table" or (tonumber(body.aborted) or 0) == 0 then return end
-    task.sleep(self.abort_retry_interval)
+    found = type(body) == "table" and tonumber(body.aborted) or 0
+    return true
   end
+  -- idle once a sweep aborted nothing: each look is a sweep of its own
+  abort_until_idle(self, sweep, function() return found == 0 or (sweep() and found == 0) end)
 end
 
 --- Cancels the step's groups still in flight (their requests and rewards) without
