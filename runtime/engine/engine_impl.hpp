@@ -65,7 +65,11 @@ class ModelRunner {
   // previous one, if any, goes once nothing reads it) and describes it.
   const nn::SharedLayout& share_weights(const std::string& dir);
   // Reads buffer `k` of the shared file `id` from now on (a writer has filled it).
-  void use_shared_buffer(const std::string& id, int k);
+  // The weights' GEMM panels as buffer `k` of shared weights `id` holds them
+  // (Transformer::panel_sources() read there): pack them, off the scheduler thread,
+  // before use_shared_buffer swaps to it. Throws as use_shared_buffer.
+  std::vector<torch::Tensor> shared_panel_sources(const std::string& id, int k) const;
+  void use_shared_buffer(const std::string& id, int k, std::vector<nn::bi::PackedWeight> panels = {});
   nn::Transformer& model() { return *model_; }
   // Where LoRA adapters live: float32 on the engine's device (nn/lora.hpp).
   torch::TensorOptions lora_options() const { return torch::TensorOptions().dtype(torch::kFloat32).device(device_); }

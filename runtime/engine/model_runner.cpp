@@ -207,17 +207,31 @@ const nn::SharedLayout& ModelRunner::share_weights(const std::string& dir) {
   return shared_->layout();
 }
 
-void ModelRunner::use_shared_buffer(const std::string& id, int k) {
-  if (!shared_ || shared_->layout().id != id)
+namespace {
+void check_shared(const nn::SharedWeights* shared, const std::string& id, int k) {
+  if (!shared || shared->layout().id != id)
     throw Error("update_weights_from_shm: the engine has no shared weights '" + id + "'" +
-                    (shared_ ? " (it shares '" + shared_->layout().id + "' now)" : ""),
+                    (shared ? " (it shares '" + shared->layout().id + "' now)" : ""),
                 "its weights were released or shared anew: POST /init_weights_shm again");
-  if (k == shared_->layout().active)
+  if (k == shared->layout().active)
     throw Error("update_weights_from_shm: buffer " + std::to_string(k) + " is the one the engine reads",
                 "write the other buffer (the reply's next_buffer)");
+}
+}  // namespace
+
+std::vector<torch::Tensor> ModelRunner::shared_panel_sources(const std::string& id, int k) const {
+  check_shared(shared_.get(), id, k);
+  std::vector<torch::Tensor> out;
+  if (gpu_) return out;
+  for (const auto& w : model_->panel_sources()) out.push_back(shared_->view_in(k, w));
+  return out;
+}
+
+void ModelRunner::use_shared_buffer(const std::string& id, int k, std::vector<nn::bi::PackedWeight> panels) {
+  check_shared(shared_.get(), id, k);
   if (gpu_) gpu_->invalidate();
   shared_->activate(k);
-  model_->weights_changed();
+  model_->weights_changed(std::move(panels));
   updated_in_memory_ = true;
 }
 

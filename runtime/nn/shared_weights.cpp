@@ -192,6 +192,19 @@ void SharedWeights::activate(int k) {
   layout_.active = k;
 }
 
+torch::Tensor SharedWeights::view_in(int k, const torch::Tensor& live) const {
+  if (k < 0 || k >= layout_.buffers)
+    throw Error("shared weights: buffer " + std::to_string(k) + " does not exist (0.." +
+                std::to_string(layout_.buffers - 1) + ")");
+  for (size_t i = 0; i < storages_.size(); ++i) {
+    if (storages_[i].unsafeGetStorageImpl() != live.storage().unsafeGetStorageImpl()) continue;
+    char* base = map_->at(k * layout_.buffer_bytes + offsets_[i]) + live.storage_offset() * live.element_size();
+    auto keep = map_;  // the view holds the mapping: sharing anew meanwhile unmaps nothing under it
+    return torch::from_blob(base, live.sizes(), live.strides(), [keep](void*) {}, live.options().requires_grad(false));
+  }
+  throw std::logic_error("SharedWeights::view_in: a tensor outside the shared weights");
+}
+
 // ---- writer ------------------------------------------------------------------------
 
 SharedWeightsWriter::SharedWeightsWriter(const SharedLayout& layout) : layout_(layout) {

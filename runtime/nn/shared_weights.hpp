@@ -53,6 +53,10 @@ class SharedWeights {
   const SharedLayout& layout() const { return layout_; }
   // Points every storage at buffer `k` (the writer has filled it).
   void activate(int k);
+  // `live` (a view on a parameter's storage) as it lies in buffer `k`: read that
+  // buffer's values before activating it (the engine packs its GEMM panels from
+  // them while it still reads the other). The view keeps the file mapped.
+  torch::Tensor view_in(int k, const torch::Tensor& live) const;
 
  private:
   std::shared_ptr<SharedMapping> map_;
