@@ -245,9 +245,13 @@ void Transformer::load(const model::TensorSet& tensors) {
 
 void Transformer::weights_changed() { weights_changed({}); }
 
+bool Transformer::packs_panels() const {
+  return opts_.inference_layout && bi::active(embed_) && bi::packed_available();
+}
+
 std::vector<torch::Tensor> Transformer::panel_sources() const {
   std::vector<torch::Tensor> out;
-  if (!(opts_.inference_layout && bi::active(embed_) && bi::packed_available()) || hooks_) return out;
+  if (!packs_panels() || hooks_) return out;
   auto add = [&](const torch::Tensor& w) {
     if (w.defined()) out.push_back(w);
   };
@@ -270,7 +274,7 @@ void Transformer::weights_changed(std::vector<bi::PackedWeight> ready) {
   if (hooks_) return;  // sharded: nothing derived is kept
   if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
   // The inference layout's matrices, packed once here instead of per GEMM call.
-  const bool pack = opts_.inference_layout && bi::active(embed_) && bi::packed_available();
+  const bool pack = packs_panels();
   size_t next = 0;  // in panel_sources() order
   auto packed = [&](const torch::Tensor& w) {
     if (!pack || !w.defined()) return bi::PackedWeight{};

@@ -212,6 +212,7 @@ class Transformer {
                                  const torch::Tensor& x) const;
   void fuse_projections();
   bool rows_layout_ = false;  // inference layout with [out, in] matrices (the constructor says when)
+  bool packs_panels() const;  // the inference layout's matrices have packed panels (weights_changed)
   // Layer i's tensors, each found by its checkpoint name through `get`.
   Layer make_layer(int64_t i, const std::function<torch::Tensor(const std::string&)>& get) const;
   // The adapters one forward applies: adapters[g] to the rows rows[g] of its
