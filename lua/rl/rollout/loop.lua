@@ -228,9 +228,9 @@ M.request_count = request_count
 -- steps, so it is idle milliseconds later: waiting a whole interval before the first
 -- look (3 s) cost every step that aborted its over-sampled groups as much.
 local function abort_until_idle(self, sweep, idle)
-  local interval = self.abort_retry_interval
+  local interval = math.max(tonumber(self.abort_retry_interval) or 3, 0.02)
   local give_up = rl.now() + 100 * interval
-  while rl.now() < give_up do
+  repeat
     if not sweep() then return end
     local again, delay = rl.now() + interval, 0.02
     repeat
@@ -238,7 +238,7 @@ local function abort_until_idle(self, sweep, idle)
       task.sleep(delay)
       delay = math.min(delay * 2, 0.25)
     until rl.now() >= again
-  end
+  until rl.now() >= give_up
 end
 
 -- SGLang's abort_request {abort_all}, until /v1/loads counts no request.
