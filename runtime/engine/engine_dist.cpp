@@ -37,32 +37,29 @@ void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMe
   }
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  char buf[192];
   const auto t0 = clock::now();
-  auto t1 = t0;
   if (stage) {
     stage->copy_uncovered();
     // A tensor whose spare view is in the sent dtype and layout (the rows layout:
     // nn/transformer.hpp) is received straight into it.
     dist::receive_weights(g, meta, bucket_bytes, [&](size_t k, const at::Tensor& t) { stage->put(k, t); },
                           [&](size_t k) { return stage->target(k); });
-    t1 = clock::now();
+    const auto t1 = clock::now();
     stage->pack_panels();  // what no put() packed: here, while the engine generates, not between two steps
-  }
-  auto tensors = stage ? std::vector<std::pair<std::string, torch::Tensor>>{} : dist::receive_weights(g, meta, bucket_bytes);
-  const auto t2 = clock::now();
-  if (!stage) t1 = t2;
-  if (stage) impl->install_weight_stage(*stage, weight_version);
-  else update_weights(engine, tensors, weight_version);
-  const auto t3 = clock::now();
-  char buf[192];
-  if (stage)
+    const auto t2 = clock::now();
+    impl->install_weight_stage(*stage, weight_version);
     std::snprintf(buf, sizeof buf,
                   "engine: weights received in %.3f s (staged as they came, %zu of %zu in place, GEMM panels packed as "
                   "each matrix completed, the rest in %.3f s), installed in %.3f s",
-                  secs(t0, t1), stage->in_place(), stage->size(), secs(t1, t2), secs(t2, t3));
-  else
-    std::snprintf(buf, sizeof buf, "engine: weights received in %.3f s, installed in %.3f s", secs(t0, t2),
-                  secs(t2, t3));
+                  secs(t0, t1), stage->in_place(), stage->size(), secs(t1, t2), secs(t2, clock::now()));
+  } else {
+    auto tensors = dist::receive_weights(g, meta, bucket_bytes);
+    const auto t1 = clock::now();
+    update_weights(engine, tensors, weight_version);
+    std::snprintf(buf, sizeof buf, "engine: weights received in %.3f s, installed in %.3f s", secs(t0, t1),
+                  secs(t1, clock::now()));
+  }
   log::info(buf);
 }
 

@@ -5,6 +5,7 @@
 // Each output element is still one accumulator starting at 0 that takes the k
 // products in ascending order through a fused multiply-add, then + bias: the bits
 // of the portable kernels, only with the accumulators held in registers.
+//
 // GCC 12's AVX-512 unpack and shuffle intrinsics start from an "undefined" register that
 // -Wmaybe-uninitialized reports where they are inlined (GCC bug 105593; fixed in 13).
 // The warning points into the header, so it is off for the file, before any include.
@@ -103,7 +104,6 @@ __attribute__((target("avx512f"))) void panel_rows(const float* x, int64_t ldx, 
   }
 }
 
-// Panel `jb` of w (layout as for gemm()) into dst [K, kPanelCols], zero-padded.
 // v[j] = column j of the 16 x 16 block whose rows v[i] held (three rounds of
 // in-lane shuffles, then two of 128-bit lanes).
 __attribute__((target("avx512f"), always_inline)) inline void transpose16(__m512 v[16]) {
@@ -156,6 +156,7 @@ __attribute__((target("avx512f"))) void pack_panel_nk(const float* w, int64_t ld
   }
 }
 
+// Panel `jb` of w (layout as for gemm()) into dst [K, kPanelCols], zero-padded.
 void pack_panel(const float* w, int64_t ldw, bool w_kn, int64_t K, int64_t n, int64_t jb, float* dst) {
   const int64_t c0 = jb * kPanelCols, nc = std::min(kPanelCols, n - c0);
   if (!w_kn && kAvx512) return pack_panel_nk(w, ldw, K, c0, nc, dst);

@@ -28,9 +28,9 @@ struct ModelOptions {
   torch::ScalarType dtype = torch::kFloat32;  // float32 | bfloat16 | float16 (fp16 on CUDA)
   torch::Device device = torch::kCPU;
   // Inference (the engine): q/k/v and gate/up each share one matrix so they run as
-  // one matmul (one GEMM launch instead of three on CUDA), and matrices are packed
-  // into GEMM panels once per weight update. Where the exact float32 CPU path has
-  // packed panels (AVX-512), the panels are what the matmuls read, and the matrices
+  // one matmul (one GEMM launch instead of three on CUDA). Where the exact float32 CPU
+  // path has packed panels (AVX-512), matrices are packed once per weight update, the
+  // panels are what the matmuls read, and the matrices
   // keep the HF [out, in] layout (fused ones as blocks of rows), so an update is
   // written or received into them as sent. Elsewhere projection weights are stored
   // [in, out] (exposed as transposed [out, in] views under their HF names), so

@@ -17,22 +17,25 @@ torch::Tensor bytes_of(const c10::Storage& s) {
   return torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(s.device())).set_(s, 0, {n}, {1});
 }
 
-// [first, last) bytes of the storage a view spans when it is dense (no holes), else
-// nullopt-like {0, 0}.
-std::pair<int64_t, int64_t> dense_span(const torch::Tensor& t) {
-  int64_t span = 1;
-  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
-  if (t.numel() == 0 || span != t.numel()) return {0, 0};
-  const int64_t e = t.element_size();
-  return {t.storage_offset() * e, (t.storage_offset() + span) * e};
-}
-
 // [first, last) bytes of the storage that a view's elements lie within.
 std::pair<int64_t, int64_t> extent(const torch::Tensor& t) {
   int64_t span = 1;
   for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
   const int64_t e = t.element_size();
   return {t.storage_offset() * e, (t.storage_offset() + (t.numel() == 0 ? 0 : span)) * e};
+}
+
+// The same when the view is dense (no holes), else nullopt-like {0, 0}.
+std::pair<int64_t, int64_t> dense_span(const torch::Tensor& t) {
+  const auto [a, b] = extent(t);
+  return t.numel() > 0 && b - a == t.numel() * t.element_size() ? std::pair<int64_t, int64_t>{a, b}
+                                                                 : std::pair<int64_t, int64_t>{0, 0};
+}
+
+// `live`'s view (offset, sizes, strides) on the storage `other`.
+torch::Tensor same_view_on(const c10::Storage& other, const torch::Tensor& live) {
+  return torch::empty({0}, live.options().requires_grad(false))
+      .set_(other, live.storage_offset(), live.sizes(), live.strides());
 }
 
 }  // namespace
@@ -68,9 +71,7 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
       throw Error(os.str());
     }
     const size_t slot = slot_of.at(live.storage().unsafeGetStorageImpl());
-    auto view = torch::empty({0}, live.options().requires_grad(false))
-                    .set_(slots_[slot].spare, live.storage_offset(), live.sizes(), live.strides());
-    views_.emplace_back(slot, std::move(view));
+    views_.emplace_back(slot, same_view_on(slots_[slot].spare, live));
     spans[slot].push_back(dense_span(live));
   }
   put_.assign(views_.size(), false);
@@ -122,8 +123,7 @@ void WeightStage::set_panel_sources(std::vector<torch::Tensor> live) {
     });
     if (slot == slots_.end()) throw std::logic_error("WeightStage: a panel source outside the staged weights");
     const size_t si = static_cast<size_t>(slot - slots_.begin());
-    panel_sources_.push_back(torch::empty({0}, w.options().requires_grad(false))
-                                 .set_(slot->spare, w.storage_offset(), w.sizes(), w.strides()));
+    panel_sources_.push_back(same_view_on(slot->spare, w));
     const auto [a, b] = extent(w);
     for (size_t k = 0; k < views_.size(); ++k) {
       if (views_[k].first != si) continue;
