@@ -101,7 +101,8 @@ def main():
         print(f"{mode:>14} round {r['round']}: wall {float(r['wall_s']):.1f} s; steps {sums['perf/total_step_time']:.1f} s "
               f"(train {sums['perf/actor_train_time']:.1f}, rollout {sums['perf/rollout_time']:.1f}, waited "
               f"{sums['perf/rollout_wait_time']:.1f}); median step (1+) {med:.2f} s; staleness max {stale}; "
-              f"busy engine {eng:.2f} trainer {trn:.2f}")
+              f"busy engine {eng:.2f} trainer {trn:.2f}"
+              + (f"; machine CPU busy {float(r['cpu_busy']):.2f}" if "cpu_busy" in r else ""))
         print(f"{mode:>14} round {r['round']}: held-out " + ", ".join(f"{a:.3f}@{t:.0f}s" for t, a in curve)
               + f"; final (mean of last {SMOOTH}) {final(curve):.3f}"
               + (f"; reaches {target:.3f} at {t_reach:.0f} s" if t_reach is not None else

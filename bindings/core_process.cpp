@@ -2,7 +2,7 @@
 // vLLM servers), each in its own process group, dying with us (base/child_process.hpp).
 //
 //   _core.process.spawn(argv, opts?) -> pid | nil, err   opts.log (stdout+stderr appended), opts.env ({NAME = value}),
-//       opts.death_signal (default 9); argv[1] = "@self" runs this rlhost binary
+//       opts.death_signal (default 9), opts.nice (0-19: its CPU priority); argv[1] = "@self" runs this rlhost binary
 //   _core.process.kill(pid, sig) -> bool (its group)
 //   _core.process.reap(pid) -> nil | exit code (128 + signal when killed)
 //   _core.process.exit_now(code, grace?)   children stopped, output flushed, _exit(code): no unwinding
@@ -43,6 +43,10 @@ int l_spawn(lua_State* L) {
     if (auto v = arg::field_integer(L, 2, "death_signal", "opts")) {
       if (*v < 0 || *v > 64) throw ArgError(2, "opts.death_signal", "a signal number (0 = none) expected");
       co.death_signal = static_cast<int>(*v);
+    }
+    if (auto v = arg::field_integer(L, 2, "nice", "opts")) {
+      if (*v < 0 || *v > 19) throw ArgError(2, "opts.nice", "a nice level 0-19 expected (raising priority needs root)");
+      co.nice = static_cast<int>(*v);
     }
     lua_getfield(L, 2, "env");   // {NAME = value}: set in the child's environment (secrets: not on argv)
     if (lua_istable(L, -1)) {

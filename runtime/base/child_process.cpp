@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ std::map<pid_t, bool> g_children;  // pid -> has its own process group
     if (::prctl(PR_SET_PDEATHSIG, o.death_signal) != 0) die(2);
     if (::getppid() != parent) ::_exit(128 + o.death_signal);  // the parent died before prctl
   }
+  if (o.nice && ::setpriority(PRIO_PROCESS, 0, o.nice) != 0) die(6);
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (in < 0 || ::dup2(in, 0) < 0) die(3);
   if (log) {
@@ -60,6 +62,7 @@ const char* step_name(int code) {
     case 2: return "prctl(PR_SET_PDEATHSIG)";
     case 3: return "open /dev/null";
     case 4: return "open the log file";
+    case 6: return "setpriority (nice)";
     default: return "exec";
   }
 }

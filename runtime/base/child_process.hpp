@@ -27,6 +27,9 @@ struct ChildOptions {
   std::string log_path;   // "" = inherit stdout/stderr
   bool own_group = true;  // setpgid(0, 0)
   int death_signal = 9;   // SIGKILL; 0 = none
+  // The child's CPU priority (nice 0-19, inherited by every thread it starts): 19 lets it
+  // run only on cores the rest of the job leaves idle. 0 = ours.
+  int nice = 0;
   // "NAME=value" entries set in the child's environment on top of ours (a secret for
   // the child goes here, never on argv, which every user can read in /proc).
   std::vector<std::string> env;

@@ -231,6 +231,12 @@ class AsyncRecipe(TinyModel, RlhostTestCase):
                            cwd=self.dir)
         self.assertEqual(r.returncode, 0, r.stderr[-4000:])
         self.assertIn("trainer pinned to CPUs %d (1 LibTorch threads); engines on %d" % (first, last), r.stderr)
+        # shared cores: the engine process at nice 19 runs on what the trainer leaves idle
+        r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--num-rollout", "2", "--async-mode", "fully-async",
+                            "--max-staleness", "1", "--engine-mode", "process", "--engine-nice", "19")],
+                           capture_output=True, text=True, timeout=240, env=self.env, cwd=self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr[-4000:])
+        self.assertIn("engine processes at nice 19", r.stderr)
         # a thread engine shares the trainer's process: a usage error that says so
         r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--num-rollout", "1", "--engine-cpus", str(last))],
                            capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
@@ -240,6 +246,13 @@ class AsyncRecipe(TinyModel, RlhostTestCase):
                            capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--trainer-cpus", r.stderr)
+        # --engine-nice: a process engine's priority, 0-19, each misuse a usage error naming the flag
+        for flags, want in ((("--engine-nice", "10"), "--engine-nice needs --engine-mode process"),
+                            (("--engine-mode", "process", "--engine-nice", "20"), "--engine-nice must be in [0, 19]")):
+            r = subprocess.run([BIN, "--no-control", RECIPE, *self.flags("--num-rollout", "1", *flags)],
+                               capture_output=True, text=True, timeout=60, env=self.env, cwd=self.dir)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(want, r.stderr)
 
     def test_off_is_lock_step(self):
         rows = self.run_recipe("--num-rollout", "3", "--async-mode", "off")

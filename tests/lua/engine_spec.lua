@@ -241,6 +241,38 @@ describe("rl.engine process mode", function()
     ok(tostring(err):find("opts.cpus", 1, true) and tostring(err):find("process", 1, true), err)
   end, { timeout = 180 })
 
+  it("runs a process engine, every thread of it, at opts.nice", function()
+    local function nice_of(pid, tid)   -- field 19 of /proc/PID/task/TID/stat (after "pid (comm) ")
+      local f = io.open(("/proc/%d/task/%s/stat"):format(pid, tid))
+      if not f then return nil end
+      local st = f:read("*a")
+      f:close()
+      local fields = {}
+      for w in st:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
+      return tonumber(fields[17])
+    end
+    local eng = assert(rl.engine.start { model = STORIES, mode = "process", threads = 2, nice = 19 })
+    assert(eng:generate { input_ids = { 1 }, sampling_params = GREEDY })   -- its pools have started
+    local n = 0
+    for tid in io.popen("ls /proc/" .. eng.pid .. "/task"):lines() do
+      local v = nice_of(eng.pid, tid)
+      if v then
+        eq(v, 19, "thread " .. tid)
+        n = n + 1
+      end
+    end
+    ok(n >= 3, n .. " threads")
+    eng:stop()
+    eq(nice_of(rl.process.pid(), rl.process.pid()), 0, "this process keeps its priority")
+    -- out of range, or a thread engine (which shares this process's priority): refused, naming it
+    local okr, err = pcall(rl.engine.start, { model = STORIES, mode = "process", nice = -5 })
+    eq(okr, false)
+    ok(tostring(err):find("opts.nice", 1, true), err)
+    local okt, terr = pcall(rl.engine.start, { model = STORIES, nice = 10 })
+    eq(okt, false)
+    ok(tostring(terr):find("opts.nice", 1, true) and tostring(terr):find("process", 1, true), terr)
+  end, { timeout = 180 })
+
   it("reports a child that cannot start, with its log", function()
     local eng, err = rl.engine.start { model = "/nonexistent/model/dir", mode = "process" }
     eq(eng, nil)

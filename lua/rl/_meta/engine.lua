@@ -21,6 +21,7 @@
 ---@field context_length? integer 0: config's max_position_embeddings
 ---@field threads? integer LibTorch intra-op threads (0: leave as is)
 ---@field cpus? string process mode: pin the engine's process to these CPUs ("0-3,6"); vLLM: VLLM_CPU_OMP_THREADS_BIND
+---@field nice? integer process mode or vLLM: the engine process's CPU priority, 0-19 (19: it runs on what the trainer leaves idle)
 ---@field max_connections? integer open HTTP connections the server keeps (default 4096)
 ---@field max_sequences_per_request? integer prompts x n in one request; more is a 400 (default 4096, 0: no cap)
 ---@field max_queued_requests? integer sequences waiting beyond max_running_requests; more is a 429 (default 16384, 0: no cap)

@@ -78,7 +78,8 @@ local function launch_process(opts)
   local unpinned = require("rl.process").unpinned_cpus()
   if opts.cpus == nil and unpinned then argv[#argv + 1] = "--cpus=" .. unpinned end
   -- The child inherits $RLHOST_ADMIN_TOKEN (never on argv, which other users can read).
-  local pid, err = proc.spawn(argv, { log = log, env = opts.api_key and { RLHOST_API_KEY = opts.api_key } or nil })
+  local pid, err = proc.spawn(argv, { log = log, nice = opts.nice,
+                                     env = opts.api_key and { RLHOST_API_KEY = opts.api_key } or nil })
   if not pid then return nil, "rl.engine.start: " .. err end
   local eng = setmetatable({ mode = "process", pid = pid, log_file = log, _api_key = opts.api_key }, Engine)
   local deadline = now() + (opts.ready_timeout or 300)
@@ -350,6 +351,10 @@ local function launch_engine(opts, mode, fname)
   if opts.cpus then
     error(("%s: bad argument 'opts.cpus' (needs mode = 'process': a thread engine runs in this process, "
       .. "which rl.process.set_cpus pins as a whole)"):format(fname), 3)
+  end
+  if opts.nice then
+    error(("%s: bad argument 'opts.nice' (needs mode = 'process': a thread engine shares this process's priority)")
+      :format(fname), 3)
   end
   local eng, err = start_thread(opts)
   if not eng then return nil, err end

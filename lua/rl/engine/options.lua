@@ -81,6 +81,8 @@ M.NATIVE = {
   { name = "backend", type = "string", default = "native", choices = { "native", "vllm" }, flag = false },
   { name = "cpus", type = "string",
     help = "process mode: pin the engine's process to these CPUs (\"0-3,6\"; default: every CPU it may use)" },
+  { name = "nice", type = "int", min = 0, max = 19, flag = false,
+    help = "process mode: the engine process's CPU priority (nice; 19: it runs on what the trainer leaves idle)" },
 }
 
 --- `rlhost engine`'s own flags (not rl.engine.start options).
@@ -112,6 +114,7 @@ M.VLLM = {
   { name = "mode", type = "string" },
   { name = "device", type = "string", help = "cpu, or cuda:N (the server sees that GPU only)" },
   { name = "cpus", type = "string", help = "CPU list its OpenMP threads bind to (VLLM_CPU_OMP_THREADS_BIND)" },
+  { name = "nice", type = "int", min = 0, max = 19, help = "the server process's CPU priority (nice)" },
   { name = "max_lora_rank", type = "int", min = 0,
     help = "> 0: serve LoRA adapters up to this rank, loaded at run time (:load_lora; --enable-lora)" },
 }

@@ -233,10 +233,10 @@ end
 --- Spawns a vLLM server. opts: model, host, port, served_model_name, python,
 --- vllm_args (flags, `--<key>`), env (extra environment), ready_timeout (s, default
 --- 600), log_file, kv_cache_space (GiB, VLLM_CPU_KVCACHE_SPACE, default 1),
---- weight_version, max_lora_rank (> 0: --enable-lora, --max-lora-rank the smallest
---- vLLM rank at or above it, --max-loras 1 unless vllm_args says, and run-time adapter
---- loading: VLLM_ALLOW_RUNTIME_LORA_UPDATING). Returns a launch handle (rl.engine.launch): ready once /health
---- answers; or nil and why.
+--- weight_version, nice (the server's CPU priority, 0-19), max_lora_rank (> 0:
+--- --enable-lora, --max-lora-rank the smallest vLLM rank at or above it, --max-loras 1
+--- unless vllm_args says, and run-time adapter loading: VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+--- Returns a launch handle (rl.engine.launch): ready once /health answers; or nil and why.
 function M.launch(opts)
   local py, from = M.python(opts.python)
   if not executable(py) then
@@ -293,7 +293,7 @@ function M.launch(opts)
   local shown = {}
   for i, a in ipairs(cmd) do shown[i] = require("rl.process").quote(a) end
   log.info("Launching vLLM server: " .. table.concat(shown, " ") .. " (log: " .. logf .. ")")
-  local pid, err = proc.spawn(argv, { log = logf, death_signal = 15 })
+  local pid, err = proc.spawn(argv, { log = logf, death_signal = 15, nice = opts.nice })
   if not pid then return nil, "rl.engine.start: " .. tostring(err) end
   local url = ("http://%s:%d"):format(host == "0.0.0.0" and "127.0.0.1" or host, port)
   local self = setmetatable({ backend = "vllm", mode = "vllm", url = url, pid = pid, log_file = logf,

@@ -61,7 +61,7 @@ local NUMERIC = {
   { "check_weight_update_tolerance", "number", 0 }, { "host_lost_timeout", "number", 0, nil, lo_open = true },
   { "remote_weight_sync_timeout", "number", 0, nil, lo_open = true }, { "rollout_health_check_first_wait", "number", 0 },
   { "rollout_health_check_interval", "number", 0, nil, lo_open = true },
-  { "rollout_health_check_timeout", "number", 0, nil, lo_open = true },
+  { "rollout_health_check_timeout", "number", 0, nil, lo_open = true }, { "engine_nice", "int", 0, 19 },
 }
 
 local function check_numbers(opt)
@@ -126,6 +126,10 @@ local function fill_defaults(opt, default_model, world_size)
   if opt.engine_cpus and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
     rl.args.usage_error("--engine-cpus needs --engine-mode process (a thread engine runs in the trainer's process, "
       .. "its threads beside the trainer's)")
+  end
+  if opt.engine_nice and opt.engine_mode ~= "process" and opt.rollout_backend ~= "vllm" then
+    rl.args.usage_error("--engine-nice needs --engine-mode process (a thread engine runs in the trainer's process, "
+      .. "at its priority)")
   end
 end
 
@@ -295,7 +299,8 @@ end
 -- rl.engine.start's options from the flags (a group's backend, model and overrides go on top).
 local function engine_options(opt, job)
   local eo = { model = job.model_dir, mode = opt.engine_mode, threads = opt.threads,
-               max_running_requests = opt.max_running_requests, cpus = opt.engine_cpus }
+               max_running_requests = opt.max_running_requests, cpus = opt.engine_cpus,
+               nice = opt.engine_nice }
   if opt.rollout_backend == "vllm" then   -- --vllm-<flag> V: vLLM's --<flag> V
     eo.backend, eo.vllm_args, eo.python = "vllm", opt.vllm_args, opt.vllm_python
   end
@@ -511,6 +516,10 @@ function M.setup(opt, setup_opts)
     if not ok then rl.args.usage_error("--trainer-cpus: " .. tostring(err):gsub("^.-set_cpus: ", "")) end
     log.info("trainer pinned to CPUs %s (%d LibTorch threads); engines on %s", opt.trainer_cpus, opt.threads,
       opt.engine_cpus or "any CPU")
+  end
+  if opt.engine_nice then
+    log.info("engine processes at nice %d: they run on what the trainer (%d LibTorch threads) leaves idle",
+      opt.engine_nice, opt.threads)
   end
   if not job.is_main and require("rl.recipe.hosts").role(opt) == "host" then   -- this host's engines
     job.node = require("rl.recipe.hosts").host(engine_options(opt, job), opt.rollout_num_gpus_per_node)

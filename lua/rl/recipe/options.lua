@@ -157,6 +157,9 @@ local FLAGS = {
   -- placement (docs/recipes.md#placement)
   { name = "engine_cpus", type = "string",
     help = "pin each engine process to these CPUs (\"0-3,6\"; --engine-mode process, or vLLM's OpenMP threads)" },
+  { name = "engine_nice", type = "int",
+    help = "engine processes' CPU priority (nice; 19 on a small CPU machine: engines and trainer share every core, "
+      .. "the engines run on what the trainer leaves idle; --engine-mode process)" },
   { name = "trainer_cpus", type = "string",
     help = "run the trainer's compute (its thread and LibTorch's) on these CPUs; with --engine-cpus, engines and "
       .. "trainer on separate cores (the event loop is left to the scheduler)" },
