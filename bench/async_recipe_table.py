@@ -52,7 +52,7 @@ def final(curve):
 
 
 def svg(curves, path):
-    W, H, L, R, T, B = 720, 400, 60, 170, 30, 50
+    W, H, L, R, T, B = 780, 400, 60, 230, 30, 50
     tmax = max([t for _, c in curves for t, _ in c] + [1])
     amax = max([a for _, c in curves for _, a in c] + [0.05])
     x = lambda t: L + (W - L - R) * t / tmax

@@ -13,11 +13,10 @@
 --   rlhost recipes/grpo_gsm8k_async.lua --async-mode fully-async --max-staleness 2 --use-tis
 --   rlhost recipes/grpo_gsm8k_async.lua --async-mode off                      # lock-step
 --
--- Flags are grpo_gsm8k.lua's (slime's) plus the three above. On 2 CPU cores, give the
--- engine and the trainer a core each (--engine-mode process --threads 1 --engine-cpus 1
--- --trainer-cpus 0: the engine is its own process with one thread, pinned to one core, the
--- trainer to the other), so that the overlap is real rather than two thread pools taking
--- turns; docs/recipes.md has the figures.
+-- Flags are grpo_gsm8k.lua's (slime's) plus the three above. On a CPU machine, run the
+-- engine as its own process at the lowest priority (--engine-mode process --engine-nice
+-- 19): engine and trainer may use every core, and the engine runs on what the trainer
+-- leaves idle; docs/recipes.md has the placements and the figures.
 
 local reward = rl.reload.watch("rewards.gsm8k_reward")
 local opt = rl.args(rl.recipe.options {
