@@ -60,7 +60,10 @@ LEAVE, GRACE = 5, 1
 # TIMEOUT + 10 (its request) + LEAVE + 5 (the probe after) = 26 s
 STALLED_SYNC_BOUND = TIMEOUT + GRACE + LEAVE + 2
 HC_INTERVAL, HC_TIMEOUT = 1, 2   # --rollout-health-check-interval / --rollout-health-check-timeout
-RUN_STEPS = 6                    # of the run whose engine stops during a rollout
+# of the run whose engine stops during a rollout: the signal aims at step 2, and on a loaded
+# machine its watcher may come two steps late; the restarted or resumed engine still needs
+# a step after its refit to show it serves
+RUN_STEPS = 8
 
 # Run in host 0's namespace, for argv[3] s at most: once the engine at argv[1] serves
 # weight version argv[4] (GET /get_model_info: the sync before the step to stop in),
@@ -345,7 +348,10 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         for x in rows[back[0]:]:
             self.assertEqual(x["rollout/engines/remote_serving"], 1, x)
             self.assertEqual(x["rollout/engines/versions_agree"], 1, x)
-        self.assertGreater(workers[RUN_STEPS - 1].get(hosts[1].addr, 0), 0, "the restarted engine serves the last step")
+        # step back[0]'s sync refit it: a later step has its samples (not necessarily the next:
+        # a step may be made of groups finished before the refit)
+        later = [k for k in range(back[0] + 1, RUN_STEPS) if workers[k].get(hosts[1].addr, 0) > 0]
+        self.assertTrue(later, "the restarted engine served no step after its refit (step %d): %s" % (back[0], workers))
 
 
 def rows_sync_time(d):
