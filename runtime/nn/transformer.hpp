@@ -30,9 +30,9 @@ struct ModelOptions {
   // Inference (the engine): q/k/v and gate/up each share one matrix so they run as
   // one matmul (one GEMM launch instead of three on CUDA). Where the exact float32 CPU
   // path has packed panels (AVX-512), matrices are packed once per weight update, the
-  // panels are what the matmuls read, and the matrices
-  // keep the HF [out, in] layout (fused ones as blocks of rows), so an update is
-  // written or received into them as sent. Elsewhere projection weights are stored
+  // panels are what the matmuls read, and the matrices keep the HF [out, in] layout
+  // (fused ones as blocks of rows), so an update is written or received into them as
+  // sent. Elsewhere projection weights are stored
   // [in, out] (exposed as transposed [out, in] views under their HF names), so
   // small-batch matmuls stream them without MKL repacking them every call (1.4x at
   // batch 1); a tied embedding is stored that way too ([hidden, vocab], the
