@@ -64,29 +64,50 @@ HC_INTERVAL, HC_TIMEOUT = 1, 2   # --rollout-health-check-interval / --rollout-h
 # machine its watcher may come two steps late; the restarted or resumed engine still needs
 # a step after its refit to show it serves
 RUN_STEPS = 8
+# the controller's router in those runs: host 0's loopback (its own namespace), where the
+# stop watcher asks which requests it holds
+ROUTER_PORT = 30100
 
 # Run in host 0's namespace, for argv[3] s at most: once the engine at argv[1] serves
-# weight version argv[4] (GET /get_model_info: the sync before the step to stop in),
-# polls its load (GET /v1/loads) every 10 ms and sends process argv[2] signal argv[5]
-# (SIGSTOP, SIGKILL) as soon as it holds a request; prints {at, running} (exit 3: it
-# never held one).
+# weight version argv[4] or a later one (GET /get_model_info: the sync before the step to
+# stop in), polls its load (GET /v1/loads) every 10 ms and sends process argv[2] signal
+# argv[5] (SIGSTOP, SIGKILL) as soon as it holds a request. With argv[6], the router's URL
+# (SIGSTOP only): the stop counts only if the router then holds requests in flight to the
+# engine (GET /workers): these tiny generations can end between the load read and the
+# signal, and an engine stopped idle holds nothing to send elsewhere; such a stop is
+# undone (SIGCONT) at once and the watch goes on. Prints {at, running, missed} (exit 3:
+# it never caught one).
 SIGNAL_WHEN_BUSY = r"""
 import json, os, signal, sys, time, urllib.request
-url, pid, end, version = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3]), sys.argv[4]
+url, pid, end, version = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3]), int(sys.argv[4])
 sig = getattr(signal, sys.argv[5])
-def get(path, key):
+router = sys.argv[6] if len(sys.argv) > 6 else None
+def get(base, path, key):
     try:
-        return json.load(urllib.request.urlopen(url + path, timeout=2))[key]
+        return json.load(urllib.request.urlopen(base + path, timeout=2))[key]
     except (OSError, ValueError, KeyError):
         return None
-while time.time() < end and str(get("/get_model_info", "weight_version")) != version:
+def serves():
+    v = get(url, "/get_model_info", "weight_version")
+    return v is not None and str(v).isdigit() and int(v) >= version
+def router_load():
+    for w in get(router, "/workers", "workers") or []:
+        if str(w.get("url", "")).rstrip("/") == url.rstrip("/"):
+            return w.get("load", 0)
+    return 0
+while time.time() < end and not serves():
     time.sleep(0.01)
+missed = 0
 while time.time() < end:
-    a = get("/v1/loads", "aggregate") or {}
+    a = get(url, "/v1/loads", "aggregate") or {}
     if a.get("total_reqs", 0) > 0:
         os.kill(pid, sig)
-        print(json.dumps({"at": time.time(), "running": a["total_reqs"]}))
-        sys.exit(0)
+        held = router_load() if router else a["total_reqs"]
+        if held > 0:
+            print(json.dumps({"at": time.time(), "running": held, "missed": missed}))
+            sys.exit(0)
+        os.kill(pid, signal.SIGCONT)
+        missed += 1
     time.sleep(0.01)
 sys.exit(3)
 """
@@ -238,7 +259,9 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
     def signal_in_step_2(self, hosts, d, procs, sig):
         """Host 1's engine gets `sig` as soon as it holds a request once it serves version 2
         (step 2's rollout, what step 1's sync handed out; a later one when the watcher, starved
-        on a loaded machine, polls past that one); → (pid, url, {at, running})."""
+        on a loaded machine, polls past that one); a stop counts once the router holds
+        requests to it (caught idle, it is resumed and watched again); → (pid, url, {at,
+        running, missed})."""
         self.wait_step(d, 0, procs)
         pids = [pid for pid, c in engine_pids().items() if hosts[1].addr in c]
         self.assertEqual(len(pids), 1, "%s\n%s" % (engine_pids(), self.logs(d)))
@@ -246,7 +269,8 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         self.addCleanup(lambda: support.alive(pid) and os.kill(pid, signal.SIGKILL))
         m = re.search(r"engine 1 of host %s at (http://\S+):" % re.escape(hosts[1].addr), read(os.path.join(d, "host0.log")))
         self.assertTrue(m, self.logs(d))
-        w = hosts[0].run([sys.executable, "-c", SIGNAL_WHEN_BUSY, m.group(1), str(pid), "120", "2", sig],
+        router = ["http://127.0.0.1:%d" % ROUTER_PORT] if sig == "SIGSTOP" else []
+        w = hosts[0].run([sys.executable, "-c", SIGNAL_WHEN_BUSY, m.group(1), str(pid), "120", "2", sig, *router],
                          capture_output=True, text=True, timeout=150)
         self.assertEqual(w.returncode, 0, "the engine never held a request: %s\n%s" % (w.stderr, self.logs(d)))
         return pid, m.group(1), json.loads(w.stdout)
@@ -255,7 +279,7 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         # round_robin: a restarted engine gets its share of every step from its refit on
         # (cache_aware may keep a short step's prompts on the engine that has them cached)
         return self.start(hosts, d, "--num-rollout", str(RUN_STEPS), "--use-fault-tolerance", "--router-policy", "round_robin",
-                          "--rollout-health-check-interval", str(HC_INTERVAL),
+                          "--sglang-router-port", str(ROUTER_PORT), "--rollout-health-check-interval", str(HC_INTERVAL),
                           "--rollout-health-check-timeout", str(HC_TIMEOUT), "--rollout-max-response-len", "48",
                           "--old-logprobs", "check", reward_wait=0.5)
 
@@ -274,8 +298,9 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         for r in range(2):
             self.assertEqual(codes[r], 0, "host %d:\n%s" % (r, logs[r][-5000:]))
         self.say_sync(logs[0])
-        print("stopped holding %d request(s); out of the router %.1f s after the stop (bound %g s)"
-              % (stop["running"], took, 2 * (HC_INTERVAL + HC_TIMEOUT) + 2))
+        print("stopped while the router held %d request(s) to it (%d earlier stop(s) caught it idle and were "
+              "undone); out of the router %.1f s after the stop (bound %g s)"
+              % (stop["running"], stop["missed"], took, 2 * (HC_INTERVAL + HC_TIMEOUT) + 2))
         addr = re.escape(hosts[1].addr)
         # two failed probe rounds (each at most an interval and a timeout), and the log's own polling
         self.assertLess(took, 2 * (HC_INTERVAL + HC_TIMEOUT) + 2, "benched within two health-check rounds")
