@@ -136,6 +136,8 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 // this long (stopped, cut off) is cut, so the client learns at once, not at the
 // request timeout.
 constexpr double kOrphanedStreamQuietS = 5.0;
+// The most of a 5xx body held while the request may still go to another worker.
+constexpr size_t kHeldErrorBodyBytes = size_t{1} << 20;
 
 void Exchange::release_worker() {
   if (!worker) return;
@@ -227,8 +229,20 @@ void Exchange::on_chunk(std::string_view bytes) {
     const net::HttpResponse* up = pooled ? r->upstream->peek(transfer) : r->client->peek(transfer);
     const long status = up ? up->status : 200;
     if (status >= 500 && can_retry()) {  // hold it: we may answer from another worker instead
-      held.append(bytes);
-      return;
+      if (held.size() + bytes.size() <= kHeldErrorBodyBytes) {
+        held.append(bytes);
+        return;
+      }
+      // A failing worker must not grow the router's memory, nor keep the request while
+      // it sends: an error body past the cap is cut and the request goes elsewhere.
+      drop_transfer();
+      last_error = "HTTP " + std::to_string(status) + " from " + worker_url + " with an error body over " +
+                   std::to_string(kHeldErrorBodyBytes >> 20) + " MiB (cut)";
+      last_status = static_cast<int>(status);
+      r->metrics.record_upstream_error(worker_url, "http_5xx");
+      if (Worker* w = r->registry.by_id(worker)) r->registry.on_failure(*w, EventLoop::now(), last_error);
+      release_worker();
+      return retry();
     }
     begin_relay(status, up ? up->headers : net::HeaderList{}, bytes);
     return;

@@ -11,7 +11,8 @@ Knobs: --slots N (generations at once), --prefill S (extra for an unseen
 prompt prefix), --delay S (per response; per token when streaming), request field
 "delay" overrides; "max_new_tokens" in sampling_params (or max_tokens) sets the
 token count; POST /_fail {"status": 500, "count": N} makes the next N
-generation requests fail with that status; POST /_health {"ok": false} makes
+generation requests fail with that status ("endless": true: a chunked error body
+that goes on for 60 s, 64 KiB every 5 ms, or until the connection closes); POST /_health {"ok": false} makes
 /health answer 503; a generation request with "drop": true closes the
 connection without an answer (as a worker that crashed on it); a streaming request
 with "hold": true sends its first event, then waits for POST /_release before the
@@ -39,6 +40,7 @@ class Worker:
         self.seen = set()
         self.fail_status = 0
         self.fail_count = 0
+        self.fail_endless = False
         self.healthy = True
         self.running = 0
         self.requests = 0
@@ -100,6 +102,19 @@ class Worker:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
+    @staticmethod
+    async def endless_error(writer, status):
+        writer.write(b"HTTP/1.1 %d X\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n" % status)
+        chunk = b"%x\r\n%s\r\n" % (65536, b"e" * 65536)
+        end = time.time() + 60
+        try:
+            while time.time() < end and not writer.is_closing():
+                writer.write(chunk)
+                await writer.drain()
+                await asyncio.sleep(0.005)
+        except (ConnectionError, OSError):
+            pass
+
     # ---- endpoints -----------------------------------------------------------------
     async def route(self, method, target, headers, body, writer):
         path = target.split("?", 1)[0]
@@ -115,6 +130,7 @@ class Worker:
         if path == "/_fail":
             j = json.loads(body or b"{}")
             self.fail_status, self.fail_count = j.get("status", 500), j.get("count", 1)
+            self.fail_endless = bool(j.get("endless"))
             return await self.send(writer, 200, {"ok": True})
         if path == "/_health":
             self.healthy = bool(json.loads(body or b"{}").get("ok", True))
@@ -132,6 +148,8 @@ class Worker:
         self.requests += 1
         if self.fail_count > 0:
             self.fail_count -= 1
+            if self.fail_endless:
+                return await self.endless_error(writer, self.fail_status)
             return await self.send(writer, self.fail_status, {"error": "injected failure", "worker": self.name})
         try:
             req = json.loads(body)

@@ -293,6 +293,20 @@ class TestStreamingAndFaults(RouterCase):
         st, j = jget(r + "/generate", method="POST", body={"text": "x"})
         self.assertEqual(st, 503)  # the last worker answer is relayed after the retries
 
+    def test_endless_5xx_body_is_cut_and_retried(self):
+        # A worker failing with an error body that never ends: the router holds at most
+        # 1 MiB of it, then cuts it and sends the request to the other worker (before, it
+        # held the body until the worker stopped sending: here, past the client's timeout).
+        w = self.start_workers(2)
+        r = self.start_router(w, "round_robin", "--circuit-failure-threshold", "100")
+        for u in w:   # each fails its next request so: the third attempt (of 4) gets a 200
+            jget(u + "/_fail", method="POST", body={"status": 500, "count": 1, "endless": True})
+        t0 = time.time()
+        st, j = jget(r + "/generate", method="POST", body={"text": "x"}, timeout=20)
+        self.assertEqual(st, 200, j)
+        self.assertLess(time.time() - t0, 10, "the endless error body was not cut")
+        self.assertEqual(sorted(jget(u + "/_stats")[1]["requests"] for u in w), [1, 2])
+
     def test_request_that_drops_a_worker_is_not_retried(self):
         # A request that made its worker drop the connection could kill every
         # worker it is retried on: it gets a 502 and no other worker sees it.
