@@ -24,6 +24,7 @@
 #include "base/errors.hpp"
 #include "base/log_text.hpp"
 #include "nn/weights.hpp"
+#include "tensor/huge_pages.hpp"
 
 namespace rl::dist {
 
@@ -572,6 +573,7 @@ struct InFlight {
     int64_t bytes;
     size_t bucket;
     at::Tensor buffer;
+    int64_t ring_offset = -1;  // where buffer lies in the receive ring (-1: not in it)
   };
   std::deque<Op> ops;
   int64_t bytes = 0;
@@ -631,12 +633,13 @@ int64_t WeightMeta::values() const {
 
 void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_bytes,
                      const std::function<void(size_t, const at::Tensor&)>& take,
-                     const std::function<at::Tensor(size_t)>& into) {
+                     const std::function<at::Tensor(size_t)>& into, int64_t in_flight_bytes) {
   const size_t n = meta.names.size();
   if (meta.dtypes.size() != n || meta.shapes.size() != n)
     throw Error("update_weights_from_distributed: names, dtypes and shapes differ in length (" + std::to_string(n) +
                 ", " + std::to_string(meta.dtypes.size()) + ", " + std::to_string(meta.shapes.size()) + ")");
   if (bucket_bytes < 0) throw Error("update_weights_from_distributed: bucket_bytes must be >= 0");
+  if (in_flight_bytes <= 0) throw std::invalid_argument("receive_weights: in_flight_bytes must be > 0");
   torch::NoGradGuard ng;
   std::vector<torch::ScalarType> types(n);
   std::vector<std::string> dtypes(n);
@@ -659,6 +662,43 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
     bytes[i] = numels[i] * static_cast<int64_t>(c10::elementSize(types[i]));
   }
   const auto buckets = weight_buckets(dtypes, bytes, bucket_bytes);
+  // Where each bucket lands: into(b)'s memory (a tensor sent alone), else a buffer.
+  std::vector<at::Tensor> dest(buckets.size());
+  std::vector<int64_t> sizes(buckets.size()), totals(buckets.size());
+  int64_t scratch = 0, largest = 0;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto [b, e] = buckets[i];
+    for (size_t k = b; k < e; ++k) totals[i] += numels[k];
+    sizes[i] = totals[i] * static_cast<int64_t>(c10::elementSize(types[b]));
+    at::Tensor t = e - b == 1 && into ? into(b) : at::Tensor();
+    if (t.defined() && t.is_contiguous() && t.scalar_type() == types[b] && t.numel() == totals[i] &&
+        t.device().is_cpu()) {
+      dest[i] = t.view({totals[i]});
+    } else {
+      scratch += (sizes[i] + 63) / 64 * 64;
+      largest = std::max(largest, (sizes[i] + 63) / 64 * 64);
+    }
+  }
+  // With `into` (take copies what it gets), the buffers are one ring in huge pages, kept
+  // for the next update (tensor/huge_pages.hpp) and reused as the oldest broadcasts are
+  // handed over: fresh memory costs a fault and a zeroing per page on first touch.
+  // Without, each buffer is a tensor of its own (take keeps them).
+  std::shared_ptr<tensor::HugePageArena> ring;
+  const int64_t ring_size = std::min(scratch, std::max(in_flight_bytes, largest));
+  if (into && ring_size >= tensor::kHugePageBytes) ring = tensor::HugePageArena::make(ring_size);
+  int64_t head = 0;  // the ring's next free byte; the oldest buffer in it starts at the front op's offset
+  auto ring_place = [&](int64_t n, const InFlight& q) -> int64_t {  // an offset, or -1 while the ring is full
+    const InFlight::Op* oldest = nullptr;
+    for (const auto& op : q.ops)
+      if (op.ring_offset >= 0) {
+        oldest = &op;
+        break;
+      }
+    if (!oldest) return n <= ring_size ? 0 : -1;
+    const int64_t tail = oldest->ring_offset;
+    if (head > tail) return head + n <= ring_size ? head : (n <= tail ? 0 : -1);
+    return head + n <= tail ? head : -1;
+  };
   std::exception_ptr failed;  // from take: kept until every broadcast is in
   InFlight q;
   auto hand_over = [&](InFlight::Op op) {
@@ -676,17 +716,23 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
   };
   for (size_t i = 0; i < buckets.size(); ++i) {
     const auto [b, e] = buckets[i];
-    int64_t total = 0;
-    for (size_t k = b; k < e; ++k) total += numels[k];
-    const int64_t nb = total * static_cast<int64_t>(c10::elementSize(types[b]));
-    while (!q.ops.empty() && q.bytes + nb > kWeightBytesInFlight) hand_over(q.pop());
-    at::Tensor buf = e - b == 1 && into ? into(b) : at::Tensor();
-    if (buf.defined() && buf.is_contiguous() && buf.scalar_type() == types[b] && buf.numel() == total &&
-        buf.device().is_cpu())
-      buf = buf.view({total});
-    else
-      buf = torch::empty({total}, torch::TensorOptions().dtype(types[b]));
-    q.ops.push_back({g.broadcast_async(buf, 0, bucket_name(meta.names, b, e)), nb, i, buf});
+    const int64_t nb = sizes[i];
+    const bool in_ring = ring && !dest[i].defined();
+    int64_t place = -1;  // its offset in the ring
+    while (!q.ops.empty() && (q.bytes + nb > in_flight_bytes || (in_ring && (place = ring_place(nb, q)) < 0)))
+      hand_over(q.pop());
+    if (in_ring && place < 0) place = ring_place(nb, q);  // the ring is empty now
+    at::Tensor buf;
+    if (dest[i].defined()) {
+      buf = dest[i];
+    } else if (in_ring) {
+      buf = torch::empty({0}, torch::TensorOptions().dtype(types[b]))
+                .set_(ring->storage(place, nb), 0, {totals[i]}, {1});
+      head = place + (nb + 63) / 64 * 64;
+    } else {
+      buf = torch::empty({totals[i]}, torch::TensorOptions().dtype(types[b]));
+    }
+    q.ops.push_back({g.broadcast_async(buf, 0, bucket_name(meta.names, b, e)), nb, i, buf, in_ring ? place : -1});
     q.bytes += nb;
   }
   while (!q.ops.empty()) hand_over(q.pop());

@@ -176,10 +176,14 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
 // been received (the sender is never left waiting). `into(index)`, where given, may
 // name memory for a tensor sent alone (its own bucket): it is received there when that
 // is a contiguous CPU tensor of the sent dtype and number of values (`take` then gets a
-// view of it), else into a buffer of its own.
+// view of it), else into a buffer. With `into` given, those buffers are one ring (in
+// huge pages, kept for the next update: tensor/huge_pages.hpp) reused as soon as `take`
+// returns; without, each is a tensor of its own. At most in_flight_bytes (or the
+// largest bucket) are in flight.
 void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_bytes,
                      const std::function<void(size_t, const at::Tensor&)>& take,
-                     const std::function<at::Tensor(size_t)>& into = nullptr);
+                     const std::function<at::Tensor(size_t)>& into = nullptr,
+                     int64_t in_flight_bytes = kWeightBytesInFlight);
 // The same, every tensor returned under its name.
 std::vector<std::pair<std::string, at::Tensor>> receive_weights(ProcessGroup& g, const WeightMeta& meta,
                                                                 int64_t bucket_bytes = 0);

@@ -26,6 +26,7 @@
 #include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
 #include "nn/weights_digest.hpp"
+#include "tensor/huge_pages.hpp"
 #include "tensor/torch_env.hpp"
 
 namespace rl::engine {
@@ -394,6 +395,7 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
       runner_->free_weights();
       ++weights_epoch_;
     }
+    if (has_tag(tags, "weights")) tensor::HugePageArena::drop_kept();  // the last updates' buffers
     // The freed tensors sit in glibc's heap (its mmap threshold grows with every large
     // free): hand the pages back, so that releasing lowers the process's RSS on a CPU.
     malloc_trim(0);

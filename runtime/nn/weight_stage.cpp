@@ -7,6 +7,7 @@
 #include "base/errors.hpp"
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/weights.hpp"
+#include "tensor/huge_pages.hpp"
 
 namespace rl::nn {
 namespace {
@@ -50,9 +51,22 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
     planned_.push_back(s.unsafeGetStorageImpl());
     if (slot_of.emplace(s.unsafeGetStorageImpl(), slots_.size()).second) slots_.push_back(Slot{s, {}, false});
   }
-  for (auto& slot : slots_) {
+  // Host memory: one mapping in huge pages for every spare storage (each written in full
+  // as the update arrives: 4 KiB pages would fault once each; tensor/huge_pages.hpp).
+  int64_t host_bytes = 0;
+  std::vector<int64_t> offsets(slots_.size(), -1);
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s].live.device().is_cpu()) continue;
+    offsets[s] = host_bytes;
+    host_bytes += (static_cast<int64_t>(slots_[s].live.nbytes()) + 63) / 64 * 64;
+  }
+  std::shared_ptr<tensor::HugePageArena> arena;
+  if (host_bytes >= tensor::kHugePageBytes) arena = tensor::HugePageArena::make(host_bytes);
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    auto& slot = slots_[s];
     const auto n = static_cast<int64_t>(slot.live.nbytes());
-    slot.spare = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(slot.live.device())).storage();
+    if (arena && offsets[s] >= 0) slot.spare = arena->storage(offsets[s], n);
+    else slot.spare = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(slot.live.device())).storage();
   }
   std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(slots_.size());
   std::vector<bool> seen(params.size(), false);

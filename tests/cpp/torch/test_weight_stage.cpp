@@ -5,6 +5,7 @@
 // packed AVX-512 path), a c10d receive lands in the spare memory itself.
 #include <torch/torch.h>
 
+#include <cstring>
 #include <thread>
 
 #define CATCH_CONFIG_PREFIX_ALL
@@ -15,6 +16,7 @@
 #include "nn/batch_invariant.hpp"
 #include "nn/transformer.hpp"
 #include "nn/weight_stage.hpp"
+#include "tensor/huge_pages.hpp"
 
 using rl::nn::Transformer;
 using rl::nn::WeightStage;
@@ -224,4 +226,78 @@ CATCH_TEST_CASE("weight stage: a c10d receive lands in the spare weights where t
   auto same = engine_model(cfg, 9);
   auto ids = torch::randint(0, cfg.vocab_size, {2, 7});
   CATCH_CHECK(max_diff(*eng, *same, ids) == 0);
+}
+
+CATCH_TEST_CASE("weight receive: buffers in a ring that wraps, tensor by tensor and bucketed", "[model][stage]") {
+  // 12 matrices of 1 MiB that no receiver takes in place (into() names a transposed
+  // view), at most 3 MiB in flight: the ring of buffers (3 MiB) wraps three times over
+  torch::manual_seed(5);
+  std::vector<std::pair<std::string, at::Tensor>> sent;
+  rl::dist::WeightMeta meta;
+  for (int k = 0; k < 12; ++k) {
+    sent.emplace_back("w" + std::to_string(k), torch::randn({512, 512}));
+    meta.names.push_back(sent.back().first);
+    meta.dtypes.emplace_back("float32");
+    meta.shapes.push_back({512, 512});
+  }
+  for (const int64_t bucket : {int64_t{0}, int64_t{5} << 19}) {  // a tensor at a time; 2.5 MiB buckets (two each)
+    CATCH_INFO("bucket_bytes " << bucket);
+    std::vector<at::Tensor> got(sent.size()), spare(sent.size());
+    for (auto& s : spare) s = torch::empty({512, 512}).t();  // not contiguous: never received in place
+    rl::dist::GroupOptions o;
+    o.world_size = 2;
+    o.timeout_s = 60;
+    o.name = "weight ring test";
+    rl::dist::ProcessGroup sender(o);
+    o.rank = 1;
+    o.master_port = sender.port();
+    std::string send_failed, failed;
+    std::thread tx([&] {
+      try {
+        sender.connect();
+        rl::dist::send_weights(sender, sent, bucket);
+      } catch (const std::exception& e) {
+        send_failed = e.what();
+      }
+    });
+    try {
+      rl::dist::ProcessGroup receiver(o);
+      rl::dist::receive_weights(
+          receiver, meta, bucket, [&](size_t k, const at::Tensor& t) { got[k] = t.clone(); },
+          [&](size_t k) { return spare[k]; }, int64_t{3} << 20);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    tx.join();
+    CATCH_REQUIRE(failed.empty());
+    CATCH_REQUIRE(send_failed.empty());
+    for (size_t k = 0; k < sent.size(); ++k) {
+      CATCH_INFO(sent[k].first);
+      CATCH_CHECK(torch::equal(got[k], sent[k].second));
+    }
+  }
+}
+
+CATCH_TEST_CASE("huge page arenas: storages keep them alive; a released one serves the next of its size",
+                "[model][stage]") {
+  rl::tensor::HugePageArena::drop_kept();
+  void* first = nullptr;
+  {
+    auto a = rl::tensor::HugePageArena::make(5 << 20);
+    CATCH_CHECK(a->size() == (5 << 20));
+    c10::Storage s = a->storage(1 << 20, 4096);
+    first = s.mutable_data();
+    CATCH_CHECK_THROWS(a->storage(5 << 20, 1));
+    a.reset();  // the storage still holds it: writing is fine
+    std::memset(s.mutable_data(), 7, 4096);
+  }
+  auto b = rl::tensor::HugePageArena::make(5 << 20);  // kept, and warm: the same mapping
+  CATCH_CHECK(b->storage(1 << 20, 1).mutable_data() == first);
+  CATCH_CHECK(static_cast<unsigned char*>(b->storage(1 << 20, 1).mutable_data())[0] == 7);
+  auto c = rl::tensor::HugePageArena::make(5 << 20);  // none kept now: a new one
+  CATCH_CHECK(c->storage(1 << 20, 1).mutable_data() != first);
+  b.reset();
+  c.reset();
+  CATCH_CHECK(rl::tensor::HugePageArena::drop_kept() == 2 * (6 << 20));  // both kept, each 3 huge pages
+  CATCH_CHECK(rl::tensor::HugePageArena::drop_kept() == 0);
 }
