@@ -128,7 +128,7 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
         # --lora-rank with --train-backend fsdp (slime's FSDP LoRA): the base sharded and
         # frozen (gathered for each forward and again for each backward, no gradient), the
         # adapter replicated and its gradients all-reduced. Two ranks train the adapter of one
-        # replicated process within 1e-6, hold the same adapter bit for bit, leave the base as
+        # replicated process to within rounding, hold the same adapter bit for bit, leave the base as
         # it was; a sharded checkpoint (rank 0 writes the adapter) resumes replicated and
         # sharded to the replicated continuation; rank 0 syncs the adapter alone by every
         # method, the engines then answering with the trainer's log-probs bit for bit.
@@ -139,7 +139,11 @@ class ShardedTraining(LaunchesRanks, RlhostTestCase):
         adapter = lambda name, r: read_safetensors(os.path.join(d, name, "rank%d" % r, "adapter_model.safetensors"))
         a_one, a0, a1 = adapter("lora_one", 0), adapter("lora_two", 0), adapter("lora_two", 1)
         self.assertEqual(len(a_one), 2 * 7 * 2 + 2)   # 2 layers x 7 projections x (A, B), lm_head's A and B
-        self.assertLess(max_diff(a_one, a0), 1e-6)
+        # the all-reduce sums the ranks' gradients in another order than one process does:
+        # within 2e-5 of the adapter's largest value (on a CPU without AVX-512, 1.1e-6 of
+        # 0.18 after two steps; one AdamW step at lr 1e-2 moves a value by about 1e-2)
+        big = max(abs(v) for t in a_one.values() for v in t)
+        self.assertLess(max_diff(a_one, a0), 2e-5 * big)
         self.assertEqual(max_diff(a0, a1), 0.0, "the replicas of the adapter are equal")
         self.assertEqual(max_diff(one[0], two[0]), 0.0, "the base never moves")
         ck = d + "/ck_lora_sh2/iter_0000002"
