@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #define CATCH_CONFIG_PREFIX_ALL
@@ -50,6 +51,37 @@ Update update_of(const Transformer& m, const std::function<bool(const std::strin
     u.tensors.push_back(t.detach().contiguous());
   }
   return u;
+}
+
+// Over a new two-rank group: send(rank 0's group) on a thread, receive(rank 1's) here.
+// Both must succeed (a failed receive leaves the sender to fail on its timeout).
+void over_a_group(const char* name, const std::function<void(rl::dist::ProcessGroup&)>& send,
+                  const std::function<void(rl::dist::ProcessGroup&)>& receive) {
+  rl::dist::GroupOptions o;
+  o.world_size = 2;
+  o.timeout_s = 60;
+  o.name = name;
+  rl::dist::ProcessGroup sender(o);
+  o.rank = 1;
+  o.master_port = sender.port();
+  std::string send_failed, failed;
+  std::thread tx([&] {
+    try {
+      sender.connect();
+      send(sender);
+    } catch (const std::exception& e) {
+      send_failed = e.what();
+    }
+  });
+  try {
+    rl::dist::ProcessGroup receiver(o);
+    receive(receiver);
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  tx.join();
+  CATCH_REQUIRE(failed.empty());
+  CATCH_REQUIRE(send_failed.empty());
 }
 
 }  // namespace
@@ -178,40 +210,20 @@ CATCH_TEST_CASE("weight stage: a c10d receive lands in the spare weights where t
   }
   CATCH_CHECK(targets >= (rows ? u.names.size() : 1));  // the norms' vectors are dense either way
 
-  rl::dist::GroupOptions o;
-  o.world_size = 2;
-  o.timeout_s = 60;
-  o.name = "weight stage test";
-  rl::dist::ProcessGroup sender(o);
-  o.rank = 1;
-  o.master_port = sender.port();
-  std::string send_failed;
-  std::thread tx([&] {
-    try {
-      sender.connect();
-      rl::dist::send_weights(sender, trainer.named_parameters(), 0);
-    } catch (const std::exception& e) {
-      send_failed = e.what();
-    }
-  });
   size_t in_place = 0;
-  std::string failed;
-  try {
-    rl::dist::ProcessGroup receiver(o);
-    rl::dist::receive_weights(
-        receiver, meta, 0,
-        [&](size_t k, const at::Tensor& t) {
-          const auto v = stage.target(k);
-          if (v.defined() && v.data_ptr() == t.data_ptr()) ++in_place;
-          stage.put(k, t);
-        },
-        [&](size_t k) { return stage.target(k); });
-  } catch (const std::exception& e) {
-    failed = e.what();  // the sender then fails on its timeout
-  }
-  tx.join();
-  CATCH_REQUIRE(failed.empty());
-  CATCH_REQUIRE(send_failed.empty());
+  over_a_group(
+      "weight stage test",
+      [&](rl::dist::ProcessGroup& g) { rl::dist::send_weights(g, trainer.named_parameters(), 0); },
+      [&](rl::dist::ProcessGroup& g) {
+        rl::dist::receive_weights(
+            g, meta, 0,
+            [&](size_t k, const at::Tensor& t) {
+              const auto v = stage.target(k);
+              if (v.defined() && v.data_ptr() == t.data_ptr()) ++in_place;
+              stage.put(k, t);
+            },
+            [&](size_t k) { return stage.target(k); });
+      });
   CATCH_CHECK(in_place == targets);
   CATCH_CHECK(stage.in_place() == targets);
   // The panels are packed from the staged weights before the swap, and taken after it:
@@ -244,33 +256,13 @@ CATCH_TEST_CASE("weight receive: buffers in a ring that wraps, tensor by tensor 
     CATCH_INFO("bucket_bytes " << bucket);
     std::vector<at::Tensor> got(sent.size()), spare(sent.size());
     for (auto& s : spare) s = torch::empty({512, 512}).t();  // not contiguous: never received in place
-    rl::dist::GroupOptions o;
-    o.world_size = 2;
-    o.timeout_s = 60;
-    o.name = "weight ring test";
-    rl::dist::ProcessGroup sender(o);
-    o.rank = 1;
-    o.master_port = sender.port();
-    std::string send_failed, failed;
-    std::thread tx([&] {
-      try {
-        sender.connect();
-        rl::dist::send_weights(sender, sent, bucket);
-      } catch (const std::exception& e) {
-        send_failed = e.what();
-      }
-    });
-    try {
-      rl::dist::ProcessGroup receiver(o);
-      rl::dist::receive_weights(
-          receiver, meta, bucket, [&](size_t k, const at::Tensor& t) { got[k] = t.clone(); },
-          [&](size_t k) { return spare[k]; }, int64_t{3} << 20);
-    } catch (const std::exception& e) {
-      failed = e.what();
-    }
-    tx.join();
-    CATCH_REQUIRE(failed.empty());
-    CATCH_REQUIRE(send_failed.empty());
+    over_a_group(
+        "weight ring test", [&](rl::dist::ProcessGroup& g) { rl::dist::send_weights(g, sent, bucket); },
+        [&](rl::dist::ProcessGroup& g) {
+          rl::dist::receive_weights(
+              g, meta, bucket, [&](size_t k, const at::Tensor& t) { got[k] = t.clone(); },
+              [&](size_t k) { return spare[k]; }, int64_t{3} << 20);
+        });
     for (size_t k = 0; k < sent.size(); ++k) {
       CATCH_INFO(sent[k].first);
       CATCH_CHECK(torch::equal(got[k], sent[k].second));
