@@ -120,6 +120,8 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   }
   void retry();
   void release_worker();
+  // A 5xx from the current worker: counted, and kept as what a final failure reports.
+  void note_5xx(long status, const std::string& detail = {});
   void begin_relay(long status, const net::HeaderList& upstream, std::string_view first);
   void fail(int status, const std::string& type, const std::string& message);
   void client_gone();
@@ -138,6 +140,12 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 constexpr double kOrphanedStreamQuietS = 5.0;
 // The most of a 5xx body held while the request may still go to another worker.
 constexpr size_t kHeldErrorBodyBytes = size_t{1} << 20;
+
+void Exchange::note_5xx(long status, const std::string& detail) {
+  last_error = "HTTP " + std::to_string(status) + " from " + worker_url + detail;
+  last_status = static_cast<int>(status);
+  r->metrics.record_upstream_error(worker_url, "http_5xx");
+}
 
 void Exchange::release_worker() {
   if (!worker) return;
@@ -236,10 +244,7 @@ void Exchange::on_chunk(std::string_view bytes) {
       // A failing worker must not grow the router's memory, nor keep the request while
       // it sends: an error body past the cap is cut and the request goes elsewhere.
       drop_transfer();
-      last_error = "HTTP " + std::to_string(status) + " from " + worker_url + " with an error body over " +
-                   std::to_string(kHeldErrorBodyBytes >> 20) + " MiB (cut)";
-      last_status = static_cast<int>(status);
-      r->metrics.record_upstream_error(worker_url, "http_5xx");
+      note_5xx(status, " with an error body over " + std::to_string(kHeldErrorBodyBytes >> 20) + " MiB (cut)");
       if (Worker* w = r->registry.by_id(worker)) r->registry.on_failure(*w, EventLoop::now(), last_error);
       release_worker();
       return retry();
@@ -315,9 +320,7 @@ void Exchange::on_done(net::HttpResult&& result) {
   }
   if (!relaying) {
     if (status >= 500) {
-      r->metrics.record_upstream_error(worker_url, "http_5xx");
-      last_error = "HTTP " + std::to_string(status) + " from " + worker_url;
-      last_status = static_cast<int>(status);
+      note_5xx(status);
       if (can_retry()) return retry();
     }
     // Nothing relayed yet: an empty body, or a held 5xx we are giving back.
