@@ -50,10 +50,11 @@ print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds" % (r["tensors"],
 print("| path | s | GB/s (bytes sent once) | raw c10d / path |")
 print("|---|---|---|---|")
 print("| raw c10d broadcast (PyTorch, one flat tensor) | %.3f | %.2f | 1.00x |" % (w, gb / w))
-job = r["job_bucket"] == 0
-print("| rl.weight_sync distributed, a broadcast per tensor (SGLang's way%s) | %.3f | %.2f | %s%.2fx%s |" % (
-    "; what a job sends" if job else "", t, gb / t, "**" if job else "", w / t, "**" if job else ""))
-print("| rl.weight_sync distributed, %d MiB buckets (`bucket_bytes`) | %.3f | %.2f | %.2fx |" % (r["bucket"] / 2**20, d, gb / d, w / d))
+def row(what, job, s):   # the path a multi-host job sends by (rl.recipe.hosts.BUCKET_BYTES) in bold
+    print("| %s%s) | %.3f | %.2f | %s%.2fx%s |" % (what, "; what a job sends" if job else "", s, gb / s,
+                                                "**" if job else "", w / s, "**" if job else ""))
+row("rl.weight_sync distributed, a broadcast per tensor (SGLang's way", r["job_bucket"] == 0, t)
+row("rl.weight_sync distributed, %d MiB buckets (`bucket_bytes`" % (r["bucket"] / 2**20), r["job_bucket"] == r["bucket"], d)
 print("| rl.weight_sync disk (safetensors, shared path) | %.3f | %.2f | %.2fx |" % (f, gb / f, w / f))
 print("| rl.weight_sync http (%d MiB safetensors buckets, POSTed to each engine) | %.3f | %.2f | %.2fx |" % (
     r["http_bucket"] / 2**20, h, gb / h, w / h))

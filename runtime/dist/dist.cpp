@@ -590,6 +590,51 @@ std::string bucket_name(const std::vector<std::string>& names, size_t b, size_t 
   return e - b == 1 ? "weight " + names[b] : "weights " + names[b] + " .. " + names[e - 1];
 }
 
+// Buffers for broadcasts in flight, cut in turn from one arena in huge pages, kept for
+// the next update of the same size (tensor/huge_pages.hpp: fresh memory costs a fault
+// and a zeroing per page on first touch): each goes after the newest, wrapping to the
+// front, never over the oldest still in flight. Below a huge page: no ring (usable()).
+class Ring {
+ public:
+  explicit Ring(int64_t bytes)
+      : size_(bytes), arena_(bytes >= tensor::kHugePageBytes ? tensor::HugePageArena::make(bytes) : nullptr) {}
+  bool usable() const { return arena_ != nullptr; }
+  // Where n bytes go, or -1 while the ops in flight leave no room (an empty queue: always).
+  int64_t place(int64_t n, const InFlight& q) const {
+    const InFlight::Op* oldest = nullptr;
+    for (const auto& op : q.ops)
+      if (op.ring_offset >= 0) {
+        oldest = &op;
+        break;
+      }
+    if (!oldest) return n <= size_ ? 0 : -1;
+    const int64_t tail = oldest->ring_offset;
+    if (head_ > tail) return head_ + n <= size_ ? head_ : (n <= tail ? 0 : -1);
+    return head_ + n <= tail ? head_ : -1;
+  }
+  // `numel` values of `type` at `offset` (from place); the next buffer goes after them.
+  at::Tensor buffer(int64_t offset, int64_t numel, torch::ScalarType type) {
+    const int64_t n = numel * static_cast<int64_t>(c10::elementSize(type));
+    head_ = offset + (n + 63) / 64 * 64;
+    return torch::empty({0}, torch::TensorOptions().dtype(type)).set_(arena_->storage(offset, n), 0, {numel}, {1});
+  }
+
+ private:
+  int64_t size_, head_ = 0;
+  std::shared_ptr<tensor::HugePageArena> arena_;
+};
+
+// Waits for the oldest broadcasts (each handed to done) until no more than `limit`
+// bytes would be in flight with n more and, for a buffer of the ring (in_ring), the
+// ring has room for it. → its offset in the ring (-1: not in it).
+template <class Done>
+int64_t make_room(InFlight& q, int64_t limit, Ring& ring, bool in_ring, int64_t n, Done&& done) {
+  int64_t place = -1;
+  while (!q.ops.empty() && (q.bytes + n > limit || (in_ring && (place = ring.place(n, q)) < 0))) done(q.pop());
+  if (in_ring && place < 0) place = ring.place(n, q);  // the queue is empty now
+  return place;
+}
+
 }  // namespace
 
 void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
@@ -602,19 +647,42 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
     dtypes.emplace_back(c10::toString(t.scalar_type()));
     bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
   }
+  // A tensor sent alone goes as it is; a bucket of several is packed into the ring.
+  const auto buckets = weight_buckets(dtypes, bytes, bucket_bytes);
+  int64_t scratch = 0, largest = 0;
+  for (const auto& [b, e] : buckets) {
+    if (e - b == 1) continue;
+    int64_t n = 0;
+    for (size_t k = b; k < e; ++k) n += bytes[k];
+    scratch += (n + 63) / 64 * 64;
+    largest = std::max(largest, (n + 63) / 64 * 64);
+  }
+  const bool cpu = params.empty() || params.front().second.device().is_cpu();
+  Ring ring(cpu ? std::min(scratch, std::max(kWeightBytesInFlight, largest)) : 0);
   InFlight q;
-  for (const auto& [b, e] : weight_buckets(dtypes, bytes, bucket_bytes)) {
+  for (const auto& [b, e] : buckets) {
+    const at::Tensor& first = params[b].second;
+    int64_t n = 0, numel = 0;
+    for (size_t k = b; k < e; ++k) {
+      n += bytes[k];
+      numel += params[k].second.numel();
+    }
+    const bool in_ring = e - b > 1 && ring.usable();
+    const int64_t place = make_room(q, kWeightBytesInFlight, ring, in_ring, n, [](InFlight::Op) {});
     at::Tensor one;
     if (e - b == 1) {
-      one = params[b].second.detach().contiguous();
+      one = first.detach().contiguous();
     } else {
-      std::vector<at::Tensor> flat;
-      for (size_t k = b; k < e; ++k) flat.push_back(params[k].second.detach().reshape({-1}));
-      one = torch::cat(flat);
+      one = in_ring ? ring.buffer(place, numel, first.scalar_type())
+                    : torch::empty({numel}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+      int64_t off = 0;
+      for (size_t k = b; k < e; ++k) {
+        const at::Tensor src = params[k].second.detach();
+        one.narrow(0, off, src.numel()).view(src.sizes()).copy_(src);
+        off += src.numel();
+      }
     }
-    const int64_t n = one.numel() * static_cast<int64_t>(one.element_size());
-    while (!q.ops.empty() && q.bytes + n > kWeightBytesInFlight) q.pop();
-    q.ops.push_back({g.broadcast_async(one, 0, bucket_name(names, b, e)), n, b, one});
+    q.ops.push_back({g.broadcast_async(one, 0, bucket_name(names, b, e)), n, b, one, in_ring ? place : -1});
     q.bytes += n;
   }
   while (!q.ops.empty()) q.pop();
@@ -679,26 +747,10 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
       largest = std::max(largest, (sizes[i] + 63) / 64 * 64);
     }
   }
-  // With `into` (take copies what it gets), the buffers are one ring in huge pages, kept
-  // for the next update (tensor/huge_pages.hpp) and reused as the oldest broadcasts are
-  // handed over: fresh memory costs a fault and a zeroing per page on first touch.
-  // Without, each buffer is a tensor of its own (take keeps them).
-  std::shared_ptr<tensor::HugePageArena> ring;
-  const int64_t ring_size = std::min(scratch, std::max(in_flight_bytes, largest));
-  if (into && ring_size >= tensor::kHugePageBytes) ring = tensor::HugePageArena::make(ring_size);
-  int64_t head = 0;  // the ring's next free byte; the oldest buffer in it starts at the front op's offset
-  auto ring_place = [&](int64_t n, const InFlight& q) -> int64_t {  // an offset, or -1 while the ring is full
-    const InFlight::Op* oldest = nullptr;
-    for (const auto& op : q.ops)
-      if (op.ring_offset >= 0) {
-        oldest = &op;
-        break;
-      }
-    if (!oldest) return n <= ring_size ? 0 : -1;
-    const int64_t tail = oldest->ring_offset;
-    if (head > tail) return head + n <= ring_size ? head : (n <= tail ? 0 : -1);
-    return head + n <= tail ? head : -1;
-  };
+  // With `into` (take copies what it gets), the buffers are one ring, reused as the
+  // oldest broadcasts are handed over. Without, each buffer is a tensor of its own (take
+  // keeps them).
+  Ring ring(into ? std::min(scratch, std::max(in_flight_bytes, largest)) : 0);
   std::exception_ptr failed;  // from take: kept until every broadcast is in
   InFlight q;
   auto hand_over = [&](InFlight::Op op) {
@@ -717,18 +769,13 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
   for (size_t i = 0; i < buckets.size(); ++i) {
     const auto [b, e] = buckets[i];
     const int64_t nb = sizes[i];
-    const bool in_ring = ring && !dest[i].defined();
-    int64_t place = -1;  // its offset in the ring
-    while (!q.ops.empty() && (q.bytes + nb > in_flight_bytes || (in_ring && (place = ring_place(nb, q)) < 0)))
-      hand_over(q.pop());
-    if (in_ring && place < 0) place = ring_place(nb, q);  // the ring is empty now
+    const bool in_ring = ring.usable() && !dest[i].defined();
+    const int64_t place = make_room(q, in_flight_bytes, ring, in_ring, nb, hand_over);
     at::Tensor buf;
     if (dest[i].defined()) {
       buf = dest[i];
     } else if (in_ring) {
-      buf = torch::empty({0}, torch::TensorOptions().dtype(types[b]))
-                .set_(ring->storage(place, nb), 0, {totals[i]}, {1});
-      head = place + (nb + 63) / 64 * 64;
+      buf = ring.buffer(place, totals[i], types[b]);
     } else {
       buf = torch::empty({totals[i]}, torch::TensorOptions().dtype(types[b]));
     }

@@ -165,7 +165,8 @@ std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::str
 // the next ones move while a receiver installs the last.
 constexpr int64_t kWeightBytesInFlight = int64_t{256} << 20;
 // The trainer's side (rank 0): broadcasts the tensors in order, bucketed; returns when
-// every broadcast is done.
+// every broadcast is done. Buckets of several tensors are packed into one ring of
+// buffers in huge pages, kept for the next update (as the receivers' ring).
 void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
                   int64_t bucket_bytes = 0);
 // The engine's side: receives every tensor of `meta` in order (generation may go on

@@ -37,7 +37,7 @@ void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMe
   }
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  char buf[192];
+  char buf[320];
   const auto t0 = clock::now();
   if (stage) {
     stage->copy_uncovered();
@@ -50,9 +50,11 @@ void receive_weights(Engine& engine, dist::ProcessGroup& g, const dist::WeightMe
     const auto t2 = clock::now();
     impl->install_weight_stage(*stage, weight_version);
     std::snprintf(buf, sizeof buf,
-                  "engine: weights received in %.3f s (staged as they came, %zu of %zu in place, GEMM panels packed as "
-                  "each matrix completed, the rest in %.3f s), installed in %.3f s",
-                  secs(t0, t1), stage->in_place(), stage->size(), secs(t1, t2), secs(t2, clock::now()));
+                  "engine: weights received in %.3f s (staged as they came, %zu of %zu in place, %.1f MB the update "
+                  "does not cover copied first; GEMM panels packed as each matrix completed, the rest in %.3f s), "
+                  "installed in %.3f s",
+                  secs(t0, t1), stage->in_place(), stage->size(), stage->uncovered_bytes() / 1e6,
+                  secs(t1, t2), secs(t2, clock::now()));
   } else {
     auto tensors = dist::receive_weights(g, meta, bucket_bytes);
     const auto t1 = clock::now();

@@ -33,6 +33,36 @@ std::pair<int64_t, int64_t> dense_span(const torch::Tensor& t) {
                                                                  : std::pair<int64_t, int64_t>{0, 0};
 }
 
+// A 2-D view as `count` lines of `len` consecutive values, `pitch` apart, from value
+// `first` of its storage (a transposed matrix: one line per input; a block of columns
+// of a fused one: lines shorter than the pitch). {0, 0, 0, 0} when it is not one.
+struct Lines {
+  int64_t first = 0, len = 0, pitch = 0, count = 0;
+};
+Lines lines_of(const torch::Tensor& t) {
+  if (t.dim() != 2 || t.numel() == 0) return {};
+  const int inner = t.stride(0) == 1 ? 0 : (t.stride(1) == 1 ? 1 : -1);
+  if (inner < 0) return {};
+  const int outer = 1 - inner;
+  if (t.size(outer) > 1 && t.stride(outer) < t.size(inner)) return {};
+  const int64_t pitch = t.size(outer) > 1 ? t.stride(outer) : t.size(inner);
+  return {t.storage_offset(), t.size(inner), pitch, t.size(outer)};
+}
+
+// Whether views of one storage of `values` values, each as lines_of() gives it, tile
+// it: all with one pitch and a line per row of it, their columns side by side.
+bool lines_cover(std::vector<Lines> v, int64_t values) {
+  if (v.empty() || v[0].pitch <= 0 || values % v[0].pitch != 0) return false;
+  const int64_t pitch = v[0].pitch, rows = values / pitch;
+  for (const auto& l : v)
+    if (l.len == 0 || l.pitch != pitch || l.count != rows || l.first + l.len > pitch) return false;
+  std::sort(v.begin(), v.end(), [](const Lines& a, const Lines& b) { return a.first < b.first; });
+  int64_t reach = 0;
+  for (const auto& l : v)
+    if (l.first <= reach) reach = std::max(reach, l.first + l.len);
+  return reach >= pitch;
+}
+
 // `live`'s view (offset, sizes, strides) on the storage `other`.
 torch::Tensor same_view_on(const c10::Storage& other, const torch::Tensor& live) {
   return torch::empty({0}, live.options().requires_grad(false))
@@ -69,6 +99,8 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
     else slot.spare = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(slot.live.device())).storage();
   }
   std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(slots_.size());
+  std::vector<std::vector<Lines>> lines(slots_.size());
+  std::vector<int64_t> value_bytes(slots_.size(), 1);
   std::vector<bool> seen(params.size(), false);
   for (size_t k = 0; k < names.size(); ++k) {
     auto it = index.find(names[k]);
@@ -87,6 +119,8 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
     const size_t slot = slot_of.at(live.storage().unsafeGetStorageImpl());
     views_.emplace_back(slot, same_view_on(slots_[slot].spare, live));
     spans[slot].push_back(dense_span(live));
+    lines[slot].push_back(lines_of(live));
+    value_bytes[slot] = live.element_size();
   }
   put_.assign(views_.size(), false);
   for (size_t s = 0; s < slots_.size(); ++s) {  // covered: the dense spans join up to the whole storage
@@ -95,7 +129,8 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
     int64_t reach = 0;
     for (const auto& [a, b] : v)
       if (b > a && a <= reach) reach = std::max(reach, b);
-    slots_[s].covered = reach >= static_cast<int64_t>(slots_[s].live.nbytes());
+    const auto nbytes = static_cast<int64_t>(slots_[s].live.nbytes());
+    slots_[s].covered = reach >= nbytes || lines_cover(lines[s], nbytes / value_bytes[s]);
   }
 }
 
@@ -159,6 +194,13 @@ torch::Tensor WeightStage::target(size_t index) const {
   if (index >= views_.size()) return {};
   const torch::Tensor& v = views_[index].second;
   return v.is_contiguous() && v.device().is_cpu() ? v : torch::Tensor();
+}
+
+int64_t WeightStage::uncovered_bytes() const {
+  int64_t n = 0;
+  for (const auto& s : slots_)
+    if (!s.covered) n += static_cast<int64_t>(s.live.nbytes());
+  return n;
 }
 
 bool WeightStage::complete() const { return std::all_of(put_.begin(), put_.end(), [](bool b) { return b; }); }

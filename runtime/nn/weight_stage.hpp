@@ -32,8 +32,11 @@ class WeightStage {
   WeightStage& operator=(const WeightStage&) = delete;
 
   // Copies the live bytes of every storage the update does not wholly cover (call
-  // once, before swap_in; any thread: it only reads the live weights).
+  // once, before swap_in; any thread: it only reads the live weights). Covered: the
+  // tensors' views join up to the whole storage, dense ones end to end, or the column
+  // blocks of one fused matrix kept transposed ([in, q|k|v]) side by side.
   void copy_uncovered();
+  int64_t uncovered_bytes() const;
   // Writes tensor `index` (of the names given) into its spare view, converting
   // dtype and layout (nn::copy_weight); a `src` that is that view's memory (target())
   // is only marked. Any thread, one call at a time.

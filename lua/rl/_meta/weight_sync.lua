@@ -32,8 +32,9 @@ function Receiver:receive_disk(dir, version, timeout) end
 function Receiver:join_group(args, timeout) end
 --- /update_weights_from_distributed: every tensor of meta by broadcast from rank 0, then the swap.
 ---@param meta {names: string[], dtypes: string[], shapes: integer[][]}
+---@param bucket_bytes? integer the sender's buckets (rlhost's engines; 0 or nil: a tensor per broadcast)
 ---@return table|nil, string|nil
-function Receiver:receive_distributed(meta, group_name, version, timeout) end
+function Receiver:receive_distributed(meta, group_name, version, timeout, bucket_bytes) end
 --- /update_weights_from_safetensors: one bucket (a safetensors file) of update `update_id`; the part with last installs them all.
 ---@param body string safetensors bytes
 ---@param last boolean

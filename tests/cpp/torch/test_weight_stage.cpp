@@ -106,6 +106,7 @@ CATCH_TEST_CASE("weight stage: nothing changes until the swap, then the model is
       stage.put(k, u.tensors[k]);
     }
     CATCH_CHECK(stage.complete());
+    CATCH_CHECK(stage.uncovered_bytes() == 0);  // a whole update: nothing copied first, fused matrices too
     stage.pack_panels();
     CATCH_CHECK(max_diff(*eng, *before, ids) == 0);  // staged, not live
     CATCH_CHECK(stage.matches(eng->named_parameters()));
@@ -128,6 +129,7 @@ CATCH_TEST_CASE("weight stage: a partial update keeps every other weight", "[mod
   WeightStage stage(eng->named_parameters(), u.names, u.shapes);
   stage.set_panel_sources(eng->panel_sources());  // packed ahead: the touched matrix as k arrives, the rest after
   stage.copy_uncovered();
+  CATCH_CHECK(stage.uncovered_bytes() > 0);  // k's storage (q|k|v where fused) and every other one
   for (size_t k = 0; k < u.tensors.size(); ++k) stage.put(k, u.tensors[k]);
   stage.pack_panels();
   stage.swap_in();
@@ -141,6 +143,43 @@ CATCH_TEST_CASE("weight stage: a partial update keeps every other weight", "[mod
   before->parameter("model.layers.0.self_attn.k_proj.weight").copy_(trainer.parameter("model.layers.0.self_attn.k_proj.weight"));
   before->weights_changed();
   CATCH_CHECK(max_diff(*eng, *before, torch::randint(0, cfg.vocab_size, {2, 7})) == 0);
+}
+
+CATCH_TEST_CASE("weight stage: column blocks of a fused matrix kept transposed cover it only side by side",
+                "[model][stage]") {
+  // q|k|v in one [in 6, out 4+3+3] matrix, each exposed as its transposed [out, in] view
+  // (the inference layout without packed panels): all three cover it; with a gap, or
+  // with a block missing, the storage is copied before the update goes in.
+  auto fused = torch::arange(60, torch::kFloat32).view({6, 10});
+  std::vector<std::pair<std::string, torch::Tensor>> params{{"q", fused.narrow(1, 0, 4).t()},
+                                                            {"k", fused.narrow(1, 4, 3).t()},
+                                                            {"v", fused.narrow(1, 7, 3).t()}};
+  const std::vector<std::vector<int64_t>> shapes{{4, 6}, {3, 6}, {3, 6}};
+  {
+    WeightStage all(params, {"q", "k", "v"}, shapes);
+    CATCH_CHECK(all.uncovered_bytes() == 0);
+  }
+  {
+    WeightStage two(params, {"q", "v"}, {shapes[0], shapes[2]});
+    CATCH_CHECK(two.uncovered_bytes() == 240);
+    two.copy_uncovered();
+    auto q = torch::full({4, 6}, -1.0f), v = torch::full({3, 6}, -3.0f);
+    two.put(0, q);
+    two.put(1, v);
+    const auto k_before = params[1].second.clone();
+    two.swap_in();
+    CATCH_CHECK(torch::equal(params[0].second, q));
+    CATCH_CHECK(torch::equal(params[1].second, k_before));  // kept: the storage was copied first
+    CATCH_CHECK(torch::equal(params[2].second, v));
+  }
+  {
+    auto wide = torch::zeros({6, 12});  // a gap of two columns between k and v
+    std::vector<std::pair<std::string, torch::Tensor>> gapped{{"q", wide.narrow(1, 0, 4).t()},
+                                                              {"k", wide.narrow(1, 4, 3).t()},
+                                                              {"v", wide.narrow(1, 9, 3).t()}};
+    WeightStage gap(gapped, {"q", "k", "v"}, shapes);
+    CATCH_CHECK(gap.uncovered_bytes() == 6 * 12 * 4);
+  }
 }
 
 CATCH_TEST_CASE("weight stage: a bfloat16 engine rounds float32 weights as copy_ does", "[model][stage]") {
