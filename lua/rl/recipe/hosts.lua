@@ -30,7 +30,7 @@ local BEAT = 1.0   -- seconds between a host's heartbeats (and the controller's 
 local SILENT_BEATS = 3   -- beats missed before a host's engines leave the router
 --- Weights to remote engines (rlhost's own): tensors packed into broadcasts of at most
 --- this many bytes (0: a broadcast per tensor, as SGLang's endpoint takes them). With
---- warm buffers on both sides, 64 MiB buckets measured 1.02-1.2x faster than a broadcast
+--- warm buffers on both sides, 64 MiB buckets measured 1.00-1.14x faster than a broadcast
 --- per tensor over a host link (bench/weight_broadcast.sh). A sharded trainer sends a
 --- tensor at a time whatever this says.
 M.BUCKET_BYTES = 64 * 1024 * 1024
