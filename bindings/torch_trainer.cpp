@@ -251,6 +251,14 @@ int l_sync_lora(lua_State* L) {
   });
 }
 
+// The order a whole (unsharded) model is broadcast in: dist::weight_send_order. The
+// meta the engines get and the broadcasts follow it alike.
+std::vector<size_t> send_order(const nn::NamedTensors& params) {
+  std::vector<int64_t> bytes;
+  for (const auto& [name, t] : params) bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
+  return dist::weight_send_order(bytes);
+}
+
 int l_weight_meta(lua_State* L) {
   TrainerBox& box = check_box(L, 1);
   json names = json::array(), dtypes = json::array(), shapes = json::array();
@@ -271,10 +279,7 @@ int l_weight_meta(lua_State* L) {
   const auto& params = box.trainer->policy().named_parameters();
   std::vector<size_t> order;
   for (const auto& unit : box.trainer->policy().parameter_units()) order.insert(order.end(), unit.begin(), unit.end());
-  if (!box.trainer->sharded()) {
-    order.resize(params.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  }
+  if (!box.trainer->sharded()) order = send_order(params);
   for (size_t i : order) {
     const auto& [name, t] = params[i];
     names.push_back(name);
@@ -320,7 +325,12 @@ int l_send_weights(lua_State* L) {
   return start_job(L, box, [t, g, bucket] {
     const auto t0 = std::chrono::steady_clock::now();
     if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { dist::send_weights(*g, unit); });
-    else dist::send_weights(*g, t->policy().named_parameters(), bucket);
+    else {
+      const auto& params = t->policy().named_parameters();
+      nn::NamedTensors sent;
+      for (size_t i : send_order(params)) sent.push_back(params[i]);
+      dist::send_weights(*g, sent, bucket);
+    }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return json{{"success", true}, {"seconds", dt}};
   });

@@ -552,16 +552,27 @@ int64_t KeyValueStore::add(const std::string& key, int64_t delta) {
 std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::string>& dtypes,
                                                       const std::vector<int64_t>& bytes, int64_t bucket_bytes) {
   std::vector<std::pair<size_t, size_t>> out;
+  int64_t left = 0;
+  for (int64_t b : bytes) left += b;
   size_t i = 0;
   while (i < bytes.size()) {
     size_t j = i + 1;
     int64_t sum = bytes[i];
+    const int64_t cap = std::min(bucket_bytes, std::max(bucket_bytes / 16, left / 2));
     if (bucket_bytes > 0)
-      while (j < bytes.size() && dtypes[j] == dtypes[i] && sum + bytes[j] <= bucket_bytes) sum += bytes[j++];
+      while (j < bytes.size() && dtypes[j] == dtypes[i] && sum + bytes[j] <= cap) sum += bytes[j++];
     out.emplace_back(i, j);
+    left -= sum;
     i = j;
   }
   return out;
+}
+
+std::vector<size_t> weight_send_order(const std::vector<int64_t>& bytes) {
+  std::vector<size_t> order(bytes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  return order;
 }
 
 namespace {

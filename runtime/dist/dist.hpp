@@ -157,10 +157,17 @@ struct WeightMeta {
 
 // Both sides cut the tensors, in order, into the same buckets: consecutive tensors of
 // one dtype packed into one flat buffer of at most bucket_bytes (a larger tensor goes
-// alone), one broadcast per bucket. bucket_bytes 0: one broadcast per tensor (what
-// SGLang's endpoint takes). Returns [begin, end) index ranges.
+// alone), one broadcast per bucket. Towards the end the cap shrinks to half of what is
+// left (not below bucket_bytes / 16): a receiver installs a bucket once all of it is in,
+// so the last one's install is what no transfer hides. bucket_bytes 0: one broadcast
+// per tensor (what SGLang's endpoint takes). Returns [begin, end) index ranges.
 std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::string>& dtypes,
                                                       const std::vector<int64_t>& bytes, int64_t bucket_bytes);
+// The order a whole model's tensors are sent in (indices into `bytes`): the largest
+// first, ties in their order. The embedding and the lm_head then go first, each alone
+// (no packing before the first byte leaves), the matrices after them, and the small
+// tail makes small last buckets. The receiver takes the order from the names it is sent.
+std::vector<size_t> weight_send_order(const std::vector<int64_t>& bytes);
 // Both sides keep up to this many bytes of broadcasts in flight (at least one bucket):
 // the next ones move while a receiver installs the last.
 constexpr int64_t kWeightBytesInFlight = int64_t{256} << 20;

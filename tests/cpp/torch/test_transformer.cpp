@@ -284,7 +284,7 @@ CATCH_TEST_CASE("the inference layout (transposed, fused q/k/v and gate/up) comp
 
 CATCH_TEST_CASE("copy_weight writes the inference layout exactly as copy_ does", "[model]") {
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{130, 67}, {64, 64}, {1, 9}, {3, 200}}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{130, 67}, {64, 64}, {1, 9}, {3, 200}, {300, 203}}) {
       auto src = torch::randn({rows, cols}).to(dtype);
       // a transposed view, and a narrow of a wider fused matrix (the q/k/v layout)
       auto plain = torch::zeros({cols, rows}, dtype).t();

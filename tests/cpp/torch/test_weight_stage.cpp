@@ -291,7 +291,7 @@ CATCH_TEST_CASE("weight receive: buffers in a ring that wraps, tensor by tensor 
     meta.dtypes.emplace_back("float32");
     meta.shapes.push_back({512, 512});
   }
-  for (const int64_t bucket : {int64_t{0}, int64_t{5} << 19}) {  // a tensor at a time; 2.5 MiB buckets (two each)
+  for (const int64_t bucket : {int64_t{0}, int64_t{5} << 19}) {  // a tensor at a time; 2.5 MiB buckets (2,2,2,2,2,1,1)
     CATCH_INFO("bucket_bytes " << bucket);
     std::vector<at::Tensor> got(sent.size()), spare(sent.size());
     for (auto& s : spare) s = torch::empty({512, 512}).t();  // not contiguous: never received in place
@@ -307,6 +307,28 @@ CATCH_TEST_CASE("weight receive: buffers in a ring that wraps, tensor by tensor 
       CATCH_CHECK(torch::equal(got[k], sent[k].second));
     }
   }
+}
+
+CATCH_TEST_CASE("weight buckets shrink towards the end; a whole model is sent largest first", "[stage]") {
+  using Ranges = std::vector<std::pair<size_t, size_t>>;
+  constexpr int64_t MiB = int64_t{1} << 20;
+  const std::vector<std::string> f32(10, "float32");
+  const std::vector<int64_t> eight(10, 8 * MiB);
+  // 80 MiB in 64 MiB buckets: capped at half of what is left (40, 20, 12, 8, 4 MiB), a
+  // tensor over the cap alone
+  CATCH_CHECK(rl::dist::weight_buckets(f32, eight, 64 * MiB) == Ranges{{0, 5}, {5, 7}, {7, 8}, {8, 9}, {9, 10}});
+  // never below bucket_bytes / 16: 1 MiB tensors in 32 MiB buckets end in buckets of 2 MiB
+  const std::vector<int64_t> ones(8, MiB);
+  CATCH_CHECK(rl::dist::weight_buckets(std::vector<std::string>(8, "float32"), ones, 32 * MiB) ==
+              Ranges{{0, 4}, {4, 6}, {6, 8}});
+  // a dtype change cuts a bucket; bucket_bytes 0: a tensor at a time
+  std::vector<std::string> mixed = f32;
+  mixed[2] = "bfloat16";
+  CATCH_CHECK(rl::dist::weight_buckets(mixed, eight, 64 * MiB).front() == std::pair<size_t, size_t>{0, 2});
+  CATCH_CHECK(rl::dist::weight_buckets(f32, eight, 0).size() == 10);
+  // the send order: largest first, ties in their order
+  CATCH_CHECK(rl::dist::weight_send_order({4, 65, 1, 65, 3}) == std::vector<size_t>{1, 3, 0, 4, 2});
+  CATCH_CHECK(rl::dist::weight_send_order({}).empty());
 }
 
 CATCH_TEST_CASE("huge page arenas: storages keep them alive; a released one serves the next of its size",
