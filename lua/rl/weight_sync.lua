@@ -314,23 +314,23 @@ end
 -- first engine's join would wait for a rendezvous the others never reach); → the
 -- engines' replies, or nil and the first error (the engines' first: they say more than a
 -- timeout). When the job fails, on_fail() runs at once (the group is dropped: the
--- engines' receives fail) and the requests get M.REPLY_GRACE more seconds: one still out
--- then is given up (cancelled), so a stalled engine costs the job's timeout, not its
--- request's.
-local function overlap(job, receivers, request, on_fail)
+-- engines' receives fail) and the requests get M.REPLY_GRACE more seconds; when it
+-- succeeds, they get `timeout` more (the last bytes may still sit in the engines' socket
+-- buffers, then each installs). One still out then is given up (cancelled), so a stalled
+-- engine costs the job's timeout, not its request's — also when the trainer's last
+-- bytes were out (in the kernel's buffers) before the engine stalled.
+local function overlap(job, receivers, request, on_fail, timeout)
   local tasks = {}
   for i, rx in ipairs(receivers) do
     tasks[i] = task.spawn(function() return { request(i, rx) } end)
   end
   local okk, jerr = job()
-  local cutoff
-  if not okk then
-    if on_fail then on_fail() end
-    cutoff = task.spawn_named("weight sync: replies after a failure", function()
-      task.sleep(M.REPLY_GRACE)
-      for _, t in ipairs(tasks) do if not t:done() then t:cancel("no reply") end end
-    end)
-  end
+  if not okk and on_fail then on_fail() end
+  local wait = (not okk) and M.REPLY_GRACE or timeout   -- nil: each request's own timeout only
+  local cutoff = wait and task.spawn_named("weight sync: the engines' replies", function()
+    task.sleep(wait)
+    for _, t in ipairs(tasks) do if not t:done() then t:cancel("no reply") end end
+  end)
   local first, silent, replies = nil, nil, {}
   for i, t in ipairs(tasks) do
     local got, r = pcall(t.wait, t)
@@ -338,8 +338,8 @@ local function overlap(job, receivers, request, on_fail)
       replies[i] = r[1]
       if not r[1] and not first then first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r[2])) end
     elseif task.is_cancelled(r) then
-      silent = silent or ("engine %d (%s) did not answer within %g s of the failure"):format(i, receivers[i].url,
-        M.REPLY_GRACE)
+      silent = silent or ("engine %d (%s) did not answer within %g s of the %s"):format(i, receivers[i].url,
+        wait, okk and "trainer's side being done" or "failure")
     elseif not first then
       first = ("engine %d (%s): %s"):format(i, receivers[i].url, tostring(r))
     end
@@ -350,7 +350,7 @@ local function overlap(job, receivers, request, on_fail)
     if silent then why = silent .. "; " .. why end
     return nil, first and (first .. "; " .. why) or why
   end
-  if first then return nil, first end
+  if first or silent then return nil, first or silent end
   return replies
 end
 
@@ -377,7 +377,7 @@ local function push_distributed(self, receivers, version, o, lora)
     local okk, err = overlap(function() return self.source:join_group(g) end, receivers, function(i, rx)
       return rx:join_group({ master_address = addr, master_port = g:port(), rank_offset = i,
         world_size = #receivers + 1, group_name = name, backend = backend, timeout = timeout }, timeout + 10)
-    end, drop)
+    end, drop, timeout)
     if not okk then
       drop_group(self)
       return nil, "init_weights_update_group: " .. err
@@ -398,7 +398,7 @@ local function push_distributed(self, receivers, version, o, lora)
     job = function() return src:broadcast(g.handle, bucket) end
     request = function(_, rx) return rx:receive_distributed(meta, g.name, version, timeout + 10, bucket) end
   end
-  local replies, err = overlap(job, receivers, request, drop)
+  local replies, err = overlap(job, receivers, request, drop, timeout)
   if not replies then
     drop_group(self)
     return nil, ep .. ": " .. err

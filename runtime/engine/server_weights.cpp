@@ -195,6 +195,9 @@ void EngineServer::on_update_weights_from_distributed(const Req& req, Res& res) 
   const dist::WeightMeta meta = weight_meta_field(body, ep);
   const std::optional<std::string> version = weight_version_field(body, ep);
   const int64_t bucket_bytes = bucket_bytes_field(body, ep);
+  log::info("engine server: receiving weights from group '" + name + "' (" + std::to_string(meta.names.size()) +
+            " tensors, " + (bucket_bytes > 0 ? "buckets of up to " + std::to_string(bucket_bytes) + " bytes" : "a broadcast each") +
+            ")");
   if (!receive_in_group(name, res, [&] { receive_weights(*engine_, *g, meta, version, bucket_bytes); })) return;
   const std::string v = engine_->weight_version();
   log::info("engine server: weights updated from group '" + name + "' (" + std::to_string(meta.names.size()) +

@@ -18,6 +18,9 @@ of step 0's c10d broadcast (--remote-weight-sync-timeout 6 keeps the waits short
   the grace its engines' replies get, and one probe / group-leave timeout (the leaves go
   to every engine at once, beside the probe); before, the stalled engine's own request
   timeout, its leave and the probe came one after another (26 s with a 6 s timeout).
+  Where the trainer's last bytes were already in the kernel's socket buffers when the
+  engine stopped (the trainer's side of the broadcast done), the engines' replies get
+  the timeout from then on: the same bound (it was the request's timeout + 10 s, 21 s).
 * Under --use-fault-tolerance, host 1's engine stopped (SIGSTOP) while it holds step 2's
   requests: the controller's health probes take it out of the router within two probe
   rounds, the router sends the requests it held to the other engine, and every step
@@ -133,9 +136,11 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
                             % (" ".join(argv), r.stderr.strip()))
 
     def stop_in_first_broadcast(self, hosts, procs, d):
-        """Host 1's engine stopped as soon as its log says it joined the weight group (step
-        0's sync: the broadcast follows at once, slowed to about five seconds); → (pid, the
-        engine's log file)."""
+        """Host 1's engine stopped as soon as its log says it is receiving step 0's weights
+        (the controller asks only once every engine answered its join, and the broadcast,
+        slowed to about five seconds, is then under way; stopped at its join's log line
+        instead, an engine starved of CPU could stop before it answered the join: a stall
+        in the join, not the broadcast); → (pid, the engine's log file)."""
         def remote():
             got = [pid for pid, c in engine_pids().items() if hosts[1].addr in c]
             return got or any(p.poll() is not None for p in procs)
@@ -145,9 +150,9 @@ class WeightSyncFaults(HostJob, TinyModel, RlhostTestCase):
         pid = pids[0]
         elog = os.readlink("/proc/%d/fd/2" % pid)
 
-        def joined():
-            return "joined weight update group" in read(elog) or any(p.poll() is not None for p in procs)
-        wait_for(joined, timeout=120, what="host 1's engine to join the weight group")
+        def receiving():
+            return "receiving weights from group" in read(elog) or any(p.poll() is not None for p in procs)
+        wait_for(receiving, timeout=120, what="host 1's engine to be receiving the weights")
         os.kill(pid, signal.SIGSTOP)
         self.addCleanup(lambda: support.alive(pid) and os.kill(pid, signal.SIGKILL))
         self.slow_link(hosts[0], False)
