@@ -4,7 +4,7 @@
 # of the same bytes over the same link, and against the files and HTTP fallbacks. Two "hosts":
 # network namespaces on a bridge this script makes (198.18.0.0/24, a test range), torn
 # down on exit; ENGINES engines on host 1, the trainer on host 0. Needs root and iproute2.
-#   SHAPE=42m ENGINES=2 ROUNDS=5 bench/weight_broadcast.sh [build-dir]
+#   SHAPE=42m ENGINES=2 ROUNDS=5 [PATHS="per_tensor distributed disk http"] bench/weight_broadcast.sh [build-dir]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
@@ -30,33 +30,52 @@ for e in $(seq 1 "$engines"); do
   urls+=("$(cat "$out/e$e.url")")
 done
 echo "# $(date -u +%FT%TZ) $shape, $engines engine(s) on host 1, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg)"
-GLOO_SOCKET_IFNAME="${dev[0]}" ip netns exec "${ns[0]}" "$bin" --no-control "$root/bench/weight_broadcast.lua" \
-  "$model" "${addr[0]}" "$rounds" "${urls[@]}" | tail -1 >"$out/rlhost.json"
-bytes="$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$out/rlhost.json")"
+# PyTorch's side first: its ranks wait, rank 0 on the FIFOs, for a round beside each of ours.
+bytes="$(MODEL="$model" "$bin" --no-control -e '
+local meta, bytes = rl.trainer.new { model = os.getenv("MODEL") }:weight_source():meta(), 0
+for i, shape in ipairs(meta.shapes) do
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  bytes = bytes + n * (meta.dtypes[i]:match("16") and 2 or 4)
+end
+print(string.format("%d", bytes))' | tail -1)"
+mkfifo "$out/go" "$out/done"
 port=29555
 for e in $(seq 1 "$engines"); do
   GLOO_SOCKET_IFNAME="${dev[1]}" ip netns exec "${ns[1]}" "$python" "$root/bench/weight_broadcast_peer.py" \
     "$e" "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" >/dev/null 2>"$out/peer$e.log" &
 done
 GLOO_SOCKET_IFNAME="${dev[0]}" ip netns exec "${ns[0]}" "$python" "$root/bench/weight_broadcast_peer.py" \
-  0 "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" >"$out/raw.json"
-"$python" - "$out/rlhost.json" "$out/raw.json" <<'PY'
+  0 "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" "$out/go" "$out/done" >"$out/raw.json" 2>"$out/peer0.log" &
+raw_pid=$!
+GLOO_SOCKET_IFNAME="${dev[0]}" RAW_GO="$out/go" RAW_DONE="$out/done" ip netns exec "${ns[0]}" "$bin" --no-control \
+  "$root/bench/weight_broadcast.lua" "$model" "${addr[0]}" "$rounds" "${urls[@]}" | tail -1 >"$out/rlhost.json"
+wait "$raw_pid"
+"$python" - "$out/rlhost.json" <<'PY'
 import json, statistics, sys
-r, raw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["raw"]
-med = lambda xs: statistics.median(xs)
+r = json.load(open(sys.argv[1]))
+med = statistics.median
 gb = r["bytes"] / 1e9
-d, t, f, w, h = med(r["distributed"]), med(r["per_tensor"]), med(r["disk"]), med(raw), med(r["http"])
-print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds" % (r["tensors"], r["bytes"] / 1e6, r["engines"], len(raw)))
-print("| path | s | GB/s (bytes sent once) | raw c10d / path |")
-print("|---|---|---|---|")
-print("| raw c10d broadcast (PyTorch, one flat tensor) | %.3f | %.2f | 1.00x |" % (w, gb / w))
-def row(what, job, s):   # the path a multi-host job sends by (rl.recipe.hosts.BUCKET_BYTES) in bold
-    print("| %s%s) | %.3f | %.2f | %s%.2fx%s |" % (what, "; what a job sends" if job else "", s, gb / s,
-                                                "**" if job else "", w / s, "**" if job else ""))
-row("rl.weight_sync distributed, a broadcast per tensor (SGLang's way", r["job_bucket"] == 0, t)
-row("rl.weight_sync distributed, %d MiB buckets (`bucket_bytes`" % (r["bucket"] / 2**20), r["job_bucket"] == r["bucket"], d)
-print("| rl.weight_sync disk (safetensors, shared path) | %.3f | %.2f | %.2fx |" % (f, gb / f, w / f))
-print("| rl.weight_sync http (%d MiB safetensors buckets, POSTed to each engine) | %.3f | %.2f | %.2fx |" % (
-    r["http_bucket"] / 2**20, h, gb / h, w / h))
+raw = [x for p in r["raw"].values() for x in p]
+w = med(raw)
+print("%d tensors, %.1f MB, %d engine(s); medians of %d rounds per path, each paired with a raw round "
+      "(before it in odd rounds, after it in even ones)" % (r["tensors"], r["bytes"] / 1e6, r["engines"],
+                                                           max(len(r[k]) for k in ("per_tensor", "distributed", "disk", "http"))))
+print("| path | s | GB/s (bytes sent once) | its paired raw rounds | raw / path: of the medians | per round (median) |")
+print("|---|---|---|---|---|---|")
+print("| raw c10d broadcast (PyTorch, one flat tensor), all %d rounds | %.3f | %.2f | | 1.00x | |" % (len(raw), w, gb / w))
+def row(what, key, job=False):   # the path a multi-host job sends by (rl.recipe.hosts.BUCKET_BYTES) in bold
+    if not r[key]:
+        return   # not run (PATHS)
+    s, pw = med(r[key]), med(r["raw"][key])
+    per = med(a / b for a, b in zip(r["raw"][key], r[key]))
+    b = "**" if job else ""
+    print("| %s | %.3f | %.2f | %.3f | %s%.2fx%s | %.2fx |" % (what + ("; what a job sends" if job else ""), s,
+                                                           gb / s, pw, b, pw / s, b, per))
+row("rl.weight_sync distributed, a broadcast per tensor (SGLang's way)", "per_tensor", r["job_bucket"] == 0)
+row("rl.weight_sync distributed, %d MiB buckets (`bucket_bytes`)" % (r["bucket"] / 2**20), "distributed",
+    r["job_bucket"] == r["bucket"])
+row("rl.weight_sync disk (safetensors, shared path)", "disk")
+row("rl.weight_sync http (%d MiB safetensors buckets, POSTed to each engine)" % (r["http_bucket"] / 2**20), "http")
 PY
 echo "# logs: $out"
