@@ -58,7 +58,21 @@ void gemm_stream(const float* x, int64_t ldx, const float* w, int64_t ldw, const
   for (int64_t a = c0; a < c1; a += kStreamCols) {
     const int64_t nc = std::min(kStreamCols, c1 - a);
     for (int64_t i = 0; i < m * kStreamCols; ++i) acc[i] = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
+    int64_t k = 0;
+    // Four rows of W per pass: each accumulator is loaded and stored once per four
+    // products (they still come in k order, one fma each: the same bits).
+    for (; k + 4 <= K; k += 4) {
+      const float* w0 = w + k * ldw + a;
+      const float *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+      for (int64_t r = 0; r < m; ++r) {
+        const float* xr = x + r * ldx + k;
+        const float x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
+        float* ar = acc + r * kStreamCols;
+        for (int64_t c = 0; c < nc; ++c)
+          ar[c] = std::fma(x3, w3[c], std::fma(x2, w2[c], std::fma(x1, w1[c], std::fma(x0, w0[c], ar[c]))));
+      }
+    }
+    for (; k < K; ++k) {
       const float* wk = w + k * ldw + a;
       for (int64_t r = 0; r < m; ++r) {
         const float xv = x[r * ldx + k];
