@@ -3,9 +3,9 @@
 -- directory every engine reads) and by HTTP (safetensors buckets POSTed to every engine:
 -- the fallback with no shared filesystem), timed per push; run by
 -- bench/weight_broadcast.sh on host 0 of two network namespaces. With RAW_GO and RAW_DONE
--- (FIFOs of weight_broadcast_peer.py's rank 0), every timed round is paired with a round
--- of PyTorch's raw broadcast of the same bytes, before it in odd rounds and after it in
--- even ones, so both are timed on the same machine state.
+-- (FIFOs of weight_broadcast_peer.py's rank 0, told the weights' bytes first), every timed
+-- round is paired with a round of PyTorch's raw broadcast of the same bytes, before it in
+-- odd rounds and after it in even ones, so both are timed on the same machine state.
 --   [PATHS="per_tensor distributed disk http"] rlhost bench/weight_broadcast.lua MODEL MASTER_ADDR ROUNDS URL...
 local model, addr, rounds = arg[1], arg[2], tonumber(arg[3])
 local urls = {}
@@ -30,6 +30,8 @@ local go, done   -- the raw peer's FIFOs (paired rounds), when given
 if os.getenv("RAW_GO") then
   go = assert(io.open(os.getenv("RAW_GO"), "w"))
   done = assert(io.open(os.getenv("RAW_DONE"), "r"))
+  go:write(("bytes %d\n"):format(bytes))
+  go:flush()
 end
 local function raw()
   go:write("go\n")

@@ -31,22 +31,14 @@ for e in $(seq 1 "$engines"); do
 done
 echo "# $(date -u +%FT%TZ) $shape, $engines engine(s) on host 1, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # PyTorch's side first: its ranks wait, rank 0 on the FIFOs, for a round beside each of ours.
-bytes="$(MODEL="$model" "$bin" --no-control -e '
-local meta, bytes = rl.trainer.new { model = os.getenv("MODEL") }:weight_source():meta(), 0
-for i, shape in ipairs(meta.shapes) do
-  local n = 1
-  for _, d in ipairs(shape) do n = n * d end
-  bytes = bytes + n * (meta.dtypes[i]:match("16") and 2 or 4)
-end
-print(string.format("%d", bytes))' | tail -1)"
 mkfifo "$out/go" "$out/done"
 port=29555
 for e in $(seq 1 "$engines"); do
   GLOO_SOCKET_IFNAME="${dev[1]}" ip netns exec "${ns[1]}" "$python" "$root/bench/weight_broadcast_peer.py" \
-    "$e" "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" >/dev/null 2>"$out/peer$e.log" &
+    "$e" "$((engines + 1))" "${addr[0]}" "$port" >/dev/null 2>"$out/peer$e.log" &
 done
 GLOO_SOCKET_IFNAME="${dev[0]}" ip netns exec "${ns[0]}" "$python" "$root/bench/weight_broadcast_peer.py" \
-  0 "$((engines + 1))" "${addr[0]}" "$port" "$bytes" "$rounds" "$out/go" "$out/done" >"$out/raw.json" 2>"$out/peer0.log" &
+  0 "$((engines + 1))" "${addr[0]}" "$port" "$out/go" "$out/done" >"$out/raw.json" 2>"$out/peer0.log" &
 raw_pid=$!
 GLOO_SOCKET_IFNAME="${dev[0]}" RAW_GO="$out/go" RAW_DONE="$out/done" ip netns exec "${ns[0]}" "$bin" --no-control \
   "$root/bench/weight_broadcast.lua" "$model" "${addr[0]}" "$rounds" "${urls[@]}" | tail -1 >"$out/rlhost.json"
