@@ -42,6 +42,11 @@ if not eng then
   rl.exit(1)
 end
 
+-- Before the ready file: a parent that sees it finds the token saved and both lines logged.
+rl.log.info("rlhost engine: serving %s at %s (Ctrl-C or SIGTERM stops)", opt.model, eng.url)
+rl.log.info("rlhost engine: control endpoints (weights, memory, profile, abort, flush)"
+  .. " " .. require("rl._admin").hint() .. (opt.api_key and "; the --api-key works too" or ""))
+
 if opt.ready_file then
   -- Atomic: a parent polling the file never reads half a URL.
   local tmp = opt.ready_file .. ".tmp"
@@ -55,9 +60,6 @@ if opt.ready_file then
   f:close()
   assert(os.rename(tmp, opt.ready_file))
 end
-rl.log.info("rlhost engine: serving %s at %s (Ctrl-C or SIGTERM stops)", opt.model, eng.url)
-rl.log.info("rlhost engine: control endpoints (weights, memory, profile, abort, flush)"
-  .. " " .. require("rl._admin").hint() .. (opt.api_key and "; the --api-key works too" or ""))
 
 local ok, werr = pcall(function()
   while true do rl.sleep(3600) end
