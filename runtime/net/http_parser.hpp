@@ -72,6 +72,24 @@ class RequestParser {
   }
   void reset();
 
+  // A Content-Length body still arriving: the bytes it still expects (0 in any other
+  // state). A server with nothing buffered past the head may read them straight into
+  // the body (no copy through its input buffer): read_body(n, fill) lets fill(dst, n)
+  // write up to n <= body_remaining() bytes at dst and return how many it wrote (<= 0:
+  // none); the next feed() then finishes the request once all have come.
+  size_t body_remaining() const { return state_ == State::body_length ? remaining_ : 0; }
+  template <class Fill>
+  auto read_body(size_t n, Fill&& fill) {
+    const size_t had = req_.body.size();
+    req_.body.resize(had + n);   // zeros, overwritten by fill (reserved at the head: no reallocation)
+    const auto got = fill(req_.body.data() + had, n);
+    const size_t kept = got > 0 ? static_cast<size_t>(got) : 0;
+    req_.body.resize(had + kept);
+    remaining_ -= kept;
+    if (remaining_ == 0) state_ = State::done;
+    return got;
+  }
+
  private:
   enum class State { head, body_length, chunked, done };
 

@@ -1,5 +1,6 @@
 // rl::net::RequestParser and rl::net::EventServer: framing, malformed input,
-// keep-alive, pipelining, streaming, slow clients, many connections.
+// keep-alive, pipelining, large bodies read in place, streaming, slow clients, many
+// connections.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,11 @@ TEST_CASE("event server: keep-alive, pipelining, streaming, errors", "[event_ser
       return;
     }
     if (req.path == "/throw") throw std::runtime_error("boom");
+    if (req.path == "/digest") {  // a large body's size and FNV-1a hash
+      uint64_t h = 1469598103934665603ull;
+      for (unsigned char ch : req.body) h = (h ^ ch) * 1099511628211ull;
+      return res->send(200, {}, std::to_string(req.body.size()) + ":" + std::to_string(h) + ";");
+    }
     res->send(404, {}, "nope");
   });
   srv.start();
@@ -158,6 +165,42 @@ TEST_CASE("event server: keep-alive, pipelining, streaming, errors", "[event_ser
     REQUIRE(late != std::string::npos);
     CHECK(late < second);
     CHECK(second < nope);
+    ::close(fd);
+  }
+  SECTION("large bodies: read straight into the request, in pieces, with a pipelined request after") {
+    // A body of 3 MiB + 7 bytes, its head sent with 100 bytes of it, then the rest in
+    // pieces (the server reads those straight into the body), the last piece followed
+    // in the same send by a second request (read through the input buffer again).
+    std::string body(3 * 1048576 + 7, '\0');
+    uint64_t h = 1469598103934665603ull, x = 88172645463325252ull;
+    for (char& ch : body) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      ch = static_cast<char>(x);
+      h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    }
+    const std::string want = std::to_string(body.size()) + ":" + std::to_string(h) + ";";
+    const std::string raw = "POST /digest HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                            body + "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nafter";
+    const size_t head = raw.find("\r\n\r\n") + 4;
+    const std::vector<size_t> cuts = {head + 100, head + 70000, head + 70001, head + 2200000, raw.size()};
+    int fd = connect_to(srv.port());
+    size_t sent = 0, cut = 0;
+    std::string got;
+    REQUIRE(rl::test::run_until(loop, [&] {
+      while (cut < cuts.size()) {   // one piece per turn at most, so the server reads between them
+        const ssize_t n = ::send(fd, raw.data() + sent, cuts[cut] - sent, MSG_NOSIGNAL);
+        if (n > 0) sent += static_cast<size_t>(n);
+        if (sent == cuts[cut]) ++cut;
+        break;
+      }
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+      return got.find("after") != std::string::npos || n == 0;
+    }));
+    CHECK_THAT(got, Catch::Contains(want));
+    CHECK_THAT(got, Catch::EndsWith("after"));
+    CHECK(got.find(want) < got.find("after"));
     ::close(fd);
   }
   SECTION("streamed response: chunked, flushed per chunk") {
