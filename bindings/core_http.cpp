@@ -1,6 +1,7 @@
 // _core.http: the HTTP client, servers and SSE parser for lua/rl/http.lua.
 //
 //   request(opts) -> op        events: ("chunk", bytes)* then ("done", resp) | ("error", msg, timed_out)
+//                              opts.body: a string or an rl.http.Body (bindings/http_body.hpp; :size())
 //   serve(opts) -> server      op events: ("request", id, req)* then ("closed")
 //   respond(id, status, headers, body) -> bool
 //   sse_parser() -> parser     parser:feed(bytes) -> {events...}; parser:finish()
@@ -19,6 +20,7 @@
 #include "base/live_objects.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/host_context.hpp"
+#include "bindings/http_body.hpp"
 #include "bindings/trampoline.hpp"
 #include "net/event_server.hpp"
 #include "net/http_client.hpp"
@@ -33,6 +35,7 @@ using net::AsyncExchangePtr;
 const char kStateKey = 0;   // registry: the HttpState userdata
 const char kServerMt = 0;   // registry: metatable of server userdata
 const char kParserMt = 0;   // registry: metatable of SSE parser userdata
+const char kBodyMt = 0;     // registry: metatable of rl.http.Body userdata
 
 struct ServerBox;
 
@@ -224,7 +227,14 @@ int l_request(lua_State* L) {
   req.url = std::string(*url);
   if (req.url.rfind("http://", 0) != 0 && req.url.rfind("https://", 0) != 0)
     bad_field("opts.url", "an http:// or https:// URL expected, got '" + req.url + "'");
-  if (auto body = opt_str(L, 1, "body")) req.body = std::move(*body);
+  lua_getfield(L, 1, "body");
+  const SharedBytes* shared = test_http_body(L, -1);
+  if (shared && !*shared) bad_field("opts.body", "an rl.http.Body that was released");
+  if (shared) req.shared_body = *shared;
+  lua_pop(L, 1);
+  if (!shared) {
+    if (auto body = arg::field_string(L, 1, "body", "opts")) req.body = std::string(*body);
+  }
   decode_headers(L, 1, "headers", req.headers);
   req.timeout_s = opt_seconds(L, 1, "timeout").value_or(0);
   req.connect_timeout_s = opt_seconds(L, 1, "connect_timeout").value_or(0);
@@ -613,6 +623,21 @@ int l_parser_finish(lua_State* L) {
 }
 
 // ---- state ---------------------------------------------------------------------------
+// rl.http.Body:size() -> bytes (0 once released)
+int l_body_size(lua_State* L) {
+  auto* b = static_cast<SharedBytes*>(check_udata(L, 1, &kBodyMt, "body", "rl.http.Body"));
+  lua_pushnumber(L, static_cast<lua_Number>(*b ? (*b)->size() : 0));
+  return 1;
+}
+
+// rl.http.Body:release(): lets the bytes go now (requests still sending them keep
+// them until they end), not at the next collection: Lua sees a few bytes of userdata,
+// not the megabytes behind it.
+int l_body_release(lua_State* L) {
+  static_cast<SharedBytes*>(check_udata(L, 1, &kBodyMt, "body", "rl.http.Body"))->reset();
+  return 0;
+}
+
 }  // namespace
 
 void open_http(lua_State* L, int t) {
@@ -637,11 +662,30 @@ void open_http(lua_State* L, int t) {
   };
   make_metatable(L, &kParserMt, "rl.http.SseParser:", parser_methods, std::size(parser_methods), entry<destroy_udata<ParserBox>>);
 
+  static const Reg body_methods[] = {{"size", entry<l_body_size>}, {"release", entry<l_body_release>}};
+  make_metatable(L, &kBodyMt, "rl.http.Body:", body_methods, std::size(body_methods), entry<destroy_udata<SharedBytes>>);
+
   static const Reg regs[] = {
       {"request", entry<l_request>},     {"stats", entry<l_stats>},     {"configure", entry<l_configure>},
       {"serve", entry<l_serve>},         {"respond", entry<l_respond>}, {"sse_parser", entry<l_sse_parser>},
   };
   register_functions(L, t, "rl.http.", regs);
+}
+
+void push_http_body(lua_State* L, SharedBytes bytes) {
+  void* mem = lua_newuserdata(L, sizeof(SharedBytes));
+  new (mem) SharedBytes(std::move(bytes));
+  registry_get(L, &kBodyMt);
+  lua_setmetatable(L, -2);
+}
+
+const SharedBytes* test_http_body(lua_State* L, int idx) {
+  void* p = lua_touserdata(L, idx);
+  if (!p || !lua_getmetatable(L, idx)) return nullptr;
+  registry_get(L, &kBodyMt);
+  const bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? static_cast<const SharedBytes*>(p) : nullptr;
 }
 
 }  // namespace rl::lua

@@ -412,32 +412,51 @@ M.HTTP_MAX_BUCKET_BYTES = 255 * 1024 * 1024   -- an engine server takes request 
 local update_seq = 0
 
 -- HTTP: the source's safetensors (saved once, as for "disk") cut into buckets of at most
--- bucket_bytes; each bucket goes to every engine concurrently, the next once all took it;
--- the last one installs. A failure leaves the engines' staged parts to the next update
--- (a new update_id drops them). `dir`: the files() of the push. → the engines' replies to
--- the last bucket, or nil, err.
+-- bucket_bytes; each bucket goes to every engine concurrently (one body in C++ memory,
+-- no copy per engine), the next once all took it, and is encoded on a thread while the
+-- last one is sent; the last one installs. A failure leaves the engines' staged parts to
+-- the next update (a new update_id drops them). `dir`: the files() of the push. → the
+-- engines' replies to the last bucket, or nil, err.
+local function post_buckets(receivers, version, o, enc)
+  local n = enc:count()
+  local function encode(b)   -- → the op whose event brings bucket b
+    local op = enc:start(b)
+    task.op_open(op)
+    return op
+  end
+  update_seq = update_seq + 1
+  local id = ("%d-%d-%d"):format(os.time(), math.random(1e9), update_seq)
+  local replies
+  local op = encode(1)
+  for b = 1, n do
+    local kind, body = task.op_next(op, "rl.weight_sync (http)")
+    task.op_close(op)
+    if kind ~= "done" then return nil, "reading the saved weights: " .. tostring(body) end
+    op = b < n and encode(b + 1) or nil
+    local ok, err
+    ok, replies, err = pcall(overlap, function() return true end, receivers, function(_, rx)
+      return rx:receive_http(body, id, b == n, version, o.timeout or 120)
+    end)
+    body:release()   -- its megabytes now, not at the next collection
+    if op and not (ok and replies) then task.op_close(op) end   -- the next bucket is not wanted
+    if not ok then error(replies, 0) end                         -- cancelled
+    if not replies then return nil, ("update_weights_from_safetensors (bucket %d of %d): %s"):format(b, n, err) end
+  end
+  return replies
+end
+
 local function push_http(receivers, version, o, dir)
-  local st = require("rl._core").safetensors
   local bucket = (o.bucket_bytes or 0) > 0 and o.bucket_bytes or M.HTTP_BUCKET_BYTES
   if bucket > M.HTTP_MAX_BUCKET_BYTES then
     return nil, ("bucket_bytes %d is over %d, what fits the engines' 256 MiB request limit with its header"):format(
       bucket, M.HTTP_MAX_BUCKET_BYTES)
   end
-  local okn, n = pcall(st.buckets, dir, bucket)
-  if not okn then return nil, "reading the saved weights: " .. tostring(n) end
-  update_seq = update_seq + 1
-  local id = ("%d-%d-%d"):format(os.time(), math.random(1e9), update_seq)
-  local replies
-  for b = 1, n do
-    local okb, body = pcall(st.bucket, dir, bucket, b)
-    if not okb then return nil, "reading the saved weights: " .. tostring(body) end
-    local err
-    replies, err = overlap(function() return true end, receivers, function(_, rx)
-      return rx:receive_http(body, id, b == n, version, o.timeout or 120)
-    end)
-    if not replies then return nil, ("update_weights_from_safetensors (bucket %d of %d): %s"):format(b, n, err) end
-  end
-  return replies
+  local oke, enc = pcall(require("rl._core").safetensors.encoder, dir, bucket)
+  if not oke then return nil, "reading the saved weights: " .. tostring(enc) end
+  local ok, replies, err = pcall(post_buckets, receivers, version, o, enc)
+  enc:close()   -- the saved files' mapping, which would keep them in memory once removed
+  if not ok then error(replies, 0) end
+  return replies, err
 end
 
 -- Unmaps one shared file the sender keeps (by its key in self.shm).

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <unordered_map>
 
 #include "base/log_text.hpp"
@@ -36,14 +37,22 @@ int64_t numel(const std::vector<int64_t>& s) {
 
 void WeightStaging::drop() {
   staged_.clear();
+  bodies_.clear();
+  body_bytes_ = 0;
   update_id_.clear();
   values_ = 0;
 }
 
-void WeightStaging::stage(const model::ModelConfig& config, const model::TensorSet& set) {
+void WeightStaging::stage(const model::ModelConfig& config, const model::TensorSet& set,
+                          const std::shared_ptr<const std::string>& body) {
   std::unordered_map<std::string, std::vector<int64_t>> wanted;
   for (auto& spec : config.expected_tensors()) wanted[spec.name] = spec.shape;
   const int64_t model_values = config.num_parameters();
+  // Whole tensors stay in their body while the bodies kept hold at most 8 bytes a model
+  // value (twice the model in F32; a body may carry skipped tensors too); past that
+  // they are copied out.
+  const bool keep_body = body_bytes_ + body->size() <= size_t(model_values) * 8;
+  bool kept = false;
   const std::string hint = "send this model's tensors under their Hugging Face names, shapes as its config.json makes them";
   for (const model::TensorView& t : set.tensors) {
     const std::string what = std::string(kEp) + ": tensor '" + t.name + "'";
@@ -51,7 +60,7 @@ void WeightStaging::stage(const model::ModelConfig& config, const model::TensorS
     if (want == wanted.end()) {
       // Saved by some trainers, unused here: tied embeddings' head, old RoPE buffers.
       if ((t.name == "lm_head.weight" && config.tie_word_embeddings) ||
-          (t.name.size() > 21 && t.name.compare(t.name.size() - 21, 21, ".rotary_emb.inv_freq") == 0))
+          std::string_view(t.name).ends_with(".rotary_emb.inv_freq"))
         continue;
       throw Error(what + " is not a weight of this model (" + config.architecture + ")", hint);
     }
@@ -88,7 +97,6 @@ void WeightStaging::stage(const model::ModelConfig& config, const model::TensorS
     if (fresh) {
       s.dtype = t.dtype;
       s.shape = full;
-      s.bytes.resize(size_t(numel(full)) * model::dtype_size(t.dtype));
       if (slice) s.rows.assign(size_t(full[0]), 0);
     } else if (!slice || s.rows.empty()) {
       throw Error(what + " is sent twice in this update", "send each weight once per update_id");
@@ -96,23 +104,38 @@ void WeightStaging::stage(const model::ModelConfig& config, const model::TensorS
       throw Error(what + ": a slice has dtype " + std::string(model::dtype_name(t.dtype)) + ", an earlier one " +
                   model::dtype_name(s.dtype));
     }
-    if (slice) {
-      for (int64_t r = row0; r < row0 + t.shape[0]; ++r) {
-        if (s.rows[size_t(r)]) throw Error(what + ": row " + std::to_string(r) + " is sent twice in this update");
-        s.rows[size_t(r)] = 1;
-      }
-      s.rows_got += t.shape[0];
-      const size_t row_bytes = s.bytes.size() / size_t(full[0]);
-      std::memcpy(s.bytes.data() + size_t(row0) * row_bytes, t.data, t.nbytes);
+    const size_t full_bytes = size_t(numel(full)) * model::dtype_size(t.dtype);
+    const bool aligned = reinterpret_cast<uintptr_t>(t.data) % model::dtype_size(t.dtype) == 0;
+    if (!slice && keep_body && aligned) {
+      s.data = t.data;   // stays in the body
+      kept = true;
     } else {
-      std::memcpy(s.bytes.data(), t.data, t.nbytes);
+      if (!s.own) {   // not zero-filled: every row is written before the install reads it
+        s.own.reset(new std::byte[full_bytes]);
+        s.data = s.own.get();
+      }
+      size_t offset = 0;
+      if (slice) {
+        for (int64_t r = row0; r < row0 + t.shape[0]; ++r) {
+          if (s.rows[size_t(r)]) throw Error(what + ": row " + std::to_string(r) + " is sent twice in this update");
+          s.rows[size_t(r)] = 1;
+        }
+        s.rows_got += t.shape[0];
+        offset = size_t(row0) * (full_bytes / size_t(full[0]));
+      }
+      std::memcpy(s.own.get() + offset, t.data, t.nbytes);
     }
     values_ += n;
   }
+  if (kept) {
+    bodies_.push_back(body);
+    body_bytes_ += body->size();
+  }
 }
 
-WeightStaging::Result WeightStaging::receive(Engine& engine, const std::string& update_id, const std::string& body,
-                                             bool last, const std::optional<std::string>& weight_version) {
+WeightStaging::Result WeightStaging::receive(Engine& engine, const std::string& update_id,
+                                             std::shared_ptr<const std::string> body, bool last,
+                                             const std::optional<std::string>& weight_version) {
   std::lock_guard lk(mu_);
   if (update_id != update_id_) {
     if (!staged_.empty())
@@ -123,8 +146,8 @@ WeightStaging::Result WeightStaging::receive(Engine& engine, const std::string& 
   }
   Result out;
   try {
-    const model::TensorSet set = model::parse_safetensors(body.data(), body.size(), std::string(kEp) + " body");
-    stage(engine.config(), set);
+    const model::TensorSet set = model::parse_safetensors(body->data(), body->size(), std::string(kEp) + " body");
+    stage(engine.config(), set, body);
     out.tensors = set.tensors.size();
     out.staged = staged_.size();
     if (!last) {
@@ -139,13 +162,19 @@ WeightStaging::Result WeightStaging::receive(Engine& engine, const std::string& 
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     tensors.reserve(staged_.size());
-    for (auto& [name, s] : staged_)
-      tensors.emplace_back(name, torch::from_blob(s.bytes.data(), s.shape,
+    size_t copied = 0;
+    for (auto& [name, s] : staged_) {
+      copied += s.own != nullptr;
+      tensors.emplace_back(name, torch::from_blob(const_cast<std::byte*>(s.data), s.shape,   // read only
                                                   torch::TensorOptions().dtype(nn::scalar_type(s.dtype))));
+    }
     update_weights(engine, tensors, weight_version);
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "engine: %zu tensors from HTTP installed in %.3f s", tensors.size(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    char buf[192];
+    std::snprintf(buf, sizeof buf,
+                  "engine: %zu tensors from HTTP installed in %.3f s (%zu read in their request bodies, %zu copied "
+                  "out: sliced, unaligned or past the bodies' bound)",
+                  tensors.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  tensors.size() - copied, copied);
     log::info(buf);
   } catch (...) {
     drop();

@@ -26,9 +26,12 @@ void EngineServer::on_update_weights_from_safetensors(const Req& req, Res& res) 
   if (update_id.size() > 256) throw BadRequest(std::string(ep) + ": 'update_id' is longer than 256 bytes");
   std::optional<std::string> version;
   if (const std::string v = req.query_param("weight_version"); !v.empty()) version = v;
+  // This route runs on a worker that owns its request (run_on_worker moved it there),
+  // and nothing reads the body after this handler: the staging keeps it, uncopied.
+  auto body = std::make_shared<const std::string>(std::move(const_cast<Req&>(req).body));
   WeightStaging::Result r;
   try {
-    r = weight_staging_.receive(*engine_, update_id, req.body, last, version);
+    r = weight_staging_.receive(*engine_, update_id, std::move(body), last, version);
   } catch (const std::exception& e) {
     reply_json(res, 400, {{"success", false}, {"message", e.what()}, {"weight_version", engine_->weight_version()}});
     return;

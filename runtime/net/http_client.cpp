@@ -279,15 +279,16 @@ void HttpClient::start(Transfer* t) {
   } else if (t->connect_timeout > 0) {
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(t->connect_timeout * 1000)));
   }
-  // Method and body. POSTFIELDS points into t->req.body, which outlives the transfer.
+  // Method and body. POSTFIELDS points into t->req's body, which outlives the transfer.
+  const std::string& body = rq.shared_body ? *rq.shared_body : rq.body;
   if (rq.method == "HEAD") {
     curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  } else if (rq.method == "GET" && rq.body.empty()) {
+  } else if (rq.method == "GET" && body.empty()) {
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
   } else {
-    if (!rq.body.empty() || rq.method == "POST") {
-      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(rq.body.size()));
-      curl_easy_setopt(e, CURLOPT_POSTFIELDS, rq.body.data());
+    if (!body.empty() || rq.method == "POST") {
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+      curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.data());
     }
     if (rq.method != "POST") curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq.method.c_str());
   }

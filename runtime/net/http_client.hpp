@@ -35,6 +35,9 @@ struct HttpRequest {
   std::string url;
   HeaderList headers;  // sent as given
   std::string body;
+  // Sent instead of `body` when set: bytes many requests share (one weight bucket to
+  // every engine) without a copy each. Held until the transfer ends.
+  std::shared_ptr<const std::string> shared_body;
   double timeout_s = 0;          // total, queue time included; 0 = the client's default
   double connect_timeout_s = 0;  // 0 = the client's default
   int max_per_host = 0;          // 0 = the client's default

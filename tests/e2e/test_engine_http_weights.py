@@ -7,6 +7,9 @@ weight update for engines on other hosts with no shared filesystem.
   version.
 * An update in parts (update_id, last=0 ... last=1), one tensor in row slices: nothing
   changes until the last part; a new update_id drops an unfinished one.
+* Whole tensors stay in their request body (no copy) unless unaligned or past the
+  bound on the bodies kept; either way the same weights (the install's log line counts
+  both).
 * Bad bodies (not safetensors, truncated, an unknown name, a wrong shape, an integer
   dtype, a tensor twice) and bad query values: 400 naming the problem, the engine
   unchanged; no token: 401.
@@ -158,6 +161,41 @@ class HttpWeights(unittest.TestCase):
         self.assertEqual(status, 400, r)
         self.assertIn("'model.embed_tokens.weight' has 412 of its 512 rows", r["message"])
         self.assertEqual(self.version(), "n1")
+
+    def test_tensors_stay_in_their_body_unless_sliced_unaligned_or_past_the_bound(self):
+        # The engine keeps a body whole tensors stay in (no copy) while the bodies it keeps
+        # hold at most 8 bytes a model value (2.08 MB for stories260K); a tensor sliced,
+        # unaligned in its body or past that bound is copied out. Each way installs the
+        # same weights as the disk path.
+        embed = "model.embed_tokens.weight"
+        rest = [n for n in sorted(self.other) if n != embed]
+        third = len(rest) // 3
+        skipped = "model.layers.0.self_attn.rotary_emb.inv_freq"   # a name engines skip (old RoPE buffers)
+        d, s, raw = self.other[embed]
+        row = len(raw) // s[0]
+        parts = [
+            # kept: 0.6 MB skipped, then a third of the weights, aligned
+            encode([(skipped, "F32", [150000], b"\0" * 600000)] + [(n, *self.other[n]) for n in rest[:third]]),
+            # copied: 1001 F16 values before them leave every tensor 2 bytes off a 4-byte boundary
+            encode([(skipped, "F16", [1001], b"\0" * 2002)] + [(n, *self.other[n]) for n in rest[third:2 * third]]),
+            # copied: this body would take the bodies kept past 2.08 MB
+            encode([(skipped, "F32", [300000], b"\0" * 1200000)] + [(n, *self.other[n]) for n in rest[2 * third:]]),
+            encode([(embed, d, [s[0] - 7] + s[1:], raw[7 * row:])], {"rlhost.first_row." + embed: "7"}),
+        ]
+        for p in parts:
+            status, r = self.send(p, "update_id=b1&last=0")
+            self.assertEqual(status, 200, r)
+        status, r = self.send(encode([(embed, d, [7] + s[1:], raw[:7 * row])], {"rlhost.first_row." + embed: "0"}),
+                              "update_id=b1&last=1&weight_version=b1")
+        self.assertEqual(status, 200, r)
+        self.assertEqual((r["installed"], r["staged"]), (True, 47))
+        support.wait_for(lambda: "47 tensors from HTTP installed" in self.eng.output(), timeout=10, what="the install's log line")
+        line = [x for x in self.eng.output().splitlines() if "47 tensors from HTTP installed" in x][-1]
+        self.assertIn("(%d read in their request bodies, %d copied out" % (third, 47 - third), line)
+        by_http = self.answer()
+        status, r = self.eng.post("/update_weights_from_disk", {"model_path": self.other_dir, "weight_version": "b1"})
+        self.assertEqual(status, 200, r)
+        self.assertEqual(self.answer(), by_http, "kept and copied tensors install the same weights as the disk path")
 
     def test_bad_bodies_are_400_naming_the_problem(self):
         before = self.answer()

@@ -344,6 +344,49 @@ describe("rl.http client and server", function()
   end)
 end)
 
+describe("rl.http bodies the runtime made (rl.http.Body)", function()
+  it("one body goes to several requests at once, byte for byte; a released one is refused", function()
+    -- A weight bucket: stories260K's safetensors cut into 256 KiB buckets (_core.safetensors).
+    local enc = require("rl._core").safetensors.encoder(test_data("models/stories260K"), 256 * 1024)
+    local n, bytes = enc:count()
+    ok(n >= 4 and bytes > 1e6, n)
+    local kind, body, tensors = rl.task.await_op(enc:start(2), "spec")
+    eq(kind, "done")
+    ok(tensors >= 1)
+    local size = body:size()
+    ok(size > 200 * 1024 and size < 300 * 1024, size)
+    local got = {}
+    local srv = assert(rl.http.serve { handler = function(req)
+      got[#got + 1] = req.body
+      return { body = tostring(#req.body) }
+    end })
+    local done = 0
+    for _ = 1, 3 do
+      rl.task.spawn(function()
+        local r = assert(rl.http.request { method = "POST", url = srv:url() .. "/", body = body,
+                                           headers = { ["content-type"] = "application/octet-stream" } })
+        eq(r.body, tostring(size))
+        done = done + 1
+      end)
+    end
+    local t0 = rl.now()
+    while done < 3 and rl.now() - t0 < 20 do rl.sleep(0.01) end
+    eq(done, 3)
+    eq(got[1], got[2])
+    eq(got[2], got[3])
+    eq(#got[1], size)
+    eq(got[1]:sub(9, 9), "{", "a safetensors file: an 8-byte length, then its JSON header")
+    body:release()
+    eq(body:size(), 0)
+    raises(function() rl.http.request { method = "POST", url = srv:url() .. "/", body = body } end,
+      "bad argument 'opts.body' (an rl.http.Body that was released)")
+    enc:close()
+    raises(function() enc:start(1) end, "this encoder is closed")
+    raises(function() enc:start(1) end, "bad argument #1 'enc'")
+    srv:stop()
+  end)
+end)
+
 describe("rl.http misuse", function()
   it("bad options name the field", function()
     raises(function() rl.http.request { url = "http://127.0.0.1:1/", timeout = "x" } end,

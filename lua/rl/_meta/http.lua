@@ -8,7 +8,8 @@ rl.http = {}
 ---@field url string http:// or https:// URL (required)
 ---@field method? string upper-case method, default "GET"
 ---@field headers? table<string, string|number> request headers, sent as given
----@field body? string request body (rl.http.post JSON-encodes tables for you)
+---@field body? string|rl.http.Body request body (rl.http.post JSON-encodes tables for you); an rl.http.Body is
+--- bytes the runtime made (a weight bucket), sent without a copy into Lua, by as many requests at once as need it
 ---@field timeout? number total seconds, time queued for a connection slot included (default 600, see configure)
 ---@field connect_timeout? number seconds to establish the TCP connection (default 30)
 ---@field max_per_host? integer requests to this host:port in flight at once; the rest wait FIFO (default 64)
@@ -59,7 +60,7 @@ function rl.http.get(url, opts) end
 --- POST `body` to `url`. A table body is JSON-encoded and sent with
 --- content-type application/json unless opts.headers sets one.
 ---@param url string
----@param body string|table
+---@param body string|table|rl.http.Body
 ---@param opts? rl.http.RequestOpts
 ---@return rl.http.Response|nil resp
 ---@return string|nil err
@@ -157,3 +158,13 @@ function Server:wait() end
 ---@return rl.http.Server|nil server
 ---@return string|nil err
 function rl.http.serve(opts) end
+
+--- Request-body bytes held by the runtime (e.g. rl.weight_sync's HTTP buckets): passed as
+--- `opts.body` without being copied into a Lua string; any number of requests may send one.
+---@class rl.http.Body
+local Body = {}
+---@return integer bytes 0 once released
+function Body:size() end
+--- Lets the bytes go now (requests still sending them keep them until they end), not at
+--- the next collection; a released body cannot be sent again.
+function Body:release() end
