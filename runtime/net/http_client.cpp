@@ -1,6 +1,7 @@
 #include "net/http_client.hpp"
 
 #include <curl/curl.h>
+#include <strings.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -299,6 +300,13 @@ void HttpClient::start(Transfer* t) {
   // No "Expect: 100-continue" round trip before large bodies: local servers
   // answer fast, and a server that ignores it would cost us a 1 s stall.
   t->header_list = curl_slist_append(t->header_list, "Expect:");
+  // A body sent without a Content-Type goes without one (as Python's requests and httpx
+  // send bytes), not as libcurl's default "application/x-www-form-urlencoded": a
+  // server would parse it as a form (cpp-httplib refuses a form over 8 KiB with 413).
+  const bool typed = std::any_of(rq.headers.begin(), rq.headers.end(), [](const auto& h) {
+    return h.first.size() == 12 && strncasecmp(h.first.c_str(), "content-type", 12) == 0;
+  });
+  if (!typed) t->header_list = curl_slist_append(t->header_list, "Content-Type:");
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
   curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
