@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/buffer_pool.hpp"
 #include "bindings/core_module.hpp"
 #include "bindings/host_context.hpp"
 #include "bindings/http_body.hpp"
@@ -112,7 +113,10 @@ int l_start(lua_State* L) {
     SharedBytes body;
     std::string err;
     try {
-      body = std::make_shared<const std::string>(model::encode_bucket(plan->set, plan->buckets[b]));
+      // Into a kept buffer, given back when every request sending it is done: the next
+      // sync's bodies reuse the same memory (base/buffer_pool.hpp).
+      const size_t room = model::bucket_data_bytes(plan->set, plan->buckets[b]) + (size_t{1} << 16);
+      body = share_pooled(model::encode_bucket(plan->set, plan->buckets[b], large_buffers().take(room)));
     } catch (const std::exception& e) {
       err = e.what();
     }

@@ -1,6 +1,7 @@
 #include "engine/engine_http_weights.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string_view>

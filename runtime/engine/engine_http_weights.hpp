@@ -1,15 +1,16 @@
 // A weight update sent over HTTP as safetensors (the server's
 // /update_weights_from_safetensors): each request's body is a safetensors file
 // holding some of the model's tensors under their Hugging Face names, or row slices
-// of one (model/weight_buckets.hpp). Requests with the same update_id are staged
-// (checked against the model's names, shapes and float dtypes as they arrive; a whole
-// tensor stays where it is in its body, which the staging keeps, and the row slices of
-// one are gathered into a buffer of its own); the last one installs every staged tensor at once between two
-// engine steps (update_weights: the engine's layout and dtype), flushes the prefix
-// cache and sets the weight version, so the engine never serves a half-updated
-// model. A new update_id drops an unfinished update; so does any bad request (send
-// the update again from its first part). Staged values are bounded by the model's, the
-// bodies kept by 8 bytes a model value (past that, tensors are copied out of their body).
+// of one (model/weight_buckets.hpp). Requests with the same update_id are staged,
+// checked against the model's names, shapes and float dtypes as they arrive: a whole
+// tensor stays where it is in its body, which the staging keeps, and the row slices
+// of one are gathered into a buffer of its own. The last one installs every staged
+// tensor at once between two engine steps (update_weights: the engine's layout and
+// dtype), flushes the prefix cache and sets the weight version, so the engine never
+// serves a half-updated model. A new update_id drops an unfinished update; so does
+// any bad request (send the update again from its first part). Staged values are
+// bounded by the model's, the bodies kept by 8 bytes a model value (past that,
+// tensors are copied out of their body).
 // LibTorch-free header: the engine's HTTP server calls it.
 #pragma once
 #include <cstddef>

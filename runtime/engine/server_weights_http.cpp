@@ -9,6 +9,7 @@
 //   weight_version=V   the version the engine reports once installed
 // -> {success, message, weight_version, installed, tensors, staged}. The staging and the
 // install are engine/engine_http_weights.hpp's; this file stays LibTorch-free.
+#include "base/buffer_pool.hpp"
 #include "base/json_input.hpp"
 #include "base/log_text.hpp"
 #include "engine/server.hpp"
@@ -27,8 +28,9 @@ void EngineServer::on_update_weights_from_safetensors(const Req& req, Res& res) 
   std::optional<std::string> version;
   if (const std::string v = req.query_param("weight_version"); !v.empty()) version = v;
   // This route runs on a worker that owns its request (run_on_worker moved it there),
-  // and nothing reads the body after this handler: the staging keeps it, uncopied.
-  auto body = std::make_shared<const std::string>(std::move(const_cast<Req&>(req).body));
+  // and nothing reads the body after this handler: the staging keeps it, uncopied, and
+  // its buffer goes back to the pool the next large body comes from (base/buffer_pool.hpp).
+  auto body = share_pooled(std::move(const_cast<Req&>(req).body));
   WeightStaging::Result r;
   try {
     r = weight_staging_.receive(*engine_, update_id, std::move(body), last, version);

@@ -232,7 +232,7 @@ void write_safetensors(const fs::path& file, const std::vector<TensorToWrite>& t
 }
 
 std::string encode_safetensors(const std::vector<TensorToWrite>& tensors,
-                               const std::map<std::string, std::string>& metadata) {
+                               const std::map<std::string, std::string>& metadata, std::string into) {
   const std::string where = "safetensors bytes";
   check_tensors(where, tensors);
   // The caller's order (a bucket of a weight update); aligned when one dtype.
@@ -243,7 +243,8 @@ std::string encode_safetensors(const std::vector<TensorToWrite>& tensors,
     data += t.nbytes;
   }
   const std::string text = header_text(where, order, metadata);
-  std::string out;
+  std::string out = std::move(into);
+  out.clear();
   out.reserve(8 + text.size() + data);
   const uint64_t header_len = text.size();
   out.append(reinterpret_cast<const char*>(&header_len), 8);

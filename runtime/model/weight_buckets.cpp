@@ -30,7 +30,17 @@ std::vector<Bucket> plan_buckets(const TensorSet& set, size_t bucket_bytes) {
   return out;
 }
 
-std::string encode_bucket(const TensorSet& set, const Bucket& bucket) {
+size_t bucket_data_bytes(const TensorSet& set, const Bucket& bucket) {
+  size_t n = 0;
+  for (const BucketPiece& p : bucket) {
+    if (p.tensor >= set.tensors.size()) continue;
+    const TensorView& t = set.tensors[p.tensor];
+    n += p.rows < 0 || t.shape.empty() ? t.nbytes : size_t(p.rows) * (t.nbytes / size_t(t.shape[0]));
+  }
+  return n;
+}
+
+std::string encode_bucket(const TensorSet& set, const Bucket& bucket, std::string into) {
   std::vector<TensorToWrite> parts;
   std::map<std::string, std::string> metadata;
   parts.reserve(bucket.size());
@@ -50,7 +60,7 @@ std::string encode_bucket(const TensorSet& set, const Bucket& bucket) {
     parts.push_back({t.name, t.dtype, shape, t.data + size_t(p.first_row) * row_bytes, size_t(p.rows) * row_bytes});
     metadata[std::string(kFirstRowKey) + t.name] = std::to_string(p.first_row);
   }
-  return encode_safetensors(parts, metadata);
+  return encode_safetensors(parts, metadata, std::move(into));
 }
 
 }  // namespace rl::model

@@ -27,13 +27,16 @@ struct BucketPiece {
 using Bucket = std::vector<BucketPiece>;
 
 // The bytes of one safetensors file holding `tensors` in the given order (a request
-// body). Same checks as write_safetensors (safetensors_write.cpp).
+// body), written into `into` (emptied first; a buffer with room enough is not
+// reallocated). Same checks as write_safetensors (safetensors_write.cpp).
 std::string encode_safetensors(const std::vector<TensorToWrite>& tensors,
-                               const std::map<std::string, std::string>& metadata = {});
+                               const std::map<std::string, std::string>& metadata = {}, std::string into = {});
 
 // Throws rl::Error for bucket_bytes 0.
 std::vector<Bucket> plan_buckets(const TensorSet& set, size_t bucket_bytes);
-// One bucket as safetensors bytes.
-std::string encode_bucket(const TensorSet& set, const Bucket& bucket);
+// One bucket as safetensors bytes (into `into`, as encode_safetensors).
+std::string encode_bucket(const TensorSet& set, const Bucket& bucket, std::string into = {});
+// The tensor bytes of one bucket (its body is that plus the header).
+size_t bucket_data_bytes(const TensorSet& set, const Bucket& bucket);
 
 }  // namespace rl::model

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 
+#include "base/buffer_pool.hpp"
+
 namespace rl::net {
 
 namespace {
@@ -251,7 +253,8 @@ RequestParser::Status RequestParser::parse_head(std::string_view head) {
     if (n > limits_.max_body_bytes)
       return fail(413, "request body of " + std::to_string(n) + " bytes is larger than the limit of " +
                            std::to_string(limits_.max_body_bytes) + " bytes");
-    req_.body.reserve(n);
+    if (n >= BufferPool::kMinBytes) req_.body = large_buffers().take(n);   // a kept buffer: no fresh pages
+    else req_.body.reserve(n);
     remaining_ = n;
     state_ = n ? State::body_length : State::done;
     expect_continue_ = expects && n > 0;
