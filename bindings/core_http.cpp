@@ -680,12 +680,7 @@ void push_http_body(lua_State* L, SharedBytes bytes) {
 }
 
 const SharedBytes* test_http_body(lua_State* L, int idx) {
-  void* p = lua_touserdata(L, idx);
-  if (!p || !lua_getmetatable(L, idx)) return nullptr;
-  registry_get(L, &kBodyMt);
-  const bool same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same ? static_cast<const SharedBytes*>(p) : nullptr;
+  return static_cast<const SharedBytes*>(test_udata(L, idx, &kBodyMt));
 }
 
 }  // namespace rl::lua

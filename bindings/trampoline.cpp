@@ -260,14 +260,17 @@ void make_metatable(lua_State* L, const void* key, const char* prefix, const Reg
   registry_set(L, key);
 }
 
-void* check_udata(lua_State* L, int idx, const void* key, const char* name, const char* what) {
+void* test_udata(lua_State* L, int idx, const void* key) {
   void* p = lua_touserdata(L, idx);
-  if (p && lua_getmetatable(L, idx)) {
-    registry_get(L, key);
-    const bool same = lua_rawequal(L, -1, -2);
-    lua_pop(L, 2);
-    if (same) return p;
-  }
+  if (!p || !lua_getmetatable(L, idx)) return nullptr;
+  registry_get(L, key);
+  const bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? p : nullptr;
+}
+
+void* check_udata(lua_State* L, int idx, const void* key, const char* name, const char* what) {
+  if (void* p = test_udata(L, idx, key)) return p;
   throw ArgError(idx, name, std::string(what) + " expected, got " + arg::type_name(L, idx));
 }
 

@@ -107,6 +107,8 @@ int destroy_udata(lua_State* L) {
 // The userdata at idx if its metatable is the one registered under `key`; else an
 // ArgError naming argument `name` and saying `what` was expected.
 void* check_udata(lua_State* L, int idx, const void* key, const char* name, const char* what);
+// The same without the error: nullptr when idx holds something else.
+void* test_udata(lua_State* L, int idx, const void* key);
 
 // Per-state slots in the Lua registry, keyed by the address of a static object
 // (`static const char kKey = 0; registry_get(L, &kKey)`).
