@@ -419,6 +419,7 @@ local update_seq = 0
 -- engines' replies to the last bucket, or nil, err.
 local function post_buckets(receivers, version, o, enc)
   local n = enc:count()
+  if n == 0 then return nil, "the saved weights hold no tensors" end
   local function encode(b)   -- → the op whose event brings bucket b
     local op = enc:start(b)
     task.op_open(op)
