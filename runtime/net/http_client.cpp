@@ -293,9 +293,11 @@ void HttpClient::start(Transfer* t) {
     }
     if (rq.method != "POST") curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq.method.c_str());
   }
+  bool typed = false;   // the caller gave a Content-Type
   for (auto& [name, value] : rq.headers) {
     std::string line = value.empty() ? name + ";" : name + ": " + value;  // "name;" sends an empty value
     t->header_list = curl_slist_append(t->header_list, line.c_str());
+    typed = typed || strcasecmp(name.c_str(), "content-type") == 0;
   }
   // No "Expect: 100-continue" round trip before large bodies: local servers
   // answer fast, and a server that ignores it would cost us a 1 s stall.
@@ -303,9 +305,6 @@ void HttpClient::start(Transfer* t) {
   // A body sent without a Content-Type goes without one (as Python's requests and httpx
   // send bytes), not as libcurl's default "application/x-www-form-urlencoded": a
   // server would parse it as a form (cpp-httplib refuses a form over 8 KiB with 413).
-  const bool typed = std::any_of(rq.headers.begin(), rq.headers.end(), [](const auto& h) {
-    return h.first.size() == 12 && strncasecmp(h.first.c_str(), "content-type", 12) == 0;
-  });
   if (!typed) t->header_list = curl_slist_append(t->header_list, "Content-Type:");
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
   curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
