@@ -161,7 +161,7 @@ float exp_one(float x) { return exp_inline(x); }
 void gemm(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
           int64_t ldy, int64_t m, int64_t k, int64_t n) {
   if (m <= 0 || n <= 0) return;
-  // AVX-512: register tiles over panels packed per call (batch_invariant_packed.cpp).
+  // AVX-512 or AVX2: register tiles over panels packed per call (batch_invariant_packed.cpp).
   if (!(w_kn && m <= kStreamRows) && detail::gemm_panels(x, ldx, w, ldw, w_kn, bias, y, ldy, m, k, n)) return;
   if (w_kn && m <= kStreamRows) {
     const int64_t cols = stream_cols(m), chunks = (n + cols - 1) / cols;

@@ -35,11 +35,12 @@ struct PackedWeight {
   bool defined() const { return data != nullptr; }
   size_t bytes() const;
 };
-// False under RLHOST_BI_SIMD=0: the SIMD-specific paths (packed AVX-512 GEMM,
-// AVX2 attention) step aside for the portable kernels, to measure what they save
-// and to test both (same bits either way).
+// False under RLHOST_BI_SIMD=0: the SIMD-specific paths (packed AVX-512 and AVX2
+// GEMMs, AVX2 attention) step aside for the portable kernels, to measure what they save
+// and to test both (same bits either way). RLHOST_BI_SIMD=avx2 keeps the GEMM of an
+// AVX-512 CPU on its AVX2 path (the LibTorch specs' avx2 run sets it).
 bool simd_kernels();
-// Whether gemm_packed has a fast path on this CPU (AVX-512); pack_weight is only
+// Whether gemm_packed has a fast path on this CPU (AVX-512, or AVX2 + FMA); pack_weight is only
 // worth its memory where it does.
 bool packed_available();
 // w as for gemm() (w_kn: [k, n] with row stride ldw; else [n, k]).

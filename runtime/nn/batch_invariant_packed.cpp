@@ -1,7 +1,8 @@
-// The AVX-512 path of the batch-invariant GEMM (nn/batch_invariant.hpp): register
-// tiles of up to 8 rows x 48 columns (24 of the 32 vector registers) over column
-// panels [k, 48]; either panels packed once per weight update (gemm_packed, the
-// engine) or packed per call into a panel buffer (gemm() on other CPUs' layouts).
+// The packed paths of the batch-invariant GEMM (nn/batch_invariant.hpp): column
+// panels [k, 48], either packed once per weight update (gemm_packed: the engine, the
+// trainer's cached panels) or packed per call into a panel buffer (gemm()). AVX-512:
+// register tiles of up to 8 rows x 48 columns (24 of the 32 vector registers), here;
+// AVX2 + FMA: tiles of up to 4 rows x 24 columns (batch_invariant_avx2.cpp).
 // Each output element is still one accumulator starting at 0 that takes the k
 // products in ascending order through a fused multiply-add, then + bias: the bits
 // of the portable kernels, only with the accumulators held in registers.
@@ -23,13 +24,23 @@
 #include <string>
 #include <vector>
 
+#include "nn/batch_invariant_avx2.hpp"
+
 namespace rl::nn::bi {
 namespace {
 
 constexpr int kVecs = kPanelCols / 16;  // zmm registers per tile row
 constexpr int kMaxRows = 8;
 
-const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels();
+// RLHOST_BI_SIMD=avx2 keeps an AVX-512 CPU on the AVX2 path (to test that path there).
+bool avx2_only() {
+  const char* e = std::getenv("RLHOST_BI_SIMD");
+  return e && std::string(e) == "avx2";
+}
+
+const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels() && !avx2_only();
+const bool kAvx2 = !kAvx512 && avx2::supported() && simd_kernels();
+const bool kPanels = kAvx512 || kAvx2;  // a packed path for this CPU
 
 // rows [0, MR) of x against one panel; stores columns [0, nc) of y. With `next`,
 // also pulls `rows` rows of the next panel from there into L2, one every `every`
@@ -156,10 +167,18 @@ __attribute__((target("avx512f"))) void pack_panel_nk(const float* w, int64_t ld
   }
 }
 
+// All m rows against one panel, on this CPU's path.
+void rows_of_panel(const float* x, int64_t ldx, const float* p, int64_t K, const float* bias, float* y,
+                   int64_t ldy, int64_t m, int64_t nc, const float* next) {
+  if (kAvx512) return panel_rows(x, ldx, p, K, bias, y, ldy, m, nc, next);
+  avx2::panel_rows(x, ldx, p, K, bias, y, ldy, m, nc, next);
+}
+
 // Panel `jb` of w (layout as for gemm()) into dst [K, kPanelCols], zero-padded.
 void pack_panel(const float* w, int64_t ldw, bool w_kn, int64_t K, int64_t n, int64_t jb, float* dst) {
   const int64_t c0 = jb * kPanelCols, nc = std::min(kPanelCols, n - c0);
   if (!w_kn && kAvx512) return pack_panel_nk(w, ldw, K, c0, nc, dst);
+  if (!w_kn && kAvx2) return avx2::pack_panel_nk(w, ldw, K, c0, nc, dst);
   for (int64_t k = 0; k < K; ++k) {
     float* d = dst + k * kPanelCols;
     if (w_kn) {
@@ -185,17 +204,17 @@ int64_t grain(int64_t m, int64_t K) { return std::max<int64_t>(1, (int64_t(1) <<
 }  // namespace
 
 namespace detail {
-// gemm() on AVX-512 CPUs (false elsewhere): each task packs its panels into a buffer.
+// gemm() on CPUs with a packed path (false elsewhere): each task packs its panels into a buffer.
 bool gemm_panels(const float* x, int64_t ldx, const float* w, int64_t ldw, bool w_kn, const float* bias, float* y,
                  int64_t ldy, int64_t m, int64_t K, int64_t n) {
-  if (!kAvx512) return false;
+  if (!kPanels) return false;
   at::parallel_for(0, panels(n), grain(m, K), [&](int64_t p0, int64_t p1) {
     std::unique_ptr<float, decltype(&std::free)> buf(aligned_floats(static_cast<size_t>(K * kPanelCols)), &std::free);
     for (int64_t jb = p0; jb < p1; ++jb) {
       const int64_t c0 = jb * kPanelCols;
       pack_panel(w, ldw, w_kn, K, n, jb, buf.get());
-      panel_rows(x, ldx, buf.get(), K, bias ? bias + c0 : nullptr, y + c0, ldy, m, std::min(kPanelCols, n - c0),
-                 nullptr);
+      rows_of_panel(x, ldx, buf.get(), K, bias ? bias + c0 : nullptr, y + c0, ldy, m, std::min(kPanelCols, n - c0),
+                    nullptr);
     }
   });
   return true;
@@ -212,7 +231,7 @@ bool simd_kernels() {
 
 size_t PackedWeight::bytes() const { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
 
-bool packed_available() { return kAvx512; }
+bool packed_available() { return kPanels; }
 
 void packed_columns(const PackedWeight& w, const int64_t* cols, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) {
@@ -241,7 +260,7 @@ void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float
   if (m <= 0 || w.n <= 0) return;
   const int64_t K = w.k, n = w.n;
   const float* d = w.data.get();
-  if (!kAvx512) {  // packed on another CPU's behalf: unpack each panel's columns through gemm()
+  if (!kPanels) {  // packed on another CPU's behalf: unpack each panel's columns through gemm()
     for (int64_t jb = 0; jb < panels(n); ++jb) {
       const int64_t c0 = jb * kPanelCols;
       gemm(x, ldx, d + jb * K * kPanelCols, kPanelCols, true, bias ? bias + c0 : nullptr, y + c0, ldy, m, K,
@@ -252,8 +271,8 @@ void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float
   at::parallel_for(0, panels(n), grain(m, K), [&](int64_t p0, int64_t p1) {
     for (int64_t jb = p0; jb < p1; ++jb) {
       const int64_t c0 = jb * kPanelCols;
-      panel_rows(x, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + c0, ldy, m,
-                 std::min(kPanelCols, n - c0), jb + 1 < p1 ? d + (jb + 1) * K * kPanelCols : nullptr);
+      rows_of_panel(x, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + c0, ldy, m,
+                    std::min(kPanelCols, n - c0), jb + 1 < p1 ? d + (jb + 1) * K * kPanelCols : nullptr);
     }
   });
 }

@@ -261,10 +261,10 @@ CATCH_TEST_CASE("apply_rope's one-pass float32 path gives the tensor expression'
 }
 
 CATCH_TEST_CASE("a weight packs to the same panels from either layout", "[bi]") {
-  if (!bi::packed_available()) return;  // packing exists on AVX-512 CPUs only
+  if (!bi::packed_available()) return;  // packing exists on AVX-512 and AVX2 CPUs only
   torch::manual_seed(5);
-  // Whole 16 x 16 blocks, a k tail, part-filled and empty 16-column groups of the last
-  // panel, and a row stride wider than k.
+  // Whole 16 x 16 (AVX-512) and 8 x 8 (AVX2) blocks, a k tail, part-filled and empty
+  // column groups of the last panel, and a row stride wider than k.
   for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{64, 96}, {37, 101}, {512, 1376}, {16, 17}, {5, 3}}) {
     CATCH_INFO(k << " x " << n);
     auto nk = torch::randn({n, k + 3}).narrow(1, 0, k);  // [n, k] rows (the HF layout)
@@ -277,7 +277,7 @@ CATCH_TEST_CASE("a weight packs to the same panels from either layout", "[bi]") 
 }
 
 CATCH_TEST_CASE("packed_columns reads a packed weight's columns back exactly", "[bi]") {
-  if (!bi::packed_available()) return;  // packing exists on AVX-512 CPUs only
+  if (!bi::packed_available()) return;  // packing exists on AVX-512 and AVX2 CPUs only
   torch::manual_seed(6);
   auto w = torch::randn({37, 101});  // [k, n]
   auto p = bi::pack_weight(w.data_ptr<float>(), w.stride(0), true, 37, 101);
