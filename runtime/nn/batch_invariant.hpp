@@ -43,8 +43,13 @@ bool simd_kernels();
 // Whether gemm_packed has a fast path on this CPU (AVX-512, or AVX2 + FMA); pack_weight is only
 // worth its memory where it does.
 bool packed_available();
-// w as for gemm() (w_kn: [k, n] with row stride ldw; else [n, k]).
-PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n);
+// Bytes of the panels of a [k, n] weight.
+size_t packed_bytes(int64_t k, int64_t n);
+// w as for gemm() (w_kn: [k, n] with row stride ldw; else [n, k]). The panels go into
+// `into` where given (64-byte aligned, at least packed_bytes(k, n); it becomes the
+// result's data), else into memory of their own.
+PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n,
+                         std::shared_ptr<float> into = nullptr);
 // y[i, j] = (sum over k ascending of x[i, k] * w(k, j)) (+ bias[j]): gemm() on a packed weight.
 void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float* bias, float* y, int64_t ldy,
                  int64_t m);

@@ -295,13 +295,13 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
   return linear_any(x, w, b, packed);
 }
 
-PackedWeight pack(const torch::Tensor& w) {
+PackedWeight pack(const torch::Tensor& w, std::shared_ptr<float> into) {
   if (!packed_available() || w.dim() != 2 || !w.device().is_cpu() || w.scalar_type() != torch::kFloat32) return {};
   torch::NoGradGuard no_grad;
   const int64_t N = w.size(0), K = w.size(1);
-  if (N > 1 && w.stride(0) == 1) return pack_weight(w.data_ptr<float>(), w.stride(1), true, K, N);
+  if (N > 1 && w.stride(0) == 1) return pack_weight(w.data_ptr<float>(), w.stride(1), true, K, N, std::move(into));
   auto wc = w.stride(1) == 1 ? w : w.contiguous();
-  return pack_weight(wc.data_ptr<float>(), wc.stride(0), false, K, N);
+  return pack_weight(wc.data_ptr<float>(), wc.stride(0), false, K, N, std::move(into));
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {

@@ -22,8 +22,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 // The same with w also packed (pack_weight of w's current values): the packed copy
 // serves forward-only calls (no gradient wanted), w the rest. Same bits.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const PackedWeight& packed);
-// pack_weight of w [out, in] in any layout (empty where packed_available() is false).
-PackedWeight pack(const torch::Tensor& w);
+// pack_weight of w [out, in] in any layout (empty where packed_available() is false),
+// into `into` where given (as pack_weight takes it).
+PackedWeight pack(const torch::Tensor& w, std::shared_ptr<float> into = nullptr);
 // w * x / sqrt(mean(x^2, -1) + eps)
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 // silu(g) * u; g and u may be column slices of one matrix.

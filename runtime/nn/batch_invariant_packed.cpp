@@ -229,7 +229,9 @@ bool simd_kernels() {
   return on;
 }
 
-size_t PackedWeight::bytes() const { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
+size_t packed_bytes(int64_t k, int64_t n) { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
+
+size_t PackedWeight::bytes() const { return packed_bytes(k, n); }
 
 bool packed_available() { return kPanels; }
 
@@ -243,11 +245,13 @@ void packed_columns(const PackedWeight& w, const int64_t* cols, int64_t count, f
   }
 }
 
-PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n) {
+PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int64_t n, std::shared_ptr<float> into) {
   PackedWeight p;
   p.k = k;
   p.n = n;
-  p.data = std::shared_ptr<float>(aligned_floats(p.bytes() / sizeof(float)), &std::free);
+  if (into && reinterpret_cast<uintptr_t>(into.get()) % 64 != 0)
+    throw std::invalid_argument("pack_weight: the memory given is not 64-byte aligned");
+  p.data = into ? std::move(into) : std::shared_ptr<float>(aligned_floats(p.bytes() / sizeof(float)), &std::free);
   float* d = p.data.get();
   at::parallel_for(0, panels(n), 1, [&](int64_t p0, int64_t p1) {
     for (int64_t jb = p0; jb < p1; ++jb) pack_panel(w, ldw, w_kn, k, n, jb, d + jb * k * kPanelCols);

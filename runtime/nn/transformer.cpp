@@ -2,6 +2,7 @@
 
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/paged_attention.hpp"
+#include "nn/panel_memory.hpp"
 #include "nn/recompute.hpp"
 
 #include <cmath>
@@ -273,14 +274,17 @@ void Transformer::weights_changed(std::vector<bi::PackedWeight> ready) {
   }
   if (hooks_) return;  // sharded: nothing derived is kept
   if (config_.tie_word_embeddings && !lm_head_.is_same(embed_)) copy_weight(lm_head_, embed_);
-  // The inference layout's matrices, packed once here instead of per GEMM call.
+  // The inference layout's matrices, packed once here instead of per GEMM call (into
+  // memory the panels they replace leave for the next update).
   const bool pack = packs_panels();
+  std::unique_ptr<PanelMemory> memory;
+  if (pack && ready.empty()) memory = std::make_unique<PanelMemory>(panel_sources());
   size_t next = 0;  // in panel_sources() order
   auto packed = [&](const torch::Tensor& w) {
     if (!pack || !w.defined()) return bi::PackedWeight{};
     const size_t k = next++;
     const bool fits = k < ready.size() && ready[k].defined() && ready[k].n == w.size(0) && ready[k].k == w.size(1);
-    return fits ? std::move(ready[k]) : bi::pack(w);
+    return fits ? std::move(ready[k]) : memory ? memory->pack(k, w) : bi::pack(w);
   };
   for (auto& l : layers_) {
     l.qkv_p = packed(l.qkv_w.defined() ? l.qkv_w.t() : torch::Tensor());
@@ -295,7 +299,11 @@ const bi::PackedWeight& PackedCache::get(const torch::Tensor& w) {
   if (!bi::packed_available() || !bi::simd_kernels()) return packed_;  // empty
   const int64_t v = w._version();
   if (!packed_.defined() || data_ != w.data_ptr() || version_ != v) {
-    packed_ = bi::pack(w);
+    // Repacked into the old panels' memory where nothing else holds them (a training
+    // step repacks every matrix: fresh pages would each cost a fault and a zeroing).
+    const bool reuse = packed_.defined() && packed_.data.use_count() == 1 && packed_.n == w.size(0) &&
+                       packed_.k == w.size(1);
+    packed_ = bi::pack(w, reuse ? std::move(packed_.data) : nullptr);
     data_ = w.data_ptr();
     version_ = v;
   }

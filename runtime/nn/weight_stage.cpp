@@ -183,11 +183,12 @@ void WeightStage::set_panel_sources(std::vector<torch::Tensor> live) {
       }
     }
   }
+  panel_memory_ = std::make_unique<PanelMemory>(panel_sources_);
 }
 
 void WeightStage::pack_source(size_t s) {
   torch::NoGradGuard ng;
-  panels_[s] = bi::pack(panel_sources_[s]);
+  panels_[s] = panel_memory_->pack(s, panel_sources_[s]);
 }
 
 torch::Tensor WeightStage::target(size_t index) const {

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "nn/batch_invariant.hpp"
+#include "nn/panel_memory.hpp"
 
 namespace rl::nn {
 
@@ -79,6 +80,7 @@ class WeightStage {
   void pack_source(size_t s);
   std::vector<torch::Tensor> panel_sources_;   // views on the spare memory
   std::vector<bi::PackedWeight> panels_;       // per source, once packed
+  std::unique_ptr<PanelMemory> panel_memory_;  // where they are packed
   std::vector<size_t> parts_left_;             // per source, tensors still to put that write into it
   std::vector<std::vector<size_t>> feeds_;     // per tensor, the sources it writes into
   std::vector<const c10::StorageImpl*> planned_;  // per parameter, its live storage

@@ -18,7 +18,8 @@ namespace {
 
 // Mappings whose arena was released, kept (warm: their pages are in place, nothing to
 // fault or zero) for the next arena of the same size: a weight update asks for the same
-// sizes every time. At most two, and at most a quarter of the machine's memory.
+// sizes every time (the spare weights, the GEMM panels, the receive buffers). At most
+// four, and at most a quarter of the machine's memory.
 struct Pool {
   std::mutex mu;
   std::deque<std::pair<void*, int64_t>> kept;  // base, mapped bytes; newest last
@@ -93,7 +94,7 @@ HugePageArena::~HugePageArena() {
   if (mapped_ <= pool_limit()) {
     p.kept.emplace_back(base_, mapped_);
     p.bytes += mapped_;
-    while (p.kept.size() > 2 || p.bytes > pool_limit()) {
+    while (p.kept.size() > 4 || p.bytes > pool_limit()) {
       munmap(p.kept.front().first, static_cast<size_t>(p.kept.front().second));
       p.bytes -= p.kept.front().second;
       p.kept.pop_front();

@@ -5,7 +5,7 @@
 // and a zeroing on first touch: on the 2-vCPU build machine (THP "madvise", Debian's
 // default) writing 168 MB of fresh malloc'd memory took 0.08-0.11 s, ten times writing
 // it again; a broadcast of the 42M model's weights to two engines spent a fifth of its
-// CPU in the kernel's page zeroing. Kept: at most two mappings and a quarter of the
+// CPU in the kernel's page zeroing. Kept: at most four mappings and a quarter of the
 // machine's memory (drop_kept() gives them back).
 #pragma once
 

@@ -15,6 +15,8 @@
 #include "dist/dist.hpp"
 #include "model_fixtures.hpp"
 #include "nn/batch_invariant.hpp"
+#include "nn/batch_invariant_ops.hpp"
+#include "nn/panel_memory.hpp"
 #include "nn/transformer.hpp"
 #include "nn/weight_stage.hpp"
 #include "tensor/huge_pages.hpp"
@@ -353,4 +355,36 @@ CATCH_TEST_CASE("huge page arenas: storages keep them alive; a released one serv
   c.reset();
   CATCH_CHECK(rl::tensor::HugePageArena::drop_kept() == 2 * (6 << 20));  // both kept, each 3 huge pages
   CATCH_CHECK(rl::tensor::HugePageArena::drop_kept() == 0);
+}
+
+CATCH_TEST_CASE("huge page arenas: at most four released mappings are kept", "[model][stage]") {
+  rl::tensor::HugePageArena::drop_kept();
+  for (int i = 1; i <= 5; ++i) rl::tensor::HugePageArena::make(int64_t{i} << 21);  // released at once
+  CATCH_CHECK(rl::tensor::HugePageArena::drop_kept() == (int64_t{2 + 3 + 4 + 5} << 21));  // the oldest went
+}
+
+CATCH_TEST_CASE("panel memory: the panels bi::pack makes, in a mapping the next update's panels reuse",
+                "[model][stage]") {
+  if (!rl::nn::bi::packed_available()) return;  // no packed GEMM path on this CPU (or RLHOST_BI_SIMD=0)
+  torch::manual_seed(9);
+  rl::tensor::HugePageArena::drop_kept();
+  // [out, in] matrices as a model holds them: rows, a transposed view, a tiny one.
+  const std::vector<torch::Tensor> w{torch::randn({1000, 520}), torch::randn({300, 1376}).t(), torch::randn({5, 7})};
+  const void* first = nullptr;
+  {
+    rl::nn::PanelMemory memory(w);
+    for (size_t i = 0; i < w.size(); ++i) {
+      auto want = rl::nn::bi::pack(w[i]);
+      auto got = memory.pack(i, w[i]);
+      CATCH_REQUIRE(got.bytes() == want.bytes());
+      CATCH_CHECK(std::memcmp(got.data.get(), want.data.get(), got.bytes()) == 0);
+      if (i == 0) first = got.data.get();
+    }
+    CATCH_CHECK_THROWS(memory.pack(3, w[0]));
+  }  // the memory and its panels released: the mapping is kept
+  rl::nn::PanelMemory again(w);
+  auto p = again.pack(0, w[0] * 2);
+  CATCH_CHECK(p.data.get() == first);
+  CATCH_CHECK(torch::equal(torch::from_blob(p.data.get(), {520, 48}), (w[0] * 2).narrow(0, 0, 48).t()));
+  CATCH_CHECK(again.pack(1, torch::randn({2, 2})).bytes() == rl::nn::bi::pack(torch::randn({2, 2})).bytes());
 }
