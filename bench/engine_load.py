@@ -1,14 +1,16 @@
 """Load generator for the engine server benchmarks: CONC concurrent clients send
-N requests (greedy, ignore_eos, NEW new tokens, prompts of PROMPT_LEN token ids)
-and report requests/s and generated tokens/s.
+N requests (greedy unless --temperature, ignore_eos, NEW new tokens, prompts of
+PROMPT_LEN token ids) and report requests/s and generated tokens/s.
 
     python3 engine_load.py URL CONC N NEW [PROMPT_LEN=16] [--same-prompt] [--openai] [--vocab V]
+                           [--temperature T]
 
 Default: SGLang-style POST /generate ({"input_ids", "sampling_params"}), tokens
 counted from output_ids. --openai: POST /v1/completions with the ids as the
-prompt, max_tokens, temperature 0, ignore_eos (vLLM and the native engine both
+prompt, max_tokens, the temperature, ignore_eos (vLLM and the native engine both
 take it), tokens counted from usage.completion_tokens. --vocab: prompt ids stay
-below V (default 32000).
+below V (default 32000). --temperature: sample at T (a GRPO rollout's 1.0) instead of
+greedy decoding.
 """
 import asyncio
 import sys
@@ -17,9 +19,9 @@ import time
 import aiohttp
 
 
-def flag_value(name, default):
+def flag_value(name, default, kind=int):
     if name in sys.argv:
-        return int(sys.argv[sys.argv.index(name) + 1])
+        return kind(sys.argv[sys.argv.index(name) + 1])
     return default
 
 
@@ -29,6 +31,7 @@ async def main():
     same = "--same-prompt" in sys.argv
     openai = "--openai" in sys.argv
     span = flag_value("--vocab", 32000) - 3
+    temperature = flag_value("--temperature", 0.0, float)
     if span < 1:
         sys.exit("engine_load.py: --vocab must be at least 4")
     queue = asyncio.Queue()
@@ -49,10 +52,10 @@ async def main():
             ids = [1] + [3 + (salt * 7919 + j * 17) % span for j in range(plen - 1)]
             if openai:
                 path = "/v1/completions"
-                body = {"prompt": ids, "max_tokens": new, "temperature": 0, "ignore_eos": True}
+                body = {"prompt": ids, "max_tokens": new, "temperature": temperature, "ignore_eos": True}
             else:
                 path = "/generate"
-                body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": 0,
+                body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": temperature,
                                                               "ignore_eos": True}}
             try:
                 async with session.post(url + path, json=body) as r:
