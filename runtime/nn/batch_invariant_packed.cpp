@@ -32,13 +32,17 @@ namespace {
 constexpr int kVecs = kPanelCols / 16;  // zmm registers per tile row
 constexpr int kMaxRows = 8;
 
-// RLHOST_BI_SIMD=avx2 keeps an AVX-512 CPU on the AVX2 path (to test that path there).
-bool avx2_only() {
-  const char* e = std::getenv("RLHOST_BI_SIMD");
-  return e && std::string(e) == "avx2";
+// RLHOST_BI_SIMD, read once: "0" sets the SIMD paths aside (simd_kernels()); "avx2"
+// keeps an AVX-512 CPU on the AVX2 GEMM (to test that path there).
+const std::string& simd_setting() {
+  static const std::string s = [] {
+    const char* e = std::getenv("RLHOST_BI_SIMD");
+    return std::string(e ? e : "");
+  }();
+  return s;
 }
 
-const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels() && !avx2_only();
+const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels() && simd_setting() != "avx2";
 const bool kAvx2 = !kAvx512 && avx2::supported() && simd_kernels();
 const bool kPanels = kAvx512 || kAvx2;  // a packed path for this CPU
 
@@ -221,13 +225,7 @@ bool gemm_panels(const float* x, int64_t ldx, const float* w, int64_t ldw, bool 
 }
 }  // namespace detail
 
-bool simd_kernels() {
-  static const bool on = [] {
-    const char* e = std::getenv("RLHOST_BI_SIMD");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
-  return on;
-}
+bool simd_kernels() { return simd_setting() != "0"; }
 
 size_t packed_bytes(int64_t k, int64_t n) { return static_cast<size_t>(panels(n) * k * kPanelCols) * sizeof(float); }
 

@@ -103,7 +103,7 @@ torch::Tensor Transformer::add_lora(const LoraRun* run, torch::Tensor y, const t
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
-  // Where the exact float32 CPU path reads packed panels (AVX-512), the panels are all
+  // Where the exact float32 CPU path reads packed panels (AVX-512, AVX2), the panels are all
   // an engine's matmuls read: its matrices keep the HF [out, in] rows, and a weight
   // update lands in them as sent (a c10d receive goes straight in, no transpose).
   rows_layout_ = opts_.inference_layout && bi::packed_available() && bi::active(torch::empty({0}, options));

@@ -29,7 +29,7 @@ struct ModelOptions {
   torch::Device device = torch::kCPU;
   // Inference (the engine): q/k/v and gate/up each share one matrix so they run as
   // one matmul (one GEMM launch instead of three on CUDA). Where the exact float32 CPU
-  // path has packed panels (AVX-512), matrices are packed once per weight update, the
+  // path has packed panels (AVX-512, AVX2), matrices are packed once per weight update, the
   // panels are what the matmuls read, and the matrices keep the HF [out, in] layout
   // (fused ones as blocks of rows), so an update is written or received into them as
   // sent. Elsewhere projection weights are stored
@@ -202,7 +202,7 @@ class Transformer {
     // per-projection weights above are views into them), so each runs as one matmul.
     torch::Tensor qkv_w, qkv_b, gate_up_w, gate_up_b;
     // The same matrices packed for the float32 CPU GEMM (inference layout on
-    // AVX-512 CPUs; refreshed by weights_changed()).
+    // AVX-512 and AVX2 CPUs; refreshed by weights_changed()).
     bi::PackedWeight qkv_p, o_p, gate_up_p, down_p;
     // The training layout's panels, packed on use (PackedCache).
     mutable PackedCache q_c, k_c, v_c, o_c, gate_c, up_c, down_c;
