@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "nn/batch_invariant_avx2.hpp"
+#include "nn/claim_for.hpp"
 
 namespace rl::nn::bi {
 namespace {
@@ -270,12 +271,11 @@ void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float
     }
     return;
   }
-  at::parallel_for(0, panels(n), grain(m, K), [&](int64_t p0, int64_t p1) {
-    for (int64_t jb = p0; jb < p1; ++jb) {
-      const int64_t c0 = jb * kPanelCols;
-      rows_of_panel(x, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + c0, ldy, m,
-                    std::min(kPanelCols, n - c0), jb + 1 < p1 ? d + (jb + 1) * K * kPanelCols : nullptr);
-    }
+  const int64_t np = panels(n);
+  claim_for(np, (np + grain(m, K) - 1) / grain(m, K), [&](int64_t jb, int64_t next) {
+    const int64_t c0 = jb * kPanelCols;
+    rows_of_panel(x, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + c0, ldy, m,
+                  std::min(kPanelCols, n - c0), next < np ? d + next * K * kPanelCols : nullptr);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "nn/paged_attention.hpp"
 
 #include "nn/batch_invariant.hpp"
+#include "nn/claim_for.hpp"
 
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -291,16 +292,19 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
                                   std::to_string(slots.size(0)) + ", " + std::to_string(slots.size(1)) + "]");
     max_ctx = std::max(max_ctx, c);
   }
-  at::parallel_for(0, Q, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(static_cast<size_t>(H * max_ctx));
-    const bool fast = kAvx2 && D % 8 == 0;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t* row = sp + seq_of_query[static_cast<size_t>(i)] * sh.stride;
-      const int64_t n = context_of_query[static_cast<size_t>(i)];
-      float* li = lp ? lp + i * H : nullptr;
-      if (fast) attend_one_simd(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, kAvx512, li);
-      else attend_one(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, li);
-    }
+  // Queries differ in context length: a thread done with its share takes the others' next ones.
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(at::get_num_threads()));
+  const bool fast = kAvx2 && D % 8 == 0;
+  claim_for(Q, Q, [&](int64_t i, int64_t) {
+    const auto tid = static_cast<size_t>(at::get_thread_num());
+    std::vector<float> own;  // a thread numbered past the pool's size (never expected) gets its own
+    std::vector<float>& w = tid < scratch.size() ? scratch[tid] : own;
+    w.resize(static_cast<size_t>(H * max_ctx));
+    const int64_t* row = sp + seq_of_query[static_cast<size_t>(i)] * sh.stride;
+    const int64_t n = context_of_query[static_cast<size_t>(i)];
+    float* li = lp ? lp + i * H : nullptr;
+    if (fast) attend_one_simd(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, kAvx512, li);
+    else attend_one(qp + i * H * D, kp, vp, row, n, sh, w.data(), op + i * H * D, li);
   });
   return out;
 }
