@@ -1,7 +1,8 @@
 // The AVX2 + FMA path of the packed batch-invariant GEMM (batch_invariant_avx2.cpp),
 // for CPUs without AVX-512: the same [k, kPanelCols] panels as the AVX-512 path,
-// each read as two strips of 24 columns under register tiles of up to 4 rows
-// (12 accumulators, 3 panel vectors and the broadcast: the 16 ymm registers).
+// each read as two strips of 24 columns under register tiles of up to 4 rows, or, with
+// 10 rows or more and K >= 192, as three strips of 16 under tiles of up to 6 rows (12
+// accumulators, the panel's vectors and the broadcast: the 16 ymm registers).
 // Internal to nn/batch_invariant_packed.cpp, which picks the path per CPU.
 #pragma once
 #include <cstdint>

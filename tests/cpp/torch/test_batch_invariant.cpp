@@ -75,8 +75,9 @@ CATCH_TEST_CASE("bi::linear, per-call and on packed weights, computes each eleme
   torch::NoGradGuard ng;
   torch::manual_seed(11);
   // Rows around the 8-row tiles (decode batches up to 64 and a ragged rest), columns
-  // around the 48-column panels; with and without bias.
-  for (int64_t K : {1, 19, 130}) {
+  // around the 48-column panels; with and without bias. K 200 with 10 rows or more takes
+  // the AVX2 path's 6 x 16 tiles (every remainder of 6 rows), the others its 4 x 24.
+  for (int64_t K : {1, 19, 130, 200}) {
     for (int64_t N : {1, 47, 48, 49, 200}) {
       auto w = torch::randn({N, K});
       auto w_kn = w.t().contiguous().t();
@@ -90,7 +91,7 @@ CATCH_TEST_CASE("bi::linear, per-call and on packed weights, computes each eleme
         CATCH_INFO("K " << K << " N " << N << " bias " << bias);
         CATCH_CHECK(torch::equal(bi::linear(x, w, bb), want));
         CATCH_CHECK(torch::equal(bi::linear(x, w_kn, bb, packed), want));
-        for (int64_t m : {1, 3, 8, 9, 16, 31, 64}) {
+        for (int64_t m : {1, 3, 8, 9, 10, 11, 12, 16, 31, 64}) {
           CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, 67 - m, m), w_kn, bb, packed), want.narrow(0, 67 - m, m)));
           CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, 0, m), w_kn, bb), want.narrow(0, 0, m)));
         }
