@@ -271,8 +271,8 @@ void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float
     }
     return;
   }
-  const int64_t np = panels(n);
-  claim_for(np, (np + grain(m, K) - 1) / grain(m, K), [&](int64_t jb, int64_t next) {
+  const int64_t np = panels(n), g = grain(m, K);
+  claim_for(np, (np + g - 1) / g, [&](int64_t jb, int64_t next, int64_t) {
     const int64_t c0 = jb * kPanelCols;
     rows_of_panel(x, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + c0, ldy, m,
                   std::min(kPanelCols, n - c0), next < np ? d + next * K * kPanelCols : nullptr);

@@ -16,8 +16,10 @@
 
 namespace rl::nn {
 
-// fn(i, next) for every i in [0, n), on at most `tasks` threads; `next` is the item the
-// same thread takes after i (n: none), claimed before i runs so it can be prefetched.
+// fn(i, next, task) for every i in [0, n), on at most `tasks` threads; `next` is the item
+// the same thread takes after i (n: none), claimed before i runs so it can be prefetched;
+// `task` (< at::get_num_threads()) is the same for every item one thread runs, so it can
+// index per-thread scratch.
 template <class Fn>
 void claim_for(int64_t n, int64_t tasks, Fn&& fn) {
   if (n <= 0) return;
@@ -44,7 +46,7 @@ void claim_for(int64_t n, int64_t tasks, Fn&& fn) {
       };
       for (int64_t i = claim(); i < n;) {
         const int64_t next = claim();
-        fn(i, next);
+        fn(i, next, t);
         i = next;
       }
     }

@@ -295,10 +295,8 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
   // Queries differ in context length: a thread done with its share takes the others' next ones.
   std::vector<std::vector<float>> scratch(static_cast<size_t>(at::get_num_threads()));
   const bool fast = kAvx2 && D % 8 == 0;
-  claim_for(Q, Q, [&](int64_t i, int64_t) {
-    const auto tid = static_cast<size_t>(at::get_thread_num());
-    std::vector<float> own;  // a thread numbered past the pool's size (never expected) gets its own
-    std::vector<float>& w = tid < scratch.size() ? scratch[tid] : own;
+  claim_for(Q, Q, [&](int64_t i, int64_t, int64_t task) {
+    std::vector<float>& w = scratch[static_cast<size_t>(task)];
     w.resize(static_cast<size_t>(H * max_ctx));
     const int64_t* row = sp + seq_of_query[static_cast<size_t>(i)] * sh.stride;
     const int64_t n = context_of_query[static_cast<size_t>(i)];

@@ -1,4 +1,4 @@
-// nn::claim_for: every item once, `next` is the item the same thread takes after, and a
+// nn::claim_for: every item once, `next` is the item the same task takes after, and a
 // thread that stalls on its share has the rest of it taken by another thread.
 #include <torch/torch.h>
 
@@ -32,11 +32,15 @@ CATCH_TEST_CASE("claim_for runs every item once and says which one the thread ta
       for (int64_t tasks : {1, 2, 8}) {
         CATCH_INFO("threads " << threads << " n " << n << " tasks " << tasks);
         std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        // Per task (each is one thread's), indexed as a caller's scratch is: task < threads.
         std::vector<std::vector<std::pair<int64_t, int64_t>>> taken(static_cast<size_t>(at::get_num_threads()));
-        rl::nn::claim_for(n, tasks, [&](int64_t i, int64_t next) {
+        std::atomic<int64_t> task_outside{-1};
+        rl::nn::claim_for(n, tasks, [&](int64_t i, int64_t next, int64_t task) {
           seen[static_cast<size_t>(i)].fetch_add(1);
-          taken[static_cast<size_t>(at::get_thread_num())].emplace_back(i, next);
+          if (task < 0 || task >= static_cast<int64_t>(taken.size())) task_outside.store(task);
+          else taken[static_cast<size_t>(task)].emplace_back(i, next);
         });
+        CATCH_CHECK(task_outside.load() == -1);
         for (int64_t i = 0; i < n; ++i) CATCH_CHECK(seen[static_cast<size_t>(i)].load() == 1);
         for (const auto& log : taken) {
           for (size_t j = 0; j + 1 < log.size(); ++j) CATCH_CHECK(log[j].second == log[j + 1].first);
@@ -45,7 +49,7 @@ CATCH_TEST_CASE("claim_for runs every item once and says which one the thread ta
       }
     }
   }
-  rl::nn::claim_for(0, 2, [](int64_t, int64_t) { CATCH_FAIL("an empty range runs nothing"); });
+  rl::nn::claim_for(0, 2, [](int64_t, int64_t, int64_t) { CATCH_FAIL("an empty range runs nothing"); });
 }
 
 CATCH_TEST_CASE("claim_for: another thread takes over the share of a thread that stalls", "[threads]") {
@@ -55,8 +59,8 @@ CATCH_TEST_CASE("claim_for: another thread takes over the share of a thread that
   std::vector<std::atomic<int>> by(n);
   for (auto& b : by) b.store(-1);
   std::atomic<bool> taken_over{false};
-  rl::nn::claim_for(n, 2, [&](int64_t i, int64_t) {
-    const int me = at::get_thread_num();
+  rl::nn::claim_for(n, 2, [&](int64_t i, int64_t, int64_t task) {
+    const int me = static_cast<int>(task);
     by[static_cast<size_t>(i)].store(me);
     if (i == 0) {
       // Stall (at most 20 s) until the other thread has run an item of this share.
