@@ -15,7 +15,8 @@
 //   handle:weight_meta(adapter?) -> {names, dtypes, shapes} json (what /update_weights_from_distributed
 //                                          takes; adapter: also r, lora_alpha, target_modules)
 //   handle:group_connect(group) -> op      the trainer joins a weight-sync group (rank 0)
-//   handle:send_weights(group, bucket_bytes?, adapter?) -> op   broadcasts every parameter over it (bucketed)
+//   handle:send_weights(group, bucket_bytes?, adapter?) -> op   broadcasts every parameter over it (bucketed);
+//                                                           → {seconds, copied_bytes (packed before sending)}
 //   handle:replica_digest() -> op {digest}   the policy's weights digest ("" unless exact; sharded: "")
 //   handle:shm_write(layout_json, buffer, adapter?) -> op  every parameter into an engine's shared-memory buffer
 //   handle:shm_forget(id)                  unmaps that engine's file
@@ -46,6 +47,7 @@
 #include "bindings/torch_module.hpp"
 #include "bindings/trampoline.hpp"
 #include "engine/engine_weights.hpp"
+#include "model/weight_buckets.hpp"
 #include "nn/shared_weights.hpp"
 #include "nn/weights.hpp"
 #include "trainer/checkpoint.hpp"
@@ -251,12 +253,16 @@ int l_sync_lora(lua_State* L) {
   });
 }
 
-// The order a whole (unsharded) model is broadcast in: dist::weight_send_order. The
+// The order a whole (unsharded) model is broadcast in: model::weight_send_order. The
 // meta the engines get and the broadcasts follow it alike.
 std::vector<size_t> send_order(const nn::NamedTensors& params) {
+  std::vector<std::string> names;
   std::vector<int64_t> bytes;
-  for (const auto& [name, t] : params) bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
-  return dist::weight_send_order(bytes);
+  for (const auto& [name, t] : params) {
+    names.push_back(name);
+    bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
+  }
+  return model::weight_send_order(names, bytes);
 }
 
 int l_weight_meta(lua_State* L) {
@@ -317,22 +323,24 @@ int l_send_weights(lua_State* L) {
     auto a = adapter_of(L, box, 4);
     return start_job(L, box, [a, g, bucket] {
       const auto t0 = std::chrono::steady_clock::now();
-      dist::send_weights(*g, a->named_parameters(), bucket);
+      const int64_t copied = dist::send_weights(*g, a->named_parameters(), bucket).copied_bytes;
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return json{{"success", true}, {"seconds", dt}};
+      return json{{"success", true}, {"seconds", dt}, {"copied_bytes", copied}};
     });
   }
   return start_job(L, box, [t, g, bucket] {
     const auto t0 = std::chrono::steady_clock::now();
-    if (t->sharded()) trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { dist::send_weights(*g, unit); });
-    else {
+    int64_t copied = 0;
+    if (t->sharded()) {
+      trainer::driven_pass(*t, [&](const nn::NamedTensors& unit) { copied += dist::send_weights(*g, unit).copied_bytes; });
+    } else {
       const auto& params = t->policy().named_parameters();
       nn::NamedTensors sent;
       for (size_t i : send_order(params)) sent.push_back(params[i]);
-      dist::send_weights(*g, sent, bucket);
+      copied = dist::send_weights(*g, sent, bucket).copied_bytes;
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return json{{"success", true}, {"seconds", dt}};
+    return json{{"success", true}, {"seconds", dt}, {"copied_bytes", copied}};
   });
 }
 

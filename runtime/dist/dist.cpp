@@ -568,13 +568,6 @@ std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::str
   return out;
 }
 
-std::vector<size_t> weight_send_order(const std::vector<int64_t>& bytes) {
-  std::vector<size_t> order(bytes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
-  return order;
-}
-
 namespace {
 
 // Broadcasts issued and not yet waited for, oldest first, with their bytes.
@@ -646,10 +639,46 @@ int64_t make_room(InFlight& q, int64_t limit, Ring& ring, bool in_ring, int64_t 
   return place;
 }
 
+// params[b, e) as one flat tensor over their common storage when each is contiguous
+// and starts where the one before it ends (same dtype, same device), else undefined.
+at::Tensor end_to_end(const std::vector<std::pair<std::string, at::Tensor>>& params, size_t b, size_t e) {
+  const at::Tensor& first = params[b].second;
+  int64_t numel = 0;
+  for (size_t k = b; k < e; ++k) {
+    const at::Tensor& t = params[k].second;
+    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() || t.device() != first.device() ||
+        !t.storage().is_alias_of(first.storage()) || t.storage_offset() != first.storage_offset() + numel)
+      return {};
+    numel += t.numel();
+  }
+  return torch::empty({0}, first.options().requires_grad(false)).set_(first.storage(), first.storage_offset(), {numel}, {1});
+}
+
+// The memory into(k) names for tensors [b, e) as one flat tensor, when each is a
+// contiguous CPU tensor of its sent dtype and number of values and starts where the
+// one before it ends; else undefined. Valid while those tensors' memory is.
+at::Tensor into_range(const std::function<at::Tensor(size_t)>& into, const std::vector<torch::ScalarType>& types,
+                      const std::vector<int64_t>& numels, size_t b, size_t e) {
+  at::Tensor first;
+  const char* next = nullptr;
+  int64_t numel = 0;
+  for (size_t k = b; k < e; ++k) {
+    at::Tensor t = into(k);
+    if (!t.defined() || !t.is_contiguous() || t.scalar_type() != types[k] || t.numel() != numels[k] ||
+        !t.device().is_cpu() || (next && static_cast<const char*>(t.const_data_ptr()) != next))
+      return {};
+    if (k == b) first = t;
+    next = static_cast<const char*>(t.const_data_ptr()) + t.nbytes();
+    numel += numels[k];
+  }
+  if (e - b == 1) return first.view({numel});
+  return torch::from_blob(first.data_ptr(), {numel}, torch::TensorOptions().dtype(types[b]));
+}
+
 }  // namespace
 
-void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
-                  int64_t bucket_bytes) {
+SentWeights send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                         int64_t bucket_bytes) {
   torch::NoGradGuard ng;
   std::vector<std::string> names, dtypes;
   std::vector<int64_t> bytes;
@@ -658,11 +687,14 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
     dtypes.emplace_back(c10::toString(t.scalar_type()));
     bytes.push_back(t.numel() * static_cast<int64_t>(t.element_size()));
   }
-  // A tensor sent alone goes as it is; a bucket of several is packed into the ring.
+  // A tensor sent alone goes as it is, so does a bucket of tensors end to end in one
+  // storage; any other bucket of several is packed into the ring.
   const auto buckets = weight_buckets(dtypes, bytes, bucket_bytes);
+  std::vector<at::Tensor> views(buckets.size());
   int64_t scratch = 0, largest = 0;
-  for (const auto& [b, e] : buckets) {
-    if (e - b == 1) continue;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto [b, e] = buckets[i];
+    if (e - b == 1 || (views[i] = end_to_end(params, b, e)).defined()) continue;
     int64_t n = 0;
     for (size_t k = b; k < e; ++k) n += bytes[k];
     scratch += (n + 63) / 64 * 64;
@@ -671,18 +703,22 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
   const bool cpu = params.empty() || params.front().second.device().is_cpu();
   Ring ring(cpu ? std::min(scratch, std::max(kWeightBytesInFlight, largest)) : 0);
   InFlight q;
-  for (const auto& [b, e] : buckets) {
+  SentWeights sent;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto [b, e] = buckets[i];
     const at::Tensor& first = params[b].second;
     int64_t n = 0, numel = 0;
     for (size_t k = b; k < e; ++k) {
       n += bytes[k];
       numel += params[k].second.numel();
     }
-    const bool in_ring = e - b > 1 && ring.usable();
+    const bool in_ring = e - b > 1 && !views[i].defined() && ring.usable();
     const int64_t place = make_room(q, kWeightBytesInFlight, ring, in_ring, n, [](InFlight::Op) {});
     at::Tensor one;
     if (e - b == 1) {
       one = first.detach().contiguous();
+    } else if (views[i].defined()) {
+      one = views[i];
     } else {
       one = in_ring ? ring.buffer(place, numel, first.scalar_type())
                     : torch::empty({numel}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
@@ -692,11 +728,18 @@ void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::
         one.narrow(0, off, src.numel()).view(src.sizes()).copy_(src);
         off += src.numel();
       }
+      sent.copied_bytes += n;
     }
-    q.ops.push_back({g.broadcast_async(one, 0, bucket_name(names, b, e)), n, b, one, in_ring ? place : -1});
+    q.ops.push_back({g.broadcast_async(one, 0, bucket_name(names, b, e)), n, i, one, in_ring ? place : -1});
     q.bytes += n;
+    sent.bytes += n;
+    ++sent.broadcasts;
   }
   while (!q.ops.empty()) q.pop();
+  log::debug("dist: sent " + std::to_string(params.size()) + " tensors (" + std::to_string(sent.bytes) + " bytes) in " +
+             std::to_string(sent.broadcasts) + " broadcasts, " + std::to_string(sent.copied_bytes) +
+             " bytes of them packed first");
+  return sent;
 }
 
 int64_t WeightMeta::values() const {
@@ -749,10 +792,9 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
     const auto [b, e] = buckets[i];
     for (size_t k = b; k < e; ++k) totals[i] += numels[k];
     sizes[i] = totals[i] * static_cast<int64_t>(c10::elementSize(types[b]));
-    at::Tensor t = e - b == 1 && into ? into(b) : at::Tensor();
-    if (t.defined() && t.is_contiguous() && t.scalar_type() == types[b] && t.numel() == totals[i] &&
-        t.device().is_cpu()) {
-      dest[i] = t.view({totals[i]});
+    at::Tensor t = into ? into_range(into, types, numels, b, e) : at::Tensor();
+    if (t.defined()) {
+      dest[i] = t;
     } else {
       scratch += (sizes[i] + 63) / 64 * 64;
       largest = std::max(largest, (sizes[i] + 63) / 64 * 64);

@@ -163,28 +163,31 @@ struct WeightMeta {
 // per tensor (what SGLang's endpoint takes). Returns [begin, end) index ranges.
 std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::string>& dtypes,
                                                       const std::vector<int64_t>& bytes, int64_t bucket_bytes);
-// The order a whole model's tensors are sent in (indices into `bytes`): the largest
-// first, ties in their order. The embedding and the lm_head then go first, each alone
-// (no packing before the first byte leaves), the matrices after them, and the small
-// tail makes small last buckets. The receiver takes the order from the names it is sent.
-std::vector<size_t> weight_send_order(const std::vector<int64_t>& bytes);
 // Both sides keep up to this many bytes of broadcasts in flight (at least one bucket):
 // the next ones move while a receiver installs the last.
 constexpr int64_t kWeightBytesInFlight = int64_t{256} << 20;
 // The trainer's side (rank 0): broadcasts the tensors in order, bucketed; returns when
-// every broadcast is done. Buckets of several tensors are packed into one ring of
-// buffers in huge pages, kept for the next update (as the receivers' ring).
-void send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
-                  int64_t bucket_bytes = 0);
+// every broadcast is done. A bucket of several tensors that lie end to end in one
+// storage (a trainer's model: model::weight_send_order) goes as one view of it, with
+// no copy; other buckets of several are packed into one ring of buffers in huge pages,
+// kept for the next update (as the receivers' ring).
+struct SentWeights {
+  size_t broadcasts = 0;
+  int64_t bytes = 0;
+  int64_t copied_bytes = 0;  // of buckets packed into the ring (or a buffer)
+};
+SentWeights send_weights(ProcessGroup& g, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                         int64_t bucket_bytes = 0);
 // The engine's side: receives every tensor of `meta` in order (generation may go on
 // meanwhile), with the sender's bucket_bytes, and hands each to `take(index, tensor)` in
 // the sent dtype and shape as soon as its broadcast is done, while later ones are still
 // on their way. The tensor is valid during the call only. Throws rl::Error naming a
 // bad dtype or shape; an exception from `take` is rethrown once every broadcast has
 // been received (the sender is never left waiting). `into(index)`, where given, may
-// name memory for a tensor sent alone (its own bucket): it is received there when that
-// is a contiguous CPU tensor of the sent dtype and number of values (`take` then gets a
-// view of it), else into a buffer. With `into` given, those buffers are one ring (in
+// name memory for a tensor: a bucket is received there when each of its tensors'
+// is a contiguous CPU tensor of the sent dtype and number of values, and (a bucket of
+// several) each starts where the one before it ends (`take` then gets views of that
+// memory; it must stay valid during the call), else into a buffer. With `into` given, those buffers are one ring (in
 // huge pages, kept for the next update: tensor/huge_pages.hpp) reused as soon as `take`
 // returns; without, each is a tensor of its own. At most in_flight_bytes (or the
 // largest bucket) are in flight.

@@ -1,10 +1,51 @@
 #include "model/weight_buckets.hpp"
 
+#include <algorithm>
 #include <map>
+#include <stdexcept>
 
 #include "base/errors.hpp"
 
 namespace rl::model {
+
+std::string fusion_group(const std::string& name) {
+  static const std::string layers = "model.layers.";
+  if (name.rfind(layers, 0) != 0) return name;
+  const size_t dot = name.find('.', layers.size());
+  if (dot == std::string::npos) return name;
+  const std::string layer = name.substr(0, dot + 1), rest = name.substr(dot + 1);
+  for (const char* kind : {"weight", "bias"}) {
+    for (const char* part : {"q", "k", "v"})
+      if (rest == std::string("self_attn.") + part + "_proj." + kind) return layer + "self_attn.qkv." + kind;
+    for (const char* part : {"gate", "up"})
+      if (rest == std::string("mlp.") + part + "_proj." + kind) return layer + "mlp.gate_up." + kind;
+  }
+  return name;
+}
+
+std::vector<size_t> weight_send_order(const std::vector<std::string>& names, const std::vector<int64_t>& bytes) {
+  if (names.size() != bytes.size()) throw std::invalid_argument("weight_send_order: names and bytes differ in length");
+  // Groups in the order of their first member, each with its members and bytes.
+  std::vector<std::vector<size_t>> groups;
+  std::vector<int64_t> group_bytes;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto [it, fresh] = index.emplace(fusion_group(names[i]), groups.size());
+    if (fresh) {
+      groups.emplace_back();
+      group_bytes.push_back(0);
+    }
+    groups[it->second].push_back(i);
+    group_bytes[it->second] += bytes[i];
+  }
+  std::vector<size_t> by_size(groups.size());
+  for (size_t g = 0; g < by_size.size(); ++g) by_size[g] = g;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) { return group_bytes[a] > group_bytes[b]; });
+  std::vector<size_t> order;
+  order.reserve(names.size());
+  for (size_t g : by_size) order.insert(order.end(), groups[g].begin(), groups[g].end());
+  return order;
+}
 
 std::vector<Bucket> plan_buckets(const TensorSet& set, size_t bucket_bytes) {
   if (bucket_bytes == 0) throw Error("weight buckets: bucket_bytes must be > 0");

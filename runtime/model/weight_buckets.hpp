@@ -32,6 +32,21 @@ using Bucket = std::vector<BucketPiece>;
 std::string encode_safetensors(const std::vector<TensorToWrite>& tensors,
                                const std::map<std::string, std::string>& metadata = {}, std::string into = {});
 
+// The order a whole model's tensors (Hugging Face names, their bytes) are sent in by
+// any path that cuts them into buckets, as indices: the largest first, ties in their
+// order, where the parts an engine fuses into one matrix (a layer's q/k/v projections,
+// its gate/up, and their biases: fusion_group) count as one and stay together in their
+// order. The embedding and the lm_head then go first, each alone (no packing before
+// the first byte leaves), the matrices after them, and the small tail makes small last
+// buckets. A trainer's model keeps its parameters in one storage in this order and an
+// engine lays out its spare weights in the order they are sent, so a bucket of several
+// is one range of memory on both sides (nn::Transformer, nn::WeightStage).
+std::vector<size_t> weight_send_order(const std::vector<std::string>& names, const std::vector<int64_t>& bytes);
+// The fused matrix a parameter is part of ("model.layers.3.self_attn.qkv.weight" for
+// its q_proj, k_proj and v_proj weights; "model.layers.3.mlp.gate_up.bias"), else its
+// own name.
+std::string fusion_group(const std::string& name);
+
 // Throws rl::Error for bucket_bytes 0.
 std::vector<Bucket> plan_buckets(const TensorSet& set, size_t bucket_bytes);
 // One bucket as safetensors bytes (into `into`, as encode_safetensors).

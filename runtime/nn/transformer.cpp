@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "model/weight_buckets.hpp"
 #include "nn/weights.hpp"
 #include "nn/weights_digest.hpp"
 
@@ -100,6 +101,43 @@ torch::Tensor Transformer::add_lora(const LoraRun* run, torch::Tensor y, const t
   return y;
 }
 
+namespace {
+
+// The training layout's parameters: one storage, each tensor at a 64-byte boundary, laid
+// out in the order a whole-model weight sync sends them (model::weight_send_order), so
+// the tensors of one bucket lie end to end and go as one view of it, uncopied
+// (dist::send_weights). Each is a tensor of its own (its own version counter), not a
+// view of a flat tensor.
+std::vector<std::pair<std::string, torch::Tensor>> one_storage(const std::vector<model::ModelConfig::TensorSpec>& specs,
+                                                              const torch::TensorOptions& options) {
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
+  std::vector<std::string> names;
+  std::vector<int64_t> bytes;
+  for (const auto& spec : specs) {
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    names.push_back(spec.name);
+    bytes.push_back(n * elem);
+  }
+  std::vector<int64_t> offsets(specs.size());
+  int64_t total = 0;
+  for (size_t i : model::weight_send_order(names, bytes)) {
+    offsets[i] = total;
+    total += (bytes[i] + 63) / 64 * 64;
+  }
+  const at::Storage storage = torch::empty({total}, options.dtype(torch::kUInt8)).storage();
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::vector<int64_t> strides(specs[i].shape.size(), 1);
+    for (size_t d = strides.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(specs[i].shape[d], 1);
+    params.emplace_back(specs[i].name,
+                        torch::empty({0}, options).set_(storage, offsets[i] / elem, specs[i].shape, strides));
+  }
+  return params;
+}
+
+}  // namespace
+
 Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
     : config_(std::move(config)), opts_(opts), rope_(config_) {
   auto options = torch::TensorOptions().dtype(opts_.dtype).device(opts_.device);
@@ -111,15 +149,20 @@ Transformer::Transformer(model::ModelConfig config, ModelOptions opts)
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
-  for (const auto& spec : config_.expected_tensors()) {
-    // A tied embedding in the inference layout is the lm_head matrix itself, stored
-    // [hidden, vocab]: the embedding lookup gathers its columns (a few per step), and
-    // loads and syncs fill one matrix instead of a copy plus a transposed copy.
-    const bool tied_embed = spec.name == "model.embed_tokens.weight" && config_.tie_word_embeddings;
-    const bool proj = spec.shape.size() == 2 &&
-                      (ends_with(spec.name, "_proj.weight") || spec.name == "lm_head.weight" || tied_embed);
-    params_.emplace_back(spec.name, transposed && proj ? torch::empty({spec.shape[1], spec.shape[0]}, options).t()
-                                                       : torch::empty(spec.shape, options));
+  const auto specs = config_.expected_tensors();
+  if (opts_.inference_layout) {
+    for (const auto& spec : specs) {
+      // A tied embedding in the inference layout is the lm_head matrix itself, stored
+      // [hidden, vocab]: the embedding lookup gathers its columns (a few per step), and
+      // loads and syncs fill one matrix instead of a copy plus a transposed copy.
+      const bool tied_embed = spec.name == "model.embed_tokens.weight" && config_.tie_word_embeddings;
+      const bool proj = spec.shape.size() == 2 &&
+                        (ends_with(spec.name, "_proj.weight") || spec.name == "lm_head.weight" || tied_embed);
+      params_.emplace_back(spec.name, transposed && proj ? torch::empty({spec.shape[1], spec.shape[0]}, options).t()
+                                                         : torch::empty(spec.shape, options));
+    }
+  } else {
+    params_ = one_storage(specs, options);
   }
   auto get = [&](const std::string& name) -> torch::Tensor {
     for (auto& [n, t] : params_)

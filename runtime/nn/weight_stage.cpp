@@ -81,26 +81,8 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
     planned_.push_back(s.unsafeGetStorageImpl());
     if (slot_of.emplace(s.unsafeGetStorageImpl(), slots_.size()).second) slots_.push_back(Slot{s, {}, false});
   }
-  // Host memory: one mapping in huge pages for every spare storage (each written in full
-  // as the update arrives: 4 KiB pages would fault once each; tensor/huge_pages.hpp).
-  int64_t host_bytes = 0;
-  std::vector<int64_t> offsets(slots_.size(), -1);
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    if (!slots_[s].live.device().is_cpu()) continue;
-    offsets[s] = host_bytes;
-    host_bytes += (static_cast<int64_t>(slots_[s].live.nbytes()) + 63) / 64 * 64;
-  }
-  std::shared_ptr<tensor::HugePageArena> arena;
-  if (host_bytes >= tensor::kHugePageBytes) arena = tensor::HugePageArena::make(host_bytes);
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    auto& slot = slots_[s];
-    const auto n = static_cast<int64_t>(slot.live.nbytes());
-    if (arena && offsets[s] >= 0) slot.spare = arena->storage(offsets[s], n);
-    else slot.spare = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(slot.live.device())).storage();
-  }
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(slots_.size());
-  std::vector<std::vector<Lines>> lines(slots_.size());
-  std::vector<int64_t> value_bytes(slots_.size(), 1);
+  // The update's tensors, each checked, and the slot it writes into.
+  std::vector<size_t> slot_of_name, param_of_name;
   std::vector<bool> seen(params.size(), false);
   for (size_t k = 0; k < names.size(); ++k) {
     auto it = index.find(names[k]);
@@ -116,7 +98,42 @@ WeightStage::WeightStage(const std::vector<std::pair<std::string, torch::Tensor>
          << live.sizes();
       throw Error(os.str());
     }
-    const size_t slot = slot_of.at(live.storage().unsafeGetStorageImpl());
+    param_of_name.push_back(it->second);
+    slot_of_name.push_back(slot_of.at(live.storage().unsafeGetStorageImpl()));
+  }
+  // Host memory: one mapping in huge pages for every spare storage (each written in full
+  // as the update arrives: 4 KiB pages would fault once each; tensor/huge_pages.hpp),
+  // the storages in the order the update first writes them (the rest after): tensors
+  // sent one after the other into storages laid out one after the other (a fused matrix,
+  // the parts in their order; sizes in whole 64-byte lines) are one range of it, which
+  // a bucket of several is received into (dist::receive_weights).
+  std::vector<size_t> layout;
+  std::vector<bool> placed(slots_.size(), false);
+  for (size_t s : slot_of_name)
+    if (!placed[s]) placed[s] = true, layout.push_back(s);
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (!placed[s]) layout.push_back(s);
+  int64_t host_bytes = 0;
+  std::vector<int64_t> offsets(slots_.size(), -1);
+  for (size_t s : layout) {
+    if (!slots_[s].live.device().is_cpu()) continue;
+    offsets[s] = host_bytes;
+    host_bytes += (static_cast<int64_t>(slots_[s].live.nbytes()) + 63) / 64 * 64;
+  }
+  std::shared_ptr<tensor::HugePageArena> arena;
+  if (host_bytes > 0) arena = tensor::HugePageArena::make(host_bytes);  // a small model's too: one range
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    auto& slot = slots_[s];
+    const auto n = static_cast<int64_t>(slot.live.nbytes());
+    if (arena && offsets[s] >= 0) slot.spare = arena->storage(offsets[s], n);
+    else slot.spare = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(slot.live.device())).storage();
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(slots_.size());
+  std::vector<std::vector<Lines>> lines(slots_.size());
+  std::vector<int64_t> value_bytes(slots_.size(), 1);
+  for (size_t k = 0; k < names.size(); ++k) {
+    const torch::Tensor& live = params[param_of_name[k]].second;
+    const size_t slot = slot_of_name[k];
     views_.emplace_back(slot, same_view_on(slots_[slot].spare, live));
     spans[slot].push_back(dense_span(live));
     lines[slot].push_back(lines_of(live));

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "dist/dist.hpp"
+#include "model/weight_buckets.hpp"
 #include "model_fixtures.hpp"
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
@@ -267,6 +268,46 @@ CATCH_TEST_CASE("weight stage: a c10d receive lands in the spare weights where t
       });
   CATCH_CHECK(in_place == targets);
   CATCH_CHECK(stage.in_place() == targets);
+  {
+    // In the trainer's send order, in buckets of several: the stage lays its spare
+    // storages out as the update writes them, so in the rows layout every bucket is one
+    // range of them, received in place, fused q/k/v (GQA: k and v smaller) included.
+    const auto& params = trainer.named_parameters();
+    std::vector<std::string> names;
+    std::vector<int64_t> bytes;
+    for (const auto& [name, t] : params) names.push_back(name), bytes.push_back(t.nbytes());
+    std::vector<std::pair<std::string, at::Tensor>> sent;
+    rl::dist::WeightMeta sent_meta;
+    std::vector<std::vector<int64_t>> sent_shapes;
+    for (size_t i : rl::model::weight_send_order(names, bytes)) {
+      sent.push_back(params[i]);
+      sent_meta.names.push_back(params[i].first);
+      sent_meta.dtypes.emplace_back("float32");
+      sent_meta.shapes.push_back(params[i].second.sizes().vec());
+    }
+    auto other = engine_model(cfg, 5);
+    WeightStage bucketed(other->named_parameters(), sent_meta.names, sent_meta.shapes);
+    bucketed.copy_uncovered();
+    const int64_t bucket = 16 << 10;
+    CATCH_CHECK(rl::dist::weight_buckets(sent_meta.dtypes, [&] {
+                  std::vector<int64_t> b;
+                  for (const auto& [n, t] : sent) b.push_back(t.nbytes());
+                  return b;
+                }(), bucket).size() < sent.size() / 2);
+    over_a_group(
+        "weight stage bucketed test", [&](rl::dist::ProcessGroup& g) { rl::dist::send_weights(g, sent, bucket); },
+        [&](rl::dist::ProcessGroup& g) {
+          rl::dist::receive_weights(
+              g, sent_meta, bucket, [&](size_t k, const at::Tensor& t) { bucketed.put(k, t); },
+              [&](size_t k) { return bucketed.target(k); });
+        });
+    if (rows) CATCH_CHECK(bucketed.in_place() == sent.size());
+    bucketed.pack_panels();
+    auto bucketed_panels = bucketed.take_panels();
+    bucketed.swap_in();
+    other->weights_changed(std::move(bucketed_panels));
+    for (const auto& [name, t] : trainer.named_parameters()) CATCH_CHECK(torch::equal(other->parameter(name), t));
+  }
   // The panels are packed from the staged weights before the swap, and taken after it:
   // wrong ones (the old weights') would change the logits below.
   stage.pack_panels();
@@ -311,6 +352,78 @@ CATCH_TEST_CASE("weight receive: buffers in a ring that wraps, tensor by tensor 
   }
 }
 
+CATCH_TEST_CASE("weight send: a trainer's model lies end to end in send order and goes uncopied", "[model][stage]") {
+  const auto cfg = rl::test::tiny_config("qwen2");
+  Transformer trainer(cfg);
+  trainer.init_random(4);
+  const auto& params = trainer.named_parameters();
+  std::vector<std::string> names;
+  std::vector<int64_t> bytes;
+  for (const auto& [name, t] : params) names.push_back(name), bytes.push_back(t.nbytes());
+  std::vector<std::pair<std::string, at::Tensor>> sent;
+  for (size_t i : rl::model::weight_send_order(names, bytes)) sent.push_back(params[i]);
+  // One storage, each tensor contiguous and its own (not a view), in send order.
+  for (size_t k = 1; k < sent.size(); ++k) {
+    CATCH_INFO(sent[k].first);
+    const at::Tensor &a = sent[k - 1].second, &b = sent[k].second;
+    CATCH_CHECK(b.is_contiguous());
+    CATCH_CHECK_FALSE(b.is_view());
+    CATCH_CHECK(b.storage().is_alias_of(a.storage()));
+    CATCH_CHECK(b.storage_offset() * 4 >= a.storage_offset() * 4 + static_cast<int64_t>(a.nbytes()));
+    CATCH_CHECK(b.storage_offset() * 4 % 64 == 0);
+  }
+  // An in-place write to one parameter moves its version counter only.
+  const auto v0 = sent[0].second._version(), v1 = sent[1].second._version();
+  {
+    torch::NoGradGuard ng;
+    sent[1].second.mul_(1);
+  }
+  CATCH_CHECK(sent[0].second._version() == v0);
+  CATCH_CHECK(sent[1].second._version() == v1 + 1);
+
+  rl::dist::WeightMeta meta;
+  for (const auto& [name, t] : sent) {
+    meta.names.push_back(name);
+    meta.dtypes.emplace_back("float32");
+    meta.shapes.push_back(t.sizes().vec());
+  }
+  // Buckets of several in send order are ranges of that storage, sent as they lie: every
+  // tensor of this model is a multiple of 64 bytes. In checkpoint order they are packed.
+  std::vector<std::pair<std::string, at::Tensor>> shuffled(params.begin(), params.end());
+  std::swap(shuffled[1], shuffled[2]);
+  rl::dist::WeightMeta shuffled_meta;
+  for (const auto& [name, t] : shuffled) {
+    shuffled_meta.names.push_back(name);
+    shuffled_meta.dtypes.emplace_back("float32");
+    shuffled_meta.shapes.push_back(t.sizes().vec());
+  }
+  const int64_t bucket = 64 << 10;
+  for (const bool in_order : {true, false}) {
+    CATCH_INFO((in_order ? "send order" : "shuffled"));
+    const auto& list = in_order ? sent : shuffled;
+    const auto& m = in_order ? meta : shuffled_meta;
+    std::vector<at::Tensor> got(list.size());
+    rl::dist::SentWeights stats;
+    over_a_group(
+        "weight send test", [&](rl::dist::ProcessGroup& g) { stats = rl::dist::send_weights(g, list, bucket); },
+        [&](rl::dist::ProcessGroup& g) {
+          rl::dist::receive_weights(g, m, bucket, [&](size_t k, const at::Tensor& t) { got[k] = t.clone(); });
+        });
+    CATCH_CHECK(stats.broadcasts == rl::dist::weight_buckets(m.dtypes, [&] {
+                  std::vector<int64_t> b;
+                  for (const auto& [n, t] : list) b.push_back(t.nbytes());
+                  return b;
+                }(), bucket).size());
+    CATCH_CHECK(stats.broadcasts < list.size());  // some buckets hold several tensors
+    if (in_order) CATCH_CHECK(stats.copied_bytes == 0);
+    else CATCH_CHECK(stats.copied_bytes > 0);
+    for (size_t k = 0; k < list.size(); ++k) {
+      CATCH_INFO(list[k].first);
+      CATCH_CHECK(torch::equal(got[k], list[k].second));
+    }
+  }
+}
+
 CATCH_TEST_CASE("weight buckets shrink towards the end; a whole model is sent largest first", "[stage]") {
   using Ranges = std::vector<std::pair<size_t, size_t>>;
   constexpr int64_t MiB = int64_t{1} << 20;
@@ -328,9 +441,23 @@ CATCH_TEST_CASE("weight buckets shrink towards the end; a whole model is sent la
   mixed[2] = "bfloat16";
   CATCH_CHECK(rl::dist::weight_buckets(mixed, eight, 64 * MiB).front() == std::pair<size_t, size_t>{0, 2});
   CATCH_CHECK(rl::dist::weight_buckets(f32, eight, 0).size() == 10);
-  // the send order: largest first, ties in their order
-  CATCH_CHECK(rl::dist::weight_send_order({4, 65, 1, 65, 3}) == std::vector<size_t>{1, 3, 0, 4, 2});
-  CATCH_CHECK(rl::dist::weight_send_order({}).empty());
+  // the send order: largest first, ties in their order, the parts of a fused matrix as one
+  CATCH_CHECK(rl::model::weight_send_order({"a", "b", "c", "d", "e"}, {4, 65, 1, 65, 3}) ==
+              std::vector<size_t>{1, 3, 0, 4, 2});
+  CATCH_CHECK(rl::model::weight_send_order({}, {}).empty());
+  const std::string l0 = "model.layers.0.", l1 = "model.layers.1.";
+  const std::vector<std::string> names = {l0 + "self_attn.q_proj.weight", l0 + "self_attn.k_proj.weight",
+                                          l0 + "self_attn.v_proj.weight", l0 + "self_attn.o_proj.weight",
+                                          l1 + "self_attn.q_proj.weight", l1 + "mlp.up_proj.weight",
+                                          l1 + "mlp.gate_proj.bias",      l1 + "mlp.gate_proj.weight"};
+  // q/k/v of layer 0 weigh 6 together, more than its o (4); layer 1's gate/up weights 7
+  CATCH_CHECK(rl::model::weight_send_order(names, {4, 1, 1, 4, 4, 3, 9, 4}) ==
+              std::vector<size_t>{6, 5, 7, 0, 1, 2, 3, 4});
+  CATCH_CHECK(rl::model::fusion_group(names[1]) == l0 + "self_attn.qkv.weight");
+  CATCH_CHECK(rl::model::fusion_group(names[6]) == l1 + "mlp.gate_up.bias");
+  CATCH_CHECK(rl::model::fusion_group(l1 + "mlp.down_proj.weight") == l1 + "mlp.down_proj.weight");
+  CATCH_CHECK(rl::model::fusion_group("model.embed_tokens.weight") == "model.embed_tokens.weight");
+  CATCH_CHECK(rl::model::fusion_group("model.layers.q_proj.weight") == "model.layers.q_proj.weight");
 }
 
 CATCH_TEST_CASE("huge page arenas: storages keep them alive; a released one serves the next of its size",
