@@ -184,10 +184,10 @@ SentWeights send_weights(ProcessGroup& g, const std::vector<std::pair<std::strin
 // on their way. The tensor is valid during the call only. Throws rl::Error naming a
 // bad dtype or shape; an exception from `take` is rethrown once every broadcast has
 // been received (the sender is never left waiting). `into(index)`, where given, may
-// name memory for a tensor: a bucket is received there when each of its tensors'
-// is a contiguous CPU tensor of the sent dtype and number of values, and (a bucket of
-// several) each starts where the one before it ends (`take` then gets views of that
-// memory; it must stay valid during the call), else into a buffer. With `into` given, those buffers are one ring (in
+// name memory for a tensor (valid during the call): a bucket is received there when
+// each of its tensors' memory is a contiguous CPU tensor of the sent dtype and number
+// of values and, in a bucket of several, starts where the one before it ends (`take`
+// then gets views of that memory), else into a buffer. With `into` given, those buffers are one ring (in
 // huge pages, kept for the next update: tensor/huge_pages.hpp) reused as soon as `take`
 // returns; without, each is a tensor of its own. At most in_flight_bytes (or the
 // largest bucket) are in flight.

@@ -5,8 +5,11 @@
 // spare memory: a pointer swap, so the views the model holds stay valid (as the
 // shared-memory path's buffer switch, nn/shared_weights.hpp).
 //
-// A storage that the update's tensors do not wholly cover starts as a copy of the
-// live one. Memory: one storage's worth per storage touched, freed with the stage
+// The spare storages lie in one mapping in the order the update first writes them, so
+// tensors sent one after the other into storages or parts of a fused matrix that follow
+// each other are one range of memory (a bucket of several is received into it whole:
+// dist::receive_weights). A storage that the update's tensors do not wholly cover
+// starts as a copy of the live one. Memory: one storage's worth per storage touched, freed with the stage
 // (which holds the old weights after the swap).
 #pragma once
 #include <cstdint>
