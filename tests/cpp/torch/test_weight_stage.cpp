@@ -278,7 +278,6 @@ CATCH_TEST_CASE("weight stage: a c10d receive lands in the spare weights where t
     for (const auto& [name, t] : params) names.push_back(name), bytes.push_back(t.nbytes());
     std::vector<std::pair<std::string, at::Tensor>> sent;
     rl::dist::WeightMeta sent_meta;
-    std::vector<std::vector<int64_t>> sent_shapes;
     for (size_t i : rl::model::weight_send_order(names, bytes)) {
       sent.push_back(params[i]);
       sent_meta.names.push_back(params[i].first);
