@@ -639,40 +639,20 @@ int64_t make_room(InFlight& q, int64_t limit, Ring& ring, bool in_ring, int64_t 
   return place;
 }
 
-// params[b, e) as one flat tensor over their common storage when each is contiguous
-// and starts where the one before it ends (same dtype, same device), else undefined.
-at::Tensor end_to_end(const std::vector<std::pair<std::string, at::Tensor>>& params, size_t b, size_t e) {
-  const at::Tensor& first = params[b].second;
-  int64_t numel = 0;
-  for (size_t k = b; k < e; ++k) {
-    const at::Tensor& t = params[k].second;
-    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() || t.device() != first.device() ||
-        !t.storage().is_alias_of(first.storage()) || t.storage_offset() != first.storage_offset() + numel)
-      return {};
-    numel += t.numel();
-  }
-  return torch::empty({0}, first.options().requires_grad(false)).set_(first.storage(), first.storage_offset(), {numel}, {1});
-}
-
-// The memory into(k) names for tensors [b, e) as one flat tensor, when each is a
-// contiguous CPU tensor of its sent dtype and number of values and starts where the
-// one before it ends; else undefined. Valid while those tensors' memory is.
-at::Tensor into_range(const std::function<at::Tensor(size_t)>& into, const std::vector<torch::ScalarType>& types,
-                      const std::vector<int64_t>& numels, size_t b, size_t e) {
-  at::Tensor first;
+// `ts` as one flat tensor over their memory when each is contiguous, of ts[0]'s dtype
+// and device, and starts where the one before it ends; else undefined. It owns nothing:
+// valid while ts' memory is.
+at::Tensor end_to_end(const std::vector<at::Tensor>& ts) {
   const char* next = nullptr;
   int64_t numel = 0;
-  for (size_t k = b; k < e; ++k) {
-    at::Tensor t = into(k);
-    if (!t.defined() || !t.is_contiguous() || t.scalar_type() != types[k] || t.numel() != numels[k] ||
-        !t.device().is_cpu() || (next && static_cast<const char*>(t.const_data_ptr()) != next))
+  for (const at::Tensor& t : ts) {
+    if (!t.defined() || !t.is_contiguous() || t.scalar_type() != ts[0].scalar_type() ||
+        t.device() != ts[0].device() || (next && static_cast<const char*>(t.const_data_ptr()) != next))
       return {};
-    if (k == b) first = t;
     next = static_cast<const char*>(t.const_data_ptr()) + t.nbytes();
-    numel += numels[k];
+    numel += t.numel();
   }
-  if (e - b == 1) return first.view({numel});
-  return torch::from_blob(first.data_ptr(), {numel}, torch::TensorOptions().dtype(types[b]));
+  return torch::from_blob(ts[0].data_ptr(), {numel}, ts[0].options().requires_grad(false));
 }
 
 }  // namespace
@@ -694,7 +674,10 @@ SentWeights send_weights(ProcessGroup& g, const std::vector<std::pair<std::strin
   int64_t scratch = 0, largest = 0;
   for (size_t i = 0; i < buckets.size(); ++i) {
     const auto [b, e] = buckets[i];
-    if (e - b == 1 || (views[i] = end_to_end(params, b, e)).defined()) continue;
+    if (e - b == 1) continue;
+    std::vector<at::Tensor> parts;
+    for (size_t k = b; k < e; ++k) parts.push_back(params[k].second.detach());
+    if ((views[i] = end_to_end(parts)).defined()) continue;
     int64_t n = 0;
     for (size_t k = b; k < e; ++k) n += bytes[k];
     scratch += (n + 63) / 64 * 64;
@@ -792,10 +775,15 @@ void receive_weights(ProcessGroup& g, const WeightMeta& meta, int64_t bucket_byt
     const auto [b, e] = buckets[i];
     for (size_t k = b; k < e; ++k) totals[i] += numels[k];
     sizes[i] = totals[i] * static_cast<int64_t>(c10::elementSize(types[b]));
-    at::Tensor t = into ? into_range(into, types, numels, b, e) : at::Tensor();
-    if (t.defined()) {
-      dest[i] = t;
-    } else {
+    // into(k)'s memory for each tensor of the bucket, in the sent dtype and size, end to end
+    std::vector<at::Tensor> parts;
+    for (size_t k = b; into && k < e; ++k) {
+      at::Tensor t = into(k);
+      if (!t.defined() || t.scalar_type() != types[k] || t.numel() != numels[k] || !t.device().is_cpu()) break;
+      parts.push_back(std::move(t));
+    }
+    if (parts.size() == e - b) dest[i] = end_to_end(parts);
+    if (!dest[i].defined()) {
       scratch += (sizes[i] + 63) / 64 * 64;
       largest = std::max(largest, (sizes[i] + 63) / 64 * 64);
     }

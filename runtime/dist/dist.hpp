@@ -167,9 +167,9 @@ std::vector<std::pair<size_t, size_t>> weight_buckets(const std::vector<std::str
 // the next ones move while a receiver installs the last.
 constexpr int64_t kWeightBytesInFlight = int64_t{256} << 20;
 // The trainer's side (rank 0): broadcasts the tensors in order, bucketed; returns when
-// every broadcast is done. A bucket of several tensors that lie end to end in one
-// storage (a trainer's model: model::weight_send_order) goes as one view of it, with
-// no copy; other buckets of several are packed into one ring of buffers in huge pages,
+// every broadcast is done. A bucket of several tensors that lie end to end in memory
+// (a trainer's model, laid out in model::weight_send_order) goes as one flat tensor
+// over that memory, with no copy; other buckets of several are packed into one ring of buffers in huge pages,
 // kept for the next update (as the receivers' ring).
 struct SentWeights {
   size_t broadcasts = 0;

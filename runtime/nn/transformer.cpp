@@ -127,12 +127,8 @@ std::vector<std::pair<std::string, torch::Tensor>> one_storage(const std::vector
   }
   const at::Storage storage = torch::empty({total}, options.dtype(torch::kUInt8)).storage();
   std::vector<std::pair<std::string, torch::Tensor>> params;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    std::vector<int64_t> strides(specs[i].shape.size(), 1);
-    for (size_t d = strides.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(specs[i].shape[d], 1);
-    params.emplace_back(specs[i].name,
-                        torch::empty({0}, options).set_(storage, offsets[i] / elem, specs[i].shape, strides));
-  }
+  for (size_t i = 0; i < specs.size(); ++i)  // contiguous strides (set_'s default)
+    params.emplace_back(specs[i].name, torch::empty({0}, options).set_(storage, offsets[i] / elem, specs[i].shape));
   return params;
 }
 
