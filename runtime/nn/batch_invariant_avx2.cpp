@@ -106,10 +106,12 @@ RL_AVX2_INLINE void strips(const float* x, int64_t ldx, const float* p, int64_t 
   const int64_t n_strips = (nc + kStrip - 1) / kStrip, per_strip = (m + MR - 1) / MR;
   const int64_t tiles = std::max<int64_t>(1, n_strips * per_strip), share = (K + tiles - 1) / tiles;
   int64_t t = 0;
-  for (int64_t s = 0; s < n_strips; ++s) {
-    const int64_t c = s * kStrip, ncs = std::min(kStrip, nc - c);
-    const float* b = bias ? bias + c : nullptr;
-    for (int64_t i = 0; i < m; i += MR, ++t) {
+  // A row tile across the panel's strips, then the next rows: the tile's x rows stay in
+  // L1 from one strip to the next (strips outer would read all of x once per strip).
+  for (int64_t i = 0; i < m; i += MR) {
+    for (int64_t s = 0; s < n_strips; ++s, ++t) {
+      const int64_t c = s * kStrip, ncs = std::min(kStrip, nc - c);
+      const float* b = bias ? bias + c : nullptr;
       const float* nx = next ? next + std::min(K, t * share) * kPanelCols : nullptr;
       const int64_t nr = std::max<int64_t>(0, std::min(share, K - t * share));
       const float* xr = x + i * ldx;

@@ -105,6 +105,29 @@ CATCH_TEST_CASE("bi::linear, per-call and on packed weights, computes each eleme
                             Catch::Contains("packed weight is not [out, 4]"));
 }
 
+CATCH_TEST_CASE("bi::linear on packed weights with many rows (row blocks) keeps each element's fma order", "[bi]") {
+  torch::NoGradGuard ng;
+  torch::manual_seed(12);
+  // gemm_packed takes x in blocks of rows once there are two blocks' worth (48 rows at
+  // K 1100, 120 at K 512): whole blocks, a ragged last block, blocks against the
+  // part-filled last panel, with and without bias; each row's bits those it has alone.
+  for (auto [M, K] : std::vector<std::pair<int64_t, int64_t>>{{211, 1100}, {250, 512}, {96, 1100}}) {
+    auto w = torch::randn({100, K});
+    auto w_kn = w.t().contiguous().t();
+    auto b = torch::randn({100});
+    auto x = torch::randn({M, K});
+    const auto packed = bi::pack(w_kn);
+    for (bool bias : {false, true}) {
+      auto bb = bias ? b : torch::Tensor();
+      auto want = fma_reference(x, w, bb);
+      CATCH_INFO("M " << M << " K " << K << " bias " << bias);
+      CATCH_CHECK(torch::equal(bi::linear(x, w_kn, bb, packed), want));
+      for (int64_t r : {int64_t{0}, int64_t{47}, int64_t{48}, M - 1})
+        CATCH_CHECK(torch::equal(bi::linear(x.narrow(0, r, 1), w_kn, bb, packed), want.narrow(0, r, 1)));
+    }
+  }
+}
+
 CATCH_TEST_CASE("bi::exp is within 3 ulp of libm's and exact at the edges", "[bi]") {
   int64_t worst = 0;
   for (float x = -87.0f; x <= 88.0f; x += 0.0137f) worst = std::max(worst, ulps(bi::exp(x), std::exp(x)));
