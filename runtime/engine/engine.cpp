@@ -2,8 +2,6 @@
 // the Scheduler (who runs), the ModelRunner (one forward) and the sampler.
 #include "engine/engine.hpp"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,6 +24,7 @@
 #include "model/tensor_files.hpp"
 #include "model/tokenizer.hpp"
 #include "nn/weights_digest.hpp"
+#include "tensor/block_cache.hpp"
 #include "tensor/huge_pages.hpp"
 #include "tensor/torch_env.hpp"
 
@@ -396,9 +395,9 @@ void EngineImpl::release_memory(const std::vector<std::string>& tags) {
       ++weights_epoch_;
     }
     if (has_tag(tags, "weights")) tensor::HugePageArena::drop_kept();  // the last updates' buffers
-    // The freed tensors sit in glibc's heap (its mmap threshold grows with every large
-    // free): hand the pages back, so that releasing lowers the process's RSS on a CPU.
-    malloc_trim(0);
+    // The freed tensors sit in the CPU block cache and glibc's heap: hand the pages
+    // back, so that releasing lowers the process's RSS on a CPU.
+    tensor::return_free_memory();
     log::info(std::string("engine: memory released (") + (has_tag(tags, "kv_cache") ? "kv_cache " : "") +
               (has_tag(tags, "weights") ? "weights" : "") + ")");
     publish_stats();

@@ -11,12 +11,12 @@
 //
 // Memory: many small allocations of a finished or aborted burst (requests,
 // outputs, token vectors) stay in glibc's arenas; once the server has been
-// idle for a moment after a large burst, malloc_trim hands them back so RSS
-// returns to its idle level.
-#include <malloc.h>
+// idle for a moment after a large burst, malloc_trim hands them back (and the
+// CPU block cache its blocks, tensor/block_cache.hpp) so RSS returns to its idle level.
 
 #include "base/event_loop.hpp"
 #include "engine/server.hpp"
+#include "tensor/block_cache.hpp"
 
 namespace rl::engine {
 namespace {
@@ -83,7 +83,7 @@ void EngineServer::trim_heap_when_idle() {
   if (seqs_since_trim_.load() < kTrimAfterSequences && bytes_since_trim_.load() < kTrimAfterResponseBytes) return;
   seqs_since_trim_ = 0;
   bytes_since_trim_ = 0;
-  malloc_trim(0);
+  tensor::return_free_memory();
 }
 
 }  // namespace rl::engine

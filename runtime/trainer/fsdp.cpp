@@ -1,7 +1,5 @@
 #include "trainer/fsdp.hpp"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <stdexcept>
 
 #include "dist/dist.hpp"
+#include "tensor/block_cache.hpp"
 
 namespace rl::trainer {
 
@@ -144,7 +143,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Transformer> model, std::shared_p
   model_->set_unit_hooks(this);
   // The freed copy (and the whole units staged above) back to the system now: glibc
   // keeps freed heap pages otherwise, and they would count against this rank for good.
-  malloc_trim(0);
+  tensor::return_free_memory();
 }
 
 ShardedModel::~ShardedModel() {

@@ -1,7 +1,5 @@
 #include "trainer/trainer.hpp"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +14,7 @@
 #include "nn/batch_invariant_ops.hpp"
 #include "nn/logprobs_blocked.hpp"
 #include "nn/weights_digest.hpp"
+#include "tensor/block_cache.hpp"
 #include "trainer/state_bytes.hpp"
 
 namespace rl::trainer {
@@ -731,10 +730,11 @@ Metrics Trainer::optimizer_step(const TrainBatch& b, const std::vector<int64_t>&
   m["train/global_batch_size"] = norm.global_count;
   m["train/num_microbatches"] = static_cast<double>(mbs.size());
   if (fsdp_) {
-    // The step's freed heap back to the system: glibc keeps it otherwise, and the
-    // persistent shards' gradients among it fragment the heap, so each step's peak would
-    // stand a little higher than the last.
-    malloc_trim(0);
+    // The step's freed memory back to the system (the CPU block cache's blocks too: a
+    // sharded rank is sized by its memory): glibc keeps it otherwise, and the persistent
+    // shards' gradients among it fragment the heap, so each step's peak would stand a
+    // little higher than the last.
+    tensor::return_free_memory();
     const auto st = fsdp_->take_stats();
     m["perf/fsdp_gather_wait_time"] = st.gather_wait_s;
     m["perf/fsdp_reduce_scatter_time"] = st.reduce_scatter_s;

@@ -25,3 +25,14 @@ function rl.torch.set_num_threads(n) end
 --- Seeds LibTorch's default generators.
 ---@param seed integer
 function rl.torch.manual_seed(seed) end
+
+---@class rl.torch.BlockCache
+---@field installed boolean LibTorch's CPU allocator is the block cache (RLHOST_CPU_BLOCK_CACHE is not 0)
+---@field hits integer requests of 1 MiB or more met by a cached block
+---@field misses integer such requests that mapped new memory
+---@field live_bytes integer bytes of large blocks in tensors now
+---@field cached_bytes integer bytes of freed large blocks kept for reuse
+
+--- The CPU block cache's counters: large tensors' memory kept for reuse between steps.
+---@return rl.torch.BlockCache
+function rl.torch.block_cache() end
