@@ -2,14 +2,16 @@
 // prefill frees its activations and asks for the same sizes again moments later; glibc
 // hands blocks of 32 MiB and more back to the system at once and trims its heaps, so each
 // step meets fresh pages: a fault and a zeroing per 4 KiB on first touch (~168,000
-// faults, 690 MB, per GRPO step of the 42M Llama at 8 x 256 tokens). Blocks of at
-// least 1 MiB come from their own mappings here and, when freed, wait for the next
-// request of their size (at most 1/8 larger), so a repeating step reuses warm pages.
+// faults, 690 MB, per step of the 42M Llama at 8 x 256 tokens; on a VM whose host takes
+// freed guest pages back, each can cost the host a fault too). Blocks of at least 1 MiB
+// come from their own mappings here and, when freed, wait for the next request: the
+// smallest cached block that holds it (the rest stays cached), else the cached blocks'
+// pages moved into a new range (mremap, no copy) and fresh pages only for the remainder.
 //
-// Footprint: a request the cache cannot meet first unmaps as many cached bytes (oldest
-// first) as it asks for, so the process never holds more large-block memory (live plus
-// cached) than its largest live total so far; cached bytes are also capped (a quarter
-// of the machine's memory). RLHOST_CPU_BLOCK_CACHE=0 leaves LibTorch's allocator alone.
+// Footprint: new pages only once the cache is empty, so the process never holds more
+// large-block memory (live plus cached) than its largest live total so far; cached bytes
+// are also capped (a quarter of the machine's memory, or RLHOST_CPU_BLOCK_CACHE MiB).
+// RLHOST_CPU_BLOCK_CACHE=0 leaves LibTorch's allocator alone.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@ bool install_block_cache();
 
 struct BlockCacheStats {
   bool installed = false;
-  int64_t hits = 0, misses = 0;  // large requests met from the cache / by a new mapping
+  int64_t hits = 0, misses = 0;  // large requests met (wholly or in part) from the cache / by new memory alone
   int64_t live_bytes = 0;        // large blocks in tensors now
   int64_t cached_bytes = 0;      // large blocks waiting for reuse
 };

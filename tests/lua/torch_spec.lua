@@ -22,6 +22,21 @@ describe("rl.torch", function()
   it("bad arguments are named", function()
     raises(function() rl.torch.manual_seed("x") end, "rl.torch.manual_seed: bad argument #1 'seed' (number expected, got string)")
   end)
+
+  it("the CPU block cache is LibTorch's allocator once rl.torch loads; RLHOST_CPU_BLOCK_CACHE is checked", function()
+    local bc = rl.torch.block_cache()
+    eq(bc.installed, true)
+    ok(bc.hits >= 0 and bc.misses >= 0 and bc.live_bytes >= 0 and bc.cached_bytes >= 0)
+    local function host(setting, code)
+      return rl.process.run({ "env", "RLHOST_CPU_BLOCK_CACHE=" .. setting, rl.process.self(), "-e", code }, { timeout = 60 })
+    end
+    local code, out = host("lots", "require('rl.torch').info()")
+    ok(code ~= 0, out)
+    ok(out:find("RLHOST_CPU_BLOCK_CACHE=lots: expected a whole number of MiB", 1, true), out)
+    code, out = host("0", "print(require('rl.torch').block_cache().installed)")
+    eq(code, 0, out)
+    ok(out:find("false", 1, true), out)
+  end)
 end)
 
 -- rl.device: device names checked against this build and machine (the CPU-only half of the

@@ -28,8 +28,8 @@ function rl.torch.manual_seed(seed) end
 
 ---@class rl.torch.BlockCache
 ---@field installed boolean LibTorch's CPU allocator is the block cache (RLHOST_CPU_BLOCK_CACHE is not 0)
----@field hits integer requests of 1 MiB or more met by a cached block
----@field misses integer such requests that mapped new memory
+---@field hits integer requests of 1 MiB or more met (wholly or in part) by cached blocks
+---@field misses integer such requests met by new memory alone
 ---@field live_bytes integer bytes of large blocks in tensors now
 ---@field cached_bytes integer bytes of freed large blocks kept for reuse
 
