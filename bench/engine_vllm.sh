@@ -74,8 +74,9 @@ for shape in $shapes; do
     url[$side]="$(cat "$ready")"
   done
   port="$(free_port)"
+  mkdir -p "$work/vllm-rpc"  # vLLM's ZMQ sockets, removed with $work (a killed EngineCore leaves them)
   VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="$threads" \
-    setsid "$vpy" -m vllm.entrypoints.openai.api_server --model "$model" --dtype float32 --max-model-len 384 \
+    VLLM_RPC_BASE_PATH="$work/vllm-rpc" setsid "$vpy" -m vllm.entrypoints.openai.api_server --model "$model" --dtype float32 --max-model-len 384 \
     --enforce-eager --max-num-seqs 256 --disable-uvicorn-access-log --port "$port" >"${out%.txt}.$shape.vllm.log" 2>&1 &
   pg[vllm]=$!; groups+=("$!")
   url[vllm]="http://127.0.0.1:$port"

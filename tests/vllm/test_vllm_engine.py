@@ -142,11 +142,32 @@ class VllmChildrenTest(vs.RlhostTestCase):
         pgid = int(line.split()[1])
         try:
             self.assertTrue(vs.group_alive(pgid))
+            rpc = rpc_dir_of_group(pgid)  # vLLM's sockets: in the supervisor's own directory
+            self.assertIsNotNone(rpc, "no VLLM_RPC_BASE_PATH in the server's environment")
+            self.assertIn("rlhost-vllm-rpc-", rpc)
+            self.assertTrue(os.listdir(rpc), "no sockets in " + rpc)
             p.kill()
             p.wait(timeout=30)
             self.assertTrue(vs.wait_group_gone(pgid, 60), "vLLM processes left after rlhost was killed")
+            self.assertFalse(os.path.exists(rpc), "vLLM's socket directory left behind: " + rpc)
         finally:
             vs.kill_group(pgid)
+
+
+def rpc_dir_of_group(pgid):
+    """VLLM_RPC_BASE_PATH as a process of the group (not its leader, the supervisor) has it."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(pid) == pgid or os.getpgid(int(pid)) != pgid:
+                continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        for kv in env:
+            if kv.startswith(b"VLLM_RPC_BASE_PATH="):
+                return kv.split(b"=", 1)[1].decode()
+    return None
 
 
 if __name__ == "__main__":

@@ -200,21 +200,32 @@ end
 -- The child we spawn: a small supervisor in vLLM's python that runs the server in our
 -- process group. vLLM's EngineCore and workers outlive a killed API server, so when we
 -- die (the child's death signal, SIGTERM) or stop it (SIGTERM to the group) it lets
--- the server shut down for up to 10 s, then SIGKILLs the whole group.
+-- the server shut down for up to 10 s, then SIGKILLs the whole group. vLLM's ZMQ
+-- sockets go in a directory of the supervisor's own (VLLM_RPC_BASE_PATH, unless the
+-- caller set it), removed as the group goes: a killed EngineCore leaves its sockets
+-- behind, a few files in the temporary directory per start otherwise.
 local SUPERVISOR = [[
-import os, signal, subprocess, sys
+import os, shutil, signal, subprocess, sys, tempfile
+own = None
+if not os.environ.get("VLLM_RPC_BASE_PATH"):
+    own = os.environ["VLLM_RPC_BASE_PATH"] = tempfile.mkdtemp(prefix="rlhost-vllm-rpc-")
+def tidy():
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
 p = subprocess.Popen(sys.argv[1:])
 def down(*_):
     try:
         p.terminate(); p.wait(timeout=10)
     except Exception:
         pass
+    tidy()
     os.killpg(0, signal.SIGKILL)
 signal.signal(signal.SIGTERM, down)
 signal.signal(signal.SIGINT, down)
 rc = p.wait()
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 os.killpg(0, signal.SIGTERM)
+tidy()
 sys.exit(rc if rc >= 0 else 128 - rc)
 ]]
 
