@@ -14,6 +14,7 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #define RL_BI_OPS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -82,22 +83,54 @@ torch::Tensor silu_mul_forward(const torch::Tensor& g, const torch::Tensor& u) {
   return y.view(g.sizes());
 }
 
-// Causal attention for right-padded sequences through the engine's kernel; with `lse`,
-// also each query's log-sum-exp per head, [B * T, H] (for the backward pass).
+// Causal attention through the engine's kernel: B right-padded rows of T tokens, or
+// with `lens` sequences packed end to end in one row (q [1, sum(lens), H, D]), each
+// attending within itself. With `lse`, also each query's log-sum-exp per head,
+// [B * T, H] (for the backward pass).
 torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                                torch::Tensor* lse = nullptr) {
+                                const std::vector<int64_t>& lens, torch::Tensor* lse = nullptr) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), KV = k.size(2);
   auto kc = k.contiguous().view({B * T, KV, D});
   auto vc = v.contiguous().view({B * T, KV, D});
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  auto slots = (torch::arange(B, i64) * T).unsqueeze(1) + torch::arange(T, i64).unsqueeze(0);
   std::vector<int64_t> seq(static_cast<size_t>(B * T)), ctx(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      seq[static_cast<size_t>(b * T + t)] = b;
-      ctx[static_cast<size_t>(b * T + t)] = t + 1;
+  torch::Tensor slots;
+  if (lens.empty()) {
+    slots = (torch::arange(B, i64) * T).unsqueeze(1) + torch::arange(T, i64).unsqueeze(0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        seq[static_cast<size_t>(b * T + t)] = b;
+        ctx[static_cast<size_t>(b * T + t)] = t + 1;
+      }
+  } else {
+    // Row s of the slot table: sequence s's tokens (the columns past its length repeat
+    // its first slot and are never read).
+    const int64_t S = static_cast<int64_t>(lens.size());
+    slots = torch::empty({S, *std::max_element(lens.begin(), lens.end())}, i64);
+    auto a = slots.accessor<int64_t, 2>();
+    int64_t start = 0;
+    size_t i = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t j = 0; j < slots.size(1); ++j) a[s][j] = start + (j < lens[s] ? j : 0);
+      for (int64_t j = 0; j < lens[s]; ++j, ++i) {
+        seq[i] = s;
+        ctx[i] = j + 1;
+      }
+      start += lens[s];
     }
+  }
   return paged_attention(q.reshape({B * T, H, D}), kc, vc, slots, seq, ctx, scale, lse).view({B, T, H * D});
+}
+
+// ATen's flash-attention backward over [B, T, H, D] q (k and v already repeated to H
+// heads), out and g, and lse [B, T, H] -> gq, gk, gv [B, T, H, D].
+std::array<torch::Tensor, 3> flash_backward(const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& kh,
+                                            const torch::Tensor& vh, const torch::Tensor& out,
+                                            const torch::Tensor& lse, double scale) {
+  auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+      g.transpose(1, 2), q.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), out.transpose(1, 2),
+      lse.permute({0, 2, 1}), 0.0, /*is_causal=*/true, std::nullopt, scale);
+  return {gq.transpose(1, 2), gk.transpose(1, 2), gv.transpose(1, 2)};
 }
 
 // The backward passes below are explicit formulas (no recomputation of the forward
@@ -248,33 +281,53 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
 // Forward through the engine's kernel, which also returns each row's log-sum-exp; the
 // backward pass is ATen's flash-attention backward over those (no second forward).
 struct AttentionFn : torch::autograd::Function<AttentionFn> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale,
+                               std::vector<int64_t> lens) {
     torch::Tensor lse;
-    auto out = attention_forward(q, k, v, scale, &lse);
+    auto out = attention_forward(q, k, v, scale, lens, &lse);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["lens"] = c10::IValue(lens);
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), KV = k.size(2), group = H / KV;
-    // ATen's kernel takes [B, H, T, D] views and the log-sum-exp as [B, H, T].
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto lens = ctx->saved_data["lens"].toIntVector();
     auto kh = group == 1 ? k : k.repeat_interleave(group, 2);
     auto vh = group == 1 ? v : v.repeat_interleave(group, 2);
-    auto g = grads[0].reshape({B, T, H, D}).transpose(1, 2);
-    auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        g, q.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), out.view({B, T, H, D}).transpose(1, 2),
-        lse.view({B, T, H}).permute({0, 2, 1}), 0.0, /*is_causal=*/true, std::nullopt,
-        ctx->saved_data["scale"].toDouble());
-    gq = gq.transpose(1, 2);
-    gk = gk.transpose(1, 2);
-    gv = gv.transpose(1, 2);
+    auto g = grads[0].reshape({B, T, H, D});
+    auto o = out.view({B, T, H, D});
+    auto l = lse.view({B, T, H});
+    torch::Tensor gq, gk, gv;
+    if (lens.empty()) {
+      auto r = flash_backward(g, q, kh, vh, o, l, scale);
+      gq = r[0];
+      gk = r[1];
+      gv = r[2];
+    } else {
+      // Packed sequences: ATen's kernel has no variable lengths, so one call each.
+      std::vector<torch::Tensor> dq, dk, dv;
+      int64_t start = 0;
+      for (int64_t n : lens) {
+        const auto part = [&](const torch::Tensor& t) { return t.narrow(1, start, n); };
+        auto r = flash_backward(part(g), part(q), part(kh), part(vh), part(o), part(l), scale);
+        dq.push_back(r[0]);
+        dk.push_back(r[1]);
+        dv.push_back(r[2]);
+        start += n;
+      }
+      gq = torch::cat(dq, 1);
+      gk = torch::cat(dk, 1);
+      gv = torch::cat(dv, 1);
+    }
     if (group != 1) {
       gk = gk.reshape({B, T, KV, group, D}).sum(3);
       gv = gv.reshape({B, T, KV, group, D}).sum(3);
     }
-    return {gq, gk, gv, torch::Tensor()};
+    return {gq, gk, gv, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -314,9 +367,20 @@ torch::Tensor silu_mul(const torch::Tensor& g, const torch::Tensor& u) {
   return silu_mul_forward(g, u);
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
-  if (needs_grad({&q, &k, &v})) return AttentionFn::apply(q, k, v, scale);
-  return attention_forward(q, k, v, scale);
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                               const std::vector<int64_t>& lens) {
+  if (!lens.empty()) {
+    int64_t total = 0;
+    for (int64_t n : lens) {
+      if (n < 1) throw std::invalid_argument("bi::causal_attention: packed sequence lengths must be >= 1");
+      total += n;
+    }
+    if (q.size(0) != 1 || q.size(1) != total)
+      throw std::invalid_argument("bi::causal_attention: packed sequences need q [1, " + std::to_string(total) +
+                                  ", H, D] (the sum of lens)");
+  }
+  if (needs_grad({&q, &k, &v})) return AttentionFn::apply(q, k, v, scale, lens);
+  return attention_forward(q, k, v, scale, lens);
 }
 
 }  // namespace rl::nn::bi

@@ -10,6 +10,9 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "nn/batch_invariant.hpp"
 
 namespace rl::nn::bi {
@@ -30,7 +33,11 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
 // silu(g) * u; g and u may be column slices of one matrix.
 torch::Tensor silu_mul(const torch::Tensor& g, const torch::Tensor& u);
 // Causal self-attention over right-padded sequences: q [B, T, H, D], k and v
-// [B, T, KV, D] -> [B, T, H * D], each query attending over its prefix.
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale);
+// [B, T, KV, D] -> [B, T, H * D], each query attending over its prefix. With `lens`,
+// over sequences packed end to end in one row instead (B = 1, T = the sum of lens):
+// each query attends over its own sequence's prefix, with the same bits as in the
+// padded layout. Throws std::invalid_argument for lens that do not fill T.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                               const std::vector<int64_t>& lens = {});
 
 }  // namespace rl::nn::bi

@@ -587,6 +587,28 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
                                  : torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device()))
                                        .unsqueeze(0)
                                        .expand({B, T});
+  return forward_rows(input_ids, pos, {});
+}
+
+torch::Tensor Transformer::forward_packed(const torch::Tensor& input_ids, const std::vector<int64_t>& lens) {
+  if (input_ids.dim() != 2 || input_ids.size(0) != 1)
+    throw std::invalid_argument("forward_packed: input_ids must be [1, total] (the sequences end to end)");
+  std::vector<int64_t> pos;
+  pos.reserve(static_cast<size_t>(input_ids.size(1)));
+  for (int64_t n : lens) {
+    if (n < 1) throw std::invalid_argument("forward_packed: every sequence length must be >= 1");
+    for (int64_t j = 0; j < n; ++j) pos.push_back(j);
+  }
+  if (static_cast<int64_t>(pos.size()) != input_ids.size(1))
+    throw std::invalid_argument("forward_packed: the lengths add up to " + std::to_string(pos.size()) +
+                                " tokens, input_ids holds " + std::to_string(input_ids.size(1)));
+  if (lens.empty()) throw std::invalid_argument("forward_packed: no sequences");
+  auto positions = torch::tensor(pos, torch::kInt64).to(input_ids.device()).unsqueeze(0);
+  return forward_rows(input_ids, positions, lens);
+}
+
+torch::Tensor Transformer::forward_rows(const torch::Tensor& input_ids, const torch::Tensor& pos,
+                                        const std::vector<int64_t>& lens) {
   check_ids(input_ids, config_.vocab_size);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
   const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
@@ -598,13 +620,23 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
     run.adapters.push_back(lora_.get());
     run.rows.emplace_back();
   }
-  // By value: recomputed layers (set_recompute) call it again in the backward pass.
-  return run_layers(x, pos, [B, T, scale, gqa](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                               int64_t) {
-    if (bi::active(q)) return bi::causal_attention(q, k, v, scale);
+  const auto sdpa = [scale, gqa](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     auto o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0,
                                               /*is_causal=*/true, scale, gqa);
-    return o.transpose(1, 2).reshape({B, T, -1});
+    return o.transpose(1, 2).reshape({q.size(0), q.size(1), -1});
+  };
+  // By value: recomputed layers (set_recompute) call it again in the backward pass.
+  return run_layers(x, pos, [scale, lens, sdpa](const torch::Tensor& q, const torch::Tensor& k,
+                                                const torch::Tensor& v, int64_t) {
+    if (bi::active(q)) return bi::causal_attention(q, k, v, scale, lens);
+    if (lens.empty()) return sdpa(q, k, v);
+    std::vector<torch::Tensor> parts;  // packed: each sequence on its own
+    int64_t start = 0;
+    for (int64_t n : lens) {
+      parts.push_back(sdpa(q.narrow(1, start, n), k.narrow(1, start, n), v.narrow(1, start, n)));
+      start += n;
+    }
+    return torch::cat(parts, 1);
   }, lora_ ? &run : nullptr, /*recomputable=*/true);
 }
 

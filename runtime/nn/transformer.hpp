@@ -170,6 +170,12 @@ class Transformer {
   // Training path. input_ids [B, T] (right-padded), positions default arange(T).
   // Returns final-norm hidden states [B, T, H].
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions = {});
+  // The same over sequences packed end to end with no padding: input_ids [1, total]
+  // holds them in order (total = the sum of lens), positions restart at 0 for each,
+  // and each attends within itself. Returns [1, total, H]; every token's hidden state
+  // has the padded forward's bits under the batch-invariant kernels. Throws
+  // std::invalid_argument when lens do not fill input_ids.
+  torch::Tensor forward_packed(const torch::Tensor& input_ids, const std::vector<int64_t>& lens);
   torch::Tensor logits(const torch::Tensor& hidden) const;  // [..., V] in the model dtype
   // The logits under another unembedding [V, H] (an adapter's merged lm_head), with the
   // kernel logits() and the training path's log-probs use for it.
@@ -225,6 +231,9 @@ class Transformer {
   // y + the adapters' deltas of target t for input x (y itself when none targets t).
   torch::Tensor add_lora(const LoraRun* run, torch::Tensor y, const torch::Tensor& x, int64_t layer,
                          LoraTarget t) const;
+  // forward() and forward_packed(): positions [B, T]; lens as forward_packed's (empty: padded rows).
+  torch::Tensor forward_rows(const torch::Tensor& input_ids, const torch::Tensor& positions,
+                             const std::vector<int64_t>& lens);
   // The decoder layers, then the final norm. `recomputable` (the training forward, whose
   // attend owns what it captures): the layers recompute_ names go through nn::recompute.
   template <class Attend>

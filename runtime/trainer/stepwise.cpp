@@ -1,5 +1,6 @@
 #include "trainer/stepwise.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -21,30 +22,41 @@ StepwiseTrainer::StepwiseTrainer(std::shared_ptr<nn::Transformer> model, std::sh
   optim_ = std::make_unique<torch::optim::AdamW>(params_, ao);
 }
 
-// Each datum's log-probs of its target tokens: one right-padded forward over the call's
-// data (the batch-invariant kernels make each row's values independent of the others
-// and of the padding, so they equal the engine's for the same tokens).
+// Each datum's log-probs of its target tokens: one forward over the call's data, end
+// to end on the CPU (no padding: Transformer::forward_packed), right-padded elsewhere.
+// The batch-invariant kernels make each row's values independent of the others and
+// of the layout, so they equal the engine's for the same tokens.
 std::vector<torch::Tensor> StepwiseTrainer::target_logprobs(const std::vector<Datum>& data, bool grad) {
   model_->set_lora(adapter_);
   torch::AutoGradMode mode(grad);
   const auto& opts = model_->options();
-  int64_t T = 0;
-  for (const auto& d : data) T = std::max<int64_t>(T, static_cast<int64_t>(d.tokens.size()));
+  const bool end_to_end = opts.device.is_cpu();
+  int64_t T = 0, total = 0;
+  for (const auto& d : data) {
+    T = std::max<int64_t>(T, static_cast<int64_t>(d.tokens.size()));
+    total += static_cast<int64_t>(d.tokens.size());
+  }
   const int64_t B = static_cast<int64_t>(data.size());
-  auto ids = torch::zeros({B, T}, torch::kInt64);
-  std::vector<int64_t> rows, targets;
+  auto ids = end_to_end ? torch::empty({1, total}, torch::kInt64) : torch::zeros({B, T}, torch::kInt64);
+  std::vector<int64_t> rows, targets, lens;
+  int64_t start = 0;  // the datum's first row in the flattened ids
   for (int64_t b = 0; b < B; ++b) {
     const auto& d = data[static_cast<size_t>(b)];
     const int64_t n = static_cast<int64_t>(d.tokens.size());
-    ids[b].narrow(0, 0, n).copy_(torch::tensor(d.tokens, torch::kInt64));
+    if (!end_to_end) start = b * T;
+    std::copy(d.tokens.begin(), d.tokens.end(), ids.data_ptr<int64_t>() + start);
     const auto tt = d.inputs.at("target_tokens").to(torch::kInt64).contiguous();
     const int64_t* tp = tt.data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i) {
-      rows.push_back(b * T + i);
+      rows.push_back(start + i);
       targets.push_back(tp[i]);
     }
+    if (end_to_end) {
+      lens.push_back(n);
+      start += n;
+    }
   }
-  auto hidden = model_->forward(ids.to(opts.device));
+  auto hidden = end_to_end ? model_->forward_packed(ids, lens) : model_->forward(ids.to(opts.device));
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, torch::tensor(rows, torch::kInt64).to(opts.device));
   // an adapter on lm_head (train_unembed): the merged unembedding, as the engine samples with
   auto tgt = torch::tensor(targets, torch::kInt64).to(opts.device);

@@ -54,12 +54,15 @@ class AutocastScope {
 };
 }  // namespace
 
-// A micro-batch, right-padded: ids [B, L]; per response token (R = longest
-// response): mask, rewards broadcast later, old/rollout log-probs [B, R].
-// The tensors live on the policy's device; the index lists stay on the host
-// (nothing in a step reads a device tensor back element by element).
+// A micro-batch. On the CPU its sequences go end to end with no padding (ids [1, T],
+// T their total length, `lens` each one's: forward_packed); elsewhere right-padded
+// (ids [B, L], `lens` empty). Per response token (R = longest response): mask,
+// rewards broadcast later, old/rollout log-probs [B, R]. The tensors live on the
+// policy's device; the index lists stay on the host (nothing in a step reads a device
+// tensor back element by element).
 struct Trainer::Packed {
-  torch::Tensor ids;            // [B, L] int64
+  torch::Tensor ids;            // [1, T] or [B, L] int64
+  std::vector<int64_t> lens;    // each sequence's length when packed end to end
   torch::Tensor mask;           // [B, R] float32
   torch::Tensor rollout_logp;   // [B, R] float32 or undefined
   torch::Tensor behaviour_logp; // [B, R] float32: the policy's before this train() call, or undefined
@@ -281,12 +284,14 @@ void Trainer::set_step(int64_t s) {
 Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& idx) const {
   Packed p;
   const int64_t B = static_cast<int64_t>(idx.size());
-  int64_t L = 2, R = 1;
+  int64_t L = 2, R = 1, total = 0;
   for (int64_t i : idx) {
     L = std::max<int64_t>(L, static_cast<int64_t>(b.tokens[i].size()));
     R = std::max<int64_t>(R, b.response_lengths[i]);
+    total += static_cast<int64_t>(b.tokens[i].size());
   }
-  p.ids = torch::zeros({B, L}, torch::kInt64);
+  const bool end_to_end = packs_sequences();
+  p.ids = end_to_end ? torch::empty({1, total}, torch::kInt64) : torch::zeros({B, L}, torch::kInt64);
   p.mask = torch::zeros({B, R}, torch::kFloat32);
   p.rewards = torch::empty({B}, torch::kFloat32);
   const bool has_rollout = !b.rollout_log_probs.empty();
@@ -297,13 +302,16 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   if (has_values) p.old_values = torch::zeros({B, R}, torch::kFloat32);
   const bool has_teacher = !b.teacher_log_probs.empty();
   if (has_teacher) p.teacher_logp = torch::zeros({B, R}, torch::kFloat32);
-  auto ids = p.ids.accessor<int64_t, 2>();
+  int64_t* ids = p.ids.data_ptr<int64_t>();
   auto mask = p.mask.accessor<float, 2>();
+  int64_t start = 0;  // the sequence's first row in the flattened ids
   for (int64_t r = 0; r < B; ++r) {
     const int64_t i = idx[r];
     const auto& t = b.tokens[i];
     const int64_t n = static_cast<int64_t>(t.size()), resp = b.response_lengths[i];
-    for (int64_t j = 0; j < n; ++j) ids[r][j] = t[j];
+    if (!end_to_end) start = r * L;
+    std::copy(t.begin(), t.end(), ids + start);
+    if (end_to_end) p.lens.push_back(n);
     p.prompt_lens.push_back(n - resp);
     p.resp_lens.push_back(resp);
     p.tokens += n;
@@ -327,10 +335,11 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
     }
     for (int64_t j = 0; j < resp; ++j) {
       const int64_t pos = n - resp + j;  // position of the response token
-      p.rows.push_back(r * L + pos - 1);
+      p.rows.push_back(start + pos - 1);
       p.cols.push_back(r * R + j);
       p.targets.push_back(t[pos]);
     }
+    if (end_to_end) start += n;
   }
   // Built on the host, then moved once to where the policy lives.
   const auto dev = policy_->options().device;
@@ -342,13 +351,21 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   return p;
 }
 
+// Final-norm hidden states of a micro-batch: [1, T, H] packed, [B, L, H] padded.
+torch::Tensor Trainer::hidden_states(nn::Transformer& m, const Packed& p) {
+  auto ids = p.ids.to(m.options().device);
+  return p.lens.empty() ? m.forward(ids) : m.forward_packed(ids, p.lens);
+}
+
+bool Trainer::packs_sequences() const { return policy_->options().device.is_cpu(); }
+
 // log p of each response token: hidden states of the positions that predict
 // response tokens only (prompt positions never reach the lm_head), packed,
 // through the chunked log-softmax, then scattered into [B, R].
 torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy) {
-  const int64_t B = p.ids.size(0), R = p.mask.size(1);
+  const int64_t B = p.mask.size(0), R = p.mask.size(1);
   AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
-  auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
+  auto hidden = hidden_states(m, p);
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
   // Sharded: the lm_head goes by row blocks, each rank's in turn, never whole; with a
@@ -376,9 +393,9 @@ torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool w
 // before that token, as slime's get_values), scattered into [B, R] float32.
 torch::Tensor Trainer::critic_values(const Packed& p) {
   auto& m = critic_->model();
-  const int64_t B = p.ids.size(0), R = p.mask.size(1);
+  const int64_t B = p.mask.size(0), R = p.mask.size(1);
   AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
-  auto hidden = m.forward(p.ids.to(m.options().device));  // [B, L, H]
+  auto hidden = hidden_states(m, p);
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
   auto v = critic_->head(flat);
@@ -402,7 +419,8 @@ std::vector<std::vector<float>> Trainer::response_values(const TrainBatch& b) {
 }
 
 // Micro-batches of a step: fixed size, or greedily filled up to a token budget
-// (a sample longer than the budget gets one of its own).
+// (a sample longer than the budget gets one of its own): the tokens themselves when
+// sequences go end to end, rows × the longest when padded.
 std::vector<std::vector<int64_t>> Trainer::micro_batches(const TrainBatch& b, const std::vector<int64_t>& idx) const {
   std::vector<std::vector<int64_t>> out;
   if (opts_.max_tokens_per_micro_batch <= 0) {
@@ -410,18 +428,20 @@ std::vector<std::vector<int64_t>> Trainer::micro_batches(const TrainBatch& b, co
       out.emplace_back(idx.begin() + s, idx.begin() + std::min(idx.size(), s + opts_.micro_batch_size));
     return out;
   }
+  const bool end_to_end = packs_sequences();
   std::vector<int64_t> cur;
-  int64_t longest = 0;
+  int64_t longest = 0, sum = 0;
   for (int64_t i : idx) {
     const int64_t n = static_cast<int64_t>(b.tokens[i].size());
-    const int64_t padded = std::max(longest, n) * static_cast<int64_t>(cur.size() + 1);
-    if (!cur.empty() && padded > opts_.max_tokens_per_micro_batch) {
+    const int64_t cost = end_to_end ? sum + n : std::max(longest, n) * static_cast<int64_t>(cur.size() + 1);
+    if (!cur.empty() && cost > opts_.max_tokens_per_micro_batch) {
       out.push_back(std::move(cur));
       cur.clear();
-      longest = 0;
+      longest = sum = 0;
     }
     cur.push_back(i);
     longest = std::max(longest, n);
+    sum += n;
   }
   if (!cur.empty()) out.push_back(std::move(cur));
   return out;

@@ -66,6 +66,19 @@ describe("rl.trainer", function()
     os.execute("rm -rf '" .. dir .. "'")
   end, { timeout = 120 })
 
+  it("fills max_tokens_per_gpu micro-batches with the tokens themselves (CPU: no padding)", function()
+    local dir = assert(rl.model.init { config = TINY, seed = 3, dir = tmpdir() })
+    local tr = rl.trainer.new { model = dir, loss = { loss_type = "sft_loss" }, optimizer = { lr = 1e-3 },
+                                max_tokens_per_gpu = 12 }
+    -- 4 + 8 tokens fit 12; padded to the longest they would take 16, and every sample
+    -- a micro-batch of its own.
+    local b = batch_of({ { 5, 6, 7, 8 }, { 11, 12, 13, 14, 15, 16, 17, 18 }, { 5, 6, 7, 20 } }, 2, { 0, 0, 0 })
+    local m = assert(tr:train(b))
+    eq(m["train/num_microbatches"], 2)
+    ok(m["train/loss"] > 0)
+    os.execute("rm -rf '" .. dir .. "'")
+  end, { timeout = 60 })
+
   it("runs its work on the CPUs set_cpus names; the event loop stays where it was", function()
     local dir = assert(rl.model.init { config = TINY, seed = 3, dir = tmpdir() })
     local tr = rl.trainer.new { model = dir, loss = { loss_type = "sft_loss" }, optimizer = { lr = 1e-3 } }

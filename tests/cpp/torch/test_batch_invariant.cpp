@@ -181,6 +181,46 @@ CATCH_TEST_CASE("bi ops: rms_norm, silu_mul and causal attention match ATen, wit
   CATCH_CHECK(torch::equal(bi::silu_mul(gate, up), bi::silu_mul(gate.contiguous(), up.contiguous())));
 }
 
+CATCH_TEST_CASE("bi causal attention over sequences packed end to end: the padded layout's bits, ATen's gradients",
+                "[bi]") {
+  torch::manual_seed(12);
+  const int64_t H = 4, KV = 2, D = 8;
+  const std::vector<int64_t> lens = {5, 1, 11, 3};
+  const int64_t total = 20, L = 11;
+  auto q = torch::randn({1, total, H, D}, torch::requires_grad());
+  auto k = torch::randn({1, total, KV, D}, torch::requires_grad());
+  auto v = torch::randn({1, total, KV, D}, torch::requires_grad());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto got = bi::causal_attention(q, k, v, scale, lens);
+  auto g = torch::randn_like(got);
+  auto gg = torch::autograd::grad({got}, {q, k, v}, {g});
+  torch::NoGradGuard ng;
+  // The same sequences right-padded to L rows: every real row the same bits.
+  auto pad = [&](const torch::Tensor& t) {
+    auto out = torch::zeros({static_cast<int64_t>(lens.size()), L, t.size(2), t.size(3)});
+    for (int64_t s = 0, start = 0; s < static_cast<int64_t>(lens.size()); start += lens[s++])
+      out[s].narrow(0, 0, lens[s]).copy_(t[0].narrow(0, start, lens[s]));
+    return out;
+  };
+  auto padded = bi::causal_attention(pad(q), pad(k), pad(v), scale);
+  for (int64_t s = 0, start = 0; s < static_cast<int64_t>(lens.size()); start += lens[s++]) {
+    CATCH_CHECK(torch::equal(got[0].narrow(0, start, lens[s]), padded[s].narrow(0, 0, lens[s])));
+    // Gradients: ATen's attention on the sequence alone.
+    torch::AutoGradMode on(true);
+    auto part = [&](const torch::Tensor& t) { return t.detach().narrow(1, start, lens[s]).requires_grad_(); };
+    auto qs = part(q), ks = part(k), vs = part(v);
+    auto ref = at::scaled_dot_product_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), {}, 0.0,
+                                                true, scale, true)
+                   .transpose(1, 2)
+                   .reshape({1, lens[s], H * D});
+    auto gr = torch::autograd::grad({ref}, {qs, ks, vs}, {g.narrow(1, start, lens[s])});
+    for (int i = 0; i < 3; ++i) CATCH_CHECK(max_abs(gg[i].narrow(1, start, lens[s]), gr[i]) < 1e-5);
+  }
+  CATCH_CHECK_THROWS_WITH(bi::causal_attention(q, k, v, scale, {5, 1, 11}),
+                          Catch::Contains("q [1, 17, H, D]"));
+  CATCH_CHECK_THROWS_WITH(bi::causal_attention(q, k, v, scale, {5, 0, 11, 4}), Catch::Contains(">= 1"));
+}
+
 CATCH_TEST_CASE("bi ops: linear, rms_norm and silu_mul gradients equal ATen's", "[bi]") {
   torch::manual_seed(5);
   auto x = torch::randn({4, 3, 20}, torch::requires_grad());

@@ -205,6 +205,63 @@ CATCH_TEST_CASE("random initialisation is deterministic per seed and follows HF'
   CATCH_CHECK(torch::equal(a->parameter("model.layers.1.self_attn.k_proj.bias"), torch::zeros({16})));
 }
 
+CATCH_TEST_CASE("sequences packed end to end: the padded forward's bits and gradients", "[model]") {
+  const std::vector<int64_t> lens = {7, 1, 19, 12};
+  const int64_t L = 19, total = 39;
+  auto packed = torch::randint(0, 97, {1, total}, at::make_generator<at::CPUGeneratorImpl>(5), torch::kInt64);
+  auto padded = torch::zeros({4, L}, torch::kInt64);
+  for (int64_t s = 0, start = 0; s < 4; start += lens[s++])
+    padded[s].narrow(0, 0, lens[s]).copy_(packed[0].narrow(0, start, lens[s]));
+  for (std::string family : {"qwen3", "qwen2", "llama"}) {
+    CATCH_SECTION(family) {
+      auto m = tiny(family);
+      // A loss over the real tokens only (padding never reaches it).
+      auto probe = torch::randn({total, m->config().hidden_size}, at::make_generator<at::CPUGeneratorImpl>(6));
+      auto loss_of = [&](const torch::Tensor& h, bool is_packed) {
+        std::vector<torch::Tensor> rows;
+        for (int64_t s = 0, start = 0; s < 4; start += lens[s++])
+          rows.push_back(is_packed ? h[0].narrow(0, start, lens[s]) : h[s].narrow(0, 0, lens[s]));
+        return (torch::cat(rows) * probe).sum();
+      };
+      auto grads_of = [&](bool is_packed, torch::Tensor* hidden) {
+        m->set_requires_grad(true);
+        for (auto& [name, p] : m->named_parameters()) p.mutable_grad() = torch::Tensor();
+        auto h = is_packed ? m->forward_packed(packed, lens) : m->forward(padded);
+        loss_of(h, is_packed).backward();
+        *hidden = h.detach();
+        std::vector<torch::Tensor> g;
+        for (auto& [name, p] : m->named_parameters())  // lm_head: untouched by forward()
+          g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+        m->set_requires_grad(false);
+        return g;
+      };
+      torch::Tensor hp, hk;
+      auto gp = grads_of(false, &hp);
+      auto gk = grads_of(true, &hk);
+      CATCH_REQUIRE(hk.sizes() == torch::IntArrayRef({1, total, m->config().hidden_size}));
+      for (int64_t s = 0, start = 0; s < 4; start += lens[s++])
+        CATCH_CHECK(torch::equal(hk[0].narrow(0, start, lens[s]), hp[s].narrow(0, 0, lens[s])));
+      for (size_t i = 0; i < gp.size(); ++i) {
+        CATCH_INFO(m->named_parameters()[i].first);
+        CATCH_CHECK((gk[i] - gp[i]).abs().max().item<double>() <= 1e-5 * (1 + gp[i].abs().max().item<double>()));
+      }
+    }
+  }
+  // ATen's kernels (bfloat16 is never batch-invariant): each sequence attends on its own.
+  auto f32 = tiny("qwen3", 9);
+  auto dir = std::filesystem::temp_directory_path() / ("rlhost_model_packed_" + std::to_string(::getpid()));
+  f32->save(dir);
+  auto bf16 = Transformer::from_pretrained(dir, {torch::kBFloat16, torch::kCPU});
+  std::filesystem::remove_all(dir);
+  torch::NoGradGuard no_grad;
+  auto hp = bf16->forward(padded).to(torch::kFloat32);
+  auto hk = bf16->forward_packed(packed, lens).to(torch::kFloat32);
+  for (int64_t s = 0, start = 0; s < 4; start += lens[s++])
+    CATCH_CHECK((hk[0].narrow(0, start, lens[s]) - hp[s].narrow(0, 0, lens[s])).abs().max().item<double>() < 0.05);
+  CATCH_CHECK_THROWS_WITH(f32->forward_packed(packed, {7, 1, 19}), Catch::Contains("add up to 27 tokens"));
+  CATCH_CHECK_THROWS_WITH(f32->forward_packed(padded, lens), Catch::Contains("[1, total]"));
+}
+
 CATCH_TEST_CASE("bfloat16 weights run and stay close to float32", "[model]") {
   auto f32 = tiny("qwen3", 9);
   auto dir = std::filesystem::temp_directory_path() / ("rlhost_model_bf16_" + std::to_string(::getpid()));
