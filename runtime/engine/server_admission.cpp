@@ -81,9 +81,11 @@ void EngineServer::note_response_bytes(size_t bytes) {
 void EngineServer::trim_heap_when_idle() {
   if (seqs_in_flight_.load() != 0) return;
   if (seqs_since_trim_.load() < kTrimAfterSequences && bytes_since_trim_.load() < kTrimAfterResponseBytes) return;
+  // A training step in this process (a colocated recipe's, between rollouts) is reusing
+  // the freed memory: left alone, and tried again when the next burst ends.
+  if (!tensor::return_idle_memory()) return;
   seqs_since_trim_ = 0;
   bytes_since_trim_ = 0;
-  tensor::return_free_memory();
 }
 
 }  // namespace rl::engine

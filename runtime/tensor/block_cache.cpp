@@ -1,5 +1,7 @@
 #include "tensor/block_cache.hpp"
 
+#include <atomic>
+
 #include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -222,6 +224,19 @@ int64_t release_cached_blocks() { return BlockCache::instance ? BlockCache::inst
 void return_free_memory() {
   release_cached_blocks();
   malloc_trim(0);
+}
+
+namespace {
+std::atomic<int> users{0};
+}
+
+MemoryInUse::MemoryInUse() { users.fetch_add(1); }
+MemoryInUse::~MemoryInUse() { users.fetch_sub(1); }
+
+bool return_idle_memory() {
+  if (users.load() > 0) return false;
+  return_free_memory();
+  return true;
 }
 
 }  // namespace rl::tensor

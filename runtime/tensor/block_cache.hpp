@@ -34,8 +34,23 @@ BlockCacheStats block_cache_stats();
 int64_t release_cached_blocks();
 
 // The process's freed memory back to the system: the cached blocks, then glibc's
-// free heap (malloc_trim). For an engine releasing its memory, an idle server after
-// a burst, a sharded trainer between steps.
+// free heap (malloc_trim). For an engine releasing its memory, a sharded trainer
+// between steps.
 void return_free_memory();
+
+// While one lives (a training step holds one), return_idle_memory() leaves freed memory
+// where it is: work in this process is taking it again moments later.
+class MemoryInUse {
+ public:
+  MemoryInUse();
+  ~MemoryInUse();
+  MemoryInUse(const MemoryInUse&) = delete;
+  MemoryInUse& operator=(const MemoryInUse&) = delete;
+};
+
+// return_free_memory() unless a MemoryInUse lives; false when it left the memory alone.
+// For an engine server gone idle after a burst, which may share its process with a
+// trainer (a colocated recipe's training step starts as the rollout ends).
+bool return_idle_memory();
 
 }  // namespace rl::tensor

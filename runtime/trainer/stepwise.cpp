@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "nn/logprobs.hpp"
+#include "tensor/block_cache.hpp"
 
 namespace rl::trainer {
 
@@ -77,6 +78,7 @@ std::vector<torch::Tensor> StepwiseTrainer::target_logprobs(const std::vector<Da
 StepResult StepwiseTrainer::run(const std::vector<Datum>& data, const std::string& loss_fn,
                                 const std::map<std::string, double>& config, bool backward) {
   validate_datums(loss_fn, data, config, model_->config().vocab_size);
+  tensor::MemoryInUse busy;  // an idle engine server in this process leaves the freed memory to the pass
   auto lp = target_logprobs(data, backward);
   torch::AutoGradMode mode(backward);
   auto loss = datum_loss(loss_fn, data, lp, config);

@@ -832,6 +832,7 @@ void Trainer::record_sample_stats(const Packed& p, const torch::Tensor& adv, con
 
 Metrics Trainer::train(const TrainBatch& b) {
   validate(b);
+  tensor::MemoryInUse busy;  // an idle engine server in this process leaves the freed memory to the step
   const int64_t n = static_cast<int64_t>(b.tokens.size());
   sample_stats_.assign(static_cast<size_t>(n), SampleStats{});
   int64_t gbs = opts_.global_batch_size > 0 ? opts_.global_batch_size : n;

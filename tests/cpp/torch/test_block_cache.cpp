@@ -127,3 +127,18 @@ CATCH_TEST_CASE("block cache: a steady loop of large ops reuses its memory and c
   CATCH_CHECK(after.misses == before.misses);  // every step's blocks came from the last one's
   CATCH_CHECK(after.hits >= before.hits + 5);
 }
+
+CATCH_TEST_CASE("block cache: an idle trim leaves the memory to work that holds MemoryInUse", "[block_cache]") {
+  CATCH_REQUIRE(kInstalled);
+  rl::tensor::release_cached_blocks();
+  { auto t = bytes(4 * kMiB); }
+  CATCH_REQUIRE(rl::tensor::block_cache_stats().cached_bytes >= 4 * kMiB);
+  {
+    rl::tensor::MemoryInUse step;  // a training step in this process
+    rl::tensor::MemoryInUse nested;
+    CATCH_CHECK_FALSE(rl::tensor::return_idle_memory());
+    CATCH_CHECK(rl::tensor::block_cache_stats().cached_bytes >= 4 * kMiB);
+  }
+  CATCH_CHECK(rl::tensor::return_idle_memory());
+  CATCH_CHECK(rl::tensor::block_cache_stats().cached_bytes == 0);
+}
