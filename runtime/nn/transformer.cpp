@@ -593,6 +593,7 @@ torch::Tensor Transformer::forward(const torch::Tensor& input_ids, const torch::
 torch::Tensor Transformer::forward_packed(const torch::Tensor& input_ids, const std::vector<int64_t>& lens) {
   if (input_ids.dim() != 2 || input_ids.size(0) != 1)
     throw std::invalid_argument("forward_packed: input_ids must be [1, total] (the sequences end to end)");
+  if (lens.empty()) throw std::invalid_argument("forward_packed: no sequences");
   std::vector<int64_t> pos;
   pos.reserve(static_cast<size_t>(input_ids.size(1)));
   for (int64_t n : lens) {
@@ -602,7 +603,6 @@ torch::Tensor Transformer::forward_packed(const torch::Tensor& input_ids, const 
   if (static_cast<int64_t>(pos.size()) != input_ids.size(1))
     throw std::invalid_argument("forward_packed: the lengths add up to " + std::to_string(pos.size()) +
                                 " tokens, input_ids holds " + std::to_string(input_ids.size(1)));
-  if (lens.empty()) throw std::invalid_argument("forward_packed: no sequences");
   auto positions = torch::tensor(pos, torch::kInt64).to(input_ids.device()).unsqueeze(0);
   return forward_rows(input_ids, positions, lens);
 }
