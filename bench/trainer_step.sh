@@ -7,6 +7,8 @@
 # each side's arithmetic rate against the roof (bench/trainer_step_flops.py: MKL's sgemm
 # on the step's own GEMM shapes, same threads).
 #   SHAPES="42m qwen42m default" THREADS="2" ROUNDS=3 BATCH=8 TOKENS=256 STEPS=3 bench/trainer_step.sh
+# RAGGED=1: responses of 1/8 .. 8/8 of the longest (GRPO's spread); both sides count real
+# tokens, rlhost runs them end to end, the peer right-padded (the arithmetic line is skipped).
 # Shapes: bench/llama_shapes.sh (15m, 42m, 110m Llama; qwen42m; default).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,14 +41,15 @@ for shape in $shapes; do
       done
       order=("${order[@]:1}" "${order[0]}")  # rotate
     done
-    flops="$(python3 "$root/bench/trainer_step_flops.py" "$model" "$t" "$B" "$T" 2>/dev/null | grep '^FLOPS' || true)"
+    flops=""
+    [ "${RAGGED:-0}" = 1 ] || flops="$(python3 "$root/bench/trainer_step_flops.py" "$model" "$t" "$B" "$T" 2>/dev/null | grep '^FLOPS' || true)"
     python3 - "$shape" "$t" "$B" "$T" "$flops" "${lines[@]}" <<'PY'
 import statistics, sys
 kv = lambda l: dict(x.split("=", 1) for x in l.split()[1:])
 rows = [kv(l) for l in sys.argv[6:] if l.strip()]
 tok = {v: statistics.median(float(r["tok_s"]) for r in rows if r["variant"] == v) for v in ("exact", "bi0", "torch")}
 loads = ", ".join(r["load"] for r in rows)
-print(f"== {sys.argv[1]}, {sys.argv[2]} thread(s), medians of {sum(r['variant'] == 'exact' for r in rows)} round(s): "
+print(f"== {sys.argv[1]}{' ragged' if rows[0].get('ragged') == '1' else ''}, {sys.argv[2]} thread(s), medians of {sum(r['variant'] == 'exact' for r in rows)} round(s): "
       f"rlhost exact {tok['exact']:.0f} tok/s, RLHOST_BATCH_INVARIANT=0 {tok['bi0']:.0f}, PyTorch {tok['torch']:.0f} -> "
       f"exact/PyTorch {tok['exact'] / tok['torch']:.2f}x, BI=0/PyTorch {tok['bi0'] / tok['torch']:.2f}x, "
       f"cost of exactness {tok['bi0'] / tok['exact']:.2f}x (load {loads})")

@@ -3,8 +3,12 @@ with Hugging Face transformers' Llama (sdpa attention): log-probs of the respons
 tokens, ratio exp(logp - logp.detach()), PPO-clip loss averaged per sample then
 over samples, backward, clip_grad_norm_(1.0), AdamW. Same shapes, same threads.
   python3 bench/trainer_step_torch.py MODEL_DIR THREADS [batch] [tokens] [steps] [device=cpu] [bf16=0]
-On CUDA with bf16=1: float32 master weights under torch.autocast(bfloat16), as rlhost's --bf16."""
-import sys, time
+On CUDA with bf16=1: float32 master weights under torch.autocast(bfloat16), as rlhost's --bf16.
+RAGGED=1: sample i (from 1) holds T/4 prompt and 3T/4 * i/B response tokens, right-padded
+to T (as transformers batches them; no attention mask: under causal attention padding after
+a sequence changes none of its outputs, and the loss mask leaves it out); tok/s counts real
+tokens."""
+import os, sys, time
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -22,8 +26,12 @@ model.train()
 V = model.config.vocab_size
 ids = torch.randint(0, V, (B, T)).to(device)
 adv = torch.tensor([1.0 if (i + 1) % 2 == 0 else -1.0 for i in range(B)]).unsqueeze(1).to(device)
+ragged = os.environ.get("RAGGED") == "1"
+resp = [max(1, (T - prompt) * (i + 1) // B) if ragged else T - prompt for i in range(B)]
 mask = torch.zeros(B, T - 1, device=device)
-mask[:, prompt - 1:] = 1.0
+for i, r in enumerate(resp):
+    mask[i, prompt - 1:prompt - 1 + r] = 1.0
+real = sum(prompt + r for r in resp)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
 
 def step():
@@ -48,4 +56,5 @@ for _ in range(steps):
     step()
 sync()
 dt = (time.perf_counter() - t0) / steps
-print(f"RESULT impl=torch threads={threads} batch={B} tokens={T} device={device} bf16={int(bf16)} step_s={dt:.3f} tok_s={B * T / dt:.1f}")
+print(f"RESULT impl=torch threads={threads} batch={B} tokens={T} device={device} bf16={int(bf16)} ragged={int(ragged)} "
+      f"step_s={dt:.3f} tok_s={real / dt:.1f}")
