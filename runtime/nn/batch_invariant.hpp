@@ -54,6 +54,17 @@ PackedWeight pack_weight(const float* w, int64_t ldw, bool w_kn, int64_t k, int6
 void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float* bias, float* y, int64_t ldy,
                  int64_t m);
 
+// The GEMMs of a backward pass on gemm_packed's tiles: y[i, j] (+)= sum over k
+// ascending of a(i, k) * w(k, j) for i < m, j < w.n, k < w.k, with a(i, k) = x[i * ldx + k]
+// or, x_t, x[k * ldx + i] (dW = g^T x without a transposed copy of g). w is packed per
+// call (a backward pass's operands are activations, or weights about to change).
+// accumulate: the sums start from y's values. A long k runs in blocks, each continuing
+// the previous one's sums: the products in gemm()'s order either way. False, with y
+// untouched, where the CPU has no AVX-512 path (callers use ATen's GEMM there).
+bool gemm_grad_available();
+bool gemm_grad(const float* x, int64_t ldx, bool x_t, const PackedWeight& w, float* y, int64_t ldy, int64_t m,
+               bool accumulate);
+
 // out[i, k] = w(k, cols[i]) for k < w.k: columns of a packed weight (cols in [0, w.n)).
 void packed_columns(const PackedWeight& w, const int64_t* cols, int64_t count, float* out);
 

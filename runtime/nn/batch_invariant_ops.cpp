@@ -136,11 +136,30 @@ std::array<torch::Tensor, 3> flash_backward(const torch::Tensor& g, const torch:
 // The backward passes below are explicit formulas (no recomputation of the forward
 // through ATen): gradients need correctness, not bit-equality with the engine.
 
+// dx = g W and dW = g^T x on the AVX-512 GEMM tiles (bi::gemm_grad; W and x packed per
+// call); an undefined pair where the CPU has none or the operands are not float32.
+std::pair<torch::Tensor, torch::Tensor> linear_grads_tiled(const torch::Tensor& g2, const torch::Tensor& x2,
+                                                           const torch::Tensor& w) {
+  if (!gemm_grad_available() || g2.scalar_type() != torch::kFloat32 || x2.scalar_type() != torch::kFloat32 ||
+      w.scalar_type() != torch::kFloat32)
+    return {};
+  auto gc = g2.contiguous(), xc = x2.contiguous(), wc = w.contiguous();
+  const int64_t M = gc.size(0), N = gc.size(1), K = xc.size(1);
+  auto dx = torch::empty({M, K}, xc.options()), dw = torch::empty({N, K}, wc.options());
+  gemm_grad(gc.data_ptr<float>(), N, false, pack_rows(wc.data_ptr<float>(), K, N, K), dx.data_ptr<float>(), K, M,
+            false);
+  gemm_grad(gc.data_ptr<float>(), N, true, pack_rows(xc.data_ptr<float>(), K, M, K), dw.data_ptr<float>(), K, N,
+            false);
+  return {dx, dw};
+}
+
 variable_list linear_backward(AutogradContext* ctx, const torch::Tensor& g, bool bias) {
   auto saved = ctx->get_saved_variables();
   const auto &x = saved[0], &w = saved[1];
   auto g2 = g.reshape({-1, g.size(-1)});
-  variable_list out{g.matmul(w), g2.t().mm(x.reshape({-1, x.size(-1)}))};
+  auto x2 = x.reshape({-1, x.size(-1)});
+  auto [dx, dw] = linear_grads_tiled(g2, x2, w);
+  variable_list out = dx.defined() ? variable_list{dx.view(x.sizes()), dw} : variable_list{g.matmul(w), g2.t().mm(x2)};
   if (bias) out.push_back(g2.sum(0));
   return out;
 }
@@ -346,6 +365,13 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
   if (needs_grad({&x, &w, &b}))
     return b.defined() ? LinearBiasFn::apply(x, w, b, packed) : LinearFn::apply(x, w, packed);
   return linear_any(x, w, b, packed);
+}
+
+PackedWeight pack_rows(const float* w, int64_t ldw, int64_t k, int64_t n) {
+  auto buf = torch::empty({static_cast<int64_t>(packed_bytes(k, n) / sizeof(float)) + 16}, torch::kFloat32);
+  const auto at = (reinterpret_cast<uintptr_t>(buf.data_ptr<float>()) + 63) & ~uintptr_t{63};
+  auto holder = std::make_shared<torch::Tensor>(std::move(buf));
+  return pack_weight(w, ldw, true, k, n, std::shared_ptr<float>(holder, reinterpret_cast<float*>(at)));
 }
 
 PackedWeight pack(const torch::Tensor& w, std::shared_ptr<float> into) {

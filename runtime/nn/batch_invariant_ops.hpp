@@ -28,6 +28,11 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 // pack_weight of w [out, in] in any layout (empty where packed_available() is false),
 // into `into` where given (as pack_weight takes it).
 PackedWeight pack(const torch::Tensor& w, std::shared_ptr<float> into = nullptr);
+// pack_weight of a row-major [k, n] matrix (rows ldw apart) into memory from LibTorch's
+// CPU allocator, held by the result: a backward pass packs operands of the same sizes
+// layer after layer, and the allocator's block cache hands the same memory back
+// (fresh mappings would fault in every page each time).
+PackedWeight pack_rows(const float* w, int64_t ldw, int64_t k, int64_t n);
 // w * x / sqrt(mean(x^2, -1) + eps)
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 // silu(g) * u; g and u may be column slices of one matrix.

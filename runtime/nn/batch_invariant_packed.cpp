@@ -47,21 +47,28 @@ const bool kAvx512 = __builtin_cpu_supports("avx512f") && simd_kernels() && simd
 const bool kAvx2 = !kAvx512 && avx2::supported() && simd_kernels();
 const bool kPanels = kAvx512 || kAvx2;  // a packed path for this CPU
 
-// rows [0, MR) of x against one panel; stores columns [0, nc) of y. With `next`,
+// rows [0, MR) of x against one panel; stores columns [0, nc) of y. XT: the rows come
+// packed k-major, x[k * 8 + r] (pack_tiles: a transposed operand's columns); ACC: the sums start from y's values
+// (a block of k after the one that stored them: the same chain of fused multiply-adds
+// as one pass over all of k). With `next`,
 // also pulls `rows` rows of the next panel from there into L2, one every `every`
 // k (a decode step streams every weight from memory: compute and reads overlap,
 // ~1.1-1.4x; spread over all of a panel's tiles, the reads never outrun the line
 // fill buffers and stall the tile that issues them).
-template <int MR>
+template <int MR, bool XT, bool ACC>
 __attribute__((target("avx512f"), always_inline)) inline void tile(const float* x, int64_t ldx, const float* p,
                                                                    int64_t K, const float* bias, float* y,
                                                                    int64_t ldy, int64_t nc, const float* next,
                                                                    int64_t rows, int64_t every) {
   __m512 acc[MR][kVecs];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int v = 0; v < kVecs; ++v) {
+    const int64_t left = std::clamp<int64_t>(nc - 16 * v, 0, 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << left) - 1u);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+      acc[r][v] = ACC ? _mm512_maskz_loadu_ps(mask, y + r * ldy + 16 * v) : _mm512_setzero_ps();
+  }
   for (int64_t k0 = 0; k0 < K; k0 += every) {
     if (next && rows > 0) {
 #pragma GCC unroll 4
@@ -76,7 +83,7 @@ __attribute__((target("avx512f"), always_inline)) inline void tile(const float* 
       for (int v = 0; v < kVecs; ++v) w[v] = _mm512_load_ps(p + k * kPanelCols + 16 * v);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
+        const __m512 xv = _mm512_set1_ps(XT ? x[k * kMaxRows + r] : x[r * ldx + k]);
 #pragma GCC unroll 4
         for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(xv, w[v], acc[r][v]);
       }
@@ -95,6 +102,7 @@ __attribute__((target("avx512f"), always_inline)) inline void tile(const float* 
 
 // All m rows against one panel: tiles of 8 rows, then one tile of the rest; each
 // tile prefetches its share of `next` (the following panel, or null).
+template <bool XT, bool ACC>
 __attribute__((target("avx512f"))) void panel_rows(const float* x, int64_t ldx, const float* p, int64_t K,
                                                    const float* bias, float* y, int64_t ldy, int64_t m, int64_t nc,
                                                    const float* next) {
@@ -103,19 +111,19 @@ __attribute__((target("avx512f"))) void panel_rows(const float* x, int64_t ldx, 
   auto part = [&](int64_t t) { return next ? next + std::min(K, t * share) * kPanelCols : nullptr; };
   auto rows = [&](int64_t t) { return std::max<int64_t>(0, std::min(share, K - t * share)); };
   for (; i + kMaxRows <= m; i += kMaxRows, ++t)
-    tile<kMaxRows>(x + i * ldx, ldx, p, K, bias, y + i * ldy, ldy, nc, part(t), rows(t), tiles);
-  const float* xr = x + i * ldx;
+    tile<kMaxRows, XT, ACC>(x + (XT ? i * K : i * ldx), ldx, p, K, bias, y + i * ldy, ldy, nc, part(t), rows(t), tiles);
+  const float* xr = x + (XT ? i * K : i * ldx);
   float* yr = y + i * ldy;
   const float* nx = part(t);
   const int64_t nr = rows(t);
   switch (m - i) {
-    case 7: tile<7>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
-    case 6: tile<6>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
-    case 5: tile<5>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
-    case 4: tile<4>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
-    case 3: tile<3>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
-    case 2: tile<2>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
-    case 1: tile<1>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 7: tile<7, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 6: tile<6, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 5: tile<5, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 4: tile<4, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 3: tile<3, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 2: tile<2, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
+    case 1: tile<1, XT, ACC>(xr, ldx, p, K, bias, yr, ldy, nc, nx, nr, tiles); break;
     default: break;
   }
 }
@@ -175,7 +183,7 @@ __attribute__((target("avx512f"))) void pack_panel_nk(const float* w, int64_t ld
 // All m rows against one panel, on this CPU's path.
 void rows_of_panel(const float* x, int64_t ldx, const float* p, int64_t K, const float* bias, float* y,
                    int64_t ldy, int64_t m, int64_t nc, const float* next) {
-  if (kAvx512) return panel_rows(x, ldx, p, K, bias, y, ldy, m, nc, next);
+  if (kAvx512) return panel_rows<false, false>(x, ldx, p, K, bias, y, ldy, m, nc, next);
   avx2::panel_rows(x, ldx, p, K, bias, y, ldy, m, nc, next);
 }
 
@@ -218,6 +226,34 @@ int64_t row_block(int64_t m, int64_t K) {
 
 // Enough multiply-adds per task to pay for a thread.
 int64_t grain(int64_t m, int64_t K) { return std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, m * K * kPanelCols)); }
+
+// fn(r0, rows, jb, next) for every block of rows (row_block) against every panel jb of
+// the [K, n] panels at d (panel jb at d + jb * stride); items block-major (block b,
+// panel jb) = b * np + jb, so a thread's share is whole blocks against every panel;
+// `next` is the panel of the item the same thread runs next (to prefetch), or null.
+template <class Fn>
+void blocked_panels(int64_t m, int64_t K, int64_t n, const float* d, int64_t stride, Fn&& fn) {
+  const int64_t np = panels(n), mc = row_block(m, K), items = (m + mc - 1) / mc * np, g = grain(mc, K);
+  claim_for(items, (items + g - 1) / g, [&](int64_t it, int64_t next, int64_t task) {
+    const int64_t jb = it % np, r0 = it / np * mc;
+    fn(r0, std::min(mc, m - r0), jb, next < items ? d + next % np * stride : nullptr, task);
+  });
+}
+
+// Rows [0, m) of a transposed operand (row i is column i of x [K, *], rows ldx apart)
+// into dst k-major by tiles of 8 rows: dst[t * K * 8 + k * 8 + r] = x[k * ldx + 8t + r].
+// Read in place, such a block's rows lie a whole row of x apart, and at power-of-two
+// widths (512 floats) they share a few cache sets: the block would not stay in L2.
+void pack_tiles(const float* x, int64_t ldx, int64_t K, int64_t m, float* dst) {
+  for (int64_t k = 0; k < K; ++k) {
+    const float* src = x + k * ldx;
+    for (int64_t i = 0; i < m; i += kMaxRows) {
+      float* d = dst + i * K + k * kMaxRows;
+      const int64_t w = std::min<int64_t>(kMaxRows, m - i);
+      for (int64_t r = 0; r < w; ++r) d[r] = src[i + r];
+    }
+  }
+}
 
 }  // namespace
 
@@ -284,15 +320,58 @@ void gemm_packed(const float* x, int64_t ldx, const PackedWeight& w, const float
     }
     return;
   }
-  // Items block-major (block b, panel jb) = b * np + jb: a thread's share is whole blocks
-  // against every panel, and the next item's panel is prefetched.
-  const int64_t np = panels(n), mc = row_block(m, K), items = (m + mc - 1) / mc * np, g = grain(mc, K);
-  claim_for(items, (items + g - 1) / g, [&](int64_t it, int64_t next, int64_t) {
-    const int64_t jb = it % np, r0 = it / np * mc, c0 = jb * kPanelCols;
+  blocked_panels(m, K, n, d, K * kPanelCols, [&](int64_t r0, int64_t rows, int64_t jb, const float* next, int64_t) {
+    const int64_t c0 = jb * kPanelCols;
     rows_of_panel(x + r0 * ldx, ldx, d + jb * K * kPanelCols, K, bias ? bias + c0 : nullptr, y + r0 * ldy + c0, ldy,
-                  std::min(mc, m - r0), std::min(kPanelCols, n - c0),
-                  next < items ? d + next % np * K * kPanelCols : nullptr);
+                  rows, std::min(kPanelCols, n - c0), next);
   });
+}
+
+bool gemm_grad_available() { return kAvx512; }
+
+bool gemm_grad(const float* x, int64_t ldx, bool x_t, const PackedWeight& w, float* y, int64_t ldy, int64_t m,
+               bool accumulate) {
+  if (!kAvx512) return false;
+  const int64_t K = w.k, n = w.n;
+  if (m <= 0 || n <= 0) return true;
+  const float* d = w.data.get();
+  // Blocks of k whose slice of a panel (2048 x 48 floats, 384 KiB) stays in L2 beside
+  // the rows' block: along all of a long k (the lm_head's vocabulary) each panel would
+  // come from memory again for every block of rows. The blocks run in order, each
+  // continuing the sums in y.
+  constexpr int64_t kBlockK = 2048;
+  const int64_t kc = K <= 2 * kBlockK ? std::max<int64_t>(K, 1) : kBlockK;
+  const int64_t tasks = at::get_num_threads();
+  for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kc) {
+    const int64_t len = std::min(kc, K - k0);
+    const bool acc = accumulate || k0 > 0;
+    const float* xk = x + (x_t ? k0 * ldx : k0);
+    // x_t: each thread packs the block of rows it works on (pack_tiles) and keeps it for
+    // the block's next panels (a thread's items are whole blocks against every panel).
+    std::vector<std::vector<float>> blocks(x_t ? static_cast<size_t>(tasks) : 0);
+    std::vector<int64_t> held(blocks.size(), -1);
+    blocked_panels(m, len, n, d + k0 * kPanelCols, K * kPanelCols,
+                   [&](int64_t r0, int64_t rows, int64_t jb, const float* next, int64_t task) {
+                     const float* p = d + jb * K * kPanelCols + k0 * kPanelCols;
+                     float* yr = y + r0 * ldy + jb * kPanelCols;
+                     const int64_t nc = std::min(kPanelCols, n - jb * kPanelCols);
+                     if (!x_t) {
+                       const float* xr = xk + r0 * ldx;
+                       if (acc) panel_rows<false, true>(xr, ldx, p, len, nullptr, yr, ldy, rows, nc, next);
+                       else panel_rows<false, false>(xr, ldx, p, len, nullptr, yr, ldy, rows, nc, next);
+                       return;
+                     }
+                     auto& b = blocks[static_cast<size_t>(task)];
+                     if (held[static_cast<size_t>(task)] != r0) {
+                       b.resize(static_cast<size_t>((rows + kMaxRows - 1) / kMaxRows * kMaxRows * len));
+                       pack_tiles(xk + r0, ldx, len, rows, b.data());
+                       held[static_cast<size_t>(task)] = r0;
+                     }
+                     if (acc) panel_rows<true, true>(b.data(), kMaxRows, p, len, nullptr, yr, ldy, rows, nc, next);
+                     else panel_rows<true, false>(b.data(), kMaxRows, p, len, nullptr, yr, ldy, rows, nc, next);
+                   });
+  }
+  return true;
 }
 
 }  // namespace rl::nn::bi

@@ -221,9 +221,15 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
     auto g_lp = grads[0];
     auto g_ent = with_entropy ? grads[1] : torch::Tensor();
     const int64_t n = hidden.size(0);
-    auto grad_hidden = torch::empty_like(hidden);
-    auto grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
-    if (ctx->saved_data["exact"].toBool()) {
+    auto grad_hidden = torch::empty(hidden.sizes(), hidden.options());
+    const bool exact = ctx->saved_data["exact"].toBool();
+    // The two GEMMs on the AVX-512 tiles (bi::gemm_grad): w packed as [V, H] once for
+    // this pass, each chunk's hidden rows per chunk; the chunks' sums continue in
+    // grad_weight.
+    const bool tiles = exact && n > 0 && bi::gemm_grad_available() && hidden.scalar_type() == torch::kFloat32;
+    auto grad_weight = tiles ? torch::empty(weight.sizes(), weight.options().dtype(torch::kFloat32))
+                             : torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (exact) {
       // The kept logits become their gradient in place (one pass per row), then two GEMMs.
       if (ctx->saved_data["consumed"].toBool())
         throw std::logic_error("token_logprobs: a second backward pass (retain_graph) is not supported");
@@ -233,11 +239,13 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
       auto t = targets.contiguous();
       auto ent = entropy.contiguous();
       const float inv_t = static_cast<float>(1.0 / temperature);
+      const int64_t H = weight.size(1), V = weight.size(0);
+      auto wc = w.contiguous(), hc = hidden.contiguous();
+      const auto w_rows = tiles ? bi::pack_rows(wc.data_ptr<float>(), H, V, H) : bi::PackedWeight{};
       for (int64_t s = 0, c = 0; s < n; s += chunk, ++c) {
         const int64_t len = std::min(chunk, n - s);
         auto h = hidden.narrow(0, s, len);
         auto z = static_cast<size_t>(c) < kept ? saved[5 + c] : scaled_logits(h, w, temperature, packed);
-        const int64_t V = z.size(1);
         float* zp = z.data_ptr<float>();
         const float* lp = lse.data_ptr<float>() + s;
         const int64_t* tp = t.data_ptr<int64_t>() + s;
@@ -248,6 +256,12 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
           logit_grad_rows(zp, lp, tp, glp, gep, ep, inv_t, r0, r1, V);
         });
         auto gh = grad_hidden.narrow(0, s, len);
+        if (tiles) {
+          bi::gemm_grad(zp, V, false, w_rows, gh.data_ptr<float>(), H, len, false);
+          bi::gemm_grad(zp, V, true, bi::pack_rows(hc.data_ptr<float>() + s * H, H, len, H), grad_weight.data_ptr<float>(),
+                        H, V, s > 0);
+          continue;
+        }
         torch::mm_out(gh, z, w);
         grad_weight.addmm_(z.t(), h);
       }

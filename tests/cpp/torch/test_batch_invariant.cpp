@@ -7,9 +7,11 @@
 #define CATCH_CONFIG_PREFIX_ALL
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "nn/batch_invariant.hpp"
 #include "nn/batch_invariant_ops.hpp"
@@ -103,6 +105,48 @@ CATCH_TEST_CASE("bi::linear, per-call and on packed weights, computes each eleme
   if (bi::packed_available())
     CATCH_CHECK_THROWS_WITH(bi::linear(torch::randn({2, 4}), w, torch::Tensor(), bi::pack(torch::randn({5, 3}))),
                             Catch::Contains("packed weight is not [out, 4]"));
+}
+
+CATCH_TEST_CASE("bi::gemm_grad: either layout of the left operand, blocks of k, accumulation, in fma order", "[bi]") {
+  torch::NoGradGuard ng;
+  torch::manual_seed(13);
+  // y (+)= a w with a = x or x^T (a weight gradient's g^T x), w [k, n] row-major packed
+  // per call: tiles of 8 rows and the rest, panels of 48 columns and a part-filled last
+  // one, blocks of rows (m 250 at k 1100), blocks of k (k 4500: 2048, 2048, 404), and
+  // sums that start from y's values; each element's fused multiply-adds in ascending k.
+  auto reference = [](const torch::Tensor& a, const torch::Tensor& w, const torch::Tensor& start) {
+    const int64_t M = a.size(0), K = a.size(1), N = w.size(1);
+    auto y = start.defined() ? start.clone() : torch::zeros({M, N});
+    auto aa = a.accessor<float, 2>(), wa = w.accessor<float, 2>(), ya = y.accessor<float, 2>();
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = ya[i][j];
+        for (int64_t k = 0; k < K; ++k) acc = std::fma(aa[i][k], wa[k][j], acc);
+        ya[i][j] = acc;
+      }
+    return y;
+  };
+  for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {13, 19, 47}, {67, 130, 49}, {250, 1100, 100},
+                                                            {9, 4500, 50}}) {
+    auto w = torch::randn({K, N});
+    const auto packed = bi::pack_rows(w.data_ptr<float>(), N, K, N);
+    for (bool x_t : {false, true}) {
+      for (bool accumulate : {false, true}) {
+        CATCH_INFO("M " << M << " K " << K << " N " << N << " x_t " << x_t << " accumulate " << accumulate);
+        auto x = x_t ? torch::randn({K, M}) : torch::randn({M, K});
+        auto start = torch::randn({M, N});
+        auto y = start.clone();
+        const bool ran = bi::gemm_grad(x.data_ptr<float>(), x_t ? M : K, x_t, packed, y.data_ptr<float>(), N, M, accumulate);
+        CATCH_CHECK(ran == bi::gemm_grad_available());
+        if (!ran) {  // this CPU (or RLHOST_BI_SIMD) has no AVX-512 path: y untouched, callers use ATen
+          CATCH_CHECK(torch::equal(y, start));
+          continue;
+        }
+        auto a = x_t ? x.t().contiguous() : x;
+        CATCH_CHECK(torch::equal(y, reference(a, w, accumulate ? start : torch::Tensor())));
+      }
+    }
+  }
 }
 
 CATCH_TEST_CASE("bi::linear on packed weights with many rows (row blocks) keeps each element's fma order", "[bi]") {
@@ -230,6 +274,14 @@ CATCH_TEST_CASE("bi ops: linear, rms_norm and silu_mul gradients equal ATen's", 
   auto gr = torch::autograd::grad({torch::linear(x, w, b)}, {x, w, b}, {g});
   auto gg = torch::autograd::grad({bi::linear(x, w, b)}, {x, w, b}, {g});
   for (int i = 0; i < 3; ++i) CATCH_CHECK(max_abs(gg[i], gr[i]) < 1e-4);
+  {  // many rows and columns: the backward GEMMs' tiles (bi::gemm_grad) where the CPU has them
+    auto xl = torch::randn({3, 70, 130}, torch::requires_grad());
+    auto wl = torch::randn({100, 130}, torch::requires_grad());
+    auto gl = torch::randn({3, 70, 100});
+    auto want = torch::autograd::grad({torch::linear(xl, wl)}, {xl, wl}, {gl});
+    auto got = torch::autograd::grad({bi::linear(xl, wl, torch::Tensor())}, {xl, wl}, {gl});
+    for (int i = 0; i < 2; ++i) CATCH_CHECK(max_abs(got[i], want[i]) < 1e-5 * want[i].abs().max().item<double>());
+  }
   auto nw = torch::randn({20}, torch::requires_grad());
   auto g2 = torch::randn({4, 3, 20});
   auto ref = nw * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5));

@@ -171,6 +171,37 @@ CATCH_TEST_CASE("chunked token log-probs and their gradients match the direct fo
                           Catch::Contains("target id 29 outside the vocabulary [0, 29)"));
 }
 
+CATCH_TEST_CASE("token log-probs' gradients with a long vocabulary and several chunks match float64", "[model]") {
+  // A vocabulary past the backward GEMM's blocks of k (bi::gemm_grad runs k = V in
+  // blocks of 2048 beyond 4096), a hidden size past one 48-column panel and not a
+  // multiple of it, and chunks whose weight gradients add up in place.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(12);
+  auto hidden = torch::randn({21, 72}, gen, torch::kFloat64).to(torch::kFloat32).requires_grad_(true);
+  auto weight = (torch::randn({5003, 72}, gen, torch::kFloat64) * 0.2).to(torch::kFloat32).requires_grad_(true);
+  auto targets = torch::randint(0, 5003, {21}, gen, torch::kInt64);
+  auto g_lp = torch::randn({21}, gen, torch::kFloat64).to(torch::kFloat32);
+  auto g_ent = torch::randn({21}, gen, torch::kFloat64).to(torch::kFloat32);
+  auto h64 = hidden.detach().to(torch::kFloat64).requires_grad_(true);
+  auto w64 = weight.detach().to(torch::kFloat64).requires_grad_(true);
+  auto logp = torch::log_softmax(torch::matmul(h64, w64.t()) / 0.8, -1);
+  auto want_lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+  auto want_ent = -(logp.exp() * logp).sum(-1);
+  auto want = torch::autograd::grad({(want_lp * g_lp.to(torch::kFloat64)).sum() + (want_ent * g_ent.to(torch::kFloat64)).sum()},
+                                    {h64, w64});
+  for (int64_t chunk : {0, 8}) {
+    for (int64_t keep : {int64_t{-1}, int64_t{0}}) {
+      CATCH_INFO("chunk " << chunk << ", keep " << keep);
+      auto got = rl::nn::token_logprobs(hidden, weight, targets, 0.8, true, chunk, keep);
+      CATCH_CHECK(torch::allclose(got.logprobs.to(torch::kFloat64), want_lp, 1e-4, 1e-4));
+      auto g = torch::autograd::grad({(got.logprobs * g_lp).sum() + (got.entropy * g_ent).sum()}, {hidden, weight});
+      for (int i = 0; i < 2; ++i) {
+        const double scale = want[i].abs().max().item<double>();
+        CATCH_CHECK((g[i].to(torch::kFloat64) - want[i]).abs().max().item<double>() < 1e-5 * scale);
+      }
+    }
+  }
+}
+
 CATCH_TEST_CASE("sequence log-probs agree with log_softmax of the logits", "[model]") {
   auto m = tiny("qwen3");
   auto ids = torch::randint(0, 97, {2, 9}, at::make_generator<at::CPUGeneratorImpl>(5), torch::kInt64);
