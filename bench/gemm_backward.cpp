@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
     std::printf("# no AVX-512 path on this CPU (or RLHOST_BI_SIMD set): the trainer runs ATen's GEMMs here\n");
     return 0;
   }
-  std::printf("# threads %d, best of %d rounds, GFLOP/s (rlhost includes packing its right operand)\n", threads, rounds);
+  std::printf("# threads %d, best of %d rounds, GFLOP/s (rlhost includes packing its right operand)\n", threads,
+              rounds);
   std::printf("%6s %6s %6s  %9s %9s %6s  %9s %9s %6s  %s\n", "M", "K", "N", "dx rlhost", "aten", "ratio", "dW rlhost",
               "aten", "ratio", "max |diff| dx, dW");
   for (const auto& [M, K, N] : shapes) {

@@ -1,6 +1,7 @@
 // The packed paths of the batch-invariant GEMM (nn/batch_invariant.hpp): column
 // panels [k, 48], either packed once per weight update (gemm_packed: the engine, the
-// trainer's cached panels) or packed per call into a panel buffer (gemm()). AVX-512:
+// trainer's cached panels) or packed per call into a panel buffer (gemm()); and, on
+// AVX-512, the backward pass's GEMMs on the same tiles (gemm_grad). AVX-512:
 // register tiles of up to 8 rows x 48 columns (24 of the 32 vector registers), here;
 // AVX2 + FMA: tiles of up to 4 rows x 24 columns (batch_invariant_avx2.cpp).
 // Each output element is still one accumulator starting at 0 that takes the k
@@ -48,10 +49,10 @@ const bool kAvx2 = !kAvx512 && avx2::supported() && simd_kernels();
 const bool kPanels = kAvx512 || kAvx2;  // a packed path for this CPU
 
 // rows [0, MR) of x against one panel; stores columns [0, nc) of y. XT: the rows come
-// packed k-major, x[k * 8 + r] (pack_tiles: a transposed operand's columns); ACC: the sums start from y's values
-// (a block of k after the one that stored them: the same chain of fused multiply-adds
-// as one pass over all of k). With `next`,
-// also pulls `rows` rows of the next panel from there into L2, one every `every`
+// packed k-major, x[k * 8 + r] (pack_tiles: a transposed operand's columns); ACC: the
+// sums start from y's values (a block of k after the one that stored them: the same
+// chain of fused multiply-adds as one pass over all of k). With `next`, also pulls
+// `rows` rows of the next panel from there into L2, one every `every`
 // k (a decode step streams every weight from memory: compute and reads overlap,
 // ~1.1-1.4x; spread over all of a panel's tiles, the reads never outrun the line
 // fill buffers and stall the tile that issues them).

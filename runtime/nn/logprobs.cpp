@@ -258,8 +258,8 @@ struct ChunkedLogprob : torch::autograd::Function<ChunkedLogprob> {
         auto gh = grad_hidden.narrow(0, s, len);
         if (tiles) {
           bi::gemm_grad(zp, V, false, w_rows, gh.data_ptr<float>(), H, len, false);
-          bi::gemm_grad(zp, V, true, bi::pack_rows(hc.data_ptr<float>() + s * H, H, len, H), grad_weight.data_ptr<float>(),
-                        H, V, s > 0);
+          const auto h_rows = bi::pack_rows(hc.data_ptr<float>() + s * H, H, len, H);
+          bi::gemm_grad(zp, V, true, h_rows, grad_weight.data_ptr<float>(), H, V, s > 0);
           continue;
         }
         torch::mm_out(gh, z, w);

@@ -136,7 +136,8 @@ CATCH_TEST_CASE("bi::gemm_grad: either layout of the left operand, blocks of k, 
         auto x = x_t ? torch::randn({K, M}) : torch::randn({M, K});
         auto start = torch::randn({M, N});
         auto y = start.clone();
-        const bool ran = bi::gemm_grad(x.data_ptr<float>(), x_t ? M : K, x_t, packed, y.data_ptr<float>(), N, M, accumulate);
+        const bool ran =
+            bi::gemm_grad(x.data_ptr<float>(), x_t ? M : K, x_t, packed, y.data_ptr<float>(), N, M, accumulate);
         CATCH_CHECK(ran == bi::gemm_grad_available());
         if (!ran) {  // this CPU (or RLHOST_BI_SIMD) has no AVX-512 path: y untouched, callers use ATen
           CATCH_CHECK(torch::equal(y, start));

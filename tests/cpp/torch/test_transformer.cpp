@@ -186,8 +186,8 @@ CATCH_TEST_CASE("token log-probs' gradients with a long vocabulary and several c
   auto logp = torch::log_softmax(torch::matmul(h64, w64.t()) / 0.8, -1);
   auto want_lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
   auto want_ent = -(logp.exp() * logp).sum(-1);
-  auto want = torch::autograd::grad({(want_lp * g_lp.to(torch::kFloat64)).sum() + (want_ent * g_ent.to(torch::kFloat64)).sum()},
-                                    {h64, w64});
+  auto objective = (want_lp * g_lp.to(torch::kFloat64)).sum() + (want_ent * g_ent.to(torch::kFloat64)).sum();
+  auto want = torch::autograd::grad({objective}, {h64, w64});
   for (int64_t chunk : {0, 8}) {
     for (int64_t keep : {int64_t{-1}, int64_t{0}}) {
       CATCH_INFO("chunk " << chunk << ", keep " << keep);
