@@ -5,6 +5,7 @@
 #include "nn/panel_memory.hpp"
 #include "nn/recompute.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -605,6 +606,36 @@ torch::Tensor Transformer::forward_packed(const torch::Tensor& input_ids, const 
                                 " tokens, input_ids holds " + std::to_string(input_ids.size(1)));
   auto positions = torch::tensor(pos, torch::kInt64).to(input_ids.device()).unsqueeze(0);
   return forward_rows(input_ids, positions, lens);
+}
+
+torch::Tensor Transformer::forward(const SequenceBatch& batch) {
+  auto ids = batch.ids.to(options().device);
+  return batch.lens.empty() ? forward(ids) : forward_packed(ids, batch.lens);
+}
+
+SequenceBatch lay_out(const std::vector<const std::vector<int64_t>*>& seqs, bool end_to_end, int64_t min_len) {
+  SequenceBatch out;
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  int64_t L = min_len, total = 0;
+  for (const auto* s : seqs) {
+    L = std::max<int64_t>(L, static_cast<int64_t>(s->size()));
+    total += static_cast<int64_t>(s->size());
+  }
+  out.ids = end_to_end ? torch::empty({1, total}, torch::kInt64) : torch::zeros({B, L}, torch::kInt64);
+  int64_t* ids = out.ids.data_ptr<int64_t>();
+  int64_t start = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& s = *seqs[static_cast<size_t>(b)];
+    const int64_t n = static_cast<int64_t>(s.size());
+    if (!end_to_end) start = b * L;
+    std::copy(s.begin(), s.end(), ids + start);
+    out.starts.push_back(start);
+    if (end_to_end) {
+      out.lens.push_back(n);
+      start += n;
+    }
+  }
+  return out;
 }
 
 torch::Tensor Transformer::forward_rows(const torch::Tensor& input_ids, const torch::Tensor& pos,

@@ -93,6 +93,18 @@ struct Recompute {
   int64_t num_layers = 1;
 };
 
+// A batch of sequences laid out for one training forward pass (Transformer::forward of
+// it): end to end in one row with no padding (`end_to_end`, the trainer's layout on the
+// CPU: forward_packed), else right-padded rows [B, L], L the longest (at least
+// min_len). Position j of sequence i is row starts[i] + j of the flattened ids and of
+// the hidden states.
+struct SequenceBatch {
+  torch::Tensor ids;            // [1, total] or [B, L] int64 (made on the CPU)
+  std::vector<int64_t> lens;    // each sequence's length end to end; empty when padded
+  std::vector<int64_t> starts;  // each sequence's first row
+};
+SequenceBatch lay_out(const std::vector<const std::vector<int64_t>*>& seqs, bool end_to_end, int64_t min_len = 1);
+
 class Transformer {
  public:
   // Weights are allocated (uninitialised); fill them with load() or init_random().
@@ -176,6 +188,8 @@ class Transformer {
   // has the padded forward's bits under the batch-invariant kernels. Throws
   // std::invalid_argument when lens do not fill input_ids.
   torch::Tensor forward_packed(const torch::Tensor& input_ids, const std::vector<int64_t>& lens);
+  // forward() or forward_packed() as the batch is laid out, its ids moved to the model's device.
+  torch::Tensor forward(const SequenceBatch& batch);
   torch::Tensor logits(const torch::Tensor& hidden) const;  // [..., V] in the model dtype
   // The logits under another unembedding [V, H] (an adapter's merged lm_head), with the
   // kernel logits() and the training path's log-probs use for it.

@@ -31,33 +31,19 @@ std::vector<torch::Tensor> StepwiseTrainer::target_logprobs(const std::vector<Da
   model_->set_lora(adapter_);
   torch::AutoGradMode mode(grad);
   const auto& opts = model_->options();
-  const bool end_to_end = opts.device.is_cpu();
-  int64_t T = 0, total = 0;
-  for (const auto& d : data) {
-    T = std::max<int64_t>(T, static_cast<int64_t>(d.tokens.size()));
-    total += static_cast<int64_t>(d.tokens.size());
-  }
-  const int64_t B = static_cast<int64_t>(data.size());
-  auto ids = end_to_end ? torch::empty({1, total}, torch::kInt64) : torch::zeros({B, T}, torch::kInt64);
-  std::vector<int64_t> rows, targets, lens;
-  int64_t start = 0;  // the datum's first row in the flattened ids
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& d = data[static_cast<size_t>(b)];
-    const int64_t n = static_cast<int64_t>(d.tokens.size());
-    if (!end_to_end) start = b * T;
-    std::copy(d.tokens.begin(), d.tokens.end(), ids.data_ptr<int64_t>() + start);
-    const auto tt = d.inputs.at("target_tokens").to(torch::kInt64).contiguous();
+  std::vector<const std::vector<int64_t>*> seqs;
+  for (const auto& d : data) seqs.push_back(&d.tokens);
+  const auto laid = nn::lay_out(seqs, /*end_to_end=*/opts.device.is_cpu());
+  std::vector<int64_t> rows, targets;
+  for (size_t b = 0; b < data.size(); ++b) {
+    const auto tt = data[b].inputs.at("target_tokens").to(torch::kInt64).contiguous();
     const int64_t* tp = tt.data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      rows.push_back(start + i);
+    for (int64_t i = 0; i < static_cast<int64_t>(data[b].tokens.size()); ++i) {
+      rows.push_back(laid.starts[b] + i);
       targets.push_back(tp[i]);
     }
-    if (end_to_end) {
-      lens.push_back(n);
-      start += n;
-    }
   }
-  auto hidden = end_to_end ? model_->forward_packed(ids, lens) : model_->forward(ids.to(opts.device));
+  auto hidden = model_->forward(laid);
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, torch::tensor(rows, torch::kInt64).to(opts.device));
   // an adapter on lm_head (train_unembed): the merged unembedding, as the engine samples with
   auto tgt = torch::tensor(targets, torch::kInt64).to(opts.device);

@@ -54,15 +54,13 @@ class AutocastScope {
 };
 }  // namespace
 
-// A micro-batch. On the CPU its sequences go end to end with no padding (ids [1, T],
-// T their total length, `lens` each one's: forward_packed); elsewhere right-padded
-// (ids [B, L], `lens` empty). Per response token (R = longest response): mask,
+// A micro-batch. On the CPU its sequences go end to end with no padding, elsewhere
+// right-padded (`seqs`, nn::lay_out). Per response token (R = longest response): mask,
 // rewards broadcast later, old/rollout log-probs [B, R]. The tensors live on the
 // policy's device; the index lists stay on the host (nothing in a step reads a device
 // tensor back element by element).
 struct Trainer::Packed {
-  torch::Tensor ids;            // [1, T] or [B, L] int64
-  std::vector<int64_t> lens;    // each sequence's length when packed end to end
+  nn::SequenceBatch seqs;       // the token ids laid out for the forward pass
   torch::Tensor mask;           // [B, R] float32
   torch::Tensor rollout_logp;   // [B, R] float32 or undefined
   torch::Tensor behaviour_logp; // [B, R] float32: the policy's before this train() call, or undefined
@@ -284,14 +282,13 @@ void Trainer::set_step(int64_t s) {
 Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& idx) const {
   Packed p;
   const int64_t B = static_cast<int64_t>(idx.size());
-  int64_t L = 2, R = 1, total = 0;
+  int64_t R = 1;
+  std::vector<const std::vector<int64_t>*> seqs;
   for (int64_t i : idx) {
-    L = std::max<int64_t>(L, static_cast<int64_t>(b.tokens[i].size()));
     R = std::max<int64_t>(R, b.response_lengths[i]);
-    total += static_cast<int64_t>(b.tokens[i].size());
+    seqs.push_back(&b.tokens[i]);
   }
-  const bool end_to_end = packs_sequences();
-  p.ids = end_to_end ? torch::empty({1, total}, torch::kInt64) : torch::zeros({B, L}, torch::kInt64);
+  p.seqs = nn::lay_out(seqs, packs_sequences(), /*min_len=*/2);
   p.mask = torch::zeros({B, R}, torch::kFloat32);
   p.rewards = torch::empty({B}, torch::kFloat32);
   const bool has_rollout = !b.rollout_log_probs.empty();
@@ -302,16 +299,12 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   if (has_values) p.old_values = torch::zeros({B, R}, torch::kFloat32);
   const bool has_teacher = !b.teacher_log_probs.empty();
   if (has_teacher) p.teacher_logp = torch::zeros({B, R}, torch::kFloat32);
-  int64_t* ids = p.ids.data_ptr<int64_t>();
   auto mask = p.mask.accessor<float, 2>();
-  int64_t start = 0;  // the sequence's first row in the flattened ids
   for (int64_t r = 0; r < B; ++r) {
     const int64_t i = idx[r];
     const auto& t = b.tokens[i];
     const int64_t n = static_cast<int64_t>(t.size()), resp = b.response_lengths[i];
-    if (!end_to_end) start = r * L;
-    std::copy(t.begin(), t.end(), ids + start);
-    if (end_to_end) p.lens.push_back(n);
+    const int64_t start = p.seqs.starts[r];  // the sequence's first row in the flattened ids
     p.prompt_lens.push_back(n - resp);
     p.resp_lens.push_back(resp);
     p.tokens += n;
@@ -339,12 +332,11 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
       p.cols.push_back(r * R + j);
       p.targets.push_back(t[pos]);
     }
-    if (end_to_end) start += n;
   }
   // Built on the host, then moved once to where the policy lives.
   const auto dev = policy_->options().device;
   if (dev != torch::kCPU) {
-    for (auto* t : {&p.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp, &p.old_values,
+    for (auto* t : {&p.seqs.ids, &p.mask, &p.rewards, &p.rollout_logp, &p.behaviour_logp, &p.old_values,
                     &p.teacher_logp})
       if (t->defined()) *t = t->to(dev);
   }
@@ -353,8 +345,7 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
 
 // Final-norm hidden states of a micro-batch: [1, T, H] packed, [B, L, H] padded.
 torch::Tensor Trainer::hidden_states(nn::Transformer& m, const Packed& p) {
-  auto ids = p.ids.to(m.options().device);
-  return p.lens.empty() ? m.forward(ids) : m.forward_packed(ids, p.lens);
+  return m.forward(p.seqs);
 }
 
 bool Trainer::packs_sequences() const { return policy_->options().device.is_cpu(); }

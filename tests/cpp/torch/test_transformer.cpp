@@ -236,6 +236,28 @@ CATCH_TEST_CASE("random initialisation is deterministic per seed and follows HF'
   CATCH_CHECK(torch::equal(a->parameter("model.layers.1.self_attn.k_proj.bias"), torch::zeros({16})));
 }
 
+CATCH_TEST_CASE("lay_out: sequences end to end or right-padded, each one's rows, the same hidden states", "[model]") {
+  const std::vector<int64_t> a = {5, 6, 7}, b = {8}, c = {9, 10, 11, 12, 13};
+  const std::vector<const std::vector<int64_t>*> seqs = {&a, &b, &c};
+  auto packed = rl::nn::lay_out(seqs, true);
+  CATCH_CHECK(torch::equal(packed.ids, torch::tensor({5, 6, 7, 8, 9, 10, 11, 12, 13}, torch::kInt64).view({1, 9})));
+  CATCH_CHECK(packed.lens == std::vector<int64_t>{3, 1, 5});
+  CATCH_CHECK(packed.starts == std::vector<int64_t>{0, 3, 4});
+  auto padded = rl::nn::lay_out(seqs, false, 6);
+  CATCH_CHECK(padded.ids.sizes() == torch::IntArrayRef{3, 6});  // the longest, or min_len when longer
+  CATCH_CHECK(padded.lens.empty());
+  CATCH_CHECK(padded.starts == std::vector<int64_t>{0, 6, 12});
+  CATCH_CHECK(torch::equal(padded.ids[2], torch::tensor({9, 10, 11, 12, 13, 0}, torch::kInt64)));
+  CATCH_CHECK(rl::nn::lay_out(seqs, false).ids.size(1) == 5);
+  auto m = tiny("qwen3", 4);
+  torch::NoGradGuard no_grad;
+  auto hp = m->forward(packed).view({9, -1}), hq = m->forward(padded).view({18, -1});
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(seqs[i]->size());
+    CATCH_CHECK(torch::allclose(hp.narrow(0, packed.starts[i], n), hq.narrow(0, padded.starts[i], n), 1e-5, 1e-5));
+  }
+}
+
 CATCH_TEST_CASE("sequences packed end to end: the padded forward's bits and gradients", "[model]") {
   const std::vector<int64_t> lens = {7, 1, 19, 12};
   const int64_t L = 19, total = 39;
