@@ -343,11 +343,6 @@ Trainer::Packed Trainer::pack(const TrainBatch& b, const std::vector<int64_t>& i
   return p;
 }
 
-// Final-norm hidden states of a micro-batch: [1, T, H] packed, [B, L, H] padded.
-torch::Tensor Trainer::hidden_states(nn::Transformer& m, const Packed& p) {
-  return m.forward(p.seqs);
-}
-
 bool Trainer::packs_sequences() const { return policy_->options().device.is_cpu(); }
 
 // log p of each response token: hidden states of the positions that predict
@@ -356,7 +351,7 @@ bool Trainer::packs_sequences() const { return policy_->options().device.is_cpu(
 torch::Tensor Trainer::response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy) {
   const int64_t B = p.mask.size(0), R = p.mask.size(1);
   AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
-  auto hidden = hidden_states(m, p);
+  auto hidden = m.forward(p.seqs);  // [1, T, H] end to end, [B, L, H] padded
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
   // Sharded: the lm_head goes by row blocks, each rank's in turn, never whole; with a
@@ -386,7 +381,7 @@ torch::Tensor Trainer::critic_values(const Packed& p) {
   auto& m = critic_->model();
   const int64_t B = p.mask.size(0), R = p.mask.size(1);
   AutocastScope autocast(m.options().device.type(), opts_.bf16, torch::kBFloat16);
-  auto hidden = hidden_states(m, p);
+  auto hidden = m.forward(p.seqs);  // [1, T, H] end to end, [B, L, H] padded
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).to(hidden.device()); };
   auto flat = hidden.reshape({-1, hidden.size(2)}).index_select(0, on_device(p.rows));
   auto v = critic_->head(flat);

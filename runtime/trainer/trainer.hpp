@@ -206,7 +206,6 @@ class Trainer {
   Packed pack(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   // On the CPU a micro-batch's sequences go end to end, no padding (Packed); elsewhere padded.
   bool packs_sequences() const;
-  torch::Tensor hidden_states(nn::Transformer& m, const Packed& p);
   std::vector<std::vector<int64_t>> micro_batches(const TrainBatch& b, const std::vector<int64_t>& idx) const;
   torch::Tensor response_logp(nn::Transformer& m, const Packed& p, bool with_entropy, torch::Tensor* entropy);
   torch::Tensor critic_values(const Packed& p);  // [B, R], zero past each response
