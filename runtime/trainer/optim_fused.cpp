@@ -1,5 +1,9 @@
 #include "trainer/optim_fused.hpp"
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include <ATen/ATen.h>
 
 namespace rl::trainer {
@@ -21,10 +25,15 @@ double clip_grad_norm_foreach(const std::vector<torch::Tensor>& params, double m
 
 void FusedAdamW::step(torch::optim::AdamW& opt) {
   torch::NoGradGuard no_grad;
+  struct Lists {
+    std::vector<torch::Tensor> ps, gs, m1, m2, vmax, steps;
+  };
   size_t k = 0;  // index over every parameter with a gradient, in group order
   for (auto& group : opt.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    std::vector<torch::Tensor> ps, gs, m1, m2, vmax, steps;
+    // The kernel takes tensors of one device and dtype (a LoRA adapter in float32
+    // over a bf16 base, say): one call per kind, as torch.optim groups them.
+    std::map<std::pair<std::string, c10::ScalarType>, Lists> kinds;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& slot = opt.state()[p.unsafeGetTensorImpl()];
@@ -42,18 +51,24 @@ void FusedAdamW::step(torch::optim::AdamW& opt) {
         steps_[k] = torch::full({}, static_cast<double>(st.step()), p.options().dtype(torch::kFloat32));
       st.step(st.step() + 1);
       mirrored_[k] = st.step();
-      ps.push_back(p);
-      gs.push_back(p.grad());
-      m1.push_back(st.exp_avg());
-      m2.push_back(st.exp_avg_sq());
-      if (o.amsgrad()) vmax.push_back(st.max_exp_avg_sq());
-      steps.push_back(steps_[k]);
+      auto& l = kinds[{p.device().str(), p.scalar_type()}];
+      l.ps.push_back(p);
+      l.gs.push_back(p.grad());
+      l.m1.push_back(st.exp_avg());
+      l.m2.push_back(st.exp_avg_sq());
+      if (o.amsgrad()) l.vmax.push_back(st.max_exp_avg_sq());
+      l.steps.push_back(steps_[k]);
       ++k;
     }
-    if (ps.empty()) continue;
-    at::_foreach_add_(steps, 1.0);  // the kernel reads the incremented count, as torch.optim does
-    at::_fused_adamw_(ps, gs, m1, m2, vmax, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()),
-                      o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+    for (auto& [kind, l] : kinds) {
+      at::_foreach_add_(l.steps, 1.0);  // the kernel reads the incremented count, as torch.optim does
+      at::_fused_adamw_(l.ps, l.gs, l.m1, l.m2, l.vmax, l.steps, o.lr(), std::get<0>(o.betas()),
+                        std::get<1>(o.betas()), o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+      // The kernel writes the weights without moving their version counters, which
+      // caches of derived forms read (packed panels, a LoRA adapter's merged head):
+      // moved here, as torch::optim::AdamW's in-place ops move them.
+      for (auto& p : l.ps) torch::autograd::impl::bump_version(p);
+    }
   }
 }
 

@@ -1,10 +1,11 @@
-// The trainer's optimiser step in ATen's multi-tensor kernels, for CUDA: the
+// The trainer's optimiser step in ATen's multi-tensor kernels, on every device: the
 // gradient norm and clip through _foreach_norm / _foreach_mul_ (what
 // torch.nn.utils.clip_grad_norm_ runs), and torch::optim::AdamW's update through
 // _fused_adamw_ (what torch.optim.AdamW(fused=True) runs): a few launches for the
-// whole model instead of several per parameter. Same state as torch::optim::AdamW
-// (exp_avg, exp_avg_sq, step), so checkpoints are unchanged; the same arithmetic
-// up to rounding (tests/cpp/torch/test_optim_fused.cpp checks it against AdamW).
+// whole model instead of several per parameter on CUDA, one pass over each tensor
+// instead of a dozen on the CPU. Same state as torch::optim::AdamW (exp_avg,
+// exp_avg_sq, step), so checkpoints are unchanged; the same arithmetic up to
+// rounding (tests/cpp/torch/test_optim_fused.cpp checks it against AdamW).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -615,23 +615,11 @@ void Trainer::accumulate_critic(const Prepared& x, const StepNorm& norm, Metrics
 void Trainer::critic_step(const StepNorm& norm, Metrics& m) {
   auto& params = critic_->parameters();
   if (norm.world > 1) norm.group->allreduce_mean_grads(params, "the critic's gradients");
-  double grad_norm = 0;
-  const bool fused = !params.empty() && params.front().is_cuda();
-  if (fused) {
-    grad_norm = clip_grad_norm_foreach(params, opts_.optim.clip_grad);
-  } else if (opts_.optim.clip_grad > 0) {
-    grad_norm = torch::nn::utils::clip_grad_norm_(params, opts_.optim.clip_grad);
-  } else {
-    double sq = 0;
-    for (auto& p : params)
-      if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
-    grad_norm = std::sqrt(sq);
-  }
+  const double grad_norm = clip_grad_norm_foreach(params, opts_.optim.clip_grad);
   const double lr = lr_at(critic_progress_.step, opts_.critic_lr.value_or(opts_.optim.lr));
   auto& optim = critic_->optimizer();
   for (auto& g : optim.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-  if (fused) critic_fused_.step(optim);
-  else optim.step();
+  critic_fused_.step(optim);
   critic_->weights_changed();
   ++critic_progress_.step;
   m["train/critic_grad_norm"] = grad_norm;
@@ -649,22 +637,9 @@ double Trainer::clip_and_step(const StepNorm& norm, Metrics& m) {
   }
   if (fsdp_ && !lora_) return clip_and_step_sharded(norm);
   if (fsdp_) fsdp_->settle();  // the frozen base's last gathered unit, released
-  double grad_norm = 0;
-  // On CUDA the same norm, clip and AdamW step in ATen's multi-tensor kernels
-  // (optim_fused.hpp): a few launches instead of several per parameter.
-  const bool fused = !params_.empty() && params_.front().is_cuda();
-  if (fused) {
-    grad_norm = clip_grad_norm_foreach(params_, opts_.optim.clip_grad);
-  } else if (opts_.optim.clip_grad > 0) {
-    grad_norm = torch::nn::utils::clip_grad_norm_(params_, opts_.optim.clip_grad);
-  } else {
-    double sq = 0;
-    for (auto& p : params_)
-      if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
-    grad_norm = std::sqrt(sq);
-  }
-  if (fused) fused_.step(*optim_);
-  else optim_->step();
+  // The norm, clip and AdamW step in ATen's multi-tensor kernels (optim_fused.hpp).
+  const double grad_norm = clip_grad_norm_foreach(params_, opts_.optim.clip_grad);
+  fused_.step(*optim_);
   if (!lora_) policy_->weights_changed();  // LoRA: the base did not change (the adapter is read as it is)
   ++step_;
   return grad_norm;
@@ -685,8 +660,7 @@ double Trainer::clip_and_step_sharded(const StepNorm& norm) {
         if (p.grad().defined()) p.grad().mul_(coef);
     }
   }
-  if (!params_.empty() && params_.front().is_cuda()) fused_.step(*optim_);
-  else optim_->step();
+  fused_.step(*optim_);
   ++step_;
   return grad_norm;
 }

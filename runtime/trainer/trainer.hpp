@@ -248,7 +248,7 @@ class Trainer {
   int64_t digest_step_ = -1;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optim_;
-  FusedAdamW fused_;  // the same AdamW step in multi-tensor kernels, for CUDA parameters
+  FusedAdamW fused_;  // torch::optim::AdamW's step in ATen's multi-tensor kernels
   FusedAdamW critic_fused_;
   int64_t step_ = 0;
   bool params_broadcast_ = false;  // data parallel: rank 0's weights taken once

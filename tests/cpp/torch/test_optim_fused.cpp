@@ -1,6 +1,6 @@
-// The trainer's multi-tensor optimiser step (runtime/trainer/optim_fused.hpp, used for
-// CUDA parameters) against torch::optim::AdamW and clip_grad_norm_, on the CPU where
-// ATen has the same kernels: the same weights up to rounding, the same state.
+// The trainer's multi-tensor optimiser step (runtime/trainer/optim_fused.hpp) against
+// torch::optim::AdamW and clip_grad_norm_: the same weights up to rounding, the same
+// state, and the weights' version counters moved as AdamW's in-place ops move them.
 #include <torch/torch.h>
 
 #define CATCH_CONFIG_PREFIX_ALL
@@ -53,6 +53,48 @@ CATCH_TEST_CASE("fused AdamW matches torch::optim::AdamW, state and all", "[trai
     }
     // The weights moved: a step that changes nothing would pass the comparison too.
     CATCH_CHECK((a[0] - params_like(1)[0]).abs().max().item<double>() > 1e-3);
+  }
+}
+
+// Caches of a weight's derived forms (the packed panels of nn/transformer.cpp, a LoRA
+// adapter's merged lm_head in the engine) are keyed by the tensor's version counter;
+// _fused_adamw_ writes the weights without moving it, so a trainer whose step left it
+// unchanged went on with stale panels (its loss barely fell).
+CATCH_TEST_CASE("fused AdamW moves every stepped weight's version, as AdamW does", "[trainer]") {
+  auto a = params_like(5), b = params_like(5);
+  torch::optim::AdamW ref(a, torch::optim::AdamWOptions(1e-2)), opt(b, torch::optim::AdamWOptions(1e-2));
+  FusedAdamW fused;
+  set_grads(a, 1, 1.0), set_grads(b, 1, 1.0);
+  b[1].mutable_grad() = torch::Tensor();  // no gradient: not stepped, version kept
+  std::vector<int64_t> va, vb;
+  for (size_t i = 0; i < a.size(); ++i) va.push_back(a[i]._version()), vb.push_back(b[i]._version());
+  ref.step();
+  fused.step(opt);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CATCH_CHECK(a[i]._version() > va[i]);
+    if (i == 1) CATCH_CHECK(b[i]._version() == vb[i]);
+    else CATCH_CHECK(b[i]._version() > vb[i]);
+  }
+}
+
+// One group's tensors of two dtypes (a float32 adapter over a float64 or bf16 base,
+// say): the kernel takes one dtype per call.
+CATCH_TEST_CASE("fused AdamW steps a group of mixed dtypes like AdamW", "[trainer]") {
+  auto a = params_like(6), b = params_like(6);
+  for (auto* ps : {&a, &b}) (*ps)[1] = (*ps)[1].detach().to(torch::kFloat64).requires_grad_(true);
+  torch::optim::AdamW ref(a, torch::optim::AdamWOptions(1e-2)), opt(b, torch::optim::AdamWOptions(1e-2));
+  FusedAdamW fused;
+  for (int step = 1; step <= 3; ++step) {
+    for (auto* ps : {&a, &b}) {
+      set_grads(*ps, step, 1.0);
+      (*ps)[1].mutable_grad() = (*ps)[1].grad().to(torch::kFloat64);
+    }
+    ref.step();
+    fused.step(opt);
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    CATCH_CHECK(b[i].scalar_type() == a[i].scalar_type());
+    CATCH_CHECK((a[i] - b[i]).abs().max().item<double>() < 1e-6);
   }
 }
 
