@@ -20,6 +20,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -245,13 +246,20 @@ void blocked_panels(int64_t m, int64_t K, int64_t n, const float* d, int64_t str
 // into dst k-major by tiles of 8 rows: dst[t * K * 8 + k * 8 + r] = x[k * ldx + 8t + r].
 // Read in place, such a block's rows lie a whole row of x apart, and at power-of-two
 // widths (512 floats) they share a few cache sets: the block would not stay in L2.
+// Each row's few lines lie on a page of their own (a row of x is 2-6 KiB), where the
+// hardware's prefetchers do not follow: the rows kAhead on are asked for in advance.
 void pack_tiles(const float* x, int64_t ldx, int64_t K, int64_t m, float* dst) {
+  constexpr int64_t kAhead = 16;
   for (int64_t k = 0; k < K; ++k) {
     const float* src = x + k * ldx;
+    if (k + kAhead < K)
+      for (int64_t i = 0; i < m; i += 16) __builtin_prefetch(src + kAhead * ldx + i, 0, 3);
     for (int64_t i = 0; i < m; i += kMaxRows) {
       float* d = dst + i * K + k * kMaxRows;
       const int64_t w = std::min<int64_t>(kMaxRows, m - i);
-      for (int64_t r = 0; r < w; ++r) d[r] = src[i + r];
+      if (w == kMaxRows) std::memcpy(d, src + i, sizeof(float) * kMaxRows);  // one vector move
+      else
+        for (int64_t r = 0; r < w; ++r) d[r] = src[i + r];
     }
   }
 }
