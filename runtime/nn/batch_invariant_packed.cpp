@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -257,9 +256,7 @@ void pack_tiles(const float* x, int64_t ldx, int64_t K, int64_t m, float* dst) {
     for (int64_t i = 0; i < m; i += kMaxRows) {
       float* d = dst + i * K + k * kMaxRows;
       const int64_t w = std::min<int64_t>(kMaxRows, m - i);
-      if (w == kMaxRows) std::memcpy(d, src + i, sizeof(float) * kMaxRows);  // one vector move
-      else
-        for (int64_t r = 0; r < w; ++r) d[r] = src[i + r];
+      for (int64_t r = 0; r < w; ++r) d[r] = src[i + r];
     }
   }
 }

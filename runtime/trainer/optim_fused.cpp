@@ -1,8 +1,6 @@
 #include "trainer/optim_fused.hpp"
 
-#include <map>
-#include <string>
-#include <utility>
+#include <algorithm>
 
 #include <ATen/ATen.h>
 
@@ -26,6 +24,9 @@ double clip_grad_norm_foreach(const std::vector<torch::Tensor>& params, double m
 void FusedAdamW::step(torch::optim::AdamW& opt) {
   torch::NoGradGuard no_grad;
   struct Lists {
+    Lists(c10::Device d, c10::ScalarType t) : device(d), dtype(t) {}
+    c10::Device device;
+    c10::ScalarType dtype;
     std::vector<torch::Tensor> ps, gs, m1, m2, vmax, steps;
   };
   size_t k = 0;  // index over every parameter with a gradient, in group order
@@ -33,7 +34,7 @@ void FusedAdamW::step(torch::optim::AdamW& opt) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     // The kernel takes tensors of one device and dtype (a LoRA adapter in float32
     // over a bf16 base, say): one call per kind, as torch.optim groups them.
-    std::map<std::pair<std::string, c10::ScalarType>, Lists> kinds;
+    std::vector<Lists> kinds;  // almost always one
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& slot = opt.state()[p.unsafeGetTensorImpl()];
@@ -51,7 +52,9 @@ void FusedAdamW::step(torch::optim::AdamW& opt) {
         steps_[k] = torch::full({}, static_cast<double>(st.step()), p.options().dtype(torch::kFloat32));
       st.step(st.step() + 1);
       mirrored_[k] = st.step();
-      auto& l = kinds[{p.device().str(), p.scalar_type()}];
+      auto kind = std::find_if(kinds.begin(), kinds.end(),
+                               [&](const Lists& l) { return l.device == p.device() && l.dtype == p.scalar_type(); });
+      auto& l = kind != kinds.end() ? *kind : kinds.emplace_back(p.device(), p.scalar_type());
       l.ps.push_back(p);
       l.gs.push_back(p.grad());
       l.m1.push_back(st.exp_avg());
@@ -60,7 +63,7 @@ void FusedAdamW::step(torch::optim::AdamW& opt) {
       l.steps.push_back(steps_[k]);
       ++k;
     }
-    for (auto& [kind, l] : kinds) {
+    for (auto& l : kinds) {
       at::_foreach_add_(l.steps, 1.0);  // the kernel reads the incremented count, as torch.optim does
       at::_fused_adamw_(l.ps, l.gs, l.m1, l.m2, l.vmax, l.steps, o.lr(), std::get<0>(o.betas()),
                         std::get<1>(o.betas()), o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
